@@ -1,0 +1,44 @@
+# Two commands do all set-up on a fresh machine:
+#   make report   runs the benchmark and analysis, writes report/index.html
+#   make test     runs the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+PROFILE ?= quick
+OUT    ?= report
+
+.PHONY: all test report figures bench chromium clean
+
+all: test
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -c constraints.txt torch==2.13.0
+	$(PIP) install --quiet -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+# Headless Chromium for the report's browser test (Debian's package).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) chromium
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+report: $(STAMP)
+	$(VENV)/bin/posenc report --profile $(PROFILE) --out $(OUT)
+
+# Regenerates the images the README shows.
+figures: $(STAMP)
+	$(VENV)/bin/posenc show sinusoidal --length 128 --dim 64 --plot docs/sinusoidal_heatmap.png
+	$(VENV)/bin/posenc compare sinusoidal rope alibi --plot docs/compare.png
+
+bench: $(STAMP)
+	$(VENV)/bin/posenc bench
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis

@@ -1,0 +1,43 @@
+"""posenc: the positional encodings of transformers, exact, fast, safe and visible.
+
+    import torch, posenc
+    rope = posenc.build({"scheme": "rope", "head_dim": 64})
+    q = rope(q, torch.arange(L))                              # (B, H, L, D)
+    out = posenc.attention(q, k, v, posenc.build({"scheme": "alibi", "num_heads": 8}), causal=True)
+
+``posenc.reference`` (NumPy float64, the specification) imports without torch; everything else
+imports torch on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; resolved on first access so that `import posenc.reference`
+# never needs torch.
+_LAZY = {
+    "build": "posenc.registry",
+    "schemes": "posenc.registry",
+    "register": "posenc.registry",
+    "KINDS": "posenc.registry",
+    "attention": "posenc.attn",
+    "apply_rotary": "posenc.rotary",
+    "from_hf": "posenc.interop.hf",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'posenc' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

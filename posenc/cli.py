@@ -1,0 +1,55 @@
+"""The ``posenc`` command line (also ``python -m posenc``).
+
+Subcommands live in ``posenc/commands/*.py``; each module defines ``add_commands(subparsers)``
+and gives every parser ``set_defaults(func=handler)`` where ``handler(args) -> int``. Bad input
+(ValueError, TypeError, FileNotFoundError, or ``CLIError``) exits 2 with one line on stderr,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+
+class CLIError(Exception):
+    """A problem with the user's arguments: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from posenc import __version__
+
+    parser = _Parser(prog="posenc", description="Positional encodings for transformers: inspect, compare, benchmark.")
+    parser.add_argument("--version", action="version", version=f"posenc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    package = importlib.import_module("posenc.commands")
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"posenc.commands.{info.name}").add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (CLIError, ValueError, TypeError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"posenc {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"posenc {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""``posenc`` subcommands: one module per group, each with ``add_commands(subparsers)``."""

@@ -1,0 +1,23 @@
+"""The specification: every scheme as a short NumPy float64 function.
+
+Nothing here imports torch. The torch modules in ``posenc.schemes`` are tested against these
+functions at several dtypes, odd lengths and offsets; when the two disagree, this is right.
+
+Positions are integer arrays ``[L]`` (or ``[B, L]``); relative distances are ``k - q``.
+"""
+
+from posenc.reference.attention import attention, softmax
+from posenc.reference.sinusoidal import sinusoidal, sinusoidal_inv_freq
+from posenc.reference.learned import learned
+from posenc.reference.rope import rope, rope_angles, rope_inv_freq, rotate_pairs_index
+from posenc.reference.alibi import alibi, alibi_slopes
+from posenc.reference.t5 import t5, t5_bucket
+
+__all__ = [
+    "attention", "softmax",
+    "sinusoidal", "sinusoidal_inv_freq",
+    "learned",
+    "rope", "rope_angles", "rope_inv_freq", "rotate_pairs_index",
+    "alibi", "alibi_slopes",
+    "t5", "t5_bucket",
+]

@@ -1,0 +1,32 @@
+"""Scaled dot-product attention in float64 (Vaswani et al. 2017, "Attention Is All You Need").
+
+    attention(Q, K, V) = softmax(Q Kᵀ · scale + bias) V,   scale = 1/√D
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    scores = scores - np.max(scores, axis=axis, keepdims=True)
+    e = np.exp(scores)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None = None) -> np.ndarray:
+    """``q [B, H, Lq, D]``, ``k, v [B, H, Lk, D]`` -> ``[B, H, Lq, D]``.
+
+    ``bias`` broadcasts against the scores ``[B, H, Lq, Lk]``. ``causal`` lets query ``i`` see key
+    ``j`` when ``j <= i + (Lk - Lq)`` (aligned at the bottom right, as with a KV cache).
+    """
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = np.einsum("bhqd,bhkd->bhqk", q, k) * scale  # (B, H, Lq, Lk)
+    if bias is not None:
+        scores = scores + np.asarray(bias, dtype=np.float64)
+    if causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq)
+        scores = np.where(allowed, scores, -np.inf)
+    return np.einsum("bhqk,bhkd->bhqd", softmax(scores), v)

@@ -1,0 +1,56 @@
+"""Rotary position embedding (Su et al. 2021, "RoFormer", arXiv:2104.09864).
+
+Each pair of dimensions (x_a, x_b) of a query or key at position m is rotated by m·θ_i:
+
+    [x_a']   [cos mθ_i  -sin mθ_i] [x_a]
+    [x_b'] = [sin mθ_i   cos mθ_i] [x_b],     θ_i = base^(-2i / rotary_dim)
+
+so ⟨R(m)q, R(n)k⟩ depends only on m − n. The pairs are ``(i, i + rotary_dim/2)`` in the "half"
+layout (transformers' Llama) and ``(2i, 2i+1)`` in the "interleaved" layout (GPT-J, Meta's
+reference). Dimensions past ``rotary_dim`` pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posenc.reference._checks import positions_array
+
+
+def rope_inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
+    """``θ_i = base^(-2i/rotary_dim)``, ``[rotary_dim/2]`` float64."""
+    return base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+
+
+def rope_angles(positions, inv_freq) -> np.ndarray:
+    """``m·θ_i``: ``[..., L]`` positions -> ``[..., L, rotary_dim/2]`` float64."""
+    pos = positions_array("positions", positions).astype(np.float64)
+    return pos[..., None] * np.asarray(inv_freq, dtype=np.float64)
+
+
+def rotate_pairs_index(rotary_dim: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """The dimensions ``(a_i, b_i)`` that pair ``i`` rotates."""
+    half = rotary_dim // 2
+    if layout == "half":
+        return np.arange(half), np.arange(half) + half
+    if layout == "interleaved":
+        return np.arange(0, rotary_dim, 2), np.arange(1, rotary_dim, 2)
+    raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+
+
+def rope(x, positions, inv_freq, *, layout: str = "half", attention_factor: float = 1.0) -> np.ndarray:
+    """Rotates ``x [B, H, L, D]`` (or ``[..., L, D]``) at ``positions [L]`` or ``[B, L]``.
+
+    ``rotary_dim = 2 * len(inv_freq)``; the rotated dimensions are multiplied by
+    ``attention_factor`` (1 unless a scaling method says otherwise).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    angles = rope_angles(positions, inv_freq)  # (L, rd/2) or (B, L, rd/2)
+    if angles.ndim == 3 and x.ndim == 4:
+        angles = angles[:, None]  # (B, 1, L, rd/2)
+    cos, sin = np.cos(angles), np.sin(angles)
+    a, b = rotate_pairs_index(2 * len(inv_freq), layout)
+    out = x.copy()
+    out[..., a] = attention_factor * (x[..., a] * cos - x[..., b] * sin)
+    out[..., b] = attention_factor * (x[..., a] * sin + x[..., b] * cos)
+    return out

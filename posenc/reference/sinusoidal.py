@@ -1,0 +1,26 @@
+"""Sinusoidal absolute encoding (Vaswani et al. 2017, "Attention Is All You Need", §3.5).
+
+    PE(pos, 2i)   = sin(pos / base^(2i/d))
+    PE(pos, 2i+1) = cos(pos / base^(2i/d))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posenc.reference._checks import positions_array
+
+
+def sinusoidal_inv_freq(d_model: int, base: float = 10000.0) -> np.ndarray:
+    """``1 / base^(2i/d)`` for ``i = 0 .. d/2 - 1``: ``[d/2]`` float64."""
+    return base ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
+
+
+def sinusoidal(positions, d_model: int, base: float = 10000.0) -> np.ndarray:
+    """``[..., L]`` positions -> ``[..., L, d_model]`` float64, sin in even and cos in odd dims."""
+    pos = positions_array("positions", positions).astype(np.float64)
+    angles = pos[..., None] * sinusoidal_inv_freq(d_model, base)  # (..., L, d/2)
+    out = np.empty(pos.shape + (d_model,), dtype=np.float64)
+    out[..., 0::2] = np.sin(angles)
+    out[..., 1::2] = np.cos(angles)
+    return out

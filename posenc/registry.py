@@ -1,0 +1,142 @@
+"""The one registry: a scheme's name binds its kind, its torch module, its parameters and its
+float64 reference in one place, so nothing can drift between them.
+
+A new scheme is one file in ``posenc/schemes/`` whose module class carries ``@register(...)``,
+one reference file in ``posenc/reference/`` and one test file; the schemes package is scanned
+at first use, so nothing else needs editing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+KINDS = ("none", "additive", "rotary", "bias", "relative")
+"""How a scheme injects position:
+
+- ``none``: nothing (the NoPE control);
+- ``additive``: ``module(positions) -> [..., L, d_model]``, added to the token embeddings;
+- ``rotary``: ``module(x, positions) -> x rotated``, applied to queries and keys;
+- ``bias``: ``module(q_positions, k_positions) -> [H, Lq, Lk]``, added to the attention scores;
+- ``relative``: ``module(q, k, q_positions, k_positions) -> [B, H, Lq, Lk]``, a query/key-dependent
+  term added to the scaled scores (Shaw, Transformer-XL).
+"""
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A registered scheme: what ``posenc.build`` needs, and what ``posenc list`` shows."""
+
+    name: str
+    kind: str
+    cls: type
+    params: Mapping[str, Any]  # parameter -> default; REQUIRED when the spec must give it
+    summary: str
+
+    @property
+    def required(self) -> list[str]:
+        return [k for k, v in self.params.items() if v is REQUIRED]
+
+
+class _Required:
+    def __repr__(self) -> str:  # shown by `posenc list`
+        return "<required>"
+
+
+REQUIRED: Any = _Required()
+_REGISTRY: dict[str, Scheme] = {}
+_LOADED = False
+
+
+def register(name: str, kind: str) -> Callable[[type], type]:
+    """Class decorator: registers a module class under ``name``.
+
+    The spec's allowed keys and defaults are read from the keyword-only parameters of the
+    class's ``__init__``; the class must also define ``reference`` (its float64 specification).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+
+    def decorate(cls: type) -> type:
+        if name in _REGISTRY and _REGISTRY[name].cls is not cls:
+            raise ValueError(f"scheme {name!r} is already registered by {_REGISTRY[name].cls.__qualname__}")
+        params: dict[str, Any] = {}
+        for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+            if p.kind is not inspect.Parameter.KEYWORD_ONLY:
+                raise TypeError(f"{cls.__qualname__}.__init__ must take keyword-only parameters, not {p.name!r}")
+            params[p.name] = REQUIRED if p.default is inspect.Parameter.empty else p.default
+        summary = (inspect.getdoc(cls) or "").strip().splitlines()[0] if cls.__doc__ else ""
+        cls.name = name
+        cls.kind = kind
+        _REGISTRY[name] = Scheme(name=name, kind=kind, cls=cls, params=params, summary=summary)
+        return cls
+
+    return decorate
+
+
+def _load() -> None:
+    """Imports every module of ``posenc.schemes`` once; each registers itself."""
+    global _LOADED
+    if _LOADED:
+        return
+    package = importlib.import_module("posenc.schemes")
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"posenc.schemes.{info.name}")
+    _LOADED = True
+
+
+def schemes(kind: str | None = None) -> list[str]:
+    """Names of the registered schemes (optionally of one kind), in registration order."""
+    _load()
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    return [n for n, s in _REGISTRY.items() if kind is None or s.kind == kind]
+
+
+def get(name: str) -> Scheme:
+    _load()
+    if not isinstance(name, str):
+        raise TypeError(f"scheme must be a string, got {name!r} ({type(name).__name__})")
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def normalize_spec(spec: Any) -> dict[str, Any]:
+    """A spec (name or ``{"scheme": name, **params}``) as a full dict with every default filled."""
+    if isinstance(spec, str):
+        spec = {"scheme": spec}
+    if not isinstance(spec, Mapping):
+        raise TypeError(f"spec must be a scheme name or a dict with a 'scheme' key, got {spec!r} ({type(spec).__name__})")
+    if "scheme" not in spec:
+        raise ValueError(f"spec must have a 'scheme' key naming one of: {', '.join(schemes())}; got keys {sorted(spec)}")
+    scheme = get(spec["scheme"])
+    given = {k: v for k, v in spec.items() if k != "scheme"}
+    unknown = sorted(set(given) - set(scheme.params))
+    if unknown:
+        allowed = ", ".join(scheme.params) or "(none)"
+        raise ValueError(f"unknown key {unknown[0]!r} for scheme {scheme.name!r}; allowed keys: {allowed}")
+    missing = [k for k in scheme.required if k not in given]
+    if missing:
+        raise ValueError(f"scheme {scheme.name!r} needs {', '.join(map(repr, missing))}; "
+                         f"e.g. {{'scheme': {scheme.name!r}, {missing[0]!r}: ...}}")
+    return {"scheme": scheme.name, **{k: given.get(k, d) for k, d in scheme.params.items()}}
+
+
+def build(spec: Any):
+    """Builds the ``torch.nn.Module`` a spec describes.
+
+    ``spec`` is a scheme name (``"rope"`` needs parameters, ``"nope"`` does not) or a dict
+    ``{"scheme": name, **params}``. The module's ``kind`` says how to apply it and its ``spec``
+    rebuilds an equivalent module: ``build(m.spec)``.
+    """
+    full = normalize_spec(spec)
+    scheme = get(full["scheme"])
+    module = scheme.cls(**{k: v for k, v in full.items() if k != "scheme"})
+    module._spec = full
+    return module

@@ -1,0 +1,1 @@
+"""Scheme modules: one file per scheme, each registering itself (see posenc.registry)."""

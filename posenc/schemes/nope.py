@@ -1,0 +1,30 @@
+"""NoPE: no positional encoding, the control (Kazemnejad et al. 2023, "The Impact of Positional
+Encoding on Length Generalization in Transformers", arXiv:2305.19466).
+
+Without position, attention is permutation-equivariant: shuffling the tokens shuffles the outputs
+the same way. A causal mask alone still lets a decoder infer position, which is why NoPE works
+at all in decoder-only models.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc.registry import register
+from posenc.schemes._base import PositionalEncoding
+
+
+@register("nope", kind="none")
+class NoPE(PositionalEncoding):
+    """No positional encoding: the control. ``module(x, positions)`` returns ``x`` unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return x
+
+    def reference(self, x, positions=None):
+        import numpy as np
+
+        return np.asarray(x, dtype=np.float64)

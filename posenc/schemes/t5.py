@@ -1,0 +1,59 @@
+"""T5 relative position bias (Raffel et al. 2020, "Exploring the Limits of Transfer Learning
+with a Unified Text-to-Text Transformer", §2.1).
+
+    bias[h, i, j] = W[bucket(j − i), h]
+
+A learned scalar per head and bucket; buckets are exact for small distances and logarithmic up
+to ``max_distance``, beyond which all distances share the last bucket.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from posenc import reference as ref
+from posenc._validate import check_bool, check_float, check_int
+from posenc.registry import register
+from posenc.schemes._base import BiasEncoding
+
+
+@register("t5", kind="bias")
+class T5Bias(BiasEncoding):
+    """Learned per-head bias on log-spaced buckets of relative distance (T5)."""
+
+    def __init__(self, *, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
+                 bidirectional: bool = True, init_std: float = 0.5) -> None:
+        super().__init__()
+        self.num_heads = check_int("num_heads", num_heads, min=1)
+        self.bidirectional = check_bool("bidirectional", bidirectional)
+        low = 4 if self.bidirectional else 2  # at least one exact and one log bucket per side
+        self.num_buckets = check_int("num_buckets", num_buckets, min=low)
+        half = self.num_buckets // 2 if self.bidirectional else self.num_buckets
+        self.max_distance = check_int("max_distance", max_distance, min=half // 2 + 1)
+        init_std = check_float("init_std", init_std, min=0.0)
+        self.weight = nn.Parameter(torch.randn(self.num_buckets, self.num_heads) * init_std)  # (buckets, H)
+        # Buckets are constant past max_distance, so a lookup table over [-M, M] is exact.
+        rel = torch.arange(-self.max_distance, self.max_distance + 1)
+        lut = ref.t5_bucket(rel.numpy(), num_buckets=self.num_buckets, max_distance=self.max_distance,
+                            bidirectional=self.bidirectional)
+        self.register_buffer("bucket_lut", torch.from_numpy(lut), persistent=False)
+
+    def bucket(self, relative: torch.Tensor) -> torch.Tensor:
+        """Bucket of each relative distance ``j − i``."""
+        m = self.max_distance
+        return self.bucket_lut[relative.clamp(-m, m) + m]
+
+    def score_fn(self):
+        m = self.max_distance
+        table = self.weight[self.bucket_lut].t()  # (H, 2M+1): the bias of each head at each clamped distance
+
+        def bias(h, q_pos, k_pos):
+            return table[h, (k_pos - q_pos).clamp(-m, m) + m]
+
+        return bias
+
+    def reference(self, q_positions, k_positions):
+        return ref.t5(q_positions, k_positions, self.weight.detach().double().cpu().numpy(),
+                      num_buckets=self.num_buckets, max_distance=self.max_distance,
+                      bidirectional=self.bidirectional)
