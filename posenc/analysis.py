@@ -1,0 +1,429 @@
+"""What an encoding looks like, as numbers: the quantities courses draw and practitioners check.
+
+Every function works from the registry and the module kinds, never from a scheme's name, so a
+newly registered scheme is analysed without edits here:
+
+- ``additive`` (``module(positions)``): the table, cosine similarity vs distance, the linear map
+  ``PE(pos + k) = M_k · PE(pos)``, fingerprint distinctness;
+- ``rotary`` (``module(x, positions)``, ``cos_sin``, ``inv_freq``): ``q·k`` vs relative distance,
+  RoFormer's long-term decay bound, the frequency spectrum before and after scaling;
+- ``bias`` (``module(q_positions, k_positions)``): the per-head bias maps;
+- ``relative`` (``module(q, k, q_positions, k_positions)``): the term with ``q = k = 1``;
+- ``none``: no positional signal (a flat zero where a curve is asked for).
+
+Analyses that do not fit a kind raise ``NotApplicable`` (a ValueError) saying so. Results are
+float64 NumPy arrays; modules run in float64.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from posenc import registry
+from posenc._validate import check_int
+from posenc.spec import as_spec, fill_sizes, label
+
+DEFAULT_HEADS = 8
+
+
+class NotApplicable(ValueError):
+    """An analysis that does not apply to a scheme of this kind."""
+
+
+# -- building ---------------------------------------------------------------------------------
+
+def build(spec: Any, *, dim: int = 64, num_heads: int = DEFAULT_HEADS, length: int | None = None, seed: int = 0,
+          head_dim: int | None = None):
+    """A float64 module from a SPEC string, a spec dict or a module, sizes filled from ``dim``/``num_heads``.
+
+    Learned tables are drawn with ``torch.manual_seed(seed)``, so figures are reproducible.
+    """
+    import torch
+
+    if hasattr(spec, "kind") and hasattr(spec, "spec"):
+        return copy.deepcopy(spec).double()
+    full = fill_sizes(spec, dim=dim, num_heads=num_heads, length=length, head_dim=head_dim)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = registry.build(full)
+    return module.double()
+
+
+def _progress(items, desc: str, *, big: bool):
+    """A progress bar on stderr for long loops, when stderr is a terminal and tqdm is installed."""
+    if not big:
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is in the bench extra
+        return items
+    import sys
+
+    return tqdm(items, desc=desc, file=sys.stderr, disable=None, leave=False)
+
+
+def _positions(length: int):
+    import torch
+
+    return torch.arange(check_int("length", length, min=1))
+
+
+def _numpy(t) -> np.ndarray:
+    return t.detach().to("cpu").double().numpy()
+
+
+def _not_applicable(module, kinds: tuple[str, ...], what: str) -> NotApplicable:
+    return NotApplicable(f"{what} applies to {' and '.join(kinds)} encodings, not to "
+                         f"{module.name!r} ({module.kind}): not applicable")
+
+
+def _ones_qk(module, length: int):
+    """``q = k = 1`` of shape ``[1, H, L, D]`` for a module that rotates or scores queries and keys."""
+    import torch
+
+    d = getattr(module, "head_dim", None) or module.spec.get("head_dim")
+    if d is None and module.spec.get("d_model") and getattr(module, "num_heads", None):
+        d = module.spec["d_model"] // module.num_heads
+    h = getattr(module, "num_heads", None) or module.spec.get("num_heads") or 1
+    if not d:
+        raise NotApplicable(f"cannot tell the head dimension of {module.name!r} (no head_dim)")
+    return torch.ones(1, int(h), length, int(d), dtype=torch.float64)
+
+
+# -- tables: one vector per position ----------------------------------------------------------
+
+def table(spec: Any, *, length: int = 128, dim: int = 64) -> np.ndarray:
+    """One vector per position, ``[L, d]`` float64 (``d = dim``, or ``rotary_dim`` for partial rotary).
+
+    Additive: ``PE(pos)``. Rotary: ``[cos(pos·θ) | sin(pos·θ)]`` (``cos_sin``; or, for a module
+    without it, the rotation of a vector of ones), the rotation each position applies.
+    """
+    import torch
+
+    m = build(spec, dim=dim, length=length)
+    pos = _positions(length)
+    if m.kind == "additive":
+        return _numpy(m(pos))  # (L, d)
+    if m.kind == "rotary":
+        if hasattr(m, "cos_sin"):
+            cos, sin = m.cos_sin(pos, dtype=torch.float64)  # (L, R) each
+            return _numpy(torch.cat((cos, sin), dim=-1))
+        return _numpy(m(_ones_qk(m, length)[:, :1], pos, role="query")[0, 0])  # (L, D)
+    raise _not_applicable(m, ("additive", "rotary"), "a positions × dimensions table")
+
+
+def cosine_similarity_matrix(tab: np.ndarray) -> np.ndarray:
+    """``S[p, q] = PE(p)·PE(q) / (|PE(p)| |PE(q)|)``: ``[L, d]`` -> ``[L, L]``."""
+    tab = np.asarray(tab, dtype=np.float64)
+    norms = np.linalg.norm(tab, axis=-1, keepdims=True)
+    unit = tab / np.where(norms == 0, 1.0, norms)
+    return unit @ unit.T
+
+
+def similarity_vs_distance(tab: np.ndarray) -> np.ndarray:
+    """Mean cosine similarity of all pairs ``(p, p + r)``, for ``r = 0 .. L-1``: ``[L]``.
+
+    For the sinusoidal table it is independent of ``p``: ``(2/d) Σ_i cos(r θ_i)``.
+    """
+    tab = np.asarray(tab, dtype=np.float64)
+    n = tab.shape[0]
+    norms = np.linalg.norm(tab, axis=-1, keepdims=True)
+    unit = tab / np.where(norms == 0, 1.0, norms)  # (L, d)
+    # Σ_p u(p)·u(p + r) for every r at once: the autocorrelation, by FFT (O(L log L), no [L, L] matrix)
+    f = np.fft.rfft(unit, n=2 * n, axis=0)  # (L + 1, d)
+    sums = np.fft.irfft((f.real**2 + f.imag**2).sum(-1), n=2 * n)[:n]  # (L,)
+    return sums / (n - np.arange(n))
+
+
+def linear_map(tab: np.ndarray, k: int) -> tuple[np.ndarray, float]:
+    """The least-squares ``M_k`` with ``PE(pos + k) ≈ M_k · PE(pos)`` over the table, and its residual.
+
+    Vaswani et al. (2017, §3.5) chose sinusoids because ``PE(pos + k)`` is a linear function of
+    ``PE(pos)``: per pair ``(sin, cos)`` at frequency ``θ``, ``M_k`` is the rotation
+    ``[[cos kθ, sin kθ], [−sin kθ, cos kθ]]``, the same for every ``pos``. The residual is
+    ``max |PE[k:] − PE[:-k] M_kᵀ| / max |PE|`` (0 for an exact linear map; large for a learned table).
+
+    Returns:
+        ``(M_k [d, d], residual)``.
+    """
+    tab = np.asarray(tab, dtype=np.float64)
+    k = check_int("k", k, min=1, max=tab.shape[0] - 1)
+    if tab.shape[0] - k <= tab.shape[1]:
+        raise ValueError("linear_map needs more position pairs than dimensions (else any table fits): "
+                         f"L - k = {tab.shape[0] - k} must be > d = {tab.shape[1]}; use a longer table")
+    x, y = tab[:-k], tab[k:]  # (N, d) each
+    mt, *_ = np.linalg.lstsq(x, y, rcond=None)  # x @ mt ≈ y
+    scale = np.abs(tab).max() or 1.0
+    return mt.T, float(np.abs(x @ mt - y).max() / scale)
+
+
+def nearest_neighbour_distances(tab: np.ndarray, *, chunk: int = 1024) -> np.ndarray:
+    """Euclidean distance from each position's vector to the nearest other position's: ``[L]``.
+
+    All positions are distinct (a unique fingerprint each) exactly when the minimum is > 0.
+    """
+    tab = np.asarray(tab, dtype=np.float64)
+    n = tab.shape[0]
+    if n < 2:
+        raise ValueError(f"nearest-neighbour distances need at least 2 positions, got {n}")
+    sq = (tab**2).sum(-1)
+    out = np.empty(n)
+    for start in _progress(range(0, n, chunk), "fingerprints", big=n >= 8192):
+        block = tab[start:start + chunk]  # (c, d)
+        d2 = block @ tab.T  # (c, L), then |a|² + |b|² − 2 a·b in place
+        d2 *= -2.0
+        d2 += sq
+        d2 += sq[start:start + chunk, None]
+        d2[np.arange(block.shape[0]), np.arange(start, start + block.shape[0])] = np.inf
+        out[start:start + chunk] = np.sqrt(np.maximum(d2.min(-1), 0.0))
+    return out
+
+
+def min_fingerprint_distance(tab: np.ndarray) -> tuple[float, int, int]:
+    """The smallest distance between two positions' vectors, and the pair ``(p, q)``, ``p < q``."""
+    nn = nearest_neighbour_distances(tab)
+    p = int(np.argmin(nn))
+    d = np.linalg.norm(np.asarray(tab, dtype=np.float64) - tab[p], axis=-1)
+    d[p] = np.inf
+    q = int(np.argmin(d))
+    return float(nn[p]), min(p, q), max(p, q)
+
+
+# -- frequencies ------------------------------------------------------------------------------
+
+def wavelengths(inv_freq: np.ndarray) -> np.ndarray:
+    """``λ_i = 2π / θ_i``: the number of positions one turn of pair ``i`` takes."""
+    return 2.0 * np.pi / np.asarray(inv_freq, dtype=np.float64)
+
+
+def turns(inv_freq: np.ndarray, length: int) -> np.ndarray:
+    """``length · θ_i / 2π``: how many full turns pair ``i`` makes within ``length`` positions.
+
+    Pairs with fewer than one turn never repeat inside the context: they carry its coarse
+    position, as the high bits of a binary counter do.
+    """
+    return length * np.asarray(inv_freq, dtype=np.float64) / (2.0 * np.pi)
+
+
+def inv_freq(spec: Any, *, dim: int = 64) -> np.ndarray:
+    """The frequencies θ an encoding uses (``module.inv_freq``), after any scaling."""
+    m = build(spec, dim=dim, length=1)
+    if not hasattr(m, "inv_freq"):
+        raise NotApplicable(f"{m.name!r} has no frequencies (inv_freq): it is not a sinusoidal or rotary encoding")
+    return _numpy(m.inv_freq)
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    """Frequencies of a rotary encoding before and after its scaling."""
+
+    label: str
+    before: np.ndarray  # θ_i without scaling, [R]
+    after: np.ndarray  # θ_i with the spec's scaling, [R]
+    attention_factor: float
+    scaling: Mapping[str, Any] | None
+    context: int | None = None  # the context the frequencies were trained for (original_max_positions)
+    extended: int | None = None  # context × factor, when both are known
+
+    @property
+    def wavelengths_before(self) -> np.ndarray:
+        return wavelengths(self.before)
+
+    @property
+    def wavelengths_after(self) -> np.ndarray:
+        return wavelengths(self.after)
+
+
+def spectrum(spec: Any, *, dim: int = 128) -> Spectrum:
+    """θ per pair before and after a spec's ``scaling`` (any type ``posenc.scaling`` knows).
+
+    "Before" is the same spec with ``scaling=None``; "after" is the built module's ``inv_freq``,
+    or, for a length-dependent scaling (``module.scaling.at``), the frequencies at the extended
+    context ``original_max_positions × factor``. A new scaling type needs no change here.
+    """
+    m = build(spec, dim=dim, length=1)
+    after = inv_freq(m)
+    full = m.spec
+    scaling = full.get("scaling")
+    before = inv_freq({**full, "scaling": None}) if scaling is not None else after
+    context = extended = None
+    if isinstance(scaling, Mapping):
+        context = scaling.get("original_max_positions")
+        factor = scaling.get("factor")
+        if context and isinstance(factor, (int, float)) and not isinstance(factor, bool):
+            extended = int(round(context * factor))
+    scaled = getattr(m, "scaling", None)
+    if extended and getattr(scaled, "length_dependent", False):
+        after = np.asarray(scaled.at(extended), dtype=np.float64)  # dynamic, longrope: at the extended length
+    return Spectrum(label(full), before, after, float(getattr(m, "attention_factor", 1.0)),
+                    scaling, context, extended)
+
+
+# -- scores -----------------------------------------------------------------------------------
+
+def rotary_scores(spec: Any, *, max_distance: int = 256, dim: int = 64, q=None, k=None) -> np.ndarray:
+    """``⟨R(0)q, R(r)k⟩ / D`` for ``r = 0 .. max_distance``, through ``module(x, positions)``.
+
+    With ``q = k = 1`` (the default) and RoPE, it is ``(2/D) Σ_i cos(r θ_i) · a²`` (``a`` the
+    attention factor): 1 at ``r = 0``, then decaying and oscillating.
+    """
+    import torch
+
+    n = check_int("max_distance", max_distance, min=0) + 1
+    m = build(spec, dim=dim, length=n)
+    if m.kind != "rotary":
+        raise _not_applicable(m, ("rotary",), "q·k vs distance")
+    ones = _ones_qk(m, n)[:, :1]  # (1, 1, N, D)
+    qx = ones if q is None else torch.as_tensor(q, dtype=torch.float64).expand_as(ones)
+    kx = ones if k is None else torch.as_tensor(k, dtype=torch.float64).expand_as(ones)
+    pos = _positions(n)
+    rq, rk = m(qx, pos, role="query")[0, 0], m(kx, pos, role="key")[0, 0]  # (N, D)
+    return _numpy(rk @ rq[0]) / ones.shape[-1]
+
+
+def rope_decay_bound(*, dim: int = 128, base: float = 10000.0, max_distance: int = 256,
+                     inv_freq: np.ndarray | None = None) -> np.ndarray:
+    """RoFormer's long-term decay bound (Su et al. 2021, §3.4.3, Fig. 2), ``r = 0 .. max_distance``.
+
+        (1/(d/2)) · Σ_{j=1}^{d/2} |S_j|,   S_j = Σ_{i=0}^{j-1} e^{i·r·θ_i},   θ_i = base^(−2i/d)
+
+    By Abel summation, ``|Σ_i h_i e^{i r θ_i}| ≤ max_i |h_{i+1} − h_i| · Σ_j |S_j|`` for the
+    complex products ``h_i`` of query and key pairs (``h_{d/2} = 0``), so the score's envelope
+    decays as this does. ``inv_freq`` overrides θ (e.g. a scaled spectrum).
+    """
+    from posenc.reference import rope_inv_freq
+
+    dim = check_int("dim", dim, min=2)
+    n = check_int("max_distance", max_distance, min=0) + 1
+    theta = rope_inv_freq(dim, base) if inv_freq is None else np.asarray(inv_freq, dtype=np.float64)
+    r = np.arange(n, dtype=np.float64)[:, None]  # (N, 1)
+    s = np.cumsum(np.exp(1j * r * theta), axis=-1)  # (N, d/2): S_1 .. S_{d/2}
+    return np.abs(s).sum(-1) / theta.size
+
+
+def score_term(spec: Any, q_positions, k_positions, *, num_heads: int = DEFAULT_HEADS, dim: int = 64) -> np.ndarray:
+    """``[H, Lq, Lk]``: the term a bias or relative scheme adds to the scores at these positions.
+
+    Bias kind: ``module(q_positions, k_positions)``. Relative kind (query-dependent): the term
+    with ``q = k = 1``, as one example of it.
+    """
+    import torch
+
+    qp, kp = (torch.as_tensor(np.asarray(p, dtype=np.int64)) for p in (q_positions, k_positions))
+    m = build(spec, dim=dim, num_heads=num_heads, length=int(max(qp.max(), kp.max())) + 1)
+    if m.kind == "bias":
+        return _numpy(m(qp, kp))
+    if m.kind == "relative":
+        return _numpy(m(_ones_qk(m, qp.numel()), _ones_qk(m, kp.numel()), qp, kp)[0])
+    raise _not_applicable(m, ("bias", "relative"), "bias maps")
+
+
+def bias_maps(spec: Any, *, length: int = 64, num_heads: int = DEFAULT_HEADS, dim: int = 64) -> np.ndarray:
+    """``[H, L, L]``: the score term of each head for queries and keys at ``0 .. L-1`` (``score_term``)."""
+    pos = np.arange(check_int("length", length, min=1))
+    return score_term(spec, pos, pos, num_heads=num_heads, dim=dim)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A positional score against relative distance ``r = 0 .. length-1``."""
+
+    label: str
+    kind: str
+    distance: np.ndarray
+    score: np.ndarray
+    quantity: str = field(default="")
+
+
+QUANTITY = {
+    "additive": "cosine similarity of PE(p), PE(p + r)\n(mean over p)",
+    "rotary": "q·k / D with q = k = 1",
+    "bias": "bias added to the score\n(mean over heads)",
+    "relative": "relative term with q = k = 1\n(mean over heads)",
+    "none": "no positional term (0)",
+}
+
+
+def score_vs_distance(spec: Any, *, length: int = 256, dim: int = 64, num_heads: int = DEFAULT_HEADS) -> Curve:
+    """How an encoding's positional signal changes with distance ``r``, by kind (see ``QUANTITY``).
+
+    Additive: ``similarity_vs_distance``; rotary: ``rotary_scores``; bias and relative: the
+    mean over heads of the term between the key at ``r`` and the query at 0 — for a causal model
+    the query at ``r`` and the key at 0: ``map[:, r, 0]``; none: zeros.
+    """
+    length = check_int("length", length, min=2)
+    m = build(spec, dim=dim, num_heads=num_heads, length=length)
+    r = np.arange(length)
+    if m.kind == "additive":
+        score = similarity_vs_distance(table(m, length=length))
+    elif m.kind == "rotary":
+        score = rotary_scores(m, max_distance=length - 1)
+    elif m.kind in ("bias", "relative"):
+        score = score_term(m, r, [0])[:, :, 0].mean(0)  # query at r, key at 0
+    else:
+        score = np.zeros(length)
+    return Curve(label(m), m.kind, r, score, QUANTITY.get(m.kind, m.kind))
+
+
+# -- key numbers ------------------------------------------------------------------------------
+
+def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int = DEFAULT_HEADS) -> list[tuple[str, str]]:
+    """The numbers ``posenc show`` prints: ``[(name, value), ...]`` by kind."""
+    length = check_int("length", length, min=2)
+    m = build(spec, dim=dim, num_heads=num_heads, length=length)
+    out = [("scheme", m.name), ("kind", m.kind),
+           ("spec", ", ".join(f"{k}={v}" for k, v in m.spec.items() if k != "scheme") or "(no parameters)")]
+    if m.kind in ("additive", "rotary"):
+        tab = table(m, length=length)
+        d, p, q = min_fingerprint_distance(tab)
+        out.append(("table (positions × dims)", f"{tab.shape[0]} × {tab.shape[1]}"))
+        out.append(("closest two positions", f"{p} and {q}, distance {d:.4g} "
+                                             f"({'all distinct' if d > 1e-9 else 'NOT all distinct'})"))
+    if m.kind == "additive":
+        sim = similarity_vs_distance(tab)
+        out.append(("cosine similarity at r=1, 10, L-1",
+                    ", ".join(f"{sim[r]:.3f}" for r in (1, min(10, length - 1), length - 1))))
+        if length - 1 > tab.shape[1]:
+            _, res = linear_map(tab, 1)
+            out.append(("PE(p+1) = M·PE(p) residual", f"{res:.2e} ({'linear' if res < 1e-6 else 'not linear'})"))
+        else:
+            out.append(("PE(p+1) = M·PE(p) residual", f"needs --length > {tab.shape[1] + 1}"))
+    if m.kind == "rotary":
+        sc = rotary_scores(m, max_distance=length - 1)
+        out.append(("q·k/D (q=k=1) at r=0, 1, 10, L-1",
+                    ", ".join(f"{sc[r]:.3f}" for r in (0, 1, min(10, length - 1), length - 1))))
+        out.append(("attention factor", f"{getattr(m, 'attention_factor', 1.0):.4g}"))
+    if hasattr(m, "inv_freq"):
+        theta = _numpy(m.inv_freq)
+        lam, t = wavelengths(theta), turns(theta, length)
+        out.append(("wavelengths (positions)", f"{lam.min():.4g} .. {lam.max():.4g} over {theta.size} pairs"))
+        out.append((f"pairs with < 1 turn in L={length}", f"{int((t < 1).sum())} of {theta.size}"))
+    if m.kind in ("bias", "relative"):
+        col = score_term(m, np.arange(length), [0])[:, :, 0]  # (H, L): query at r, key at 0
+        maps = bias_maps(m, length=min(length, 64))  # (H, l, l)
+        out.append(("heads", str(col.shape[0])))
+        out.append(("term at r=1 per head", ", ".join(f"{v:.3g}" for v in col[:, 1])))
+        out.append((f"term at r={length - 1} per head", ", ".join(f"{v:.3g}" for v in col[:, -1])))
+        out.append((f"symmetric in i−j (first {maps.shape[-1]} positions)",
+                    "yes" if np.allclose(maps, maps.transpose(0, 2, 1)) else "no"))
+    if m.kind == "none":
+        out.append(("positional signal", "none: attention is permutation-equivariant without a causal mask"))
+    return out
+
+
+def describe_params(name: str) -> str:
+    """``key=default, ...`` of a registered scheme, required keys marked ``key=<required>``."""
+    return ", ".join(f"{k}={v!r}" for k, v in registry.get(name).params.items()) or "(no parameters)"
+
+
+__all__ = [
+    "NotApplicable", "build", "table", "cosine_similarity_matrix", "similarity_vs_distance", "linear_map",
+    "nearest_neighbour_distances", "min_fingerprint_distance", "wavelengths", "turns", "inv_freq",
+    "Spectrum", "spectrum", "rotary_scores", "rope_decay_bound", "score_term", "bias_maps", "Curve", "score_vs_distance",
+    "key_numbers", "describe_params",
+]

@@ -1,0 +1,201 @@
+"""``posenc list``, ``posenc show``, ``posenc compare`` and ``posenc demo``: look at encodings.
+
+    posenc list
+    posenc show rope:base=500000,scaling=linear,factor=4 --length 256 --plot rope.png
+    posenc compare sinusoidal rope alibi --plot compare.png
+    posenc demo order
+
+A SPEC is a scheme name, ``name:key=value,...`` or a JSON file (see ``posenc.spec``); sizes
+(``d_model``, ``head_dim``, ``num_heads``, ``max_positions``) come from ``--dim``, ``--heads``
+and ``--length`` when the SPEC leaves them out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from posenc.cli import CLIError
+
+MAX_LENGTH = 16384
+MAX_DIM = 4096
+MAX_HEADS = 256
+DEMOS = ("order",)
+SPEC_HELP = ("a scheme name, name:key=value,... (e.g. rope:base=500000,scaling=linear,factor=4) "
+             "or a JSON file")
+
+
+def _bounded_int(name: str, low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer from {low} to {high}, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer from {low} to {high}, got {value}")
+        return value
+
+    return parse
+
+
+def _plot_path(path: str | None) -> str | None:
+    """Checks ``--plot`` before any work: a .png/.svg/.pdf file in a folder that exists."""
+    if path is None:
+        return None
+    from posenc.plot import FORMATS
+
+    if os.path.splitext(path)[1].lower() not in FORMATS:
+        raise CLIError(f"--plot must name a {', '.join(FORMATS)} file, got {path!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CLIError(f"--plot: folder {folder!r} does not exist")
+    return path
+
+
+def _save(make: Callable[[], Any], path: str) -> None:
+    try:
+        from posenc import plot
+    except ImportError:  # pragma: no cover - matplotlib is a test dependency
+        raise CLIError("--plot needs matplotlib: pip install 'posenc[plot]'") from None
+    try:
+        fig = make()
+    except ImportError as e:
+        raise CLIError(str(e)) from None
+    plot.save(fig, path)
+    print(f"wrote {path}")
+
+
+def _progress(items: Sequence[Any], desc: str) -> Iterable[Any]:
+    """A progress bar on stderr when it is a terminal (tqdm hides itself otherwise)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return items
+    return tqdm(items, desc=desc, file=sys.stderr, disable=None, leave=False)
+
+
+def _table(rows: list[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# -- handlers ---------------------------------------------------------------------------------
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from posenc import registry, scaling
+    from posenc.analysis import describe_params
+
+    rows = [("scheme", "kind", "parameters (default)", "what it is")]
+    for name in registry.schemes(args.kind):
+        s = registry.get(name)
+        rows.append((name, s.kind, describe_params(name), s.summary.replace("``", "")))
+    print(_table(rows))
+    print(f"\nscaling types (rotary scaling=TYPE): {', '.join(scaling.SCALINGS)}")
+    print("sizes left out of a SPEC come from --dim (d_model, head_dim), --heads (num_heads) and "
+          "--length (max_positions)")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from posenc import analysis
+    from posenc.spec import fill_sizes, parse_spec
+
+    plot_path = _plot_path(args.plot)
+    spec = fill_sizes(parse_spec(args.spec), dim=args.dim, num_heads=args.heads, length=args.length)
+    if plot_path:
+        from posenc import plot, registry
+
+        plot.check_showable(registry.get(spec["scheme"]).kind, spec["scheme"])
+    numbers = analysis.key_numbers(spec, length=args.length, dim=args.dim, num_heads=args.heads)
+    width = max(len(k) for k, _ in numbers)
+    for key, value in numbers:
+        print(f"{key.ljust(width)}  {value}")
+    if plot_path:
+        from posenc import plot
+
+        _save(lambda: plot.show(spec, length=args.length, dim=args.dim), plot_path)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from posenc import analysis
+    from posenc.spec import fill_sizes, label, parse_spec
+
+    plot_path = _plot_path(args.plot)
+    specs = [fill_sizes(parse_spec(s), dim=args.dim, num_heads=args.heads, length=args.length) for s in args.specs]
+    n = args.length
+    picks = sorted({1, min(10, n - 1), n - 1})
+    rows = [("scheme", "kind", *[f"signal at r={r}" for r in picks], "closest positions", "wavelengths")]
+    for spec in _progress(specs, "compare"):
+        curve = analysis.score_vs_distance(spec, length=n, dim=args.dim, num_heads=args.heads)
+        m = analysis.build(spec, dim=args.dim, num_heads=args.heads, length=n)
+        closest = waves = "n/a"
+        if m.kind in ("additive", "rotary"):
+            closest = f"{analysis.min_fingerprint_distance(analysis.table(m, length=n))[0]:.3g}"
+        if hasattr(m, "inv_freq"):
+            lam = analysis.wavelengths(m.inv_freq.double().numpy())
+            waves = f"{lam.min():.3g} .. {lam.max():.3g}"
+        rows.append((label(m), m.kind, *[f"{curve.score[r]:.3g}" for r in picks], closest, waves))
+    print(_table(rows))
+    print("\nsignal: " + "; ".join(f"{k}: {v}".replace("\n", " ") for k, v in analysis.QUANTITY.items()
+                                   if any(r[1] == k for r in rows[1:])))
+    if plot_path:
+        from posenc import plot
+
+        _save(lambda: plot.score_vs_distance(specs, length=n, dim=args.dim), plot_path)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from posenc import demo
+
+    print(demo.SUMMARY)
+    print()
+    print(demo.format_order_table(demo.order_demo(seed=args.seed)))
+    return 0
+
+
+# -- parsers ----------------------------------------------------------------------------------
+
+def _sizes(p: argparse.ArgumentParser, length: int) -> None:
+    p.add_argument("--length", type=_bounded_int("--length", 2, MAX_LENGTH), default=length, metavar="L",
+                   help=f"positions 0..L-1 (default {length}, at most {MAX_LENGTH})")
+    p.add_argument("--dim", type=_bounded_int("--dim", 2, MAX_DIM), default=64, metavar="D",
+                   help="d_model of additive schemes, head_dim of rotary ones, when the SPEC leaves it out (default 64)")
+    p.add_argument("--heads", type=_bounded_int("--heads", 1, MAX_HEADS), default=8, metavar="H",
+                   help="num_heads of bias schemes, when the SPEC leaves it out (default 8)")
+    p.add_argument("--plot", metavar="FILE", help="also draw the figure to FILE (.png, .svg or .pdf)")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    from posenc.registry import KINDS
+
+    p = sub.add_parser("list", help="the schemes, their kind and parameters with defaults",
+                       description="Lists every registered scheme: kind, parameters with defaults, summary.")
+    p.add_argument("--kind", choices=KINDS, help="only schemes of this kind")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="key numbers of one encoding, and its figure",
+                       description="Key numbers of one encoding (fingerprints, similarity, wavelengths, biases) "
+                                   "and, with --plot, its figure.")
+    p.add_argument("spec", metavar="SPEC", help=SPEC_HELP)
+    _sizes(p, 128)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("compare", help="schemes side by side",
+                       description="Schemes side by side: positional signal vs distance, fingerprints, wavelengths.")
+    p.add_argument("specs", metavar="SPEC", nargs="+", help=SPEC_HELP)
+    _sizes(p, 256)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("demo", help="demonstrations: order ('dog bites man' vs 'man bites dog')",
+                       description="order: one attention layer reads 'dog bites man' and 'man bites dog' with "
+                                   "every scheme; without position the outputs are only permuted.")
+    p.add_argument("name", choices=DEMOS, metavar="NAME", help=f"one of: {', '.join(DEMOS)}")
+    p.add_argument("--seed", type=_bounded_int("--seed", 0, 2**31 - 1), default=0, help="random weights (default 0)")
+    p.set_defaults(func=cmd_demo)
