@@ -1,35 +1,112 @@
 """Long-context scalings of RoPE: pure functions of the float64 base frequencies.
 
-Each method maps ``inv_freq [rotary_dim/2]`` (float64) and its parameters to a new
-``(inv_freq, attention_factor)``, as transformers' ``ROPE_INIT_FUNCTIONS`` do; they never touch
-tensors of activations. NumPy only.
+Each method maps the base frequencies ``inv_freq [rotary_dim/2]`` (float64,
+``θ_i = base^(-2i/rotary_dim)``) and its parameters to new frequencies and an attention factor,
+as transformers' ``ROPE_INIT_FUNCTIONS`` do; none of them touches activations. NumPy only.
+
+A spec chooses one with ``{"scheme": "rope", "head_dim": D, "scaling": {"type": name, ...}}``:
+
+- ``linear``: θ_i / factor (position interpolation, Chen et al. 2023);
+- ``ntk``: base → base·factor^(d/(d−2)) (static NTK-aware);
+- ``dynamic``: the same with factor → factor·L/L₀ − (factor − 1) once L > L₀;
+- ``yarn``: a ramp between θ_i/factor and θ_i over the correction range (Peng et al. 2023);
+  attention factor 0.1·ln(factor) + 1, or DeepSeek's mscale ratio;
+- ``llama3``: θ_i/factor at long wavelengths, θ_i at short ones, smoothed between;
+- ``longrope``: θ_i/short_factor_i, or θ_i/long_factor_i once L > L₀; attention factor
+  √(1 + ln factor / ln L₀);
+- ``xpos``: θ_i; q is scaled by ζ_i^(m/scale_base), k by ζ_i^(−n/scale_base) (Sun et al. 2022).
+
+where ``d`` is the rotary dimension, ``L₀`` is ``original_max_positions`` (the pre-training
+context) and ``L`` is the sequence length, the largest position + 1.
+
+**Length-dependent methods.** ``dynamic`` and ``longrope`` choose their frequencies from the
+sequence length. Their result carries a :class:`ByLength`, a small table that evaluates to the
+frequencies at any ``L`` (``Scaled.at(L)`` in NumPy; the rotary module evaluates the same data
+in torch, also under ``torch.compile``). How the module picks ``L`` when decoding with a
+KV cache is documented in ``posenc.schemes.rope``.
+
+A scaling function has the signature ``fn(inv_freq, *, head_dim, base, **params)`` and returns
+``(inv_freq, attention_factor)``, or a :class:`Scaled` when it needs more (a ``ByLength``, or
+xPos's per-pair ``decay``). Invalid parameters raise ``ValueError`` naming the parameter, the
+value and what is allowed; transformers only logs warnings for most of them.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from posenc._validate import check_float
+from posenc._validate import check_bool, check_float, check_float_list, check_int
+
+
+@dataclass(frozen=True)
+class ByLength:
+    """Frequencies that depend on the sequence length ``L`` (largest position + 1)::
+
+        L <= switch:  short
+        L >  switch:  long · s(L) ** exponent,   s(L) = max(1, slope·L + intercept)
+
+    ``exponent=None`` means no power term (LongRoPE switches between two fixed tables);
+    dynamic NTK has ``long = short`` and a power that grows with ``L``.
+    """
+
+    switch: int
+    short: np.ndarray
+    long: np.ndarray
+    slope: float = 0.0
+    intercept: float = 1.0
+    exponent: np.ndarray | None = None
+
+    def __call__(self, seq_len: int) -> np.ndarray:
+        seq_len = check_int("seq_len", seq_len, min=0)
+        if seq_len <= self.switch:
+            return self.short
+        if self.exponent is None:
+            return self.long
+        s = max(1.0, self.slope * seq_len + self.intercept)
+        return self.long * s ** self.exponent
 
 
 @dataclass(frozen=True)
 class Scaled:
-    """Frequencies after scaling, and the factor on the rotated dimensions."""
+    """Frequencies after scaling, and the factor on the rotated dimensions.
+
+    ``inv_freq`` holds the frequencies of short sequences (of every length when
+    ``by_length`` is None). ``decay`` (xPos only) is ``ln ζ_i / scale_base`` per pair: a query
+    at ``m`` is multiplied by ``exp(m·decay)``, a key at ``n`` by ``exp(−n·decay)``.
+    """
 
     inv_freq: np.ndarray
     attention_factor: float = 1.0
     type: str = "default"
+    by_length: ByLength | None = None
+    decay: np.ndarray | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def length_dependent(self) -> bool:
+        return self.by_length is not None
+
+    def at(self, seq_len: int | None = None) -> np.ndarray:
+        """The float64 frequencies used for a sequence of ``seq_len`` positions (None: short)."""
+        if self.by_length is None or seq_len is None:
+            return self.inv_freq
+        return self.by_length(seq_len)
 
 
-ScalingFn = Callable[..., tuple[np.ndarray, float]]
+ScalingFn = Callable[..., "tuple[np.ndarray, float] | Scaled"]
 SCALINGS: dict[str, ScalingFn] = {}
+_CONTEXT = ("inv_freq", "head_dim", "base")  # what resolve() passes; not spec keys
 
 
 def register_scaling(name: str) -> Callable[[ScalingFn], ScalingFn]:
+    """Registers ``fn(inv_freq, *, head_dim, base, **params)`` as scaling type ``name``."""
+
     def decorate(fn: ScalingFn) -> ScalingFn:
         SCALINGS[name] = fn
         return fn
@@ -37,15 +114,207 @@ def register_scaling(name: str) -> Callable[[ScalingFn], ScalingFn]:
     return decorate
 
 
+def _rotary_dim(inv_freq: np.ndarray) -> int:
+    return 2 * len(inv_freq)
+
+
+def _pair_index(inv_freq: np.ndarray) -> np.ndarray:
+    """``2i`` for every pair: ``[0, 2, ..., d−2]`` float64."""
+    return np.arange(0, _rotary_dim(inv_freq), 2, dtype=np.float64)
+
+
+def _ntk_exponent(inv_freq: np.ndarray) -> np.ndarray:
+    """``−2i/(d−2)``: multiplying θ_i by ``α**exponent`` is the base change base → base·α^(d/(d−2)).
+
+    With ``d = 2`` the only pair has θ_0 = 1 whatever the base, so its exponent is 0.
+    """
+    d = _rotary_dim(inv_freq)
+    if d <= 2:
+        return np.zeros(len(inv_freq))
+    return -_pair_index(inv_freq) / (d - 2)
+
+
+def _factor(factor: Any) -> float:
+    return check_float("factor", factor, min=1.0)
+
+
+def _original(original_max_positions: Any) -> int:
+    return check_int("original_max_positions", original_max_positions, min=1)
+
+
+# -- static methods -----------------------------------------------------------------------------
+
 @register_scaling("linear")
 def linear(inv_freq: np.ndarray, *, factor: float, head_dim: int, base: float) -> tuple[np.ndarray, float]:
     """Position interpolation (Chen et al. 2023, arXiv:2306.15595): θ_i / factor."""
-    factor = check_float("factor", factor, min=1.0)
+    factor = _factor(factor)
     return inv_freq / factor, 1.0
 
 
+@register_scaling("ntk")
+def ntk(inv_freq: np.ndarray, *, factor: float, head_dim: int, base: float) -> tuple[np.ndarray, float]:
+    """Static NTK-aware scaling (bloc97, 2023): base → base · factor^(d/(d−2)).
+
+    Low frequencies are interpolated by about ``factor`` and the highest is left as it is:
+    ``θ_i' = θ_i · factor^(−2i/(d−2))``.
+    """
+    factor = _factor(factor)
+    return inv_freq * factor ** _ntk_exponent(inv_freq), 1.0
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction ``0.1·mscale·ln(scale) + 1`` (1 when ``scale <= 1``)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_correction_range(rotary_dim: int, base: float, original_max_positions: int, beta_fast: float,
+                          beta_slow: float, truncate: bool = True) -> tuple[float, float]:
+    """The pairs ``(low, high)`` between which YaRN ramps from extrapolation to interpolation.
+
+    Pair ``i`` completes ``L₀·θ_i / 2π`` rotations over the original context; ``low`` is the
+    pair that completes ``beta_fast`` of them, ``high`` the one that completes ``beta_slow``:
+    ``i(β) = d·ln(L₀ / (2π·β)) / (2·ln base)``, floored/ceiled when ``truncate``, clipped to
+    ``[0, d−1]``.
+    """
+
+    def dim_of(rotations: float) -> float:
+        return rotary_dim * math.log(original_max_positions / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dim_of(beta_fast), dim_of(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, rotary_dim - 1)
+
+
+@register_scaling("yarn")
+def yarn(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, beta_fast: float = 32.0,
+         beta_slow: float = 1.0, mscale: float = 1.0, mscale_all_dim: float = 0.0,
+         attention_factor: float | None = None, truncate: bool = True, head_dim: int,
+         base: float) -> tuple[np.ndarray, float]:
+    """YaRN (Peng et al. 2023, arXiv:2309.00071).
+
+    Pairs that rotate more than ``beta_fast`` times over the original context keep θ_i
+    (extrapolation), those that rotate fewer than ``beta_slow`` times get θ_i/factor
+    (interpolation), with a linear ramp between (see :func:`yarn_correction_range`).
+
+    The attention factor is ``attention_factor`` when given, else DeepSeek's ratio
+    ``yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)``, which is the paper's
+    ``0.1·ln(factor) + 1`` with the defaults (``mscale=1``, ``mscale_all_dim=0``).
+    """
+    factor = _factor(factor)
+    original = _original(original_max_positions)
+    beta_fast = check_float("beta_fast", beta_fast, min=0.0, min_open=True)
+    beta_slow = check_float("beta_slow", beta_slow, min=0.0, min_open=True)
+    if beta_fast <= beta_slow:
+        raise ValueError(f"beta_fast must be > beta_slow (pairs rotating more than beta_fast times are "
+                         f"extrapolated, fewer than beta_slow interpolated); got beta_fast={beta_fast}, "
+                         f"beta_slow={beta_slow}")
+    mscale = check_float("mscale", mscale, min=0.0)
+    mscale_all_dim = check_float("mscale_all_dim", mscale_all_dim, min=0.0)
+    truncate = check_bool("truncate", truncate)
+    if attention_factor is None:
+        attention_factor = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+    else:
+        attention_factor = check_float("attention_factor", attention_factor, min=0.0, min_open=True)
+
+    d = _rotary_dim(inv_freq)
+    low, high = yarn_correction_range(d, base, original, beta_fast, beta_slow, truncate)
+    if low == high:
+        high += 0.001  # a step instead of a ramp, as transformers does
+    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)  # 0: keep θ_i
+    return inv_freq / factor * ramp + inv_freq * (1.0 - ramp), float(attention_factor)
+
+
+@register_scaling("llama3")
+def llama3(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, low_freq_factor: float = 1.0,
+           high_freq_factor: float = 4.0, head_dim: int, base: float) -> tuple[np.ndarray, float]:
+    """Llama 3.1's scaling (Meta 2024): by wavelength λ_i = 2π/θ_i relative to the original context.
+
+    λ_i > L₀/low_freq_factor: θ_i/factor; λ_i < L₀/high_freq_factor: θ_i; between, the mix
+    ``(1−s)·θ_i/factor + s·θ_i`` with ``s = (L₀/λ_i − low_freq_factor)/(high_freq_factor − low_freq_factor)``.
+    Defaults are Llama 3.1's (1 and 4).
+    """
+    factor = _factor(factor)
+    original = _original(original_max_positions)
+    low = check_float("low_freq_factor", low_freq_factor, min=0.0, min_open=True)
+    high = check_float("high_freq_factor", high_freq_factor, min=0.0, min_open=True)
+    if high <= low:
+        raise ValueError(f"high_freq_factor must be > low_freq_factor; got high_freq_factor={high}, "
+                         f"low_freq_factor={low}")
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (original / wavelen - low) / (high - low)
+    out = np.where(wavelen > original / low, inv_freq / factor, inv_freq)
+    medium = (wavelen >= original / high) & (wavelen <= original / low)
+    out = np.where(medium, (1 - smooth) * out / factor + smooth * out, out)
+    return out, 1.0
+
+
+# -- length-dependent methods ---------------------------------------------------------------------
+
+@register_scaling("dynamic")
+def dynamic(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, head_dim: int,
+            base: float) -> Scaled:
+    """Dynamic NTK (emozilla, 2023): the NTK base change with the factor grown from the length.
+
+    ``L <= L₀``: θ_i. ``L > L₀``: base → base·α^(d/(d−2)), ``α = factor·L/L₀ − (factor − 1)``;
+    the frequencies therefore change with every new length past ``L₀``.
+    """
+    factor = _factor(factor)
+    original = _original(original_max_positions)
+    rule = ByLength(switch=original, short=inv_freq, long=inv_freq, slope=factor / original,
+                    intercept=1.0 - factor, exponent=_ntk_exponent(inv_freq))
+    return Scaled(inv_freq, 1.0, by_length=rule)
+
+
+@register_scaling("longrope")
+def longrope(inv_freq: np.ndarray, *, short_factor: list[float], long_factor: list[float], factor: float,
+             original_max_positions: int, attention_factor: float | None = None, head_dim: int,
+             base: float) -> Scaled:
+    """LongRoPE (Ding et al. 2024, arXiv:2402.13753; Phi-3): a searched rescale per pair.
+
+    ``L <= L₀``: θ_i/short_factor_i; ``L > L₀``: θ_i/long_factor_i. ``factor`` is the context
+    extension ``L/L₀`` (Phi-3: max_position_embeddings / original_max_position_embeddings); the
+    attention factor is ``√(1 + ln factor / ln L₀)`` (1 when factor is 1) unless given.
+    """
+    n = len(inv_freq)
+    short = np.asarray(check_float_list("short_factor", short_factor, length=n), dtype=np.float64)
+    long = np.asarray(check_float_list("long_factor", long_factor, length=n), dtype=np.float64)
+    for name, values in (("short_factor", short), ("long_factor", long)):
+        if (values <= 0).any():
+            raise ValueError(f"{name} entries must be > 0, got {float(values.min())} at index {int(values.argmin())}")
+    factor = _factor(factor)
+    original = _original(original_max_positions)
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+    else:
+        attention_factor = check_float("attention_factor", attention_factor, min=0.0, min_open=True)
+    rule = ByLength(switch=original, short=inv_freq / short, long=inv_freq / long)
+    return Scaled(rule.short, float(attention_factor), by_length=rule)
+
+
+@register_scaling("xpos")
+def xpos(inv_freq: np.ndarray, *, scale_base: float = 512.0, gamma: float = 0.4, head_dim: int,
+         base: float) -> Scaled:
+    """xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer", arXiv:2212.10554).
+
+    Frequencies stay θ_i; pair ``i`` of a query at ``m`` is scaled by ``ζ_i^(m/scale_base)`` and
+    of a key at ``n`` by ``ζ_i^(−n/scale_base)``, ``ζ_i = (2i/d + γ)/(1 + γ)`` < 1, so the score
+    gains ``ζ_i^((m−n)/scale_base)``: still relative, and decaying with distance. The scales are
+    exponential in the absolute position: in float32 they leave the representable range past
+    roughly ``70·scale_base`` positions (ζ_0 ≈ 0.29 with γ = 0.4), so xPos suits contexts of
+    thousands, not millions, of positions.
+    """
+    scale_base = check_float("scale_base", scale_base, min=0.0, min_open=True)
+    gamma = check_float("gamma", gamma, min=0.0, min_open=True)
+    zeta = (_pair_index(inv_freq) / _rotary_dim(inv_freq) + gamma) / (1 + gamma)
+    return Scaled(inv_freq, 1.0, decay=np.log(zeta) / scale_base)
+
+
+# -- resolution -----------------------------------------------------------------------------------
+
 def resolve(scaling: Mapping[str, Any] | None, inv_freq: np.ndarray, *, head_dim: int, base: float) -> Scaled:
     """Applies ``scaling`` (``None`` or ``{"type": name, **params}``) to the base frequencies."""
+    inv_freq = np.asarray(inv_freq, dtype=np.float64)
     if scaling is None:
         return Scaled(inv_freq)
     if not isinstance(scaling, Mapping):
@@ -54,14 +323,22 @@ def resolve(scaling: Mapping[str, Any] | None, inv_freq: np.ndarray, *, head_dim
     kind = params.pop("type", None)
     if kind not in SCALINGS:
         raise ValueError(f"scaling type must be one of {', '.join(map(repr, SCALINGS))}; got {kind!r}")
-    import inspect
-
-    allowed = [p for p in inspect.signature(SCALINGS[kind]).parameters if p not in ("inv_freq", "head_dim", "base")]
+    fn = SCALINGS[kind]
+    signature = inspect.signature(fn).parameters
+    allowed = [p for p in signature if p not in _CONTEXT]
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r} for scaling {kind!r}; allowed keys: type, {', '.join(allowed)}")
+    missing = [p for p in allowed if signature[p].default is inspect.Parameter.empty and p not in params]
+    if missing:
+        raise ValueError(f"scaling {kind!r} needs {', '.join(map(repr, missing))}; "
+                         f"e.g. {{'type': {kind!r}, {missing[0]!r}: ...}}")
     try:
-        new, factor = SCALINGS[kind](np.asarray(inv_freq, dtype=np.float64), head_dim=head_dim, base=base, **params)
-    except TypeError as e:  # a missing required parameter
-        raise ValueError(f"scaling {kind!r}: {e}") from None
-    return Scaled(np.asarray(new, dtype=np.float64), float(factor), kind)
+        out = fn(inv_freq, head_dim=head_dim, base=base, **params)
+    except (ValueError, TypeError) as e:  # name the method in the message
+        raise type(e)(f"scaling {kind!r}: {e}") from None
+    if not isinstance(out, Scaled):
+        new, factor = out
+        out = Scaled(np.asarray(new, dtype=np.float64), float(factor))
+    return Scaled(np.asarray(out.inv_freq, dtype=np.float64), float(out.attention_factor), kind,
+                  out.by_length, out.decay, dict(scaling))

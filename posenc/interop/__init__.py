@@ -1,0 +1,16 @@
+"""Interoperability with other libraries and checkpoints.
+
+- ``from_hf(config)``: the posenc rotary module that reproduces a transformers model's RoPE;
+  ``HFRotaryEmbedding(rope)`` puts it back into a transformers model.
+- ``interleaved_to_half`` / ``half_to_interleaved``: permute q/k projection weights between
+  Meta's interleaved pairs and transformers' half layout.
+
+transformers is never imported here: ``from_hf`` reads the config's attributes (or dict keys).
+"""
+
+from __future__ import annotations
+
+from posenc.interop.hf import HFRotaryEmbedding, from_hf, hf_rope_spec
+from posenc.interop.layout import half_to_interleaved, interleaved_to_half
+
+__all__ = ["from_hf", "hf_rope_spec", "HFRotaryEmbedding", "interleaved_to_half", "half_to_interleaved"]

@@ -1,0 +1,209 @@
+"""Hugging Face transformers interop: a model config -> the posenc rotary module of that model.
+
+    import posenc
+    from transformers import AutoConfig
+    rope = posenc.from_hf(AutoConfig.from_pretrained("meta-llama/Llama-3.1-8B"))
+    rope.spec   # {'scheme': 'rope', 'head_dim': 128, 'base': 500000.0, ..., 'scaling': {'type': 'llama3', ...}}
+
+    model.model.rotary_emb = HFRotaryEmbedding(rope)   # transformers now uses posenc's exact tables
+
+Both config styles are read, as objects (``PreTrainedConfig``) or plain dicts (``config.json``):
+transformers 5's ``rope_parameters`` (with ``rope_type`` and ``rope_theta`` inside) and the
+legacy ``rope_scaling`` (with ``type`` or ``rope_type``) plus top-level ``rope_theta`` and
+``partial_rotary_factor``. transformers itself is never imported.
+
+rope types: ``default``, ``linear``, ``dynamic`` (its original length is
+``max_position_embeddings``), ``yarn``, ``longrope``, ``llama3``, the ones transformers'
+``ROPE_INIT_FUNCTIONS`` and Llama-style models define. Values transformers only warns about
+(a factor below 1, LongRoPE lists of the wrong length, ...) raise ``ValueError`` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+_ALIASES = {"su": "longrope"}  # LongRoPE's name in early Phi-3 configs
+_MISSING = object()
+
+
+def _get(config: Any, name: str, default: Any = None) -> Any:
+    """A field of a config object or dict (``default`` when absent or None)."""
+    value = config.get(name, _MISSING) if isinstance(config, Mapping) else getattr(config, name, _MISSING)
+    return default if value is _MISSING or value is None else value
+
+
+def _has(config: Any, name: str) -> bool:
+    if isinstance(config, Mapping):
+        return config.get(name) is not None
+    return getattr(config, name, None) is not None
+
+
+def _rope_parameters(config: Any, layer_type: str | None) -> dict[str, Any]:
+    """The flat rope-parameter dict of ``config`` (of ``layer_type`` when it is nested per layer)."""
+    # transformers: `rope_scaling` (legacy) wins over `rope_parameters` when both are given
+    params = _get(config, "rope_scaling") or _get(config, "rope_parameters") or {}
+    if not isinstance(params, Mapping):
+        raise TypeError(f"rope_parameters must be a dict, got {params!r}")
+    labels = set(_get(config, "_rope_type_labels") or _get(config, "layer_types") or ())
+    nested = [k for k, v in params.items() if isinstance(v, Mapping) or k in labels]
+    if nested:
+        if layer_type is None:
+            raise ValueError(f"this config has one RoPE per layer type ({', '.join(map(repr, nested))}); "
+                             "pass layer_type=... to from_hf")
+        if layer_type not in nested:
+            raise ValueError(f"layer_type must be one of {', '.join(map(repr, nested))}; got {layer_type!r}")
+        if params[layer_type] is None:
+            raise ValueError(f"layer type {layer_type!r} has no RoPE (its rope_parameters are None)")
+        params = params[layer_type]
+    elif layer_type is not None:
+        raise ValueError(f"layer_type={layer_type!r} given, but the config's RoPE is not per layer type")
+    return dict(params)
+
+
+def _require(rp: Mapping[str, Any], rope_type: str, *keys: str) -> None:
+    missing = [k for k in keys if rp.get(k) is None]
+    if missing:
+        raise ValueError(f"rope type {rope_type!r} needs {', '.join(map(repr, missing))} in the config's "
+                         f"rope_parameters (or rope_scaling); got keys {sorted(rp)}")
+
+
+def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str = "half") -> dict[str, Any]:
+    """The posenc spec (``{"scheme": "rope", ...}``) of a transformers config's RoPE.
+
+    Args:
+        config: a transformers config object or its dict (``config.json``), new or legacy style.
+        layer_type: for configs with one RoPE per layer type (e.g. ``"sliding_attention"``).
+        layout: ``"half"`` (transformers' ``rotate_half``, the default) or ``"interleaved"``
+            (GPT-J/GLM-style ``rotate_every_two``); the config does not say which.
+    """
+    rp = _rope_parameters(config, layer_type)
+    rope_type = rp.get("rope_type") or rp.get("type") or "default"
+    rope_type = _ALIASES.get(rope_type, rope_type)
+    if rope_type not in HF_ROPE_TYPES:
+        raise ValueError(f"rope type must be one of {', '.join(map(repr, HF_ROPE_TYPES))}; got {rope_type!r}")
+
+    base = rp.get("rope_theta")
+    if base is None:  # GPT-NeoX's legacy names: rotary_emb_base, rotary_pct
+        base = _get(config, "rope_theta", _get(config, "rotary_emb_base", _get(config, "default_theta", 10000.0)))
+    partial = rp.get("partial_rotary_factor")
+    if partial is None:
+        partial = _get(config, "partial_rotary_factor", _get(config, "rotary_pct", 1.0))
+    head_dim = _get(config, "head_dim")
+    if head_dim is None:
+        hidden, heads = _get(config, "hidden_size"), _get(config, "num_attention_heads")
+        if hidden is None or heads is None:
+            raise ValueError("the config needs head_dim, or hidden_size and num_attention_heads")
+        head_dim = hidden // heads
+    head_dim = int(head_dim)
+    rotary_dim = int(head_dim * partial)
+    if rotary_dim % 2 or rotary_dim < 2:
+        raise ValueError(f"head_dim * partial_rotary_factor = {head_dim} * {partial} gives rotary dimension "
+                         f"{rotary_dim}; posenc needs an even rotary dimension >= 2")
+    max_positions = _get(config, "max_position_embeddings")
+    original = None
+    if rope_type in ("llama3", "yarn", "longrope"):
+        # transformers: a top-level original_max_position_embeddings (Phi-3) wins, then the
+        # rope parameters' own, then max_position_embeddings
+        if _has(config, "original_max_position_embeddings"):
+            original = _get(config, "original_max_position_embeddings")
+        else:
+            original = rp.get("original_max_position_embeddings") or max_positions
+        if original is None:
+            raise ValueError(f"rope type {rope_type!r} needs original_max_position_embeddings "
+                             "(or max_position_embeddings) in the config")
+
+    scaling: dict[str, Any] | None
+    if rope_type == "default":
+        scaling = None
+    elif rope_type == "linear":
+        _require(rp, rope_type, "factor")
+        scaling = {"type": "linear", "factor": rp["factor"]}
+    elif rope_type == "dynamic":
+        _require(rp, rope_type, "factor")
+        if max_positions is None:
+            raise ValueError("rope type 'dynamic' needs max_position_embeddings in the config")
+        scaling = {"type": "dynamic", "factor": rp["factor"], "original_max_positions": max_positions}
+    elif rope_type == "yarn":
+        factor = rp.get("factor")
+        if factor is None:  # DeepSeek-V3 style: the ratio of the two lengths
+            if max_positions is None:
+                raise ValueError("rope type 'yarn' needs factor (or max_position_embeddings) in the config")
+            factor = max_positions / original
+        scaling = {"type": "yarn", "factor": factor, "original_max_positions": original,
+                   "beta_fast": rp.get("beta_fast") or 32.0, "beta_slow": rp.get("beta_slow") or 1.0,
+                   "truncate": rp.get("truncate", True)}
+        if rp.get("attention_factor") is not None:
+            scaling["attention_factor"] = rp["attention_factor"]
+        elif rp.get("mscale") and rp.get("mscale_all_dim"):  # transformers uses the pair only when both are set
+            scaling["mscale"], scaling["mscale_all_dim"] = rp["mscale"], rp["mscale_all_dim"]
+    elif rope_type == "longrope":
+        _require(rp, rope_type, "short_factor", "long_factor")
+        factor = rp.get("factor")
+        if factor is None:  # Phi-3: the ratio of the two lengths; at most 1 means no attention scaling
+            if max_positions is None and rp.get("attention_factor") is None:
+                raise ValueError("rope type 'longrope' needs factor (or max_position_embeddings) in the config")
+            factor = max(1.0, (max_positions or original) / original)
+        scaling = {"type": "longrope", "short_factor": list(rp["short_factor"]),
+                   "long_factor": list(rp["long_factor"]), "factor": factor, "original_max_positions": original}
+        if rp.get("attention_factor") is not None:
+            scaling["attention_factor"] = rp["attention_factor"]
+    else:  # llama3
+        _require(rp, rope_type, "factor", "low_freq_factor", "high_freq_factor")
+        scaling = {"type": "llama3", "factor": rp["factor"], "original_max_positions": original,
+                   "low_freq_factor": rp["low_freq_factor"], "high_freq_factor": rp["high_freq_factor"]}
+    return {"scheme": "rope", "head_dim": head_dim, "base": float(base),
+            "rotary_dim": rotary_dim, "layout": layout, "scaling": scaling}
+
+
+def from_hf(config: Any, *, layer_type: str | None = None, layout: str = "half"):
+    """The posenc ``rope`` module that reproduces a transformers model's rotary embedding.
+
+    ``module.cos_sin(positions)`` times ``module.attention_factor`` equals the model's
+    ``rotary_emb(x, position_ids)`` (first ``rotary_dim/2`` columns), with the angles computed
+    in float64 instead of float32. See :func:`hf_rope_spec` for the arguments.
+
+    ``partial_rotary_factor`` is honoured as transformers' scaled rope types and partial-rotary
+    models (GPT-NeoX, Phi, StableLM) honour it; Llama's own default RoPE ignores it.
+    """
+    import posenc
+
+    return posenc.build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
+
+
+class HFRotaryEmbedding(nn.Module):
+    """A posenc rope module with the interface of transformers' ``*RotaryEmbedding``.
+
+    ``forward(x, position_ids [B, L]) -> (cos, sin)``, each ``[B, L, rotary_dim]`` in ``x``'s
+    dtype, with the attention factor applied and each half-table repeated as transformers'
+    ``rotate_half`` expects (interleaved for an interleaved module). Assign it to the model's
+    ``rotary_emb`` to run the model on posenc's float64-exact tables::
+
+        model.model.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))
+    """
+
+    def __init__(self, rope: nn.Module) -> None:
+        super().__init__()
+        if getattr(rope, "name", None) != "rope":
+            raise TypeError(f"HFRotaryEmbedding needs a posenc 'rope' module, got {type(rope).__name__}")
+        if rope.scaling.decay is not None:
+            raise ValueError("xpos scales queries and keys differently; transformers' rotary interface "
+                             "(one cos/sin for both) cannot express it")
+        self.rope = rope
+
+    @property
+    def attention_scaling(self) -> float:
+        return self.rope.attention_factor
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self.rope.cos_sin(position_ids, torch.float64)  # (B, L, R) float64
+        factor = self.rope.attention_factor
+        if self.rope.layout == "half":
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        else:
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        return (cos * factor).to(device=x.device, dtype=x.dtype), (sin * factor).to(device=x.device, dtype=x.dtype)

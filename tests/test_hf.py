@@ -1,0 +1,310 @@
+"""Hugging Face interop: ``posenc.from_hf`` against transformers' own RoPE, a tiny Llama's logits,
+legacy config fields, errors where transformers only warns, and the q/k layout conversion.
+
+transformers is a test-only dependency: it is imported here, never by posenc.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import posenc
+from posenc.interop import HFRotaryEmbedding, from_hf, half_to_interleaved, hf_rope_spec, interleaved_to_half
+
+transformers = pytest.importorskip("transformers")
+from transformers import GPTNeoXConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
+
+EPS32 = float(torch.finfo(torch.float32).eps)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_transformers():
+    """transformers logs warnings for the configs drawn here (e.g. a YaRN factor that differs from
+    max_position_embeddings / original); they are what posenc turns into errors elsewhere."""
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
+
+
+def draw_rope_parameters(rng: random.Random, rotary_dim: int, max_positions: int) -> dict:
+    """A random valid transformers ``rope_parameters`` dict (the new, v5 style)."""
+    rope_type = rng.choice(["default", "linear", "dynamic", "yarn", "longrope", "llama3"])
+    rp = {"rope_type": rope_type, "rope_theta": rng.choice([10000.0, 12345.0, 500000.0, 1e6])}
+    factor = rng.choice([1.0, 2.0, 3.5, 4.0, 8.0, 16.0])
+    original = max_positions // rng.choice([1, 2, 4])
+    if rope_type in ("linear", "dynamic"):
+        rp["factor"] = factor
+    elif rope_type == "yarn":
+        rp.update(factor=factor, original_max_position_embeddings=original)
+        if rng.random() < 0.4:
+            rp.update(beta_fast=rng.choice([8.0, 16.0, 32.0, 64.0]), beta_slow=rng.choice([0.5, 1.0, 2.0]))
+        if rng.random() < 0.3:
+            rp.update(mscale=rng.choice([0.707, 1.0]), mscale_all_dim=rng.choice([0.707, 1.0]))
+        if rng.random() < 0.2:
+            rp["attention_factor"] = rng.choice([1.0, 1.25])
+        if rng.random() < 0.3:
+            rp["truncate"] = False
+    elif rope_type == "longrope":
+        rp.update(short_factor=[rng.uniform(1.0, 2.0) for _ in range(rotary_dim // 2)],
+                  long_factor=[rng.uniform(1.0, 16.0) for _ in range(rotary_dim // 2)],
+                  original_max_position_embeddings=original)
+        if rng.random() < 0.5:
+            rp["factor"] = factor
+        elif rng.random() < 0.5:
+            rp["attention_factor"] = rng.choice([1.0, 1.1])
+    elif rope_type == "llama3":
+        rp.update(factor=factor, low_freq_factor=rng.choice([0.5, 1.0, 2.0]),
+                  high_freq_factor=rng.choice([4.0, 8.0]), original_max_position_embeddings=max(8, original // 2))
+    return rp
+
+
+def draw_config(rng: random.Random):
+    """A random config and transformers' rotary module for it: Llama (full rotation) or GPT-NeoX
+    (partial rotation, whose default RoPE honours partial_rotary_factor)."""
+    heads, head_dim = rng.choice([2, 4, 8]), rng.choice([16, 32, 64, 128])
+    max_positions = rng.choice([64, 256, 512, 2048])
+    if rng.random() < 0.3:
+        partial = rng.choice([0.25, 0.5, 0.75])
+        rp = draw_rope_parameters(rng, int(head_dim * partial), max_positions)
+        rp["partial_rotary_factor"] = partial
+        config = GPTNeoXConfig(hidden_size=heads * head_dim, num_attention_heads=heads,
+                               max_position_embeddings=max_positions, rope_parameters=rp)
+        return config, GPTNeoXRotaryEmbedding(config)
+    rp = draw_rope_parameters(rng, head_dim, max_positions)
+    config = LlamaConfig(hidden_size=heads * head_dim, num_attention_heads=heads, head_dim=head_dim,
+                         max_position_embeddings=max_positions, rope_parameters=rp)
+    return config, LlamaRotaryEmbedding(config)
+
+
+def test_tables_and_attention_factor_equal_transformers_for_random_configs():
+    rng = random.Random(1234)
+    seen = set()
+    for _ in range(36):
+        config, theirs = draw_config(rng)
+        rope = from_hf(config)
+        ours = HFRotaryEmbedding(rope)
+        assert ours.attention_scaling == pytest.approx(theirs.attention_scaling, rel=1e-12)
+        max_positions = config.max_position_embeddings
+        length = rng.choice([max_positions // 2, max_positions + 5, 2 * max_positions])  # both sides of L₀
+        positions = torch.arange(length)[None]
+        x = torch.zeros(1)
+        their_cos, their_sin = theirs(x, positions)  # (1, L, rotary_dim) float32, from float32 angles
+        our_cos, our_sin = ours(x, positions)
+        assert our_cos.shape == their_cos.shape and our_cos.dtype == torch.float32
+        # transformers' angles are float32: their error grows with the angle m·θ_i
+        angle = positions[0, :, None].double() * rope.frequencies().double()
+        tol = 8 * EPS32 * (1 + torch.cat((angle, angle), -1)) * max(1.0, theirs.attention_scaling)
+        for mine, their in ((our_cos, their_cos), (our_sin, their_sin)):
+            err = (mine[0].double() - their[0].double()).abs()
+            assert torch.all(err <= tol), (config.rope_parameters, float((err / tol).max()))
+        # the frequencies themselves agree to float32 rounding
+        np.testing.assert_allclose(rope.frequencies().numpy(), theirs.inv_freq.double().numpy(), rtol=4 * EPS32)
+        seen.add((config.rope_parameters["rope_type"], "partial_rotary_factor" in config.rope_parameters))
+    assert {t for t, _ in seen} == {"default", "linear", "dynamic", "yarn", "longrope", "llama3"}
+    assert any(partial for _, partial in seen)
+
+
+LOGIT_CASES = {
+    "default": {"rope_type": "default", "rope_theta": 10000.0},
+    "linear": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+    "dynamic": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16},
+    "longrope": {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 16,
+                 "short_factor": [1.0 + 0.1 * i for i in range(8)], "long_factor": [1.0 + 0.5 * i for i in range(8)]},
+    "llama3": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+}
+
+
+def tiny_llama(rope_parameters: dict) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                         rope_parameters=dict(rope_parameters), attn_implementation="eager")
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("rope_type", list(LOGIT_CASES))
+def test_tiny_llama_logits_unchanged_with_posenc_rotary(rope_type):
+    model = tiny_llama(LOGIT_CASES[rope_type])
+    ids = torch.randint(0, 100, (2, 48), generator=torch.Generator().manual_seed(1))  # past L₀ and max positions
+    with torch.no_grad():
+        want = model(ids).logits
+        model.model.rotary_emb = HFRotaryEmbedding(from_hf(model.config))
+        got = model(ids).logits
+        assert ((got - want).norm() / want.norm()).item() <= 1e-5
+        assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-5
+        # the comparison is not vacuous: another base changes the logits
+        wrong = posenc.build({**from_hf(model.config).spec, "base": 20000.0})
+        model.model.rotary_emb = HFRotaryEmbedding(wrong)
+        assert ((model(ids).logits - want).norm() / want.norm()).item() > 1e-4
+
+
+def test_posenc_tables_are_closer_to_the_truth_than_transformers_at_32k():
+    config = LlamaConfig(hidden_size=128, num_attention_heads=1, max_position_embeddings=65536)
+    positions = torch.arange(32760, 32768)[None]
+    their_cos, _ = LlamaRotaryEmbedding(config)(torch.zeros(1), positions)
+    rope = from_hf(config)
+    our_cos, _ = rope.cos_sin(positions[0])
+    true_cos = torch.cos(positions[0, :, None].double() * rope.inv_freq)  # float64: ~1e-12 here
+    assert (their_cos[0, :, :64].double() - true_cos).abs().max() > 1e-3
+    assert (our_cos.double() - true_cos).abs().max() <= 1e-6
+
+
+# -- config styles -------------------------------------------------------------------------------
+
+def test_legacy_fields_objects_and_dicts_give_the_same_module():
+    yarn = {"factor": 4.0, "original_max_position_embeddings": 1024, "beta_fast": 16.0}
+    legacy = dict(hidden_size=256, num_attention_heads=4, max_position_embeddings=4096, rope_theta=500000.0,
+                  rope_scaling={"type": "yarn", **yarn})
+    new = dict(hidden_size=256, num_attention_heads=4, max_position_embeddings=4096,
+               rope_parameters={"rope_type": "yarn", "rope_theta": 500000.0, **yarn})
+    specs = [hf_rope_spec(c) for c in (legacy, new, LlamaConfig(**legacy), LlamaConfig(**new),
+                                       LlamaConfig(**new).to_dict())]
+    assert all(s == specs[0] for s in specs)
+    assert specs[0] == {"scheme": "rope", "head_dim": 64, "base": 500000.0, "rotary_dim": 64, "layout": "half",
+                        "scaling": {"type": "yarn", "factor": 4.0, "original_max_positions": 1024,
+                                    "beta_fast": 16.0, "beta_slow": 1.0, "truncate": True}}
+    assert posenc.from_hf(new).spec == posenc.build(specs[0]).spec  # the lazily wired top-level name
+
+
+def test_legacy_partial_rotary_and_gpt_neox_names():
+    spec = hf_rope_spec({"hidden_size": 256, "num_attention_heads": 4, "rotary_pct": 0.25,
+                         "rotary_emb_base": 10000, "max_position_embeddings": 2048})
+    assert (spec["head_dim"], spec["rotary_dim"], spec["base"], spec["scaling"]) == (64, 16, 10000.0, None)
+    spec = hf_rope_spec({"hidden_size": 256, "num_attention_heads": 4, "partial_rotary_factor": 0.5,
+                         "rope_theta": 1e6, "rope_scaling": {"rope_type": "linear", "factor": 2}})
+    assert (spec["rotary_dim"], spec["base"], spec["scaling"]) == (32, 1e6, {"type": "linear", "factor": 2})
+    assert hf_rope_spec({"head_dim": 64, "rope_parameters": {"rope_type": "default"}})["base"] == 10000.0
+
+
+def test_phi3_style_longrope_top_level_original_length_and_implicit_factor():
+    short, long = [1.0] * 48, [1.0 + i / 8 for i in range(48)]
+    config = {"hidden_size": 3072, "num_attention_heads": 32, "max_position_embeddings": 131072,
+              "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
+              "rope_scaling": {"type": "longrope", "short_factor": short, "long_factor": long}}
+    rope = from_hf(config)
+    assert rope.scaling.params["original_max_positions"] == 4096
+    assert rope.attention_factor == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    assert rope.head_dim == 96
+
+
+def test_deepseek_style_yarn_factor_from_lengths_and_mscale_pair():
+    config = {"hidden_size": 512, "num_attention_heads": 4, "head_dim": 64, "max_position_embeddings": 163840,
+              "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "original_max_position_embeddings": 4096,
+                                  "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}}
+    rope = from_hf(config)
+    assert rope.scaling.params["factor"] == 40.0 and rope.attention_factor == 1.0
+
+
+def test_per_layer_rope_needs_a_layer_type():
+    config = {"hidden_size": 256, "num_attention_heads": 4, "layer_types": ["sliding_attention", "full_attention"],
+              "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                  "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}}}
+    with pytest.raises(ValueError, match="pass layer_type"):
+        from_hf(config)
+    assert from_hf(config, layer_type="full_attention").spec["scaling"] == {"type": "linear", "factor": 8.0}
+    assert from_hf(config, layer_type="sliding_attention").spec["base"] == 10000.0
+    with pytest.raises(ValueError, match="layer_type must be one of"):
+        from_hf(config, layer_type="global")
+
+
+# -- errors where transformers warns ---------------------------------------------------------------
+
+def base_config(**rope_parameters) -> dict:
+    return {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_theta": 10000.0, **rope_parameters}}
+
+
+@pytest.mark.parametrize("rope_parameters, message, transformers_accepts", [
+    ({"rope_type": "linear", "factor": 0.5}, "factor must be >= 1.0", True),
+    ({"rope_type": "yarn", "factor": 4.0, "beta_fast": 1.0, "beta_slow": 8.0}, "beta_fast must be > beta_slow", True),
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+      "original_max_position_embeddings": 1024}, "high_freq_factor must be > low_freq_factor", True),
+    ({"rope_type": "longrope", "short_factor": [1.0] * 31, "long_factor": [1.0] * 32,
+      "original_max_position_embeddings": 1024}, "short_factor must have 32 entries", True),
+    ({"rope_type": "llama3", "factor": 8.0}, "needs 'low_freq_factor', 'high_freq_factor'", False),
+    ({"rope_type": "proportional"}, "rope type must be one of 'default', 'linear', 'dynamic', 'yarn'", False),
+])
+def test_invalid_configs_raise_where_transformers_only_warns(rope_parameters, message, transformers_accepts):
+    config = base_config(**rope_parameters)
+    if transformers_accepts:
+        LlamaConfig(**config)  # transformers builds it, with a logged warning at most
+    with pytest.raises(ValueError, match=message):
+        from_hf(config)
+
+
+def test_odd_rotary_dimension_and_xpos_adapter_raise():
+    with pytest.raises(ValueError, match="even rotary dimension"):
+        from_hf({"hidden_size": 40, "num_attention_heads": 2, "partial_rotary_factor": 0.25})
+    with pytest.raises(ValueError, match="xpos"):
+        HFRotaryEmbedding(posenc.build({"scheme": "rope", "head_dim": 8, "scaling": {"type": "xpos"}}))
+    with pytest.raises(TypeError, match="posenc 'rope' module"):
+        HFRotaryEmbedding(torch.nn.Linear(2, 2))
+
+
+# -- layout conversion ---------------------------------------------------------------------------
+
+def _attention(x, wq, wk, wv, bq, bk, heads, kv_heads, head_dim, rope):
+    """Self-attention of ``x [B, L, C]`` with rotary q and k (grouped-query when kv_heads < heads)."""
+    b, length, _ = x.shape
+    q = F.linear(x, wq, bq).view(b, length, heads, head_dim).transpose(1, 2)  # (B, H, L, D)
+    k = F.linear(x, wk, bk).view(b, length, kv_heads, head_dim).transpose(1, 2)
+    v = F.linear(x, wv).view(b, length, kv_heads, head_dim).transpose(1, 2)
+    k, v = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))
+    return posenc.attention(q, k, v, rope, causal=True)
+
+
+@pytest.mark.parametrize("heads, kv_heads, head_dim, rotary_dim", [(4, 4, 16, 16), (4, 2, 16, 8), (6, 3, 8, 8)])
+def test_meta_and_transformers_layouts_give_the_same_attention(heads, kv_heads, head_dim, rotary_dim):
+    g = torch.Generator().manual_seed(0)
+    c = 32
+    x = torch.randn(2, 13, c, generator=g, dtype=torch.float64)
+    wq = torch.randn(heads * head_dim, c, generator=g, dtype=torch.float64) / c ** 0.5
+    wk = torch.randn(kv_heads * head_dim, c, generator=g, dtype=torch.float64) / c ** 0.5
+    wv = torch.randn(kv_heads * head_dim, c, generator=g, dtype=torch.float64) / c ** 0.5
+    bq = torch.randn(heads * head_dim, generator=g, dtype=torch.float64)
+    bk = torch.randn(kv_heads * head_dim, generator=g, dtype=torch.float64)
+    spec = {"scheme": "rope", "head_dim": head_dim, "rotary_dim": rotary_dim, "base": 500.0}
+    meta = _attention(x, wq, wk, wv, bq, bk, heads, kv_heads, head_dim,
+                      posenc.build({**spec, "layout": "interleaved"}))
+    hq = interleaved_to_half(wq, heads, head_dim, rotary_dim)
+    hk = interleaved_to_half(wk, kv_heads, head_dim, rotary_dim)
+    hbq = interleaved_to_half(bq, heads, head_dim, rotary_dim)
+    hbk = interleaved_to_half(bk, kv_heads, head_dim, rotary_dim)
+    half = _attention(x, hq, hk, wv, hbq, hbk, heads, kv_heads, head_dim, posenc.build({**spec, "layout": "half"}))
+    torch.testing.assert_close(half, meta, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(hq, wq)  # the permutation does something
+    # and back
+    assert torch.equal(half_to_interleaved(hq, heads, head_dim, rotary_dim), wq)
+    assert torch.equal(half_to_interleaved(hbk, kv_heads, head_dim, rotary_dim), bk)
+
+
+def test_layout_conversion_matches_the_transformers_conversion_script():
+    """``convert_llama_weights_to_hf.permute``: view(H, D/2, 2, C).transpose(1, 2)."""
+    heads, head_dim, c = 4, 8, 12
+    w = torch.arange(heads * head_dim * c, dtype=torch.float32).view(heads * head_dim, c)
+    want = w.view(heads, head_dim // 2, 2, c).transpose(1, 2).reshape(heads * head_dim, c)
+    assert torch.equal(interleaved_to_half(w, heads, head_dim), want)
+    rows = interleaved_to_half(torch.arange(8.0), 1, 8)
+    assert rows.tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+def test_layout_conversion_checks_its_arguments():
+    with pytest.raises(ValueError, match="num_heads \\* head_dim = 32"):
+        interleaved_to_half(torch.zeros(30, 4), 4, 8)
+    with pytest.raises(ValueError, match="rotary_dim must be even"):
+        interleaved_to_half(torch.zeros(32, 4), 4, 8, rotary_dim=5)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        half_to_interleaved(np.zeros((32, 4)), 4, 8)
