@@ -21,3 +21,14 @@ __all__ = [
     "alibi", "alibi_slopes",
     "t5", "t5_bucket",
 ]
+from posenc.reference.shaw import shaw, shaw_attention, shaw_index, shaw_value
+from posenc.reference.transformer_xl import relative_sinusoid, transformer_xl
+from posenc.reference.kerple import kerple
+from posenc.reference.fire import fire, fire_input
+
+__all__ += [
+    "shaw", "shaw_attention", "shaw_index", "shaw_value",
+    "relative_sinusoid", "transformer_xl",
+    "kerple",
+    "fire", "fire_input",
+]

@@ -1,0 +1,76 @@
+"""FIRE: functional interpolation for relative positions (Li et al. 2023, "Functional Interpolation
+for Relative Positions Improves Long Context Transformers", arXiv:2310.04418, §3).
+
+    bias[h, i, j] = f_θ( ψ(|i − j|) / (ψ(max(L, i)) + eps) )_h,     ψ(x) = log(c·x + 1)
+
+``f_θ`` is an MLP 1 -> hidden -> H with ReLU; ``c`` and ``L`` are learned, parameterised as in
+the paper's code: ``c = |c_param|``, ``L = |L_multiplier · L_threshold|`` with ``L_multiplier``
+learned (initially 1). For causal pairs (``j <= i``) the MLP's input lies in ``[0, 1]`` at any
+position, so the bias is bounded by ``f_θ`` on ``[0, 1]``. Keys after the query use ``|i − j|``
+as the paper's code does; causal attention masks them.
+
+Everything is float64 up to the output, which takes the module's dtype. For a whole map the MLP
+is one matmul for all heads (temporaries of ``Lq·Lk·hidden`` float64, as the paper's code has in
+float32); for one score at a time (FlexAttention's score_mod, which lowers only elementwise code)
+it is unrolled over the hidden units. Both are held to the same reference.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from posenc import reference as ref
+from posenc._validate import check_float, check_int
+from posenc.registry import register
+from posenc.schemes._base import BiasEncoding
+
+EPS = 1e-6  # added to the denominator, as in the paper's code
+
+
+@register("fire", kind="bias")
+class Fire(BiasEncoding):
+    """A learned MLP of the log distance over the log query position (FIRE)."""
+
+    def __init__(self, *, num_heads: int, hidden: int = 32, c: float = 0.1, L_threshold: float = 512.0) -> None:
+        super().__init__()
+        self.num_heads = check_int("num_heads", num_heads, min=1)
+        self.hidden = check_int("hidden", hidden, min=1)
+        self.mlp = nn.Sequential(nn.Linear(1, self.hidden), nn.ReLU(), nn.Linear(self.hidden, self.num_heads))
+        self.c = nn.Parameter(torch.tensor(check_float("c", c, min=0.0, min_open=True)))
+        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+        self.register_float64("L_threshold", torch.tensor(check_float("L_threshold", L_threshold, min=0.0)))
+
+    def interpolation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``c`` and ``L`` as used, float64 scalars."""
+        c = self.c.to(torch.float64).abs()
+        return c, (self.L_multiplier.to(torch.float64) * self.L_threshold).abs()
+
+    def score_fn(self):
+        c, L = self.interpolation()
+        w1 = self.mlp[0].weight.to(torch.float64).flatten()  # (hidden,)
+        b1 = self.mlp[0].bias.to(torch.float64)  # (hidden,)
+        w2 = self.mlp[2].weight.to(torch.float64)  # (H, hidden)
+        b2 = self.mlp[2].bias.to(torch.float64)  # (H,)
+        hidden = self.hidden
+
+        def bias(h, q_pos, k_pos):
+            d = (q_pos - k_pos).abs().to(torch.float64)
+            x = torch.log1p(c * d) / (torch.log1p(c * torch.maximum(q_pos.to(torch.float64), L)) + EPS)
+            if x.dim() == 0:  # one score (FlexAttention's score_mod, which lowers only elementwise code)
+                out = b2[h]
+                for u in range(hidden):  # the MLP unrolled over its hidden units
+                    out = out + w2[h, u] * torch.relu(x * w1[u] + b1[u])
+                return out
+            heads = torch.relu(x.unsqueeze(-1) * w1 + b1) @ w2.t() + b2  # (..., H): the MLP once per pair
+            shape = torch.broadcast_shapes(h.shape, x.shape)
+            return heads.expand(*shape, -1).gather(-1, h.expand(shape).unsqueeze(-1)).squeeze(-1)
+
+        return bias
+
+    def reference(self, q_positions, k_positions):
+        first, second = self.mlp[0], self.mlp[2]
+        w1, b1, w2, b2 = (t.detach().double().cpu().numpy()
+                          for t in (first.weight, first.bias, second.weight, second.bias))
+        c, L = (float(t.detach()) for t in self.interpolation())
+        return ref.fire(q_positions, k_positions, w1.ravel(), b1, w2, b2, c=c, L=L, eps=EPS)
