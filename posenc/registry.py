@@ -1,7 +1,7 @@
 """The one registry: a scheme's name binds its kind, its torch module, its parameters and its
 float64 reference in one place, so nothing can drift between them.
 
-A new scheme is one file in ``posenc/schemes/`` whose module class carries ``@register(...)``,
+A new scheme is one file in ``posenc/encodings/`` whose module class carries ``@register(...)``,
 one reference file in ``posenc/reference/`` and one test file; the schemes package is scanned
 at first use, so nothing else needs editing.
 """
@@ -79,14 +79,14 @@ def register(name: str, kind: str) -> Callable[[type], type]:
 
 
 def _load() -> None:
-    """Imports every module of ``posenc.schemes`` once; each registers itself."""
+    """Imports every module of ``posenc.encodings`` once; each registers itself."""
     global _LOADED
     if _LOADED:
         return
-    package = importlib.import_module("posenc.schemes")
+    package = importlib.import_module("posenc.encodings")
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         if not info.name.startswith("_"):
-            importlib.import_module(f"posenc.schemes.{info.name}")
+            importlib.import_module(f"posenc.encodings.{info.name}")
     _LOADED = True
 
 

@@ -1,6 +1,6 @@
 """The specification: every scheme as a short NumPy float64 function.
 
-Nothing here imports torch. The torch modules in ``posenc.schemes`` are tested against these
+Nothing here imports torch. The torch modules in ``posenc.encodings`` are tested against these
 functions at several dtypes, odd lengths and offsets; when the two disagree, this is right.
 
 Positions are integer arrays ``[L]`` (or ``[B, L]``); relative distances are ``k - q``.

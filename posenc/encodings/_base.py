@@ -111,6 +111,23 @@ def check_batch(name: str, positions: torch.Tensor, batch: int, length: int) -> 
         raise ValueError(f"{name} has batch {positions.shape[0]} but the tensor has batch {batch}")
 
 
+def check_position_batches(q_positions: torch.Tensor, k_positions: torch.Tensor) -> None:
+    """``[Bq, Lq]`` and ``[Bk, Lk]`` positions broadcast: equal batches, or one of them 1 (or ``[L]``)."""
+    bq = q_positions.shape[0] if q_positions.dim() == 2 else 1
+    bk = k_positions.shape[0] if k_positions.dim() == 2 else 1
+    if bq != bk and 1 not in (bq, bk):
+        raise ValueError(f"q_positions has batch {bq} but k_positions has batch {bk}; "
+                         "they must be equal, or one of them 1 or unbatched [L]")
+
+
+def to_numpy(x: Any) -> Any:
+    """A tensor as a NumPy array for the reference (floating point as float64); anything else as it is."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    x = x.detach().cpu()
+    return (x.double() if x.is_floating_point() else x).numpy()
+
+
 def relative_distance(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
     """``k - q`` for every pair: ``[Lq, Lk]`` from ``[Lq]``, ``[Lk]``; ``[B, Lq, Lk]`` if either is batched."""
     return k_positions.long().unsqueeze(-2) - q_positions.long().unsqueeze(-1)
@@ -136,6 +153,7 @@ class BiasEncoding(PositionalEncoding):
         """``[Lq]``, ``[Lk]`` -> ``[H, Lq, Lk]`` (``[B, H, Lq, Lk]`` if positions are ``[B, L]``)."""
         q_positions = check_positions("q_positions", q_positions).to(self.device).long()
         k_positions = check_positions("k_positions", k_positions).to(self.device).long()
+        check_position_batches(q_positions, k_positions)
         h = torch.arange(self.num_heads, device=self.device).view(-1, 1, 1)  # (H, 1, 1)
         q = q_positions.unsqueeze(-1).unsqueeze(-3)  # (..., 1, Lq, 1)
         k = k_positions.unsqueeze(-2).unsqueeze(-3)  # (..., 1, 1, Lk)

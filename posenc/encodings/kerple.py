@@ -19,7 +19,7 @@ from torch import nn
 from posenc import reference as ref
 from posenc._validate import check_choice, check_float, check_int
 from posenc.registry import register
-from posenc.schemes._base import BiasEncoding
+from posenc.encodings._base import BiasEncoding
 
 KERNELS = {  # the distance kernel of each variant, on float64 distances d and exponents/rates r2
     "log": lambda d, r2: torch.log1p(r2 * d),

@@ -19,16 +19,8 @@ from torch import nn
 from posenc import reference as ref
 from posenc._validate import check_int
 from posenc.registry import register
-from posenc.schemes._base import (PositionalEncoding, check_batch, check_positions, check_tensor,
-                                  relative_distance)
-
-
-def _numpy(x):
-    """A tensor as a NumPy array for the reference (floating point as float64); anything else as it is."""
-    if not isinstance(x, torch.Tensor):
-        return x
-    x = x.detach().cpu()
-    return (x.double() if x.is_floating_point() else x).numpy()
+from posenc.encodings._base import (PositionalEncoding, check_batch, check_positions, check_tensor,
+                                    relative_distance, to_numpy as _numpy)
 
 
 @register("shaw", kind="relative")

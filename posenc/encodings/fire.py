@@ -23,7 +23,7 @@ from torch import nn
 from posenc import reference as ref
 from posenc._validate import check_float, check_int
 from posenc.registry import register
-from posenc.schemes._base import BiasEncoding
+from posenc.encodings._base import BiasEncoding
 
 EPS = 1e-6  # added to the denominator, as in the paper's code
 

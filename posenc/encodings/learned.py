@@ -13,7 +13,7 @@ from torch import nn
 from posenc import reference as ref
 from posenc._validate import check_float, check_int
 from posenc.registry import register
-from posenc.schemes._base import PositionalEncoding, check_positions
+from posenc.encodings._base import PositionalEncoding, check_positions
 
 
 @register("learned", kind="additive")

@@ -15,7 +15,7 @@ from torch import nn
 from posenc import reference as ref
 from posenc._validate import check_bool, check_float, check_int
 from posenc.registry import register
-from posenc.schemes._base import BiasEncoding
+from posenc.encodings._base import BiasEncoding
 
 
 @register("t5", kind="bias")

@@ -13,7 +13,7 @@ import torch
 from posenc import reference as ref
 from posenc._validate import check_int
 from posenc.registry import register
-from posenc.schemes._base import BiasEncoding
+from posenc.encodings._base import BiasEncoding
 
 
 @register("alibi", kind="bias")

@@ -30,8 +30,8 @@ from posenc import reference as ref
 from posenc._validate import check_float, check_int
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin, apply_rotary
-from posenc.schemes._base import PositionalEncoding, check_batch, check_positions, check_tensor
-from posenc.schemes.shaw import _numpy
+from posenc.encodings._base import PositionalEncoding, check_batch, check_positions, check_tensor
+from posenc.encodings._base import to_numpy as _numpy
 
 
 @register("transformer_xl", kind="relative")

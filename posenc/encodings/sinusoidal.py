@@ -14,7 +14,7 @@ from posenc import reference as ref
 from posenc._validate import check_even, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin
-from posenc.schemes._base import PositionalEncoding, check_positions
+from posenc.encodings._base import PositionalEncoding, check_positions
 
 
 @register("sinusoidal", kind="additive")

@@ -53,7 +53,7 @@ from posenc import reference as ref
 from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin, apply_rotary
-from posenc.schemes._base import PositionalEncoding, check_batch, check_positions, check_tensor
+from posenc.encodings._base import PositionalEncoding, check_batch, check_positions, check_tensor
 
 LAYOUTS = ("half", "interleaved")
 ROLES = (None, "query", "key")

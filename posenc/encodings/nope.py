@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from posenc.registry import register
-from posenc.schemes._base import PositionalEncoding
+from posenc.encodings._base import PositionalEncoding, check_batch, check_positions, check_tensor
 
 
 @register("nope", kind="none")
@@ -22,6 +22,10 @@ class NoPE(PositionalEncoding):
         super().__init__()
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``x [B, H, L, D]`` unchanged; ``positions`` (``[L]`` or ``[B, L]``) are checked like a rotary's."""
+        x = check_tensor("x", x, ndim=4)
+        if positions is not None:
+            check_batch("positions", check_positions("positions", positions), x.shape[0], x.shape[2])
         return x
 
     def reference(self, x, positions=None):
