@@ -23,7 +23,7 @@ context) and ``L`` is the sequence length, the largest position + 1.
 sequence length. Their result carries a :class:`ByLength`, a small table that evaluates to the
 frequencies at any ``L`` (``Scaled.at(L)`` in NumPy; the rotary module evaluates the same data
 in torch, also under ``torch.compile``). How the module picks ``L`` when decoding with a
-KV cache is documented in ``posenc.schemes.rope``.
+KV cache is documented in ``posenc.encodings.rope``.
 
 A scaling function has the signature ``fn(inv_freq, *, head_dim, base, **params)`` and returns
 ``(inv_freq, attention_factor)``, or a :class:`Scaled` when it needs more (a ``ByLength``, or

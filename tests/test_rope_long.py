@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import posenc
-from posenc.schemes import rope as rope_module
+from posenc.encodings import rope as rope_module
 
 TWO24 = 1 << 24
 EPS32 = float(np.finfo(np.float32).eps)
