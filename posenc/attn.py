@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc._validate import check_choice
-from posenc.schemes._base import check_batch, check_positions, check_tensor
+from posenc.encodings._base import check_batch, check_positions, check_tensor
 
 BACKENDS = ("auto", "materialize", "flex", "chunked")
 MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
@@ -89,8 +89,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     kind = "none" if pe is None else getattr(pe, "kind", None)
     if kind == "none":
         return _sdpa(q, k, v, causal=causal, scale=scale)
-    if kind == "rotary":
-        return _sdpa(pe(q, q_positions), pe(k, k_positions), v, causal=causal, scale=scale)
+    if kind == "rotary":  # keys first: a length-dependent scaling then rotates q at the keys' length
+        k = pe(k, k_positions, role="key")
+        return _sdpa(pe(q, q_positions, role="query"), k, v, causal=causal, scale=scale)
     if kind == "additive":
         raise ValueError(f"pe {pe.name!r} is additive: add pe(positions) to the token embeddings before the "
                          "q/k/v projections; attention() applies rotary, bias and relative kinds")
@@ -158,10 +159,22 @@ def _compiled_flex():
     return _FLEX
 
 
+_BLOCK_MASK = None
+
+
+def _compiled_block_mask():
+    """``torch.compile(create_block_mask)``: never materializes the ``[Lq, Lk]`` mask (what the
+    deprecated ``_compile=True`` flag did)."""
+    global _BLOCK_MASK
+    if _BLOCK_MASK is None:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        _BLOCK_MASK = torch.compile(create_block_mask)
+    return _BLOCK_MASK
+
+
 def _flex(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: float):
     """FlexAttention: the bias is computed score by score in ``score_mod``; never a whole map."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
     b, lq, lk = q.shape[0], q.shape[2], k.shape[2]
     qpos = q_positions.long().expand(b, lq).contiguous()  # (B, Lq)
     kpos = k_positions.long().expand(b, lk).contiguous()  # (B, Lk)
@@ -178,6 +191,6 @@ def _flex(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: float):
         def mask_mod(bi, hi, qi, ki):
             return ki <= qi + shift
 
-        block_mask = create_block_mask(mask_mod, None, None, lq, lk, device=q.device, _compile=True)
+        block_mask = _compiled_block_mask()(mask_mod, None, None, lq, lk, device=q.device)
     with torch.no_grad() if q.device.type == "cpu" else torch.enable_grad():
         return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)

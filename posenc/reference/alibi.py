@@ -13,11 +13,13 @@ import math
 
 import numpy as np
 
+from posenc._validate import check_int
 from posenc.reference._checks import distance
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
     """The paper's slopes for ``num_heads`` heads, ``[H]`` float64 (1/2 ... 1/256 for 8 heads)."""
+    num_heads = check_int("num_heads", num_heads, min=1)
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
@@ -34,4 +36,6 @@ def alibi(q_positions, k_positions, slopes) -> np.ndarray:
     """``[H, Lq, Lk]`` (``[B, H, Lq, Lk]`` for batched positions) float64."""
     dist = np.abs(distance(q_positions, k_positions)).astype(np.float64)  # (..., Lq, Lk)
     slopes = np.asarray(slopes, dtype=np.float64)
+    if slopes.ndim != 1:
+        raise ValueError(f"slopes must have shape [H], got shape {list(slopes.shape)}")
     return -slopes[:, None, None] * dist[..., None, :, :]

@@ -21,6 +21,14 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
     ``j`` when ``j <= i + (Lk - Lq)`` (aligned at the bottom right, as with a KV cache).
     """
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"q, k, v must have shape [B, H, L, D]; got shapes {list(q.shape)}, {list(k.shape)}, "
+                         f"{list(v.shape)}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k must have last dimension {q.shape[-1]} (that of q), got {k.shape[-1]}")
+    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
+                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     scores = np.einsum("bhqd,bhkd->bhqk", q, k) * scale  # (B, H, Lq, Lk)
     if bias is not None:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.reference._checks import positions_array
 
 
 def rope_inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
     """``θ_i = base^(-2i/rotary_dim)``, ``[rotary_dim/2]`` float64."""
+    rotary_dim = check_even("rotary_dim", check_int("rotary_dim", rotary_dim, min=2))
+    base = check_float("base", base, min=0.0, min_open=True)
     return base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
 
 
@@ -35,7 +38,8 @@ def rotate_pairs_index(rotary_dim: int, layout: str) -> tuple[np.ndarray, np.nda
         return np.arange(half), np.arange(half) + half
     if layout == "interleaved":
         return np.arange(0, rotary_dim, 2), np.arange(1, rotary_dim, 2)
-    raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    check_choice("layout", layout, ("half", "interleaved"))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def rope(x, positions, inv_freq, *, layout: str = "half", attention_factor: float = 1.0) -> np.ndarray:
@@ -44,8 +48,19 @@ def rope(x, positions, inv_freq, *, layout: str = "half", attention_factor: floa
     ``rotary_dim = 2 * len(inv_freq)``; the rotated dimensions are multiplied by
     ``attention_factor`` (1 unless a scaling method says otherwise).
     """
+    check_choice("layout", layout, ("half", "interleaved"))
     x = np.asarray(x, dtype=np.float64)
+    inv_freq = np.asarray(inv_freq, dtype=np.float64)
+    if inv_freq.ndim != 1:
+        raise ValueError(f"inv_freq must have shape [rotary_dim/2], got shape {list(inv_freq.shape)}")
+    if x.ndim < 2 or x.shape[-1] < 2 * len(inv_freq):
+        raise ValueError(f"x must have shape [..., L, D] with D >= rotary_dim={2 * len(inv_freq)} "
+                         f"(2 * len(inv_freq)), got shape {list(x.shape)}")
     angles = rope_angles(positions, inv_freq)  # (L, rd/2) or (B, L, rd/2)
+    if angles.shape[-2] != x.shape[-2]:
+        raise ValueError(f"positions has length {angles.shape[-2]} but x has length {x.shape[-2]}")
+    if angles.ndim == 3 and x.ndim == 4 and angles.shape[0] not in (1, x.shape[0]):
+        raise ValueError(f"positions has batch {angles.shape[0]} but x has batch {x.shape[0]}")
     if angles.ndim == 3 and x.ndim == 4:
         angles = angles[:, None]  # (B, 1, L, rd/2)
     cos, sin = np.cos(angles), np.sin(angles)

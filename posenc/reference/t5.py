@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from posenc._validate import check_bool, check_int
 from posenc.reference._checks import distance
 
 
 def t5_bucket(relative, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True) -> np.ndarray:
     """The bucket of each relative distance ``j - i`` (integer array of the same shape)."""
-    r = np.asarray(relative, dtype=np.int64)
+    bidirectional = check_bool("bidirectional", bidirectional)
+    num_buckets = check_int("num_buckets", num_buckets, min=4 if bidirectional else 2)
+    side = num_buckets // 2 if bidirectional else num_buckets
+    max_distance = check_int("max_distance", max_distance, min=side // 2 + 1)
+    r = np.asarray(relative)
+    if r.dtype.kind not in "iu":
+        raise TypeError(f"relative must hold integers, got dtype {r.dtype}")
+    r = r.astype(np.int64)
     bucket = np.zeros_like(r)
     if bidirectional:
         num_buckets //= 2
@@ -37,7 +45,10 @@ def t5_bucket(relative, *, num_buckets: int = 32, max_distance: int = 128, bidir
 def t5(q_positions, k_positions, table, *, num_buckets: int = 32, max_distance: int = 128,
        bidirectional: bool = True) -> np.ndarray:
     """``table [num_buckets, H]`` -> bias ``[H, Lq, Lk]`` (``[B, H, Lq, Lk]`` for batched positions)."""
+    table = np.asarray(table, dtype=np.float64)
+    if table.ndim != 2 or table.shape[0] != num_buckets:
+        raise ValueError(f"table must have shape [num_buckets={num_buckets}, H], got shape {list(table.shape)}")
     b = t5_bucket(distance(q_positions, k_positions), num_buckets=num_buckets,
                   max_distance=max_distance, bidirectional=bidirectional)  # (..., Lq, Lk)
-    values = np.asarray(table, dtype=np.float64)[b]  # (..., Lq, Lk, H)
+    values = table[b]  # (..., Lq, Lk, H)
     return np.moveaxis(values, -1, -3)

@@ -1,0 +1,179 @@
+"""Shared test helpers: dtype-derived tolerances, a small instance of any registered scheme, and
+inputs for a module of any kind together with their float64 reference.
+
+Other test files import these by name; keep the names stable:
+
+    tolerance(dtype, magnitude=1.0)            absolute tolerance: a few eps of dtype × magnitude
+    assert_close(actual, expected, ...)        torch/NumPy output against the float64 reference
+    small_spec(name, **overrides)              spec of a small instance of any registered scheme
+    small_module(name, **overrides)            posenc.build(small_spec(...)), seeded
+    module_args(module, ...)                   the arguments ``module(*args)`` takes, by kind
+    reference_output(module, args)            ``module.reference`` on the same arguments
+    attention_reference(q, k, v, pe, ...)      float64 ``posenc.attention`` of any kind
+    schemes_of_kind(*kinds)                    registered scheme names of these kinds
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+import posenc
+from posenc import registry
+from posenc import reference as ref
+
+settings.register_profile(
+    "posenc", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("posenc")
+
+# -- tolerances --------------------------------------------------------------------------------
+
+ULPS = 4
+"""How many eps of the working dtype a fast path may differ from the float64 reference by, per
+unit of magnitude (flash-attention's rule: a few eps of the dtype times the size of the values)."""
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""The working dtypes every module is checked at against the float64 reference."""
+
+
+def tolerance(dtype: torch.dtype, magnitude: float = 1.0) -> float:
+    """Absolute tolerance for a result in ``dtype`` whose values (or intermediate values, e.g.
+    attention scores) are of size ``magnitude``: ``ULPS · eps(dtype) · magnitude``."""
+    return ULPS * torch.finfo(dtype).eps * max(float(magnitude), torch.finfo(dtype).tiny)
+
+
+def _numpy(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        return (x.double() if x.is_floating_point() else x).numpy()
+    return np.asarray(x)
+
+
+def assert_close(actual, expected, *, dtype: torch.dtype | None = None, magnitude: float | None = None,
+                 what: str = "") -> None:
+    """``actual`` (a tensor in the working dtype) equals the float64 ``expected`` within
+    ``tolerance(dtype, magnitude)``; ``dtype`` defaults to the dtype of ``actual`` and
+    ``magnitude`` to the largest ``|expected|``."""
+    if dtype is None:
+        dtype = actual.dtype if isinstance(actual, torch.Tensor) else torch.float64
+    a, e = _numpy(actual), _numpy(expected).astype(np.float64)
+    assert a.shape == e.shape, f"{what} shape {a.shape} != reference shape {e.shape}"
+    finite = np.isfinite(e)
+    assert np.array_equal(np.isfinite(a), finite), f"{what}: non-finite values differ from the reference"
+    if magnitude is None:
+        magnitude = float(np.abs(e[finite]).max()) if finite.any() else 1.0
+    tol = tolerance(dtype, magnitude)
+    err = float(np.abs(a[finite] - e[finite]).max()) if finite.any() else 0.0
+    assert err <= tol, f"{what} max |error| {err:.3g} > tolerance {tol:.3g} ({dtype}, magnitude {magnitude:.3g})"
+
+
+# -- a small instance of any scheme ------------------------------------------------------------
+
+SMALL = {"d_model": 32, "head_dim": 8, "num_heads": 4, "max_positions": 2048}
+"""Sizes given to any scheme that takes these parameters (required or not), so that tensors built
+by ``module_args`` fit every module: d_model = num_heads · head_dim."""
+
+
+def schemes_of_kind(*kinds: str) -> list[str]:
+    """Registered scheme names of the given kinds (all of them when none are given)."""
+    return [n for n in registry.schemes() if not kinds or registry.get(n).kind in kinds]
+
+
+def small_spec(name: str, **overrides) -> dict:
+    """The spec of a small instance of ``name``: every parameter named in ``SMALL`` that the scheme
+    takes, then ``overrides`` (passed through unchecked, so a wrong key still raises in build)."""
+    scheme = registry.get(name)
+    spec = {"scheme": name, **{k: v for k, v in SMALL.items() if k in scheme.params}}
+    spec.update(overrides)
+    missing = [k for k in scheme.required if k not in spec]
+    if missing:
+        raise LookupError(f"small_spec: no small value for required parameter(s) {missing} of scheme "
+                          f"{name!r}; add one to SMALL in tests/conftest.py")
+    return spec
+
+
+def small_module(name: str, *, seed: int = 0, **overrides):
+    """``posenc.build(small_spec(name, **overrides))`` with learned tables drawn from ``seed``."""
+    torch.manual_seed(seed)
+    return posenc.build(small_spec(name, **overrides))
+
+
+def heads_dim(module) -> tuple[int, int]:
+    """The (H, D) of the q/k tensors a module expects."""
+    return (getattr(module, "num_heads", None) or SMALL["num_heads"],
+            getattr(module, "head_dim", None) or SMALL["head_dim"])
+
+
+def positions(length: int, *, offset: int = 0, batch: int | None = None) -> torch.Tensor:
+    """``offset + arange(length)``; with ``batch``, ``[batch, length]`` rows at different offsets."""
+    p = torch.arange(length) + offset
+    if batch is None:
+        return p
+    return torch.stack([p + 3 * i for i in range(batch)])
+
+
+def module_args(module, *, length: int = 11, key_length: int | None = None, batch: int = 2, offset: int = 0,
+                dtype: torch.dtype = torch.float32, batched: bool = False, seed: int = 0) -> tuple:
+    """Arguments for ``module(*args)`` by kind, with queries at the last ``length`` of
+    ``key_length`` key positions (a KV cache) shifted by ``offset``; ``batched`` gives ``[B, L]``
+    positions that differ across the batch.
+
+    none/rotary: ``(x, positions)``; additive: ``(positions,)``; bias: ``(q_positions, k_positions)``;
+    relative: ``(q, k, q_positions, k_positions)``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    lk = length if key_length is None else key_length
+    b = batch if batched else None
+    kpos = positions(lk, offset=offset, batch=b)
+    qpos = positions(length, offset=offset + lk - length, batch=b)
+    h, d = heads_dim(module)
+    kind = module.kind
+    if kind in ("none", "rotary"):
+        return (torch.randn(batch, h, length, d, generator=g).to(dtype), qpos)
+    if kind == "additive":
+        return (qpos,)
+    if kind == "bias":
+        return (qpos, kpos)
+    if kind == "relative":
+        q = torch.randn(batch, h, length, d, generator=g).to(dtype)
+        k = torch.randn(batch, h, lk, d, generator=g).to(dtype)
+        return (q, k, qpos, kpos)
+    raise AssertionError(f"unknown kind {kind!r}")
+
+
+def reference_output(module, args: tuple) -> np.ndarray:
+    """``module.reference`` on ``args`` as NumPy (float tensors as float64 of their rounded values)."""
+    return np.asarray(module.reference(*[_numpy(a) for a in args]), dtype=np.float64)
+
+
+def attention_reference(q, k, v, pe=None, *, q_positions=None, k_positions=None, causal: bool = False,
+                        scale: float | None = None) -> np.ndarray:
+    """Float64 ``posenc.attention``: the reference of ``pe`` applied by kind, then ``ref.attention``.
+
+    Default positions are those of a KV cache: keys at ``0..Lk-1``, queries the last ``Lq``.
+    A relative scheme with its own reference attention (``reference_attention``) uses it.
+    """
+    qn, kn, vn = _numpy(q), _numpy(k), _numpy(v)
+    lq, lk = qn.shape[-2], kn.shape[-2]
+    qp = np.arange(lk - lq, lk) if q_positions is None else _numpy(q_positions)
+    kp = np.arange(lk) if k_positions is None else _numpy(k_positions)
+    kind = "none" if pe is None else pe.kind
+    bias = None
+    if kind == "rotary":  # every rotary module takes role= (xPos scales q and k differently)
+        qn, kn = pe.reference(qn, qp, role="query"), pe.reference(kn, kp, role="key")
+    elif kind == "bias":
+        bias = pe.reference(qp, kp)  # (H, Lq, Lk) or (B, H, Lq, Lk)
+    elif kind == "relative":
+        if hasattr(pe, "reference_attention"):
+            return pe.reference_attention(qn, kn, vn, qp, kp, causal=causal, scale=scale)
+        bias = pe.reference(qn, kn, qp, kp)
+    elif kind != "none":
+        raise AssertionError(f"attention does not take kind {kind!r}")
+    return ref.attention(qn, kn, vn, bias=bias, causal=causal, scale=scale)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
