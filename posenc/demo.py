@@ -8,7 +8,10 @@ other), so it is 0 exactly when the outputs are only permuted.
 
 A reversal caveat the table makes visible: "man bites dog" is "dog bites man" reversed, so an
 encoding whose score term depends only on |i − j| (ALiBi's bias) gives the same outputs without
-a causal mask. With a causal mask (the last column) every scheme, and NoPE too, tells them apart.
+a causal mask. Real models start every sequence with a start token; with "<s>" in front the two
+sentences are no longer reversals of each other and every scheme tells them apart while NoPE
+still cannot (the "with <s>" column). With a causal mask (the last column) every scheme, and NoPE
+too, tells them apart: the mask itself leaks order (Haviv et al. 2022).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any
 
 from posenc import analysis, registry
 
-WORDS = ("dog", "bites", "man")
+WORDS = ("dog", "bites", "man", "<s>")
+START = "<s>"
 SENTENCES = (("dog", "bites", "man"), ("man", "bites", "dog"))
 D_MODEL = 16
 NUM_HEADS = 2
@@ -57,9 +61,10 @@ def _outputs(sentence: tuple[str, ...], pe, emb, proj, *, causal: bool) -> dict[
     return {w: out[i] for i, w in enumerate(sentence)}
 
 
-def _distance(pe, emb, proj, *, causal: bool) -> float:
-    a, b = (_outputs(s, pe, emb, proj, causal=causal) for s in SENTENCES)
-    return max(float((a[w] - b[w]).norm()) for w in WORDS)
+def _distance(pe, emb, proj, *, causal: bool, start: bool = False) -> float:
+    sentences = [((START,) if start else ()) + s for s in SENTENCES]
+    a, b = (_outputs(s, pe, emb, proj, causal=causal) for s in sentences)
+    return max(float((a[w] - b[w]).norm()) for w in a)
 
 
 def order_demo(specs: Iterable[Any] | None = None, *, seed: int = 0) -> list[dict[str, Any]]:
@@ -73,8 +78,8 @@ def order_demo(specs: Iterable[Any] | None = None, *, seed: int = 0) -> list[dic
     Returns:
         One row per scheme: ``scheme``, ``label``, ``kind``, ``distance`` (the largest distance
         between a word's outputs in the two sentences, bidirectional attention),
-        ``permutation_only`` (``distance`` is rounding only), ``distance_causal`` (the same with a
-        causal mask).
+        ``permutation_only`` (``distance`` is rounding only), ``distance_start`` (both sentences
+        after a start token ``<s>``), ``distance_causal`` (the same with a causal mask).
     """
     import torch
 
@@ -84,17 +89,19 @@ def order_demo(specs: Iterable[Any] | None = None, *, seed: int = 0) -> list[dic
         pe = analysis.build(spec, dim=D_MODEL, head_dim=HEAD_DIM, num_heads=NUM_HEADS, length=len(WORDS), seed=seed)
         with torch.no_grad():
             dist = _distance(pe, emb, proj, causal=False)
+            start = _distance(pe, emb, proj, causal=False, start=True)
             causal = _distance(pe, emb, proj, causal=True)
         rows.append({"scheme": pe.name, "label": analysis.label(pe), "kind": pe.kind, "distance": dist,
-                     "permutation_only": dist <= TOLERANCE, "distance_causal": causal})
+                     "permutation_only": dist <= TOLERANCE, "distance_start": start,
+                     "distance_causal": causal})
     return rows
 
 
 def format_order_table(rows: list[dict[str, Any]]) -> str:
     """The rows of ``order_demo`` as a small text table, with a note on any surprise."""
-    head = ("scheme", "kind", "distance", "only permuted?", "distance (causal)")
+    head = ("scheme", "kind", "distance", "only permuted?", "with <s>", "causal")
     body = [(r["label"], r["kind"], f"{r['distance']:.3g}", "yes" if r["permutation_only"] else "no",
-             f"{r['distance_causal']:.3g}") for r in rows]
+             f"{r['distance_start']:.3g}", f"{r['distance_causal']:.3g}") for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in (head, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -102,7 +109,8 @@ def format_order_table(rows: list[dict[str, Any]]) -> str:
     if blind:
         lines.append("")
         lines.append(f"{', '.join(blind)}: the score term depends only on |i − j| and 'man bites dog' is "
-                     "'dog bites man' reversed, so without a causal mask the outputs are only permuted.")
+                     "'dog bites man' reversed, so without a causal mask the outputs are only permuted; after a start "
+                     "token <s> they differ.")
     return "\n".join(lines)
 
 

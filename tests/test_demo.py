@@ -44,8 +44,16 @@ def test_permutation_is_exact_without_position():
     emb, proj = _weights(3)
     pe = analysis.build("nope")
     a, b = (_outputs(s, pe, emb, proj, causal=False) for s in SENTENCES)
-    assert all(torch.allclose(a[w], b[w], atol=1e-12) for w in demo.WORDS)
+    assert all(torch.allclose(a[w], b[w], atol=1e-12) for w in SENTENCES[0])
     assert not torch.allclose(a["dog"], a["man"])  # and the words themselves differ
+
+
+def test_start_token_breaks_the_reversal_symmetry():
+    """After "<s>" the sentences are no longer reversals: every scheme tells them apart, NoPE cannot."""
+    rows = {r["scheme"]: r for r in demo.order_demo(["nope", "alibi", "kerple", "rope"], seed=1)}
+    assert rows["nope"]["distance_start"] < 1e-9
+    for name in ("alibi", "kerple", "rope"):
+        assert rows[name]["distance_start"] > 1e-3, name
 
 
 def test_seeded_and_formatted(rows):
