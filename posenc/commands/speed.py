@@ -1,0 +1,55 @@
+"""``posenc bench``: the speed and memory benchmark (rotary and attention with a bias)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from posenc.cli import CLIError
+
+
+def _what(value: str) -> tuple[str, ...]:
+    from posenc.speed import WHATS
+
+    parts = tuple(p.strip() for p in value.split(",") if p.strip())
+    bad = [p for p in parts if p not in WHATS]
+    if bad or not parts:
+        raise CLIError(f"--what must be a comma-separated list of {', '.join(WHATS)}; got {value!r}")
+    return parts
+
+
+def bench(args: argparse.Namespace) -> int:
+    """Runs the benchmark, prints the tables, writes the JSON if asked."""
+    from posenc import speed
+
+    what = _what(args.what)
+    if args.json is not None and Path(args.json).is_dir():
+        raise CLIError(f"--json must be a file path, got the directory {args.json!r}")
+    if args.threads is not None and args.threads < 1:
+        raise CLIError(f"--threads must be >= 1, got {args.threads}")
+    result = speed.run(what, "quick" if args.quick else "full", threads=args.threads,
+                       progress=lambda line: print(f"  done: {line}", file=sys.stderr, flush=True))
+    print(speed.report(result))
+    if args.json is not None:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(result), indent=1) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="time rotary and attention against the peers and a same-size copy",
+                       description="Times posenc's rotary module and bias attention against the peers "
+                                   "(transformers, rotary-embedding-torch), a same-size copy (the memory "
+                                   "roofline) and plain SDPA; peak memory from a fresh process per case.")
+    p.add_argument("--quick", action="store_true", help="fewer cases and repeats (about 2 minutes)")
+    p.add_argument("--json", metavar="FILE", help="also write every measurement to FILE as JSON")
+    p.add_argument("--what", default="rotary,attention", metavar="LIST",
+                   help="comma-separated: rotary, attention (default: both)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="torch intra-op threads (default: torch's own); 1 is steadier on a busy machine")
+    p.set_defaults(func=bench)

@@ -1,0 +1,454 @@
+"""Speed and memory benchmark behind ``posenc bench``.
+
+Performance is measured, never assumed: every number is a median over interleaved repeats,
+reported as a ratio, in the same run, to a same-size copy (``x.clone()``: reads and writes the
+same bytes, the memory roofline) and to the peers (transformers, rotary-embedding-torch).
+
+- ``rotary``: posenc's rope module forward ``(x, positions)`` (cos/sin from float64 angles, or
+  from the module's table of them where it keeps one), posenc's ``apply_rotary`` with cos/sin
+  precomputed (so the reader sees what the float64 angles cost), the cos/sin alone,
+  transformers' ``apply_rotary_pos_emb`` with cos/sin precomputed as transformers does,
+  rotary-embedding-torch's ``rotate_queries_or_keys`` (its cache warmed); forward and
+  forward+backward.
+- ``attention``: ALiBi and T5 through ``posenc.attention`` (auto backend), a materialized bias
+  map + SDPA, and plain causal SDPA (the floor). Each case runs in a fresh subprocess so that its
+  peak RSS is its own (see ``peak_rss_gb``).
+
+Peers are imported lazily here; a missing peer is reported as such and the benchmark goes on.
+Notation used for tensor shapes: B batch, H heads, L length, D head dim.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+WHATS = ("rotary", "attention")
+DTYPES = ("float32", "bfloat16")
+LAYOUTS = ("half", "interleaved")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes and repeats of one benchmark run."""
+
+    shapes: tuple[tuple[int, int, int, int], ...]  # (B, H, L, D) of the rotary cases
+    dtypes: tuple[str, ...] = DTYPES
+    layouts: tuple[str, ...] = LAYOUTS
+    partial: bool = True  # also rotary_dim = D/2
+    repeats: int = 7  # interleaved rounds; the median is reported
+    min_sample_s: float = 0.02  # calls per sample grow until one sample lasts this long
+    lengths: tuple[int, ...] = ()  # attention lengths
+    schemes: tuple[str, ...] = ("alibi", "t5")
+    heads: int = 8
+    head_dim: int = 64
+    # A materialized [H, L, L] bias (built in float64, then cast and masked) peaked at 6.9 GB
+    # at L=8192 (13 bytes per score); 16384 would need ~28 GB. 8192 is safe on 24 GB.
+    materialize_max: int = 8192
+    attention_repeats: int = 1  # posenc (flex) calls timed after the first, which compiles
+
+
+PROFILES = {
+    "full": Profile(shapes=((1, 32, 4096, 128), (4, 8, 1024, 64)), repeats=9,
+                    lengths=(1024, 2048, 4096, 8192, 16384, 32768)),
+    "quick": Profile(shapes=((1, 32, 4096, 128), (4, 8, 1024, 64)), repeats=3, partial=False,
+                     lengths=(1024, 8192), materialize_max=1024),
+}
+
+
+# -- timing -----------------------------------------------------------------------------------
+
+def time_interleaved(fns: dict[str, Callable[[], object]], *, repeats: int,
+                     min_sample_s: float = 0.02) -> dict[str, float]:
+    """Median seconds per call of each function, the candidates interleaved round by round.
+
+    Each function is warmed up twice; a sample is ``n`` back-to-back calls with ``n`` chosen so
+    that a sample lasts ``min_sample_s``; round ``r`` starts at candidate ``r mod len(fns)``, so
+    no candidate always runs right after the same neighbour.
+    """
+    names = list(fns)
+    calls = {}
+    for name in names:
+        fns[name]()
+        t0 = time.perf_counter()
+        fns[name]()
+        one = max(time.perf_counter() - t0, 1e-7)
+        calls[name] = max(1, min(1000, int(min_sample_s / one)))
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            fn, n = fns[name], calls[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / n)
+    return {n: statistics.median(s) for n, s in samples.items()}
+
+
+# -- rotary -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RotaryCase:
+    batch: int
+    heads: int
+    length: int
+    head_dim: int
+    dtype: str
+    layout: str
+    rotary_dim: int
+
+    @property
+    def label(self) -> str:
+        part = "" if self.rotary_dim == self.head_dim else f" rd={self.rotary_dim}"
+        dt = {"float32": "f32", "bfloat16": "bf16"}.get(self.dtype, self.dtype)
+        return f"{self.batch}x{self.heads}x{self.length}x{self.head_dim} {dt} {self.layout[:5]}{part}"
+
+
+def rotary_cases(profile: Profile) -> list[RotaryCase]:
+    """Every shape x dtype x layout, with full and (if ``profile.partial``) half rotary_dim."""
+    cases = []
+    for b, h, length, d in profile.shapes:
+        for dtype in profile.dtypes:
+            for layout in profile.layouts:
+                for rd in (d, d // 2) if profile.partial else (d,):
+                    cases.append(RotaryCase(b, h, length, d, dtype, layout, rd))
+    return cases
+
+
+def _hf_rotary(case: RotaryCase, x, positions):
+    """transformers' Llama rotation at its best: cos/sin built once, as LlamaRotaryEmbedding does.
+
+    ``apply_rotary_pos_emb`` rotates q and k in one call; it gets ``q = k = x`` and the caller
+    halves the time. Partial rotary splits and concatenates as transformers' GPT-NeoX/Phi do.
+    """
+    import torch
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    rd = case.rotary_dim
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, rd, 2, dtype=torch.int64).float() / rd))
+    freqs = positions[None, :, None].float() * inv_freq  # (1, L, rd/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (1, L, rd)
+    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    def run(t):
+        if rd == t.shape[-1]:
+            return apply_rotary_pos_emb(t, t, cos, sin)
+        rot, rest = t[..., :rd], t[..., rd:]
+        q, k = apply_rotary_pos_emb(rot, rot, cos, sin)
+        return torch.cat((q, rest), dim=-1), torch.cat((k, rest), dim=-1)
+
+    return run
+
+
+def _ret_rotary(case: RotaryCase, x):
+    """rotary-embedding-torch (interleaved pairs only), its frequency cache warmed by one call."""
+    from rotary_embedding_torch import RotaryEmbedding
+
+    rope = RotaryEmbedding(dim=case.rotary_dim, cache_max_seq_len=max(8192, case.length))
+    rope.rotate_queries_or_keys(x)
+    return rope.rotate_queries_or_keys
+
+
+PAIRED = ("transformers",)  # candidates that rotate q and k in one call: timed on both, halved
+
+
+def _rotary_candidates(case: RotaryCase, x, positions) -> tuple[dict[str, Callable], dict[str, str], Callable]:
+    """Functions ``x -> out``, the reasons for missing peers, and posenc's cos/sin alone."""
+    import posenc
+    from posenc.rotary import apply_rotary
+
+    pe = posenc.build({"scheme": "rope", "head_dim": case.head_dim, "rotary_dim": case.rotary_dim,
+                       "layout": case.layout})
+    cos, sin = pe.cos_sin(positions, x.dtype)  # (L, rd/2)
+    fns: dict[str, Callable] = {
+        "copy": lambda t: t.clone(),
+        "posenc": lambda t: pe(t, positions),
+        "posenc_apply": lambda t: apply_rotary(t, cos, sin, layout=case.layout),
+    }
+    missing: dict[str, str] = {}
+    peers = {"transformers": ("half", lambda: _hf_rotary(case, x, positions)),
+             "rotary_embedding_torch": ("interleaved", lambda: _ret_rotary(case, x))}
+    for name, (layout, make) in peers.items():
+        if case.layout != layout:
+            missing[name] = f"n/a ({layout} layout only)"
+            continue
+        try:
+            fns[name] = make()
+        except ImportError as e:
+            missing[name] = f"not installed ({e.name})"
+    return fns, missing, lambda: pe.cos_sin(positions, x.dtype)
+
+
+def _forward_backward(fn: Callable, x, grad) -> Callable[[], object]:
+    """One forward and the backward to ``x`` (``autograd.grad``: nothing accumulates)."""
+    import torch
+
+    def run():
+        out = fn(x)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        return torch.autograd.grad(outs, x, [grad] * len(outs))
+
+    return run
+
+
+def bench_rotary_case(case: RotaryCase, profile: Profile) -> dict:
+    """Median forward and forward+backward times of every candidate on one case."""
+    import torch
+
+    torch.manual_seed(0)
+    dtype = getattr(torch, case.dtype)
+    x = torch.randn(case.batch, case.heads, case.length, case.head_dim, dtype=dtype)  # (B, H, L, D)
+    positions = torch.arange(case.length)
+    fns, missing, cos_sin = _rotary_candidates(case, x, positions)
+    forward = {n: (lambda f=f: f(x)) for n, f in fns.items()}
+    forward["posenc_cos_sin"] = cos_sin
+    xg, grad = x.detach().requires_grad_(True), torch.randn_like(x)
+    backward = {n: _forward_backward(f, xg, grad) for n, f in fns.items() if n != "copy"}
+    backward["copy"] = lambda: (x.clone(), grad.clone())  # the forward copy and the gradient's
+    times = {}
+    for pass_, candidates in (("forward", forward), ("forward+backward", backward)):
+        times[pass_] = time_interleaved(candidates, repeats=profile.repeats, min_sample_s=profile.min_sample_s)
+        for name in PAIRED:
+            if name in times[pass_]:
+                times[pass_][name] /= 2
+    expect = fns["posenc"](x).float()
+    diffs = {}
+    for name, f in fns.items():
+        if name not in ("copy", "posenc"):
+            out = f(x)
+            diffs[name] = float(((out[0] if isinstance(out, tuple) else out).float() - expect).abs().max())
+    return {"case": asdict(case), "label": case.label, "bytes": x.numel() * x.element_size(),
+            "seconds": times, "missing": missing, "max_abs_diff_vs_posenc": diffs}
+
+
+# -- attention --------------------------------------------------------------------------------
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, GiB.
+
+    Linux's ``VmHWM`` where it exists: the ``getrusage().ru_maxrss`` of a child also counts the
+    RSS its parent had when it forked (the kernel keeps the larger at ``exec``), so it would
+    report the benchmark's own memory, not the case's. Elsewhere ``ru_maxrss``.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20  # kB -> GiB
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, KiB elsewhere
+    return peak / 2**30 if sys.platform == "darwin" else peak / 2**20
+
+
+def attention_child(spec: dict) -> dict:
+    """Runs one attention case in this (fresh) process: seconds and peak RSS in GiB."""
+    import torch
+
+    import posenc
+
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
+    after_import = peak_rss_gb()
+    torch.manual_seed(0)
+    h, length, d = spec["heads"], spec["length"], spec["head_dim"]
+    q, k, v = (torch.randn(1, h, length, d) for _ in range(3))  # (B, H, L, D)
+    after_inputs = peak_rss_gb()
+    if spec["method"] == "sdpa_floor":
+        def call():
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        pe = posenc.build({"scheme": spec["scheme"], "num_heads": h})
+        backend = "auto" if spec["method"] == "posenc" else "materialize"
+
+        def call():
+            return posenc.attention(q, k, v, pe, causal=True, backend=backend)
+
+    times = []
+    with torch.no_grad():
+        for _ in range(1 + spec["repeats"]):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+    return {"first_s": times[0], "seconds": statistics.median(times[1:] or times),
+            "rss_after_import_gb": after_import, "rss_after_inputs_gb": after_inputs,
+            "peak_rss_gb": peak_rss_gb()}
+
+
+def run_attention_case(spec: dict, timeout: float = 900.0) -> dict:
+    """``attention_child(spec)`` in a fresh interpreter; an error or a timeout is reported, not raised."""
+    code = ("import json, sys; from posenc.speed import attention_child; "
+            "print(json.dumps(attention_child(json.loads(sys.argv[1]))))")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**spec, "error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        return {**spec, "error": last[:200]}
+    return {**spec, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def attention_specs(profile: Profile, threads: int | None = None) -> list[dict]:
+    """The floor, then each scheme through posenc and (where it fits) a materialized map.
+
+    posenc's auto backend is FlexAttention at these sizes, compiled on its first call, so its
+    time is the median of ``attention_repeats`` later calls; the others have nothing to compile
+    and are timed once.
+    """
+    specs = []
+    base = {"heads": profile.heads, "head_dim": profile.head_dim, "repeats": 0, "threads": threads}
+    for length in profile.lengths:
+        specs.append({**base, "scheme": "none", "method": "sdpa_floor", "length": length})
+        for scheme in profile.schemes:
+            specs.append({**base, "scheme": scheme, "method": "posenc", "length": length,
+                          "repeats": profile.attention_repeats})
+            if length <= profile.materialize_max:
+                specs.append({**base, "scheme": scheme, "method": "materialized", "length": length})
+    return specs
+
+
+# -- the run and its tables -------------------------------------------------------------------
+
+@dataclass
+class Result:
+    profile: str
+    meta: dict = field(default_factory=dict)
+    rotary: list[dict] = field(default_factory=list)
+    attention: list[dict] = field(default_factory=list)
+
+
+def environment() -> dict:
+    """What the numbers depend on: versions, CPUs, threads, load."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    versions = {}
+    for dist in ("torch", "transformers", "rotary-embedding-torch", "numpy"):
+        try:
+            versions[dist] = version(dist)
+        except PackageNotFoundError:
+            versions[dist] = None
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "load_avg": list(os.getloadavg()), **versions}
+
+
+def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: int | None = None,
+        progress: Callable[[str], None] | None = None) -> Result:
+    """Runs the benchmark. ``threads`` sets torch's intra-op threads (default: torch's own);
+    ``progress`` gets one line per finished case."""
+    import torch
+
+    profile = PROFILES[profile_name]
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    say = progress or (lambda line: None)
+    try:
+        result = Result(profile=profile_name, meta={**environment(), "profile": asdict(profile)})
+        if "rotary" in what:
+            for case in rotary_cases(profile):
+                result.rotary.append(bench_rotary_case(case, profile))
+                say(f"{time.perf_counter() - start:6.1f} s  rotary {case.label}")
+        if "attention" in what:
+            for spec in attention_specs(profile, threads):
+                result.attention.append(run_attention_case(spec))
+                say(f"{time.perf_counter() - start:6.1f} s  attention {spec['scheme']} {spec['method']} "
+                    f"L={spec['length']}")
+    finally:
+        torch.set_num_threads(before)
+    result.meta["load_avg_end"] = list(os.getloadavg())
+    result.meta["wall_s"] = time.perf_counter() - start
+    return result
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.2f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{a / b:.2f}"
+
+
+def rotary_table(rows: list[dict]) -> str:
+    """One line per case and pass: times in ms, posenc as multiples of the copy and the peers."""
+    head = (f"{'case':<30} {'pass':<8} {'copy':>7} {'posenc':>7} {'apply':>7} {'cos/sin':>7} "
+            f"{'HF':>7} {'RET':>7} {'pe/copy':>7} {'pe/HF':>6} {'pe/RET':>6} {'ap/HF':>6} {'pe GB/s':>7}")
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        for pass_, t in row["seconds"].items():
+            short = "fwd" if pass_ == "forward" else "fwd+bwd"
+            moved = row["bytes"] * (2 if pass_ == "forward" else 4)
+            pe, hf, ret = t.get("posenc"), t.get("transformers"), t.get("rotary_embedding_torch")
+            peer = hf if hf is not None else ret
+            gbs = "-" if pe is None else f"{moved / pe / 1e9:.1f}"
+            lines.append(
+                f"{row['label']:<30} {short:<8} {_ms(t.get('copy')):>7} {_ms(pe):>7} {_ms(t.get('posenc_apply')):>7} "
+                f"{_ms(t.get('posenc_cos_sin')):>7} {_ms(hf):>7} {_ms(ret):>7} {_ratio(pe, t.get('copy')):>7} "
+                f"{_ratio(pe, hf):>6} {_ratio(pe, ret):>6} {_ratio(t.get('posenc_apply'), peer):>6} {gbs:>7}")
+    return "\n".join(lines)
+
+
+def attention_table(rows: list[dict]) -> str:
+    """One line per scheme, method and length: time, first call, peak RSS and its baselines."""
+    head = (f"{'scheme':<6} {'method':<12} {'L':>6} {'time s':>8} {'1st s':>7} {'peak GB':>8} "
+            f"{'import GB':>9} {'inputs GB':>9} {'x floor':>7}")
+    lines = [head, "-" * len(head)]
+    floor = {r["length"]: r.get("seconds") for r in rows if r["method"] == "sdpa_floor"}
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['scheme']:<6} {r['method']:<12} {r['length']:>6} error: {r['error']}")
+            continue
+        lines.append(f"{r['scheme']:<6} {r['method']:<12} {r['length']:>6} {r['seconds']:>8.3f} {r['first_s']:>7.2f} "
+                     f"{r['peak_rss_gb']:>8.2f} {r['rss_after_import_gb']:>9.2f} {r['rss_after_inputs_gb']:>9.2f} "
+                     f"{_ratio(r['seconds'], floor.get(r['length'])):>7}")
+    return "\n".join(lines)
+
+
+def report(result: Result) -> str:
+    """The tables ``posenc bench`` prints."""
+    meta = result.meta
+    parts = [f"posenc bench ({result.profile}): torch {meta.get('torch')}, {meta.get('torch_threads')} threads, "
+             f"{meta.get('cpus')} CPUs, load {meta['load_avg'][0]:.2f} -> {meta['load_avg_end'][0]:.2f}, "
+             f"{meta['wall_s']:.0f} s"]
+    if max(meta["load_avg"][0], meta["load_avg_end"][0]) > (meta.get("cpus") or 1):
+        parts.append("warning: the load exceeds the CPUs; other processes compete, so compare the "
+                     "ratios within this run, not the times")
+    if result.rotary:
+        parts += ["", "Rotary, median ms per tensor (HF = transformers apply_rotary_pos_emb, RET = "
+                  "rotary-embedding-torch; pe/X = posenc time / X time, < 1 is faster):",
+                  rotary_table(result.rotary)]
+        missing = {f"{k}: {v}" for r in result.rotary for k, v in r["missing"].items() if "n/a" not in v}
+        parts += [f"missing peer: {m}" for m in sorted(missing)]
+    if result.attention:
+        parts += ["", "Attention, causal float32, B=1, fresh process per case (peak = VmHWM, with the "
+                  "interpreter and q/k/v; posenc: flex, time after its compiling first call):",
+                  attention_table(result.attention)]
+        parts += [goal_line(result.attention)]
+    return "\n".join(parts)
+
+
+GOAL_LENGTH, GOAL_PEAK_GB = 32768, 1.5
+
+
+def goal_line(rows: list[dict]) -> str:
+    """The issue's goal: ALiBi and T5 forward at L=32768 under 1.5 GB peak RSS on CPU."""
+    peaks = {r["scheme"]: r.get("peak_rss_gb") for r in rows
+             if r["method"] == "posenc" and r["length"] == GOAL_LENGTH}
+    if not peaks:
+        return f"goal (L={GOAL_LENGTH} under {GOAL_PEAK_GB} GB): not measured in this profile"
+    met = all(p is not None and p < GOAL_PEAK_GB for p in peaks.values())
+    shown = ", ".join(f"{k} {'error' if p is None else f'{p:.2f} GB'}" for k, p in peaks.items())
+    return f"goal (L={GOAL_LENGTH} under {GOAL_PEAK_GB} GB peak): {'met' if met else 'NOT met'}: {shown}"
