@@ -1,0 +1,246 @@
+"""Train short, test long: the driver behind ``posenc extrapolate`` and ``posenc report``.
+
+A profile expands into runs (``posenc.bench.plan``); each run trains one model (or fine-tunes /
+re-scales a trained RoPE model), evaluates it at every length (``posenc.bench.runs``) and
+appends one line to the results file (``posenc.bench.results``) the moment it finishes.
+Starting again with the same arguments skips every finished run, so an interrupted benchmark
+(Ctrl-C, or the process killed) resumes where it stopped, at run granularity: a run cut off in
+the middle starts again from step 0, and no finished result is lost or written twice.
+
+Protocol (Press et al. 2022, arXiv:2108.12409; Kazemnejad et al. 2023, arXiv:2305.19466):
+- ``lm``: train at length L, score the same held-out bytes at L·{1, 1.5, 2, 4, 8, 16}, with
+  non-overlapping and sliding windows (see ``posenc.bench.data``);
+- ``scaling``: the trained RoPE model with linear / NTK / YaRN scaling, zero-shot (factor = T/L
+  at length T) and after a short fine-tune at F·L with factor F (and a no-scaling control);
+- ``tasks``: copy, reverse, sort, add, passkey trained on sizes <= n, exact match at larger sizes.
+
+Parallelism, CPU: independent runs go to ``jobs`` worker processes of one torch thread each
+(default: one per CPU). Small models gain little from intra-op threads, and several OpenMP
+threads on a busy machine can run many times slower than one. Under ``torchrun`` (or on a GPU)
+the runs go one at a time and each run's training is spread over the ranks with DDP.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posenc.bench.data import load_corpus, split
+from posenc.bench.distributed import Dist, available_cpus, barrier, broadcast, setup, teardown
+from posenc.bench.plan import Log, Run, available_schemes, plan, resolve_scheme
+from posenc.bench.profiles import Profile, settings_hash
+from posenc.bench.results import ResultStore
+from posenc.bench.runs import Context, execute, summary
+
+
+def checkpoints_dir(results: Path) -> Path:
+    return results.parent / f"{results.stem}-checkpoints"
+
+
+def _lm_data(profile: Profile, corpus: str | None):
+    """The corpus split for language modelling (None when no part needs it), its source and hash."""
+    if "lm" not in profile.parts and "scaling" not in profile.parts:
+        return None, "", ""
+    text = load_corpus(corpus, max_bytes=profile.lm.corpus_bytes)
+    data = split(text, heldout_tokens=profile.lm.heldout_tokens, lengths=profile.lm.lengths())
+    return data, text.source, text.sha256
+
+
+def _depends_on(run: Run, profile: Profile, corpus_sha: str) -> str | None:
+    """The key of the run whose checkpoint ``run`` needs (a scaling run needs its RoPE model)."""
+    if run.part != "scaling":
+        return None
+    base = Run("lm", run.seed, "rope", run.spec, settings_hash({"lm": profile.lm, "corpus": corpus_sha}),
+               profile=profile.name)
+    return base.key
+
+
+# -- worker processes --------------------------------------------------------------------------
+
+_WORKER: Context | None = None
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the driver dies (even by SIGKILL)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the driver is already gone
+        os._exit(1)
+
+
+def _init_worker(profile: Profile, corpus: str | None, checkpoints: str, corpus_sha: str, jobs: int) -> None:
+    global _WORKER
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    torch.set_num_threads(1)
+    data, source, sha = _lm_data(profile, corpus)
+    if sha != corpus_sha:
+        raise RuntimeError("the corpus changed while the benchmark was starting")
+    _WORKER = Context(profile, Dist(), Path(checkpoints), data, source, sha, 1, lambda msg: None, False, jobs)
+
+
+def _work(run: Run) -> dict[str, Any]:
+    if _WORKER is None:
+        raise RuntimeError("worker not initialised")
+    return execute(_WORKER, run)
+
+
+def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -> Iterator[dict[str, Any]]:
+    """Runs ``todo`` on ``jobs`` worker processes; yields records as they finish. A scaling run
+    waits for its RoPE model's run when both are to do."""
+    import multiprocessing
+
+    keys = {r.key for r in todo}
+    deps = {r.key: d for r in todo if (d := _depends_on(r, ctx.profile, ctx.corpus_sha)) in keys}
+    pending, finished = list(todo), set()
+    running: dict[Future, Run] = {}
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker,
+                               initargs=(ctx.profile, corpus, str(ctx.checkpoints), ctx.corpus_sha, jobs))
+
+    def submit_ready() -> None:
+        for run in [r for r in pending if deps.get(r.key) in (None, *finished)]:
+            pending.remove(run)
+            running[pool.submit(_work, run)] = run
+
+    try:
+        submit_ready()
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                run = running.pop(future)
+                record = future.result()  # a worker's error is raised here
+                finished.add(run.key)
+                yield record
+            submit_ready()
+    except BaseException:
+        # Ctrl-C, an error, or the consumer stopped: stop the workers now, not after their runs.
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in workers:
+            proc.kill()
+        raise
+    pool.shutdown(wait=True)
+
+
+def _serial(ctx: Context, todo: list[Run]) -> Iterator[dict[str, Any]]:
+    for run in todo:
+        yield execute(ctx, run)
+        barrier(ctx.dist)  # ranks start the next run together
+
+
+# -- driver ------------------------------------------------------------------------------------
+
+def _jobs_and_threads(dist: Dist, jobs: int | str, threads: int | None) -> tuple[int, int]:
+    """``jobs="auto"``: one worker per CPU (or per ``threads`` CPUs); 1 under torchrun or on a GPU."""
+    cpus = available_cpus()
+    if dist.active or dist.device.type == "cuda":
+        if jobs not in ("auto", 1):
+            raise ValueError(f"--jobs must be 1 under torchrun or on a GPU, got {jobs}")
+        return 1, threads or max(1, cpus // dist.local_world)
+    if jobs == "auto":
+        jobs = cpus if threads is None else max(1, cpus // threads)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer or 'auto', got {jobs!r}")
+    return jobs, threads or max(1, cpus // jobs)
+
+
+def iter_runs(profile: Profile, *, results: str | os.PathLike, schemes: list[str | dict[str, Any]] | None = None,
+              corpus: str | None = None, threads: int | None = None, jobs: int | str = 1,
+              device: str | None = None, log: Log | None = None, progress: bool = True,
+              run_missing: bool = True) -> Iterator[dict[str, Any]]:
+    """Runs every planned run that is not already in ``results`` and yields every record of the
+    plan in plan order (finished ones from the file). Rank 0 alone writes the file and yields.
+    With ``run_missing=False`` nothing is run: only the plan's finished records are yielded.
+
+    ``jobs > 1`` (or ``"auto"``, what the command line uses) runs independent runs in spawned
+    worker processes: a script that calls this needs the usual ``if __name__ == "__main__":``.
+    """
+    dist = setup(device)
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = log if dist.main else (lambda msg: None)
+    try:
+        jobs, threads = _jobs_and_threads(dist, jobs, threads)
+        torch.set_num_threads(threads)
+        names = list(schemes) if schemes else list(available_schemes(profile.schemes, say))
+        if not names:
+            raise ValueError("no schemes to run")
+        data, source, sha = _lm_data(profile, corpus)
+        runs = plan(profile, names, corpus_sha=sha, log=say)
+        results = Path(results)
+        store = ResultStore(results).open() if dist.main else None
+        try:
+            done = set(broadcast(sorted(store.records) if store else None, dist))
+            todo = [r for r in runs if r.key not in done] if run_missing else []
+            jobs = min(jobs, max(1, len(todo)))
+            ctx = Context(profile, dist, checkpoints_dir(results), data, source, sha, threads, say, progress, jobs)
+            say(f"posenc extrapolate: profile {profile.name}, {len(runs)} runs, {len(runs) - len(todo)} already in "
+                f"{results}, {len(todo)} to run ({_workers(dist, jobs, threads)})")
+            new = _parallel(ctx, todo, jobs=jobs, corpus=corpus) if jobs > 1 else _serial(ctx, todo)
+            yield from _in_plan_order(runs, store, new, say, progress and dist.main)
+        finally:
+            if store is not None:
+                store.close()
+    finally:
+        teardown(dist)
+
+
+def _workers(dist: Dist, jobs: int, threads: int) -> str:
+    if dist.active:
+        return f"{dist.world} DDP processes of {threads} thread{'s' * (threads > 1)}, {dist.device}"
+    if jobs > 1:
+        return f"{jobs} worker processes of 1 thread"
+    return f"1 process of {threads} thread{'s' * (threads > 1)}, {dist.device}"
+
+
+def _in_plan_order(runs: list[Run], store: ResultStore | None, new: Iterator[dict[str, Any]], say: Log,
+                   bar: bool) -> Iterator[dict[str, Any]]:
+    """Appends each new record as it arrives and yields every record of the plan in plan order."""
+    total, count = len(runs), (sum(r.key in store for r in runs) if store is not None else 0)
+    overall = _overall_bar(total, count) if bar else None
+    next_index = 0
+    try:
+        for record in new:
+            if store is None:  # ranks other than 0 only compute
+                continue
+            store.append(record)
+            count += 1
+            if overall is not None:
+                overall.update(1)
+            say(f"[{count}/{total}] {record['part']} {record['label']} seed {record['seed']}: {summary(record)} "
+                f"({record['seconds']:.1f} s)")
+            while next_index < total and runs[next_index].key in store:
+                yield store.records[runs[next_index].key]
+                next_index += 1
+        if store is not None:
+            yield from (store.records[r.key] for r in runs[next_index:] if r.key in store)
+    finally:
+        if overall is not None:
+            overall.close()
+
+
+def _overall_bar(total: int, done: int):
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, desc="runs", position=1, leave=False, dynamic_ncols=True)
+
+
+def run(profile: Profile, **kw: Any) -> list[dict[str, Any]]:
+    """Every record of the plan, in plan order (see ``iter_runs``); empty on ranks other than 0."""
+    return list(iter_runs(profile, **kw))
+
+
+__all__ = ["Run", "plan", "run", "iter_runs", "resolve_scheme", "checkpoints_dir"]

@@ -1,0 +1,135 @@
+"""The papers' claims, checked against what this run measured (never assumed).
+
+Each claim is a direction ("A is lower/higher than B") from a paper. A verdict compares the
+paired difference with its standard error (``posenc.bench.stats``): ``agrees`` when the
+difference has the paper's sign and exceeds 2 SE, ``disagrees`` when it has the opposite sign and
+exceeds 2 SE, ``no clear difference`` otherwise, ``not measured`` when a scheme is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from posenc.bench.stats import LMTable, TaskTable, learned_tasks, mean_reciprocal_rank
+
+PRESS = "Press et al. 2022"  # ALiBi; WikiText-103, trained at 512, tested to 15512 (~30L)
+KAZEMNEJAD = "Kazemnejad et al. 2023"  # algorithmic tasks, train sizes <= 20, test to 40
+SETTINGS = {PRESS: "WikiText-103, 247M parameters, trained at 512 tokens, tested to 15512 (~30L)",
+            KAZEMNEJAD: "algorithmic tasks, each trained separately, train sizes ≤ 20, test to 40"}
+KAZEMNEJAD_MRR = {"nope": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
+"""Their mean reciprocal ranks; their absolute scheme runs past the training length, so the
+sinusoidal one stands for it here (a learned table cannot run there at all)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    source: str
+    claim: str  # what the paper found, in words
+    measured: str  # what this run measured, in words
+    status: str  # agrees / disagrees / no clear difference / not measured
+
+
+def _status(delta: float, se: float, *, expect_negative: bool) -> str:
+    if abs(delta) <= 2 * se:
+        return "no clear difference"
+    return "agrees" if (delta < 0) == expect_negative else "disagrees"
+
+
+def _ppl_claim(table: LMTable, source: str, claim: str, lower: tuple[str, int], higher: tuple[str, int],
+               mode: str = "nonoverlap") -> Verdict:
+    """The paper found perplexity(lower) < perplexity(higher)."""
+    d = table.diff(lower, higher, mode)
+    if d is None:
+        return Verdict(source, claim, "not measured (a scheme or length is missing)", "not measured")
+    a, b = table.estimate(*lower[:1], mode, lower[1]), table.estimate(*higher[:1], mode, higher[1])
+    measured = (f"{lower[0]} @{lower[1]}: {a.ppl:.2f} vs {higher[0]} @{higher[1]}: {b.ppl:.2f} "
+                f"(ΔNLL {d.mean:+.4f} ± {d.se:.4f} nats/token)")
+    return Verdict(source, claim, measured, _status(d.mean, d.se, expect_negative=True))
+
+
+def lm_verdicts(table: LMTable) -> list[Verdict]:
+    L = table.train_length
+    long = max(table.lengths) if table.lengths else L
+    x = f"{long // L}L" if L else "long"
+    return [
+        _ppl_claim(table, PRESS, f"ALiBi does not degrade past L: 19.73 at L → 18.31 at 30L (here {x})",
+                   ("alibi", long), ("alibi", L)),
+        _ppl_claim(table, PRESS, f"sinusoidal degrades: 20.05 at L → 406 at 30L (here {x})",
+                   ("sinusoidal", L), ("sinusoidal", long)),
+        _ppl_claim(table, PRESS, f"rotary degrades: 20.07 at L → 79.25 at 30L (here {x})", ("rope", L), ("rope", long)),
+        _ppl_claim(table, PRESS, f"at {x}, ALiBi beats sinusoidal", ("alibi", long), ("sinusoidal", long)),
+        _ppl_claim(table, PRESS, f"at {x}, ALiBi beats rotary", ("alibi", long), ("rope", long)),
+        _ppl_claim(table, PRESS, f"at {x}, rotary beats sinusoidal (79.25 vs 406 at 30L)",
+                   ("rope", long), ("sinusoidal", long)),
+        _ppl_claim(table, PRESS, f"at {x}, ALiBi beats T5 (T5 holds to ~5L, then rises)",
+                   ("alibi", long), ("t5", long)),
+        _learned_verdict(table),
+    ]
+
+
+def _learned_verdict(table: LMTable) -> Verdict:
+    claim = "a learned absolute table cannot run past its length"
+    L = table.train_length
+    if "learned" not in table.labels():
+        return Verdict("Vaswani et al. 2017; Press et al. 2022", claim, "not measured", "not measured")
+    longer = [t for t in table.lengths if t > L]
+    blocked = [t for t in longer if t in table.cannot.get("learned", {})]
+    ran_at_l = table.estimate("learned", "nonoverlap", L) is not None
+    ok = ran_at_l and blocked == longer
+    measured = (f"ran at {L}; recorded as cannot-run at {', '.join(map(str, blocked)) or 'no length'}"
+                if ran_at_l else "did not run at L")
+    return Verdict("Vaswani et al. 2017; Press et al. 2022", claim, measured, "agrees" if ok else "disagrees")
+
+
+def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str], str], factor: int) -> list[Verdict]:
+    """Claims on RoPE scalings at the fine-tune length ``factor·L``; ``labels[(type, mode)]`` names
+    the scaling runs (``type`` "none" is the fine-tune without scaling)."""
+    merged = LMTable({**lm.blocks, **scaling.blocks}, {**lm.cannot, **scaling.cannot},
+                     sorted(set(lm.lengths) | set(scaling.lengths)), lm.train_length)
+    at = lm.train_length * factor
+    zero = {t: lab for (t, mode), lab in labels.items() if mode == "zero-shot"}
+    tuned = {t: lab for (t, mode), lab in labels.items() if mode == "fine-tune"}
+    out = []
+    for kind, source in (("ntk", "bloc97 2023 (NTK-aware); Peng et al. 2023"), ("yarn", "Peng et al. 2023 (YaRN)")):
+        if kind in zero:
+            out.append(_ppl_claim(merged, source, f"zero-shot {kind} beats plain RoPE at {factor}L",
+                                  (zero[kind], at), ("rope", at)))
+    if "linear" in tuned and "none" in tuned:
+        out.append(_ppl_claim(merged, "Chen et al. 2023 (position interpolation)",
+                              f"after a short fine-tune at {factor}L, linear interpolation beats "
+                              "fine-tuning without it",
+                              (tuned["linear"], at), (tuned["none"], at)))
+    if "yarn" in tuned and "linear" in tuned:
+        out.append(_ppl_claim(merged, "Peng et al. 2023 (YaRN)",
+                              f"fine-tuned at {factor}L, YaRN beats linear interpolation",
+                              (tuned["yarn"], at), (tuned["linear"], at)))
+    return out
+
+
+def task_verdicts(table: TaskTable) -> tuple[list[Verdict], dict[str, float], list[str]]:
+    """Kazemnejad et al.'s order on sizes past training, the measured mean reciprocal ranks, and
+    the tasks they are computed on (those some scheme learned in distribution)."""
+    labels = [lab for lab in KAZEMNEJAD_MRR if lab in table.labels()]
+    ood = [s for s in table.sizes if s > table.max_size]
+    tasks = learned_tasks(table)
+    mrr = mean_reciprocal_rank(table, labels, min_size=min(ood), tasks=tasks) if ood and labels and tasks else {}
+    order = list(KAZEMNEJAD_MRR)
+    out = []
+    for better, worse in zip(order, order[1:]):
+        claim = f"{better} generalises better than {worse} (MRR {KAZEMNEJAD_MRR[better]} vs {KAZEMNEJAD_MRR[worse]})"
+        if better not in labels or worse not in labels or not ood or not tasks:
+            out.append(Verdict(KAZEMNEJAD, claim, "not measured (no task learned, or a scheme missing)",
+                               "not measured"))
+            continue
+        diff, var, cells = 0.0, 0.0, 0
+        for task in tasks:
+            for size in ood:
+                a, b = table.estimate(better, task, size), table.estimate(worse, task, size)
+                diff += (a.mean if a else 0.0) - (b.mean if b else 0.0)
+                var += (a.se**2 if a else 0.0) + (b.se**2 if b else 0.0)
+                cells += 1
+        diff, se = diff / cells, var**0.5 / cells
+        measured = (f"mean exact match past training {diff:+.3f} ± {se:.3f}; "
+                    f"MRR {mrr.get(better, float('nan')):.2f} vs {mrr.get(worse, float('nan')):.2f}")
+        out.append(Verdict(KAZEMNEJAD, claim, measured, _status(diff, se, expect_negative=False)))
+    return out, mrr, tasks

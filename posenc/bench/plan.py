@@ -1,0 +1,128 @@
+"""The plan: a profile and a list of schemes expand into runs, each with a stable key.
+
+A run's key hashes (profile, part, full scheme spec, variant, seed, settings hash), so the same
+arguments give the same keys and a finished run is recognised in the results file. User schemes
+are SPEC strings (``posenc.spec``); the sizes they leave out come from the benchmark's model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from posenc import registry
+from posenc.bench import tasks as T
+from posenc.bench.model import GPTConfig, build_pe
+from posenc.bench.profiles import Profile, settings_hash
+
+Log = Callable[[str], None]
+
+
+# -- schemes -----------------------------------------------------------------------------------
+
+def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions: int) -> tuple[str, dict[str, Any]]:
+    """A SPEC (name, ``name:k=v,...``, JSON) as ``(label, full spec)`` sized for the model.
+
+    Sizes the spec leaves out come from the model (``d_model``, ``head_dim``, ``num_heads``) and
+    the longest training sequence (``max_positions``); a bias with a ``bidirectional`` switch
+    is made causal (T5's decoder buckets), unless the spec says otherwise.
+    """
+    from posenc import spec as S
+
+    given = S.as_spec(text)
+    filled = S.fill_sizes(given, dim=cfg.n_embd, num_heads=cfg.n_head, length=max_positions,
+                          head_dim=cfg.head_dim)
+    plain = isinstance(text, str) and text.strip() == given["scheme"]
+    label = given["scheme"] if plain else S.label(filled)
+    if "bidirectional" in registry.get(given["scheme"]).params and "bidirectional" not in given:
+        filled["bidirectional"] = False
+    full = registry.normalize_spec(filled)
+    build_pe(full, cfg)  # fails now, with the sizes named, rather than when its run starts
+    return label, full
+
+
+def available_schemes(names: tuple[str, ...], log: Log) -> tuple[str, ...]:
+    """The profile's default schemes that this posenc has (a missing one is reported, not fatal)."""
+    known = set(registry.schemes())
+    out = tuple(n for n in names if n in known)
+    for n in names:
+        if n not in known:
+            log(f"note: scheme {n!r} is not available in this posenc; skipped")
+    return out
+
+
+# -- the plan ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    part: str  # "lm", "scaling" or "tasks"
+    seed: int
+    label: str  # legend label
+    spec: dict[str, Any]  # the full pe spec (scaling: the base RoPE's)
+    settings: str  # hash of the settings the numbers depend on
+    variant: dict[str, Any] = field(default_factory=dict)  # scaling: type, mode, factor
+    profile: str = ""
+
+    @property
+    def key(self) -> str:
+        text = json.dumps({"profile": self.profile, "part": self.part, "spec": self.spec, "variant": self.variant,
+                           "seed": self.seed, "settings": self.settings}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def task_max_positions(profile: Profile) -> int:
+    return max(T.seq_len(t, profile.tasks.max_size) for t in profile.tasks.tasks)
+
+
+def scaling_dict(kind: str, factor: float, original: int) -> dict[str, Any]:
+    """``{"type": kind, "factor": factor}`` plus ``original_max_positions`` where the type takes it."""
+    from posenc import scaling
+
+    params = inspect.signature(scaling.SCALINGS[kind]).parameters
+    out: dict[str, Any] = {"type": kind, "factor": float(factor)}
+    if "original_max_positions" in params:
+        out["original_max_positions"] = int(original)
+    return out
+
+
+def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: str, log: Log) -> list[Run]:
+    """Every run of the profile, in order: per seed, LM per scheme, scalings, tasks per scheme."""
+    from posenc import scaling
+
+    lm_settings = settings_hash({"lm": profile.lm, "corpus": corpus_sha})
+    sc_settings = settings_hash({"lm": profile.lm, "scaling": profile.scaling, "corpus": corpus_sha})
+    task_settings = settings_hash({"tasks": profile.tasks})
+    lm_specs = [resolve_scheme(s, profile.lm.model, max_positions=profile.lm.train_length) for s in schemes]
+    task_specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile)) for s in schemes]
+    base = next(((lab, sp) for lab, sp in lm_specs if sp["scheme"] == "rope" and sp.get("scaling") is None), None)
+    types = [t for t in profile.scaling.types if t in scaling.SCALINGS]
+    for t in profile.scaling.types:
+        if t not in scaling.SCALINGS:
+            log(f"note: RoPE scaling {t!r} is not available in this posenc; skipped")
+    if "scaling" in profile.parts and base is None:
+        log("note: no unscaled 'rope' scheme among the schemes, so the RoPE scalings are skipped")
+    runs: list[Run] = []
+    for seed in profile.seeds:
+        if "lm" in profile.parts:
+            runs += [Run("lm", seed, lab, sp, lm_settings, profile=profile.name) for lab, sp in lm_specs]
+        if "scaling" in profile.parts and base is not None:
+            f = profile.scaling.finetune_factor
+            for mode, kinds in (("zero-shot", types), ("fine-tune", ["none", *types])):
+                for kind in kinds:
+                    variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
+                    runs.append(Run("scaling", seed, scaling_label(kind, mode, f), base[1], sc_settings,
+                                    variant, profile.name))
+        if "tasks" in profile.parts:
+            runs += [Run("tasks", seed, lab, sp, task_settings, profile=profile.name) for lab, sp in task_specs]
+    return runs
+
+
+def scaling_label(kind: str, mode: str, factor: int) -> str:
+    if mode == "zero-shot":
+        return f"rope + {kind} (zero-shot)"
+    what = "no scaling" if kind == "none" else f"{kind} x{factor}"
+    return f"rope + {what} (fine-tuned at {factor}L)"

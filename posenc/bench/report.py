@@ -1,0 +1,298 @@
+"""``posenc report``: the benchmark and the analysis as one self-contained, offline HTML page.
+
+Runs (or reuses, from ``OUT/results.jsonl``) the extrapolation benchmark of a profile, then writes
+``OUT/index.html`` with every figure embedded as a base64 PNG (also saved under ``OUT/figures/``).
+A Content-Security-Policy forbids the page any network fetch. Sections: what was measured and
+the verdict on each claim of the papers; the seed claims demonstrated with ``posenc.plot`` and
+``posenc.demo``; perplexity and accuracy by length with tables; RoPE scalings; hardware,
+versions, timings and settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import posenc
+from posenc.bench import figures as F
+from posenc.bench import findings, stats
+from posenc.bench.demos import demonstrations
+from posenc.bench.page import Page, e, status
+from posenc.bench.page import table as html_table
+from posenc.bench.profiles import Profile
+
+
+def _ppl_table(table: stats.LMTable, labels: list[str], mode: str) -> str:
+    rows = []
+    for label in labels:
+        cells = [e(label)]
+        for t in table.lengths:
+            est = table.estimate(label, mode, t)
+            if est is not None:
+                lo, hi = est.ppl_interval()
+                extra = f", seed sd {est.seed_sd:.3f}" if est.seeds > 1 else ""
+                cells.append(f"{est.ppl:.2f} <span class=muted>[{lo:.2f}–{hi:.2f}{extra}]</span>")
+            elif t in table.cannot.get(label, {}):
+                cells.append(f'<span class=muted title="{e(table.cannot[label][t])}">cannot run</span>')
+            else:
+                cells.append("—")
+        rows.append(cells)
+    head = ["scheme"] + [f"{t} ({t / table.train_length:g}L)" for t in table.lengths]
+    return html_table(head, rows)
+
+
+def _verdicts(verdicts: list[findings.Verdict]) -> str:
+    rows = [[e(v.source), e(v.claim), e(v.measured), status(v.status)] for v in verdicts]
+    sources = [src for src in findings.SETTINGS if any(v.source == src for v in verdicts)]
+    where = "".join(f"<li>{e(src)}: {e(findings.SETTINGS[src])}</li>" for src in sources)
+    return ((f"<ul class=muted>{where}</ul>" if where else "")
+            + html_table(["source", "the paper found", "measured here", "verdict"], rows, text=True))
+
+
+def _honesty(verdicts: list[findings.Verdict]) -> str:
+    bad = [v for v in verdicts if v.status == "disagrees"]
+    unclear = [v for v in verdicts if v.status == "no clear difference"]
+    parts = []
+    if bad:
+        parts.append("<p><b>Where this run disagrees with the papers:</b></p><ul>"
+                     + "".join(f"<li>{e(v.claim)} ({e(v.source)}): measured {e(v.measured)}</li>" for v in bad)
+                     + "</ul>")
+    else:
+        parts.append("<p>No measured difference contradicts the papers by more than two standard errors.</p>")
+    if unclear:
+        parts.append(f"<p>{len(unclear)} claim(s) show no clear difference at this scale (within two standard "
+                     "errors): the run neither confirms nor refutes them — " + "; ".join(e(v.claim) for v in unclear)
+                     + ".</p>")
+    return "".join(parts)
+
+
+def _headline(lm_recs: list[dict[str, Any]]) -> str:
+    """The measured order at the longest length, best first."""
+    if not lm_recs:
+        return ""
+    table = stats.lm_table(lm_recs)
+    long = max(table.lengths)
+    ranked = sorted(((est.ppl, lab) for lab in table.labels()
+                     if (est := table.estimate(lab, "nonoverlap", long)) is not None))
+    blocked = [lab for lab in table.labels() if long in table.cannot.get(lab, {})]
+    order = " &lt; ".join(f"{e(lab)} {ppl:.2f}" for ppl, lab in ranked)
+    tail = f"; cannot run there: {e(', '.join(blocked))}" if blocked else ""
+    return (f"<p><b>Measured perplexity at {long} tokens ({long // table.train_length}× the training length), "
+            f"best first:</b> {order}{tail}.</p>")
+
+
+def _scale_note(profile: Profile, lm_records: list[dict[str, Any]]) -> str:
+    lm = profile.lm
+    params = lm_records[0].get("params") if lm_records else None
+    tokens = lm.train.steps * lm.train.batch_size * lm.train_length
+    return (f'<p class="note">Scale: a {lm.model.n_layer}-layer decoder, width {lm.model.n_embd}, '
+            f"{lm.model.n_head} heads ({params or '?'} parameters), trained for {lm.train.steps} steps of "
+            f"{lm.train.batch_size} × {lm.train_length} bytes ({tokens:,} training tokens), {len(profile.seeds)} "
+            f"seed(s). Press et al. trained 247M-parameter models on WikiText-103 at 512 tokens; Kazemnejad et al. "
+            "trained on each task separately for far longer. These are the numbers this small run measured, not "
+            "a reproduction of the papers: a claim is marked as agreeing only when the measured difference exceeds "
+            "two standard errors, and any disagreement is listed, not hidden.</p>")
+
+
+def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> list[findings.Verdict]:
+    page.add("<h2>3. Language modelling: perplexity by evaluation length</h2>")
+    if not lm_recs:
+        page.add("<p>Not run in this profile.</p>")
+        return []
+    table = stats.lm_table(lm_recs)
+    labels = list(dict.fromkeys(r["label"] for r in lm_recs))
+    src = lm_recs[0].get("corpus") or {}
+    n_blocks = next((len(row["block_nll"]) for r in lm_recs for row in r["eval"] if "block_nll" in row), 0)
+    page.add(f"<p>Trained at L = {table.train_length} bytes on <code>{e(str(src.get('source', '?')))}</code> "
+             f"(sha256 {e(str(src.get('sha256', '?'))[:12])}…); every length is scored on the same "
+             f"{profile.lm.heldout_tokens // max(1, table.lengths[-1]) * table.lengths[-1]:,}-byte held-out stream, "
+             f"so lengths differ only in context. Intervals are 95% from {n_blocks} blocks of the stream"
+             f"{' and the seed spread' if len(profile.seeds) > 1 else ''}; differences between schemes are paired "
+             "block by block.</p>")
+    page.figure("perplexity", lambda: F.perplexity(table, labels),
+                "Perplexity per byte (lower is better) against evaluation length; dashed: training length.")
+    for mode, name in F.MODES.items():
+        page.add(f"<h3>{e(name)}</h3>" + _ppl_table(table, labels, mode))
+    page.figure("lm_training_loss", lambda: F.losses(lm_recs, steps=profile.lm.train.steps,
+                                                     title="language-modelling training loss"),
+                "Training loss per scheme (same batches for every scheme).")
+    return findings.lm_verdicts(table)
+
+
+def _scaling_section(page: Page, lm_recs: list[dict[str, Any]],
+                     sc_recs: list[dict[str, Any]]) -> list[findings.Verdict]:
+    page.add("<h2>4. RoPE scalings on the trained RoPE model</h2>")
+    if not sc_recs or not lm_recs:
+        page.add("<p>Not run in this profile (it needs an unscaled <code>rope</code> scheme).</p>")
+        return []
+    lm, sc = stats.lm_table(lm_recs), stats.lm_table(sc_recs)
+    labels = {(r["variant"]["type"], r["variant"]["mode"]): r["label"] for r in sc_recs}
+    factor = next((r["variant"]["factor"] for r in sc_recs if r["variant"]["mode"] == "fine-tune"), 4)
+    page.add("<p>Zero-shot: the trained RoPE model's frequencies are rescaled at each length T with factor T/L "
+             f"(no training). Fine-tuned: a short fine-tune at {factor}L with factor {factor} (and a control "
+             f"fine-tuned at {factor}L without scaling), then evaluated at every length.</p>")
+    page.figure("rope_scalings", lambda: F.scaling(lm, sc, labels), "RoPE scalings: zero-shot and after a fine-tune.")
+    merged = stats.LMTable({**lm.blocks, **sc.blocks}, {**lm.cannot, **sc.cannot},
+                           sorted(set(lm.lengths) | set(sc.lengths)), lm.train_length)
+    page.add(_ppl_table(merged, ["rope", *labels.values()], "nonoverlap"))
+    return findings.scaling_verdicts(lm, sc, labels, int(factor))
+
+
+def _task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[findings.Verdict]:
+    page.add("<h2>5. Algorithmic tasks and passkey retrieval: exact match by size</h2>")
+    if not task_recs:
+        page.add("<p>Not run in this profile.</p>")
+        return []
+    table = stats.task_table(task_recs)
+    labels = list(dict.fromkeys(r["label"] for r in task_recs))
+    page.add(f"<p>One model per scheme trained on all of {', '.join(table.tasks)} (one task per batch, in turn) "
+             f"with sizes 1…{table.max_size}; "
+             "exact match (every answer token right under greedy decoding) on the same fixed examples for every "
+             "scheme; 95% binomial intervals. Cells show exact match and, in grey, the fraction of answer tokens "
+             "right.</p>")
+    page.figure("task_accuracy", lambda: F.accuracy(table, labels),
+                "Exact match against size; dashed: largest trained size.")
+    for task in table.tasks:
+        rows = []
+        for label in labels:
+            cells = [e(label)]
+            for s in table.sizes:
+                est = table.estimate(label, task, s)
+                if est is not None:
+                    cells.append(f"{est.mean:.2f} <span class=muted>({table.token_acc(label, task, s):.2f})</span>")
+                else:
+                    cells.append("<span class=muted>cannot run</span>")
+            rows.append(cells)
+        page.add(f'<div class="side"><h3>{e(task)}</h3>'
+                 + html_table(["scheme"] + [f"n={s}" for s in table.sizes], rows) + "</div>")
+    verdicts, mrr, learned = findings.task_verdicts(table)
+    unlearned = [t for t in table.tasks if t not in learned]
+    if unlearned:
+        page.add(f'<p class="note">Not learned at this scale (no scheme reaches 50% exact match even at the '
+                 f"trained size {table.max_size}): {', '.join(unlearned)}. These say nothing about length "
+                 "generalisation and are left out of the ranking and the verdicts below.</p>")
+    if mrr:
+        rows = [[e(k), f"{findings.KAZEMNEJAD_MRR[k]:.2f}", f"{v:.2f}"] for k, v in mrr.items()]
+        page.add(f"<h3>Mean reciprocal rank past the training sizes ({', '.join(learned)})</h3>"
+                 + html_table(["scheme", "Kazemnejad et al. 2023", "measured"], rows)
+                 + "<p class=muted>Their absolute-position scheme is represented by sinusoidal (a learned table "
+                   "cannot run past its length).</p>")
+    return verdicts
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _environment_section(page: Page, profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    import matplotlib
+    import numpy
+    import torch
+
+    from posenc.bench.distributed import available_cpus
+
+    env = records[-1]["env"] if records else {}
+    page.add("<h2>6. Hardware, versions, timing and settings</h2>")
+    rows = [["CPU", e(_cpu_model())], ["CPUs available", str(available_cpus())],
+            ["device", e(str(env.get("device", "cpu")))], ["parallel runs × DDP processes × torch threads",
+             f"{env.get('jobs', 1)} × {env.get('world_size', 1)} × {env.get('threads', '?')}"],
+            ["platform", e(platform.platform())], ["python", platform.python_version()],
+            ["posenc", posenc.__version__], ["torch", torch.__version__], ["numpy", numpy.__version__],
+            ["matplotlib", matplotlib.__version__],
+            ["benchmark runs", f"{len(records)} ({meta['new']} run now, {meta['reused']} reused from results.jsonl)"],
+            ["compute time of the runs",
+             f"{sum(r.get('seconds', 0) for r in records):.1f} s (as each run measured it)"],
+            ["this report command", f"{meta['wall_seconds']:.1f} s wall (benchmark {meta['bench_seconds']:.1f} s, "
+                                    f"analysis and figures {meta['render_seconds']:.1f} s)"],
+            ["generated", e(meta["generated"])]]
+    page.add(html_table(["", ""], rows))
+    per = [[e(r["part"]), e(r["label"]), str(r["seed"]), f"{r.get('seconds', 0):.1f}",
+            f"{r.get('train_seconds', 0):.1f}"] for r in records]
+    page.add("<details><summary>time per run</summary>"
+             + html_table(["part", "scheme", "seed", "seconds", "of which training"], per)
+             + "</details>")
+    page.add(f"<h3>Settings: profile <code>{e(profile.name)}</code></h3><p>{e(profile.description)}</p>"
+             f"<pre>{e(json.dumps(profile.to_dict(), indent=1, default=str))}</pre>")
+    specs = {r["label"]: r["spec"] for r in records if r["part"] != "scaling"}
+    page.add("<details><summary>scheme specs</summary><pre>" + e(json.dumps(specs, indent=1)) + "</pre></details>")
+
+
+def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> Page:
+    """The whole page for ``records`` (the plan's results, in plan order)."""
+    by_part = {p: [r for r in records if r["part"] == p] for p in ("lm", "scaling", "tasks")}
+    page = Page()
+    page.add(f"<h1>posenc report — train short, test long (profile <code>{e(profile.name)}</code>)</h1>"
+             f"<p class=muted>Generated {e(meta['generated'])} by <code>posenc report --profile {e(profile.name)}"
+             "</code>. Offline: every figure is embedded; the page fetches nothing.</p>")
+    body = Page()
+    demonstrations(body)
+    verdicts = _lm_section(body, profile, by_part["lm"])
+    verdicts += _scaling_section(body, by_part["lm"], by_part["scaling"])
+    verdicts += _task_section(body, by_part["tasks"])
+    meta["render_seconds"] = time.perf_counter() - meta["render_start"]
+    meta["wall_seconds"] = time.perf_counter() - meta["start"]
+    _environment_section(body, profile, records, meta)
+    page.add("<h2>1. Summary: the papers' claims against this run</h2>" + _scale_note(profile, by_part["lm"])
+             + _headline(by_part["lm"]) + _verdicts(verdicts) + _honesty(verdicts))
+    page.parts += body.parts
+    page.figures.update(body.figures)
+    page.errors += body.errors
+    return page
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benchmark: bool = True,
+                log: Callable[[str], None] | None = None, **run_kw: Any) -> Path | None:
+    """Runs (or reuses) the benchmark into ``out/results.jsonl`` and writes ``out/index.html``.
+
+    Returns the page's path (None on ranks other than 0 under torchrun).
+    """
+    from posenc.bench.extrapolate import iter_runs
+    from posenc.bench.results import load
+
+    start = time.perf_counter()
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.jsonl"
+    before = set(load(results))
+    if not run_benchmark and not before:
+        raise ValueError(f"no results in {str(results)!r} to render; run without --no-run first")
+    records = list(iter_runs(profile, results=results, log=log, run_missing=run_benchmark, **run_kw))
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None
+    if not records:
+        raise ValueError(f"no results for profile {profile.name!r} in {str(results)!r}; run without --no-run")
+    render_start = time.perf_counter()
+    meta = {"start": start, "render_start": render_start, "bench_seconds": render_start - start,
+            "new": sum(r["key"] not in before for r in records), "reused": sum(r["key"] in before for r in records),
+            "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    page = render(profile, records, meta)
+    (out / "figures").mkdir(exist_ok=True)
+    for name, data in page.figures.items():
+        _write_atomic(out / "figures" / name, data)
+    index = out / "index.html"
+    _write_atomic(index, page.html(f"posenc report ({profile.name})").encode())
+    for err in page.errors:
+        print(f"posenc report: warning: {err}", file=sys.stderr)
+    return index

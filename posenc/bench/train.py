@@ -1,0 +1,69 @@
+"""The training loop shared by language modelling, the tasks and the RoPE-scaling fine-tune.
+
+AdamW (betas 0.9/0.95, weight decay on matrices and embeddings, as nanoGPT), linear warm-up then
+cosine decay to lr/10, global gradient-norm clipping. The loss is the sum of the scored tokens'
+NLL divided by the scored-token count of the whole global batch, times the world size (DDP
+averages gradients over ranks), so 1 process and N processes take the same steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from posenc.bench.distributed import Dist, all_sum, wrap
+from posenc.bench.model import token_nll
+from posenc.bench.profiles import TrainConfig
+
+# A step's global batch: tokens (B, T+1) and the mask (B, T) of scored targets (None: all).
+BatchFn = Callable[[int], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def learning_rate(step: int, cfg: TrainConfig, peak: float) -> float:
+    if step < cfg.warmup:
+        return peak * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def train(model: torch.nn.Module, cfg: TrainConfig, next_batch: BatchFn, *, dist: Dist,
+          lr: float | None = None, steps: int | None = None,
+          on_step: Callable[[int, float], None] | None = None) -> list[float]:
+    """Trains ``model`` in place; returns the loss (mean NLL of the global batch) of every step."""
+    steps = cfg.steps if steps is None else steps
+    peak = cfg.lr if lr is None else lr
+    if cfg.batch_size < dist.world:
+        raise ValueError(f"batch_size={cfg.batch_size} must be >= the number of processes ({dist.world})")
+    model.train()
+    net = wrap(model, dist)
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=peak, betas=(0.9, 0.95))
+    schedule = TrainConfig(steps=steps, warmup=min(cfg.warmup, steps), batch_size=cfg.batch_size)
+    losses: list[float] = []
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, schedule, peak)
+        tokens, mask = next_batch(step)  # the global batch, identical on every rank
+        if mask is None:
+            mask = torch.ones(tokens.shape[0], tokens.shape[1] - 1, dtype=torch.bool)
+        count = int(mask.sum())
+        local = tokens[dist.rank::dist.world].to(dist.device)  # (b, T+1)
+        local_mask = mask[dist.rank::dist.world].to(dist.device)  # (b, T)
+        nll = token_nll(net(local[:, :-1]), local[:, 1:])  # (b, T)
+        loss_sum = (nll * local_mask).sum()
+        opt.zero_grad(set_to_none=True)
+        (loss_sum * (dist.world / count)).backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        loss = float(all_sum(loss_sum.detach(), dist)) / count
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"training diverged at step {step}: loss {loss}")
+        losses.append(loss)
+        if on_step is not None:
+            on_step(step, loss)
+    model.eval()
+    return losses

@@ -1,0 +1,99 @@
+"""``posenc extrapolate`` (train short, test long) and ``posenc report`` (the benchmark and the
+analysis as one offline HTML page)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+PROFILE_NAMES = ("smoke", "quick", "full")
+PART_NAMES = ("lm", "scaling", "tasks")
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise ValueError(f"--seeds must be comma-separated non-negative integers like 0,1,2; got {text!r}") from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise ValueError(f"--seeds must be comma-separated non-negative integers like 0,1,2; got {text!r}")
+    return tuple(dict.fromkeys(seeds))
+
+
+def _positive(name: str, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
+    p.add_argument("--profile", choices=PROFILE_NAMES, default=default_profile,
+                   help="smoke: seconds (tests); quick: minutes on 2 CPU cores; full: 3 seeds "
+                        f"(default {default_profile})")
+    p.add_argument("--scheme", action="append", metavar="SPEC", dest="schemes",
+                   help="a scheme to run instead of the profile's list (repeatable): a name, name:key=value,... "
+                        "or a JSON file; sizes come from the model")
+    p.add_argument("--part", action="append", choices=PART_NAMES, dest="parts",
+                   help="run only these parts (repeatable): lm, scaling, tasks (default: all)")
+    p.add_argument("--seeds", type=str, default=None, help="comma-separated seeds (default: the profile's)")
+    p.add_argument("--corpus", metavar="FILE", default=None,
+                   help="a text file for language modelling (default: the Python standard library's sources)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="runs in parallel, one worker process each (default: one per CPU; 1 under torchrun)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per process (default: 1 with parallel jobs, else CPUs / processes)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _profile(args: argparse.Namespace):
+    from posenc.bench.profiles import get_profile, with_overrides
+
+    return with_overrides(get_profile(args.profile), seeds=_seeds(args.seeds) if args.seeds else None,
+                          parts=tuple(dict.fromkeys(args.parts)) if args.parts else None)
+
+
+def _run_kwargs(args: argparse.Namespace) -> dict:
+    return {"schemes": args.schemes, "corpus": args.corpus, "threads": _positive("--threads", args.threads),
+            "jobs": _positive("--jobs", args.jobs) or "auto",
+            "device": args.device, "progress": not args.no_progress}
+
+
+def cmd_extrapolate(args: argparse.Namespace) -> int:
+    from posenc.bench.extrapolate import run
+
+    profile = _profile(args)
+    out = args.out or f"extrapolate-{profile.name}.jsonl"
+    records = run(profile, results=out, **_run_kwargs(args))
+    if records:
+        print(f"{len(records)} results in {out}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from posenc.bench.report import make_report
+
+    profile = _profile(args)
+    path = make_report(profile, out=Path(args.out), run_benchmark=not args.no_run, **_run_kwargs(args))
+    if path is not None:
+        print(f"report written to {path}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("extrapolate", help="train short, test long: perplexity and task accuracy by length",
+                       description="Trains a small decoder per scheme at one length and evaluates it at longer "
+                                   "ones; results are appended to a JSONL file as each run finishes, and a "
+                                   "second start with the same arguments resumes where the first stopped.")
+    _common(p, default_profile="quick")
+    p.add_argument("--out", metavar="FILE", default=None, help="results file (default: extrapolate-PROFILE.jsonl)")
+    p.set_defaults(func=cmd_extrapolate)
+
+    r = sub.add_parser("report", help="run (or reuse) the benchmark and write the offline HTML report",
+                       description="Runs the extrapolation benchmark (reusing finished results in "
+                                   "OUT/results.jsonl) and the analysis, and writes OUT/index.html: figures "
+                                   "embedded, nothing fetched from the network.")
+    _common(r, default_profile="quick")
+    r.add_argument("--out", metavar="DIR", default="report", help="output folder (default: report)")
+    r.add_argument("--no-run", action="store_true", help="only render the results already in OUT/results.jsonl")
+    r.set_defaults(func=cmd_report)

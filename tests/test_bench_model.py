@@ -1,0 +1,100 @@
+"""The benchmark's model: any registered scheme plugs in, attention stays causal, RoPE scalings swap
+in without touching the weights, and a length a scheme cannot run at is reported, not crashed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import posenc
+from posenc.bench.evaluate import cannot_run
+from posenc.bench.extrapolate import resolve_scheme
+from posenc.bench.model import GPTConfig, TinyGPT
+
+CFG = GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2)
+
+
+def _model(name: str, cfg: GPTConfig = CFG, max_positions: int = 24) -> TinyGPT:
+    torch.manual_seed(0)
+    _, spec = resolve_scheme(name, cfg, max_positions=max_positions)
+    return TinyGPT(cfg, spec).eval()
+
+
+@pytest.mark.parametrize("name", posenc.schemes())
+def test_every_scheme_is_causal(name):
+    """Changing token t changes no logit before t, and does change the logits at t (position-aware or not)."""
+    model = _model(name)
+    x = torch.randint(0, CFG.vocab_size, (2, 20), generator=torch.Generator().manual_seed(1))
+    y = x.clone()
+    y[:, 12] = (y[:, 12] + 1) % CFG.vocab_size
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert a.shape == (2, 20, CFG.vocab_size)
+    torch.testing.assert_close(a[:, :12], b[:, :12], rtol=0, atol=1e-5)
+    assert (a[:, 12:] - b[:, 12:]).abs().max() > 1e-4
+
+
+def test_positions_matter_except_for_nope():
+    """Without a causal mask difference, shifting every position changes the output of a scheme that
+    uses absolute positions and leaves a relative one unchanged; NoPE ignores positions."""
+    x = torch.randint(0, CFG.vocab_size, (1, 10), generator=torch.Generator().manual_seed(2))
+    pos = torch.arange(10)
+    with torch.no_grad():
+        for name, moves in (("sinusoidal", True), ("rope", False), ("alibi", False), ("nope", False)):
+            model = _model(name)
+            diff = (model(x, pos) - model(x, pos + 5)).abs().max()
+            assert (diff > 1e-4) == moves, (name, float(diff))
+
+
+def test_resolve_fills_sizes_and_makes_t5_causal():
+    label, spec = resolve_scheme("t5", CFG, max_positions=24)
+    assert label == "t5" and spec["num_heads"] == CFG.n_head and spec["bidirectional"] is False
+    label, spec = resolve_scheme("rope:base=500", CFG, max_positions=24)
+    assert spec["head_dim"] == CFG.head_dim and spec["base"] == 500.0 and "500" in label
+    _, spec = resolve_scheme("learned", CFG, max_positions=24)
+    assert spec["max_positions"] == 24 and spec["d_model"] == CFG.n_embd
+    with pytest.raises(ValueError, match="unknown scheme"):
+        resolve_scheme("nosuchscheme", CFG, max_positions=24)
+
+
+def test_mismatched_sizes_raise():
+    with pytest.raises(ValueError, match="head_dim"):
+        TinyGPT(CFG, {"scheme": "rope", "head_dim": CFG.head_dim * 2})
+    with pytest.raises(ValueError, match="num_heads"):
+        TinyGPT(CFG, {"scheme": "alibi", "num_heads": CFG.n_head + 1})
+    with pytest.raises(ValueError, match="d_model"):
+        TinyGPT(CFG, {"scheme": "sinusoidal", "d_model": CFG.n_embd * 2})
+    with pytest.raises(ValueError, match="multiple of n_head"):
+        GPTConfig(n_embd=10, n_head=4)
+
+
+def test_learned_cannot_run_past_its_table_and_others_can():
+    learned = _model("learned", max_positions=24)
+    assert cannot_run(learned, 24) is None
+    reason = cannot_run(learned, 25)
+    assert reason is not None and "max_positions=24" in reason
+    for name in ("rope", "alibi", "t5", "sinusoidal", "nope"):
+        assert cannot_run(_model(name), 1000) is None, name
+
+
+def test_rope_scaling_swaps_frequencies_not_weights():
+    model = _model("rope")
+    x = torch.randint(0, CFG.vocab_size, (1, 40), generator=torch.Generator().manual_seed(3))
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        before = model(x)
+        model.set_pe({**model.pe_spec, "scaling": {"type": "linear", "factor": 4.0}})
+        after = model(x)
+    assert model.pe_spec["scaling"]["factor"] == 4.0
+    assert (before - after).abs().max() > 1e-4
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, weights[k], rtol=0, atol=0)
+
+
+def test_pe_per_layer_gives_each_layer_its_own_table():
+    cfg = dataclasses.replace(CFG, pe_per_layer=True)
+    shared, per_layer = _model("learned", CFG), _model("learned", cfg)
+    assert len(shared.pes) == 1 and len(per_layer.pes) == cfg.n_layer
+    assert per_layer.num_params() == shared.num_params() + (cfg.n_layer - 1) * 24 * cfg.n_embd

@@ -1,0 +1,112 @@
+"""``posenc report`` on the smoke profile: a self-contained page that fetches nothing, whose
+figures render in a real headless Chromium without console errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from posenc.cli import main
+
+FIGURES = ("sinusoidal_heatmap", "sinusoidal_fingerprints", "similarity", "score_vs_distance", "rope_decay",
+           "alibi_bias", "t5_bias", "perplexity", "rope_scalings", "task_accuracy")
+
+
+@pytest.fixture(scope="session")
+def report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    assert main(["report", "--profile", "smoke", "--out", str(out), "--jobs", "1", "--no-progress"]) == 0
+    return out / "index.html"
+
+
+@pytest.mark.xdist_group("report")
+def test_report_is_self_contained(report):
+    text = report.read_text()
+    assert "http://" not in text and "https://" not in text and "//cdn" not in text
+    assert not re.search(r"""(src|href)=["'](?!data:|#)""", text), "every resource must be embedded"
+    assert 'class="figure-error"' not in text and "unavailable" not in text
+    for name in FIGURES:
+        assert re.search(rf'<img src="data:image/png;base64,[A-Za-z0-9+/=]{{200,}}" alt="{name}">', text), name
+        assert (report.parent / "figures" / f"{name}.png").stat().st_size > 1000
+    for heading in ("Summary", "dog bites man", "Language modelling", "RoPE scalings", "Algorithmic tasks",
+                    "Hardware, versions"):
+        assert heading in text, heading
+    assert "cannot run" in text  # the learned table past its length
+    assert "Content-Security-Policy" in text
+
+
+@pytest.mark.xdist_group("report")
+def test_second_report_reuses_every_result(report, capsys):
+    lines = (report.parent / "results.jsonl").read_bytes()
+    assert main(["report", "--profile", "smoke", "--out", str(report.parent), "--jobs", "1", "--no-progress"]) == 0
+    assert (report.parent / "results.jsonl").read_bytes() == lines
+    assert "0 to run" in capsys.readouterr().err
+    assert "0 run now" in report.read_text()
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI; the Makefile's `chromium` target installs Debian's package")
+        pytest.skip("chromium is not installed (`make chromium` installs Debian's package); CI does not skip this")
+    return exe
+
+
+def _load(exe: str, page: Path, tmp: Path) -> tuple[dict[str, str], str]:
+    """Opens ``page`` headless; returns the attributes the page's check script set, and the log."""
+    proc = subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", "--disable-sync", f"--user-data-dir={tmp}",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    root = re.search(r"<html[^>]*>", proc.stdout)
+    assert root, f"no DOM dumped: {proc.stderr[-2000:]}"
+    attrs = dict(re.findall(r'(data-[\w-]+)="([^"]*)"', root.group(0)))
+    console = "\n".join(line for line in proc.stderr.splitlines() if ":CONSOLE" in line)
+    return attrs, console
+
+
+@pytest.mark.browser
+@pytest.mark.xdist_group("report")
+def test_report_renders_in_chromium_without_errors(report, tmp_path):
+    exe = _chromium()
+    attrs, console = _load(exe, report, tmp_path / "profile")
+    assert attrs.get("data-loaded") == "1", attrs
+    assert attrs.get("data-errors") == "" and console == "", (attrs, console)
+    assert attrs.get("data-broken-images") == ""
+    assert int(attrs["data-images"]) >= len(FIGURES)
+
+
+@pytest.mark.browser
+@pytest.mark.xdist_group("report")
+def test_the_browser_check_catches_errors(report, tmp_path):
+    """The same check on a spoiled copy: a broken image, a remote image and a script error are all seen."""
+    exe = _chromium()
+    text = report.read_text()
+    spoiled = text.replace("<body>", '<body><img src="data:image/png;base64,AAAA" alt="broken">'
+                                     '<img src="https://example.invalid/x.png" alt="remote">'
+                                     "<script>notDefined();</script>", 1)
+    page = tmp_path / "spoiled.html"
+    page.write_text(spoiled)
+    attrs, console = _load(exe, page, tmp_path / "profile")
+    assert "notDefined" in attrs["data-errors"] and "blocked https://example.invalid" in attrs["data-errors"]
+    assert set(attrs["data-broken-images"].split("|")) == {"broken", "remote"}
+    assert "notDefined" in console
+
+
+def test_no_run_without_results_exits_2(tmp_path, capsys):
+    code = main(["report", "--profile", "smoke", "--out", str(tmp_path), "--no-run", "--jobs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no results in" in err and err.count("\n") == 1
+
+
+def test_out_must_be_a_folder(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["report", "--profile", "smoke", "--out", str(tmp_path / "file")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
