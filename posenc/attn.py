@@ -14,13 +14,14 @@ Notation used for tensor shapes: B batch, H heads, Lq/Lk query/key lengths, D he
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 
-from posenc._validate import check_choice
-from posenc.encodings._base import check_batch, check_positions, check_tensor
+from posenc._validate import check_choice, check_float
+from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor
 
 BACKENDS = ("auto", "materialize", "flex", "chunked")
 MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
@@ -74,13 +75,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
         raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
                          f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
     check_choice("backend", backend, BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    dq, dk = _default_positions(lq, lk, q.device)
+    scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
+    if causal and lq > lk:
+        raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    if q_positions is None or k_positions is None:
+        dq, dk = _default_positions(lq, lk, q.device)
     q_positions = dq if q_positions is None else check_positions("q_positions", q_positions).to(q.device)
     k_positions = dk if k_positions is None else check_positions("k_positions", k_positions).to(q.device)
     check_batch("q_positions", q_positions, b, lq)
@@ -132,8 +138,10 @@ def _chunked(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: floa
         stop = min(start + chunk, lq)
         qp = q_positions[..., start:stop]
         qc = q[:, :, start:stop]  # (B, H, c, D)
-        if pe.kind == "bias":
-            bias = pe(qp, k_positions).to(work)  # (H, c, Lk) or (B, H, c, Lk)
+        if isinstance(pe, BiasEncoding):  # float64 map cast once to the score dtype, not the module's
+            bias = pe(qp, k_positions, dtype=work)  # (H, c, Lk) or (B, H, c, Lk)
+        elif pe.kind == "bias":
+            bias = pe(qp, k_positions).to(work)
         else:
             bias = pe(qc, k, qp, k_positions).to(work)  # (B, H, c, Lk)
         if causal:
@@ -192,5 +200,6 @@ def _flex(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: float):
             return ki <= qi + shift
 
         block_mask = _compiled_block_mask()(mask_mod, None, None, lq, lk, device=q.device)
-    with torch.no_grad() if q.device.type == "cpu" else torch.enable_grad():
+    # CPU FlexAttention has no backward; elsewhere keep the caller's grad mode (never force it on)
+    with torch.no_grad() if q.device.type == "cpu" else contextlib.nullcontext():
         return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)

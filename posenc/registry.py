@@ -8,6 +8,7 @@ at first use, so nothing else needs editing.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import pkgutil
@@ -138,5 +139,5 @@ def build(spec: Any):
     full = normalize_spec(spec)
     scheme = get(full["scheme"])
     module = scheme.cls(**{k: v for k, v in full.items() if k != "scheme"})
-    module._spec = full
+    module._spec = copy.deepcopy(full)  # the caller's dicts and lists may change after this
     return module

@@ -50,15 +50,19 @@ def _pairs(t: torch.Tensor, rd: int, layout: str) -> tuple[torch.Tensor, torch.T
     return t[..., 0:rd:2], t[..., 1:rd:2]
 
 
+def _spread(a: torch.Tensor, b: torch.Tensor, layout: str) -> torch.Tensor:
+    """``[..., rd/2]`` per-pair values -> ``[..., rd]`` per dimension: ``a`` at each pair's first
+    member, ``b`` at its second."""
+    if layout == "half":
+        return torch.cat((a, b), dim=-1)
+    return torch.stack((a, b), dim=-1).flatten(-2)
+
+
 def _rotate_plain(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
     """The rotation as one expression: any dtypes, any broadcast, differentiable in cos and sin."""
     rd = 2 * cos.shape[-1]
     x1, x2 = _pairs(x, rd, layout)
-    a, b = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    if layout == "half":
-        out = torch.cat((a, b), dim=-1)
-    else:
-        out = torch.stack((a, b), dim=-1).flatten(-2)
+    out = _spread(x1 * cos - x2 * sin, x2 * cos + x1 * sin, layout)
     return out if rd == x.shape[-1] else torch.cat((out, x[..., rd:]), dim=-1)
 
 
@@ -69,14 +73,6 @@ def _complex_view(t: torch.Tensor, rd: int) -> torch.Tensor | None:
     if any(s % 2 for s in t.stride()[:-1]):
         return None
     return torch.view_as_complex(t[..., :rd].unflatten(-1, (-1, 2)))
-
-
-def _spread(a: torch.Tensor, b: torch.Tensor, layout: str) -> torch.Tensor:
-    """``[..., rd/2]`` per-pair values -> ``[..., rd]`` per dimension: ``a`` at each pair's first
-    member, ``b`` at its second (a small ``[..., L, rd]`` table)."""
-    if layout == "half":
-        return torch.cat((a, b), dim=-1)
-    return torch.stack((a, b), dim=-1).flatten(-2)
 
 
 def _rotate_fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
@@ -153,4 +149,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
+                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+    if x.dim() == 0 or cos.shape != sin.shape or cos.dim() == 0 or 2 * cos.shape[-1] > x.shape[-1]:
+        raise ValueError(f"cos and sin must have the same shape [..., L, rotary_dim/2] with rotary_dim <= "
+                         f"x.shape[-1]; got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}")
     return _rotate(x, cos, sin, layout)

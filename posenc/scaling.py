@@ -217,6 +217,8 @@ def yarn(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, be
     else:
         attention_factor = check_float("attention_factor", attention_factor, min=0.0, min_open=True)
 
+    if base <= 1:
+        raise ValueError(f"base must be > 1 for yarn (its correction range divides by ln base), got {base}")
     d = _rotary_dim(inv_freq)
     low, high = yarn_correction_range(d, base, original, beta_fast, beta_slow, truncate)
     if low == high:
@@ -321,7 +323,7 @@ def resolve(scaling: Mapping[str, Any] | None, inv_freq: np.ndarray, *, head_dim
         raise TypeError(f"scaling must be a dict like {{'type': 'linear', 'factor': 4}}, got {scaling!r}")
     params = dict(scaling)
     kind = params.pop("type", None)
-    if kind not in SCALINGS:
+    if not isinstance(kind, str) or kind not in SCALINGS:
         raise ValueError(f"scaling type must be one of {', '.join(map(repr, SCALINGS))}; got {kind!r}")
     fn = SCALINGS[kind]
     signature = inspect.signature(fn).parameters

@@ -102,6 +102,27 @@ def test_backends_match_reference(name, backend, monkeypatch):
                k_positions=torch.arange(23) + 5)
 
 
+@pytest.mark.parametrize("backend", ["materialize", "chunked"])
+def test_a_half_precision_bias_module_does_not_round_the_float32_scores(backend, monkeypatch):
+    """ALiBi has no parameters: in bfloat16 it must give the float32 result, as the flex path does
+    (a bfloat16 map would make -m*300 and -m*300.5 equal, and move the weights by ~1e-3)."""
+    monkeypatch.setattr(posenc.attn, "CHUNK_ELEMENTS", 4 * 4 * 600 * 64)  # chunks of 64 queries
+    pe = small_module("alibi")
+    q, k, v = _qkv(pe, lq=200, lk=600, batch=1, dtype=torch.float32)
+    want = posenc.attention(q, k, v, pe, causal=True, backend=backend)
+    got = posenc.attention(q, k, v, pe.to(torch.bfloat16), causal=True, backend=backend)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_flex_on_cuda_keeps_the_callers_no_grad():
+    pe = small_module("alibi").cuda()
+    q, k, v = (t.cuda().requires_grad_() for t in _qkv(pe, lq=5, lk=9, dtype=torch.float32))
+    with torch.no_grad():
+        out = posenc.attention(q, k, v, pe, backend="flex", causal=True)
+    assert not out.requires_grad
+
+
 @pytest.mark.xdist_group("compile")
 @pytest.mark.parametrize("name", ["alibi", "t5"])
 def test_flex_matches_reference(name):
@@ -203,3 +224,12 @@ def test_materialize_and_chunked_gradients_agree(name, monkeypatch):
         grads.append([q.grad.clone(), *(p.grad.clone() for p in pe.parameters())])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_causal_with_more_queries_than_keys_raises():
+    """Bottom-right causal alignment would leave the first Lq - Lk queries with no key at all."""
+    q = torch.randn(1, 2, 5, 8)
+    k = v = torch.randn(1, 2, 3, 8)
+    with pytest.raises(ValueError, match="Lq <= Lk"):
+        posenc.attention(q, k, v, causal=True)
+    assert posenc.attention(q, k, v, causal=False).shape == (1, 2, 5, 8)

@@ -254,6 +254,15 @@ def test_odd_rotary_dimension_and_xpos_adapter_raise():
         HFRotaryEmbedding(torch.nn.Linear(2, 2))
 
 
+def test_config_sizes_are_checked_not_truncated_or_divided_by_zero():
+    with pytest.raises(ValueError, match="num_attention_heads must be >= 1"):
+        from_hf({"hidden_size": 64, "num_attention_heads": 0})
+    with pytest.raises(TypeError, match="head_dim must be an integer"):
+        from_hf({"head_dim": 8.5})
+    with pytest.raises(ValueError, match="partial_rotary_factor must be <= 1"):
+        from_hf({"head_dim": 8, "partial_rotary_factor": 2.0})
+
+
 # -- layout conversion ---------------------------------------------------------------------------
 
 def _attention(x, wq, wk, wv, bq, bk, heads, kv_heads, head_dim, rope):

@@ -73,6 +73,13 @@ def test_spec_is_a_copy(name):
     assert repr(m)  # extra_repr shows the spec
 
 
+def test_spec_does_not_alias_the_callers_dict():
+    scaling = {"type": "linear", "factor": 2.0}
+    m = posenc.build({"scheme": "rope", "head_dim": 8, "scaling": scaling})
+    scaling["factor"] = 8.0
+    assert m.spec["scaling"]["factor"] == 2.0
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_build_by_name_needs_exactly_the_required_params(name):
     required = registry.get(name).required

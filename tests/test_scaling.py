@@ -198,6 +198,7 @@ def test_scaled_records_type_and_params():
     ({"type": "linear", "factor": 2, "scale": 3}, "unknown key 'scale' for scaling 'linear'; allowed keys: type, factor"),
     ({"type": "rope-magic", "factor": 2}, "'linear', 'ntk', 'yarn', 'llama3', 'dynamic', 'longrope', 'xpos'"),
     ({"factor": 2}, "scaling type must be one of"),
+    ({"type": ["yarn"], "factor": 2}, "scaling type must be one of"),
 ])
 def test_invalid_scalings_raise_value_error(spec, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
@@ -211,3 +212,8 @@ def test_wrong_types_raise_type_error():
         resolve({"type": "yarn", "factor": 4, "original_max_positions": 2048.5})
     with pytest.raises(TypeError, match="truncate must be True or False"):
         resolve({"type": "yarn", "factor": 4, "original_max_positions": 2048, "truncate": 1})
+
+
+def test_yarn_needs_a_base_above_one():
+    with pytest.raises(ValueError, match="base must be > 1 for yarn"):
+        resolve({"type": "yarn", "factor": 4, "original_max_positions": 64}, base=1.0)

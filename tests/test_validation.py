@@ -262,3 +262,31 @@ def test_flex_needs_an_elementwise_bias():
         with torch.no_grad():
             _raises(lambda: posenc.attention(*_qkv(), small_module(name), backend="flex"), error=ValueError,
                     names=["'flex'", name])
+
+
+def test_attention_mixed_dtypes_and_a_bad_scale_name_the_parameter():
+    q, k, v = _qkv()
+    _raises(lambda: posenc.attention(q, k.double(), v), error=TypeError, names=["dtype"],
+            values=["torch.float64", "torch.float32"])
+    _raises(lambda: posenc.attention(q, k, v, scale="a"), error=TypeError, names=["scale"])
+    _raises(lambda: posenc.attention(q, k, v, scale=float("nan")), error=ValueError, names=["scale"])
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if registry.get(n).kind == "relative"])
+def test_relative_q_and_k_must_share_batch_and_heads(name):
+    m = small_module(name)
+    h, d = SMALL["num_heads"], SMALL["head_dim"]
+    p = torch.arange(5)
+    _raises(lambda: m(torch.randn(2, h, 5, d), torch.randn(3, h, 5, d), p, p), error=ValueError,
+            names=["q", "k"], values=[[2, h, 5, d], [3, h, 5, d]])
+    _raises(lambda: m(torch.randn(2, h, 5, d), torch.randn(2, h + 1, 5, d), p, p), error=ValueError,
+            names=["q", "k"])
+
+
+def test_apply_rotary_bad_cos_sin():
+    x = torch.randn(1, 2, 5, 8)
+    cos = torch.ones(5, 4)
+    _raises(lambda: posenc.apply_rotary(x, torch.ones(5, 5), torch.ones(5, 5)), error=ValueError, names=["cos"])
+    _raises(lambda: posenc.apply_rotary(x, cos, torch.ones(5, 3)), error=ValueError, names=["sin"])
+    _raises(lambda: posenc.apply_rotary(x, cos, cos.long()), error=TypeError, names=["sin"])
+    _raises(lambda: posenc.apply_rotary(x, cos, cos, layout="neox"), error=ValueError, names=["layout"])

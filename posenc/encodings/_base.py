@@ -103,6 +103,13 @@ def check_tensor(name: str, x: Any, *, ndim: int, last_dim: int | None = None, f
     return x
 
 
+def check_same_batch_and_heads(q: torch.Tensor, k: torch.Tensor) -> None:
+    """``q [B, H, Lq, D]`` and ``k [B, H, Lk, D]`` share ``B`` and ``H``."""
+    if q.shape[:2] != k.shape[:2]:
+        raise ValueError(f"q and k must have the same batch and heads [B, H, ...], "
+                         f"got shapes {list(q.shape)} and {list(k.shape)}")
+
+
 def check_batch(name: str, positions: torch.Tensor, batch: int, length: int) -> None:
     """Positions ``[L]`` or ``[B, L]`` agree with a tensor of batch ``batch`` and length ``length``."""
     if positions.shape[-1] != length:
@@ -144,17 +151,23 @@ class BiasEncoding(PositionalEncoding):
     """
 
     num_heads: int
-    flex_ok: bool = True  # bias_at can run inside FlexAttention's score_mod
+    flex_ok: bool = True  # score_fn() can run inside FlexAttention's score_mod
 
     def score_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
-    def forward(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
-        """``[Lq]``, ``[Lk]`` -> ``[H, Lq, Lk]`` (``[B, H, Lq, Lk]`` if positions are ``[B, L]``)."""
+    def forward(self, q_positions: torch.Tensor, k_positions: torch.Tensor, *,
+                dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``[Lq]``, ``[Lk]`` -> ``[H, Lq, Lk]`` (``[B, H, Lq, Lk]`` if positions are ``[B, L]``).
+
+        The map is computed in float64 and returned in ``dtype`` (default: the module's dtype);
+        ``posenc.attention`` asks for its float32 score dtype, so that a bfloat16 module does not
+        round away the bias differences between neighbouring keys.
+        """
         q_positions = check_positions("q_positions", q_positions).to(self.device).long()
         k_positions = check_positions("k_positions", k_positions).to(self.device).long()
         check_position_batches(q_positions, k_positions)
         h = torch.arange(self.num_heads, device=self.device).view(-1, 1, 1)  # (H, 1, 1)
         q = q_positions.unsqueeze(-1).unsqueeze(-3)  # (..., 1, Lq, 1)
         k = k_positions.unsqueeze(-2).unsqueeze(-3)  # (..., 1, 1, Lk)
-        return self.score_fn()(h, q, k).to(self.dtype)
+        return self.score_fn()(h, q, k).to(self.dtype if dtype is None else dtype)

@@ -52,10 +52,9 @@ import torch
 from posenc import reference as ref
 from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.registry import register
-from posenc.rotary import angles_cos_sin, apply_rotary
+from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary
 from posenc.encodings._base import PositionalEncoding, check_batch, check_positions, check_tensor
 
-LAYOUTS = ("half", "interleaved")
 ROLES = (None, "query", "key")
 TABLE_MIN_POSITIONS = 256
 TABLE_MAX_ELEMENTS = 1 << 22  # per table (cos or sin): 16 MB in float32

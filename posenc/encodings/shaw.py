@@ -19,8 +19,8 @@ from torch import nn
 from posenc import reference as ref
 from posenc._validate import check_int
 from posenc.registry import register
-from posenc.encodings._base import (PositionalEncoding, check_batch, check_positions, check_tensor,
-                                    relative_distance, to_numpy as _numpy)
+from posenc.encodings._base import (PositionalEncoding, check_batch, check_positions, check_same_batch_and_heads,
+                                    check_tensor, relative_distance, to_numpy as _numpy)
 
 
 @register("shaw", kind="relative")
@@ -49,6 +49,7 @@ class Shaw(PositionalEncoding):
         """``q_i · a^K_ij / √D``: ``q [B, H, Lq, D]``, ``k [B, H, Lk, D]`` -> ``[B, H, Lq, Lk]`` in q's dtype."""
         q = check_tensor("q", q, ndim=4, last_dim=self.head_dim)
         k = check_tensor("k", k, ndim=4, last_dim=self.head_dim)
+        check_same_batch_and_heads(q, k)
         q_positions = check_positions("q_positions", q_positions)
         k_positions = check_positions("k_positions", k_positions)
         check_batch("q_positions", q_positions, q.shape[0], q.shape[2])

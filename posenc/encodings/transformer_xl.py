@@ -30,7 +30,8 @@ from posenc import reference as ref
 from posenc._validate import check_float, check_int
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin, apply_rotary
-from posenc.encodings._base import PositionalEncoding, check_batch, check_positions, check_tensor
+from posenc.encodings._base import (PositionalEncoding, check_batch, check_positions, check_same_batch_and_heads,
+                                    check_tensor)
 from posenc.encodings._base import to_numpy as _numpy
 
 
@@ -57,6 +58,7 @@ class TransformerXL(PositionalEncoding):
         """Terms (b) + (c) + (d) over ``√D``: ``q [B, H, Lq, D]``, ``k [B, H, Lk, D]`` -> ``[B, H, Lq, Lk]``."""
         q = check_tensor("q", q, ndim=4, last_dim=self.head_dim)
         k = check_tensor("k", k, ndim=4, last_dim=self.head_dim)
+        check_same_batch_and_heads(q, k)
         if q.shape[1] != self.num_heads or k.shape[1] != self.num_heads:
             raise ValueError(f"q and k must have num_heads={self.num_heads} heads, "
                              f"got shapes {list(q.shape)} and {list(k.shape)}")

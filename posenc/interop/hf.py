@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from posenc._validate import check_float, check_int
+
 HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 _ALIASES = {"su": "longrope"}  # LongRoPE's name in early Phi-3 configs
 _MISSING = object()
@@ -98,8 +100,9 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str = "h
         hidden, heads = _get(config, "hidden_size"), _get(config, "num_attention_heads")
         if hidden is None or heads is None:
             raise ValueError("the config needs head_dim, or hidden_size and num_attention_heads")
-        head_dim = hidden // heads
-    head_dim = int(head_dim)
+        head_dim = check_int("hidden_size", hidden, min=1) // check_int("num_attention_heads", heads, min=1)
+    head_dim = check_int("head_dim", head_dim, min=1)
+    partial = check_float("partial_rotary_factor", partial, min=0.0, min_open=True, max=1.0)
     rotary_dim = int(head_dim * partial)
     if rotary_dim % 2 or rotary_dim < 2:
         raise ValueError(f"head_dim * partial_rotary_factor = {head_dim} * {partial} gives rotary dimension "
