@@ -18,7 +18,7 @@ float64 NumPy arrays; modules run in float64.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,15 @@ def build(spec: Any, *, dim: int = 64, num_heads: int = DEFAULT_HEADS, length: i
     return module.double()
 
 
-def _progress(items, desc: str, *, big: bool):
+def text_table(rows: list[Sequence[str]]) -> str:
+    """Rows of strings (the first is the header) as aligned text columns, a rule under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def progress(items, desc: str, *, big: bool = True):
     """A progress bar on stderr for long loops, when stderr is a terminal and tqdm is installed."""
     if not big:
         return items
@@ -173,7 +181,7 @@ def nearest_neighbour_distances(tab: np.ndarray, *, chunk: int = 1024) -> np.nda
         raise ValueError(f"nearest-neighbour distances need at least 2 positions, got {n}")
     sq = (tab**2).sum(-1)
     out = np.empty(n)
-    for start in _progress(range(0, n, chunk), "fingerprints", big=n >= 8192):
+    for start in progress(range(0, n, chunk), "fingerprints", big=n >= 8192):
         block = tab[start:start + chunk]  # (c, d)
         d2 = block @ tab.T  # (c, L), then |a|² + |b|² − 2 a·b in place
         d2 *= -2.0

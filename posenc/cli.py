@@ -2,7 +2,7 @@
 
 Subcommands live in ``posenc/commands/*.py``; each module defines ``add_commands(subparsers)``
 and gives every parser ``set_defaults(func=handler)`` where ``handler(args) -> int``. Bad input
-(ValueError, TypeError, FileNotFoundError, or ``CLIError``) exits 2 with one line on stderr,
+(ValueError, TypeError, any OSError, or ``CLIError``) exits 2 with one line on stderr,
 never a traceback.
 """
 
@@ -37,14 +37,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _message(e: BaseException) -> str:
+    """One line for the user: an OSError as "what: path" (no errno), anything else its first line."""
+    if isinstance(e, OSError) and e.strerror and e.filename is not None:
+        return f"{e.strerror}: {str(e.filename)!r}"
+    text = str(e)
+    return text.splitlines()[0] if text.strip() else type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CLIError, ValueError, TypeError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"posenc {args.command}: error: {msg}", file=sys.stderr)
+    except (CLIError, ValueError, TypeError, OSError) as e:
+        print(f"posenc {args.command}: error: {_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"posenc {args.command}: interrupted", file=sys.stderr)

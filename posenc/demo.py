@@ -102,9 +102,7 @@ def format_order_table(rows: list[dict[str, Any]]) -> str:
     head = ("scheme", "kind", "distance", "only permuted?", "with <s>", "causal")
     body = [(r["label"], r["kind"], f"{r['distance']:.3g}", "yes" if r["permutation_only"] else "no",
              f"{r['distance_start']:.3g}", f"{r['distance_causal']:.3g}") for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in (head, *body)]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = [analysis.text_table([head, *body])]
     blind = [r["label"] for r in rows if r["permutation_only"] and r["kind"] != "none"]
     if blind:
         lines.append("")

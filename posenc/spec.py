@@ -36,6 +36,8 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ALLOWED_VALUES = "an integer, a number, true/false, none, a JSON list/object, a quoted string or a word"
 
+MAX_SPEC_BYTES = 1_000_000  # a SPEC file is one small JSON object; never read a huge file whole
+
 SIZE_PARAMS = ("d_model", "head_dim", "num_heads", "max_positions")
 """Parameters that ``fill_sizes`` fills when a scheme requires them and the spec leaves them out."""
 
@@ -106,8 +108,18 @@ def _load_json(text: str) -> dict[str, Any]:
                              "or a JSON file")
         if os.path.isdir(text):
             raise ValueError(f"SPEC file {text!r} is a directory, not a JSON file")
-        with open(text, encoding="utf-8") as f:
-            source, where = f.read(), f"SPEC file {text!r}"
+        where = f"SPEC file {text!r}"
+        try:
+            with open(text, "rb") as f:
+                raw = f.read(MAX_SPEC_BYTES + 1)
+        except OSError as e:
+            raise ValueError(f"cannot read {where}: {e.strerror or e}") from None
+        if len(raw) > MAX_SPEC_BYTES:
+            raise ValueError(f"{where} is larger than {MAX_SPEC_BYTES:,} bytes; a SPEC file holds one JSON object")
+        try:
+            source = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{where} is not UTF-8 text; a SPEC file holds one JSON object") from None
     try:
         data = json.loads(source, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:

@@ -385,7 +385,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 def rotary_table(rows: list[dict]) -> str:
     """One line per case and pass: times in ms, posenc as multiples of the copy and the peers."""
     head = (f"{'case':<30} {'pass':<8} {'copy':>7} {'posenc':>7} {'apply':>7} {'cos/sin':>7} "
-            f"{'HF':>7} {'RET':>7} {'pe/copy':>7} {'pe/HF':>6} {'pe/RET':>6} {'ap/HF':>6} {'pe GB/s':>7}")
+            f"{'HF':>7} {'RET':>7} {'pe/copy':>7} {'pe/HF':>6} {'pe/RET':>6} {'ap/peer':>7} {'pe GB/s':>7}")
     lines = [head, "-" * len(head)]
     for row in rows:
         for pass_, t in row["seconds"].items():
@@ -397,7 +397,7 @@ def rotary_table(rows: list[dict]) -> str:
             lines.append(
                 f"{row['label']:<30} {short:<8} {_ms(t.get('copy')):>7} {_ms(pe):>7} {_ms(t.get('posenc_apply')):>7} "
                 f"{_ms(t.get('posenc_cos_sin')):>7} {_ms(hf):>7} {_ms(ret):>7} {_ratio(pe, t.get('copy')):>7} "
-                f"{_ratio(pe, hf):>6} {_ratio(pe, ret):>6} {_ratio(t.get('posenc_apply'), peer):>6} {gbs:>7}")
+                f"{_ratio(pe, hf):>6} {_ratio(pe, ret):>6} {_ratio(t.get('posenc_apply'), peer):>7} {gbs:>7}")
     return "\n".join(lines)
 
 

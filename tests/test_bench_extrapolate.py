@@ -126,6 +126,7 @@ def test_own_schemes_and_corpus(tmp_path):
     (["--threads", "0"], "--threads"),
     (["--jobs", "0"], "--jobs"),
     (["--scheme", "rope:head_dim=6"], "head_dim"),
+    (["--scheme", "learned:max_positions=3"], "shorter than the training sequences"),  # not a crash mid-run
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, argv, message):
     code = main(["extrapolate", *SERIAL, "--out", str(tmp_path / "r.jsonl"), *argv])

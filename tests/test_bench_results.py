@@ -68,3 +68,9 @@ def test_a_second_writer_is_refused(tmp_path):
 def test_a_folder_is_not_a_results_file(tmp_path):
     with pytest.raises(ValueError, match="not a file"):
         ResultStore(tmp_path).open()
+
+
+def test_a_file_is_not_a_results_folder(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is not a folder"):
+        ResultStore(tmp_path / "file" / "r.jsonl").open()

@@ -128,6 +128,9 @@ BAD = [
     (["show", "rope:scaling=nosuch,factor=2"], "scaling type must be one of 'linear'"),
     (["show", "learned:max_positions=8", "--length", "16"], "cannot extrapolate"),
     (["show", "missing.json"], "does not exist"),
+    (["show", "rope:head_dim=10000000"], "head_dim must be at most 4096"),  # an error, not an OOM kill
+    (["compare", "rope", "learned:max_positions=1000000000"], "max_positions must be at most"),
+    (["show", "/proc/self/mem"], "cannot read SPEC file '/proc/self/mem'"),  # an OSError, not a traceback
     (["compare"], "required: SPEC"),
     (["demo", "chaos"], "invalid choice: 'chaos' (choose from 'order')"),
     (["nosuchcommand"], "invalid choice"),
@@ -152,3 +155,9 @@ def test_python_m_posenc_exit_codes(tmp_path):
     good = subprocess.run([sys.executable, "-m", "posenc", "demo", "order"], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=120)
     assert good.returncode == 0 and "nope" in good.stdout and good.stderr == ""
+
+
+def test_a_spec_file_that_is_not_utf8_exits_2(tmp_path, capsys):
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe{")
+    code, _, err = run(["show", str(tmp_path / "bin.json")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "is not UTF-8 text" in err, err

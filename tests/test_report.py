@@ -110,3 +110,30 @@ def test_out_must_be_a_folder(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     assert main(["report", "--profile", "smoke", "--out", str(tmp_path / "file")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_an_os_error_on_out_exits_2_with_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["report", "--profile", "smoke", "--out", str(tmp_path / "file" / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Not a directory" in err and "Traceback" not in err, err
+
+
+def test_scalings_are_compared_with_their_base_run_under_its_own_label():
+    # `--scheme rope:base=500`: the LM run is labelled "rope (base=500)", not "rope"
+    from posenc.bench import report as R
+    from posenc.bench.page import Page
+
+    spec = {"scheme": "rope", "head_dim": 8, "base": 500.0}
+
+    def rec(label, nll, **extra):
+        rows = [{"mode": m, "length": t, "mult": t / 16, "nll": nll, "block_nll": [nll + 0.01 * i for i in range(4)]}
+                for m in ("nonoverlap", "sliding") for t in (16, 64)]
+        return {"label": label, "spec": spec, "train_length": 16, "eval": rows, **extra}
+
+    lm = [rec("rope (base=500)", 3.0)]
+    sc = [rec("rope + yarn (zero-shot)", 2.0, variant={"type": "yarn", "mode": "zero-shot", "factor": "T/L"})]
+    page = Page()
+    verdicts = R._scaling_section(page, lm, sc)
+    assert [v.status for v in verdicts] == ["agrees"], verdicts
+    assert "<td>rope (base=500)</td><td>20.39" in "".join(page.parts)

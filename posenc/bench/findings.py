@@ -81,9 +81,11 @@ def _learned_verdict(table: LMTable) -> Verdict:
     return Verdict("Vaswani et al. 2017; Press et al. 2022", claim, measured, "agrees" if ok else "disagrees")
 
 
-def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str], str], factor: int) -> list[Verdict]:
+def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str], str], factor: int, *,
+                     base: str = "rope") -> list[Verdict]:
     """Claims on RoPE scalings at the fine-tune length ``factor·L``; ``labels[(type, mode)]`` names
-    the scaling runs (``type`` "none" is the fine-tune without scaling)."""
+    the scaling runs (``type`` "none" is the fine-tune without scaling), ``base`` the LM run of the
+    RoPE model they start from."""
     merged = LMTable({**lm.blocks, **scaling.blocks}, {**lm.cannot, **scaling.cannot},
                      sorted(set(lm.lengths) | set(scaling.lengths)), lm.train_length)
     at = lm.train_length * factor
@@ -93,7 +95,7 @@ def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str]
     for kind, source in (("ntk", "bloc97 2023 (NTK-aware); Peng et al. 2023"), ("yarn", "Peng et al. 2023 (YaRN)")):
         if kind in zero:
             out.append(_ppl_claim(merged, source, f"zero-shot {kind} beats plain RoPE at {factor}L",
-                                  (zero[kind], at), ("rope", at)))
+                                  (zero[kind], at), (base, at)))
     if "linear" in tuned and "none" in tuned:
         out.append(_ppl_claim(merged, "Chen et al. 2023 (position interpolation)",
                               f"after a short fine-tune at {factor}L, linear interpolation beats "

@@ -41,6 +41,10 @@ def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions:
     if "bidirectional" in registry.get(given["scheme"]).params and "bidirectional" not in given:
         filled["bidirectional"] = False
     full = registry.normalize_spec(filled)
+    rows = full.get("max_positions")
+    if isinstance(rows, int) and rows < max_positions:
+        raise ValueError(f"{label}: max_positions={rows} is shorter than the training sequences "
+                         f"({max_positions} positions); leave it out to use {max_positions}")
     build_pe(full, cfg)  # fails now, with the sizes named, rather than when its run starts
     return label, full
 

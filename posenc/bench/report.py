@@ -111,7 +111,7 @@ def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> 
     n_blocks = next((len(row["block_nll"]) for r in lm_recs for row in r["eval"] if "block_nll" in row), 0)
     page.add(f"<p>Trained at L = {table.train_length} bytes on <code>{e(str(src.get('source', '?')))}</code> "
              f"(sha256 {e(str(src.get('sha256', '?'))[:12])}…); every length is scored on the same "
-             f"{profile.lm.heldout_tokens // max(1, table.lengths[-1]) * table.lengths[-1]:,}-byte held-out stream, "
+             f"{n_blocks * table.lengths[-1]:,}-byte held-out stream, "  # blocks of the longest length
              f"so lengths differ only in context. Intervals are 95% from {n_blocks} blocks of the stream"
              f"{' and the seed spread' if len(profile.seeds) > 1 else ''}; differences between schemes are paired "
              "block by block.</p>")
@@ -133,15 +133,18 @@ def _scaling_section(page: Page, lm_recs: list[dict[str, Any]],
         return []
     lm, sc = stats.lm_table(lm_recs), stats.lm_table(sc_recs)
     labels = {(r["variant"]["type"], r["variant"]["mode"]): r["label"] for r in sc_recs}
+    # the LM run the scalings start from: the one with their base spec (its label may be "rope (base=500)")
+    base = next((r["label"] for r in lm_recs if r["spec"] == sc_recs[0]["spec"]), "rope")
     factor = next((r["variant"]["factor"] for r in sc_recs if r["variant"]["mode"] == "fine-tune"), 4)
     page.add("<p>Zero-shot: the trained RoPE model's frequencies are rescaled at each length T with factor T/L "
              f"(no training). Fine-tuned: a short fine-tune at {factor}L with factor {factor} (and a control "
              f"fine-tuned at {factor}L without scaling), then evaluated at every length.</p>")
-    page.figure("rope_scalings", lambda: F.scaling(lm, sc, labels), "RoPE scalings: zero-shot and after a fine-tune.")
+    page.figure("rope_scalings", lambda: F.scaling(lm, sc, labels, base=base),
+                "RoPE scalings: zero-shot and after a fine-tune.")
     merged = stats.LMTable({**lm.blocks, **sc.blocks}, {**lm.cannot, **sc.cannot},
                            sorted(set(lm.lengths) | set(sc.lengths)), lm.train_length)
-    page.add(_ppl_table(merged, ["rope", *labels.values()], "nonoverlap"))
-    return findings.scaling_verdicts(lm, sc, labels, int(factor))
+    page.add(_ppl_table(merged, [base, *labels.values()], "nonoverlap"))
+    return findings.scaling_verdicts(lm, sc, labels, int(factor), base=base)
 
 
 def _task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[findings.Verdict]:
@@ -166,8 +169,10 @@ def _task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[findings.
                 est = table.estimate(label, task, s)
                 if est is not None:
                     cells.append(f"{est.mean:.2f} <span class=muted>({table.token_acc(label, task, s):.2f})</span>")
+                elif s in table.cannot.get(label, {}).get(task, {}):
+                    cells.append(f'<span class=muted title="{e(table.cannot[label][task][s])}">cannot run</span>')
                 else:
-                    cells.append("<span class=muted>cannot run</span>")
+                    cells.append("<span class=muted>—</span>")  # not measured
             rows.append(cells)
         page.add(f'<div class="side"><h3>{e(task)}</h3>'
                  + html_table(["scheme"] + [f"n={s}" for s in table.sizes], rows) + "</div>")

@@ -35,6 +35,8 @@ class ResultStore:
         """Locks the file (creating it and its folder), repairs a trailing partial line, loads it."""
         if self.path.exists() and not self.path.is_file():
             raise ValueError(f"results path {str(self.path)!r} exists and is not a file")
+        if self.path.parent.exists() and not self.path.parent.is_dir():
+            raise ValueError(f"results path {str(self.path)!r}: {str(self.path.parent)!r} is not a folder")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:

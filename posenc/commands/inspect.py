@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from posenc.cli import CLIError
@@ -39,6 +38,24 @@ def _bounded_int(name: str, low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+SIZE_BOUNDS = {"d_model": MAX_DIM, "head_dim": MAX_DIM, "rotary_dim": MAX_DIM, "num_heads": MAX_HEADS,
+               "max_positions": MAX_LENGTH}
+"""Sizes a SPEC may give on the command line: the same bounds as --dim, --heads and --length, so a
+typo (``rope:head_dim=10000000``) is an error, not an out-of-memory kill."""
+
+
+def _spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A SPEC from the command line, sizes filled from --dim/--heads/--length and bounded."""
+    from posenc.spec import fill_sizes, parse_spec
+
+    spec = fill_sizes(parse_spec(text), dim=args.dim, num_heads=args.heads, length=args.length)
+    for key, high in SIZE_BOUNDS.items():
+        value = spec.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > high:
+            raise CLIError(f"{key} must be at most {high} on the command line, got {value}")
+    return spec
 
 
 def _plot_path(path: str | None) -> str | None:
@@ -68,33 +85,16 @@ def _save(make: Callable[[], Any], path: str) -> None:
     print(f"wrote {path}")
 
 
-def _progress(items: Sequence[Any], desc: str) -> Iterable[Any]:
-    """A progress bar on stderr when it is a terminal (tqdm hides itself otherwise)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover
-        return items
-    return tqdm(items, desc=desc, file=sys.stderr, disable=None, leave=False)
-
-
-def _table(rows: list[Sequence[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 # -- handlers ---------------------------------------------------------------------------------
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from posenc import registry, scaling
-    from posenc.analysis import describe_params
+    from posenc import analysis, registry, scaling
 
     rows = [("scheme", "kind", "parameters (default)", "what it is")]
     for name in registry.schemes(args.kind):
         s = registry.get(name)
-        rows.append((name, s.kind, describe_params(name), s.summary.replace("``", "")))
-    print(_table(rows))
+        rows.append((name, s.kind, analysis.describe_params(name), s.summary.replace("``", "")))
+    print(analysis.text_table(rows))
     print(f"\nscaling types (rotary scaling=TYPE): {', '.join(scaling.SCALINGS)}")
     print("sizes left out of a SPEC come from --dim (d_model, head_dim), --heads (num_heads) and "
           "--length (max_positions)")
@@ -103,10 +103,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from posenc import analysis
-    from posenc.spec import fill_sizes, parse_spec
 
     plot_path = _plot_path(args.plot)
-    spec = fill_sizes(parse_spec(args.spec), dim=args.dim, num_heads=args.heads, length=args.length)
+    spec = _spec(args.spec, args)
     if plot_path:
         from posenc import plot, registry
 
@@ -124,14 +123,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from posenc import analysis
-    from posenc.spec import fill_sizes, label, parse_spec
+    from posenc.spec import label
 
     plot_path = _plot_path(args.plot)
-    specs = [fill_sizes(parse_spec(s), dim=args.dim, num_heads=args.heads, length=args.length) for s in args.specs]
+    specs = [_spec(s, args) for s in args.specs]
     n = args.length
     picks = sorted({1, min(10, n - 1), n - 1})
     rows = [("scheme", "kind", *[f"signal at r={r}" for r in picks], "closest positions", "wavelengths")]
-    for spec in _progress(specs, "compare"):
+    for spec in analysis.progress(specs, "compare"):
         curve = analysis.score_vs_distance(spec, length=n, dim=args.dim, num_heads=args.heads)
         m = analysis.build(spec, dim=args.dim, num_heads=args.heads, length=n)
         closest = waves = "n/a"
@@ -141,7 +140,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             lam = analysis.wavelengths(m.inv_freq.double().numpy())
             waves = f"{lam.min():.3g} .. {lam.max():.3g}"
         rows.append((label(m), m.kind, *[f"{curve.score[r]:.3g}" for r in picks], closest, waves))
-    print(_table(rows))
+    print(analysis.text_table(rows))
     print("\nsignal: " + "; ".join(f"{k}: {v}".replace("\n", " ") for k, v in analysis.QUANTITY.items()
                                    if any(r[1] == k for r in rows[1:])))
     if plot_path:

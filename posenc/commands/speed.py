@@ -30,6 +30,10 @@ def bench(args: argparse.Namespace) -> int:
         raise CLIError(f"--json must be a file path, got the directory {args.json!r}")
     if args.threads is not None and args.threads < 1:
         raise CLIError(f"--threads must be >= 1, got {args.threads}")
+    if args.json is not None:  # fail now, not after minutes of benchmarking
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
     result = speed.run(what, "quick" if args.quick else "full", threads=args.threads,
                        progress=lambda line: print(f"  done: {line}", file=sys.stderr, flush=True))
     print(speed.report(result))
