@@ -28,6 +28,11 @@ from posenc.bench.page import table as html_table
 from posenc.bench.profiles import Profile
 
 
+def _missing(reason: str | None) -> str:
+    """The cell of a result that is not there: a scheme that cannot run there, or not measured."""
+    return "—" if reason is None else f'<span class=muted title="{e(reason)}">cannot run</span>'
+
+
 def _ppl_table(table: stats.LMTable, labels: list[str], mode: str) -> str:
     rows = []
     for label in labels:
@@ -38,10 +43,8 @@ def _ppl_table(table: stats.LMTable, labels: list[str], mode: str) -> str:
                 lo, hi = est.ppl_interval()
                 extra = f", seed sd {est.seed_sd:.3f}" if est.seeds > 1 else ""
                 cells.append(f"{est.ppl:.2f} <span class=muted>[{lo:.2f}–{hi:.2f}{extra}]</span>")
-            elif t in table.cannot.get(label, {}):
-                cells.append(f'<span class=muted title="{e(table.cannot[label][t])}">cannot run</span>')
             else:
-                cells.append("—")
+                cells.append(_missing(table.cannot.get(label, {}).get(t)))
         rows.append(cells)
     head = ["scheme"] + [f"{t} ({t / table.train_length:g}L)" for t in table.lengths]
     return html_table(head, rows)
@@ -169,10 +172,8 @@ def _task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[findings.
                 est = table.estimate(label, task, s)
                 if est is not None:
                     cells.append(f"{est.mean:.2f} <span class=muted>({table.token_acc(label, task, s):.2f})</span>")
-                elif s in table.cannot.get(label, {}).get(task, {}):
-                    cells.append(f'<span class=muted title="{e(table.cannot[label][task][s])}">cannot run</span>')
                 else:
-                    cells.append("<span class=muted>—</span>")  # not measured
+                    cells.append(_missing(table.cannot.get(label, {}).get(task, {}).get(s)))
             rows.append(cells)
         page.add(f'<div class="side"><h3>{e(task)}</h3>'
                  + html_table(["scheme"] + [f"n={s}" for s in table.sizes], rows) + "</div>")
