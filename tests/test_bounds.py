@@ -128,6 +128,7 @@ def files(tmp_path, monkeypatch):
     (["extrapolate", "--profile", "smoke", "--corpus", "latin1.txt"], "is not UTF-8 text (invalid byte at offset 3)"),
     (["extrapolate", "--profile", "smoke", "--corpus", "folder"], "is not a file"),
     (["extrapolate", "--profile", "smoke", "--corpus", "missing.txt"], "does not exist"),
+    (["extrapolate", "--profile", "smoke", "--scheme", "fire:hidden=100000000"], "hidden must be at most 4096"),
     (["extrapolate", "--profile", "smoke", "--out", "folder"], "--out 'folder' is a directory"),
     (["extrapolate", "--profile", "smoke", "--out", "afile/results.jsonl"], "--out 'afile' is a file, not a folder"),
     (["report", "--profile", "smoke", "--out", "afile"], "--out 'afile' is a file, not a folder"),

@@ -111,8 +111,18 @@ def _make_folder(flag: str, path: str) -> str:
     return path
 
 
+def _schemes(texts: list[str] | None) -> list[str] | None:
+    """``--scheme`` SPECs parsed and bounded before any work (sizes within ``posenc.limits``)."""
+    from posenc.limits import check_spec
+    from posenc.spec import parse_spec
+
+    for text in texts or ():
+        check_spec(parse_spec(text))
+    return texts
+
+
 def _run_kwargs(args: argparse.Namespace) -> dict:
-    return {"schemes": args.schemes, "corpus": _corpus(args.corpus), "threads": _positive("--threads", args.threads),
+    return {"schemes": _schemes(args.schemes), "corpus": _corpus(args.corpus), "threads": _positive("--threads", args.threads),
             "jobs": _positive("--jobs", args.jobs) or "auto",
             "device": args.device, "progress": not args.no_progress}
 
