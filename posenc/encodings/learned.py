@@ -11,20 +11,23 @@ import torch
 from torch import nn
 
 from posenc import reference as ref
-from posenc._validate import check_float, check_int
+from posenc._validate import MAX_INIT_STD, check_float, check_int
 from posenc.registry import register
 from posenc.encodings._base import PositionalEncoding, check_positions
+from posenc.limits import Dim, Rows, check_memory
 
 
 @register("learned", kind="additive")
 class Learned(PositionalEncoding):
     """A trainable table of ``max_positions`` vectors (BERT, GPT-2); cannot extrapolate."""
 
-    def __init__(self, *, d_model: int, max_positions: int, init_std: float = 0.02) -> None:
+    def __init__(self, *, d_model: Dim, max_positions: Rows, init_std: float = 0.02) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, min=1)
         self.max_positions = check_int("max_positions", max_positions, min=1)
-        init_std = check_float("init_std", init_std, min=0.0)
+        init_std = check_float("init_std", init_std, min=0.0, max=MAX_INIT_STD)
+        check_memory("max_positions", self.max_positions, self.max_positions * self.d_model,
+                     what=f"its table of {self.max_positions} × d_model={self.d_model}")
         self.weight = nn.Parameter(torch.randn(self.max_positions, self.d_model) * init_std)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:

@@ -54,6 +54,7 @@ from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary
 from posenc.encodings._base import PositionalEncoding, check_batch, check_positions, check_tensor
+from posenc.limits import Dim, check_memory
 
 ROLES = (None, "query", "key")
 TABLE_MIN_POSITIONS = 256
@@ -64,10 +65,11 @@ TABLE_MAX_ELEMENTS = 1 << 22  # per table (cos or sin): 16 MB in float32
 class RoPE(PositionalEncoding):
     """Rotary embedding of RoFormer / Llama, with optional long-context scaling."""
 
-    def __init__(self, *, head_dim: int, base: float = 10000.0, rotary_dim: int | None = None,
+    def __init__(self, *, head_dim: Dim, base: float = 10000.0, rotary_dim: Dim | None = None,
                  layout: str = "half", scaling: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", check_int("head_dim", head_dim, min=2))
+        check_memory("head_dim", self.head_dim, 2 * self.head_dim, bytes_per=8, what="its float64 frequencies")
         self.base = check_float("base", base, min=0.0, min_open=True)
         rd = self.head_dim if rotary_dim is None else check_int("rotary_dim", rotary_dim, min=2)
         if rd > self.head_dim:

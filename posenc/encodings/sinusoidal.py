@@ -15,16 +15,18 @@ from posenc._validate import check_even, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin
 from posenc.encodings._base import PositionalEncoding, check_positions
+from posenc.limits import Dim, check_memory
 
 
 @register("sinusoidal", kind="additive")
 class Sinusoidal(PositionalEncoding):
     """Fixed sin/cos table of Vaswani et al. 2017; extrapolates to any position."""
 
-    def __init__(self, *, d_model: int, base: float = 10000.0) -> None:
+    def __init__(self, *, d_model: Dim, base: float = 10000.0) -> None:
         super().__init__()
         self.d_model = check_even("d_model", check_int("d_model", d_model, min=2))
         self.base = check_float("base", base, min=0.0, min_open=True)
+        check_memory("d_model", self.d_model, self.d_model, bytes_per=8, what="its float64 frequencies")
         self.register_float64("inv_freq", torch.from_numpy(ref.sinusoidal_inv_freq(self.d_model, self.base)))
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
