@@ -202,9 +202,12 @@ def hybrid_answers(table: LMTable) -> list[str]:
         how = "degrades past L" if mine.degrades else "does not degrade past L"
         text = (f"Extrapolation: the NoPE hybrid {how} (perplexity {mine.ppl_at_l:.2f} at {L} → {mine.ppl_long:.2f} "
                 f"at {long}, ΔNLL {mine.delta:+.4f} ± {mine.se:.4f}; degrading means worse by more than 2 SE)")
+        def named(labels: list[str]) -> str:
+            return ", ".join(f"{p} ({peers[p].delta:+.4f})" for p in labels)
+
         if peers:
-            text += (f", like {', '.join(same) or 'none of ' + ', '.join(peers)} in this run"
-                     + (f" and unlike {', '.join(other)}" if other else ""))
+            text += (f", like {named(same) or 'none of ' + ', '.join(peers)} in this run"
+                     + (f" and unlike {named(other)}" if other else ""))
         out.append(text + ".")
     d = table.diff((HYBRID_NOPE, L), (HYBRID_ROPE, L))
     if d is not None:
