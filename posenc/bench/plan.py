@@ -117,10 +117,11 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
     task_specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile)) for s in schemes]
     arch = profile.arch
     hybrid = profile.hybrid if arch == "transformer" else ()
-    for a in {arch, *(["hybrid"] if hybrid else [])}:
-        for part, cfg in (("lm", profile.lm.model), ("tasks", profile.tasks.model)):
-            if part in profile.parts:
-                check_arch(a, cfg)
+    for part, cfg in (("lm", profile.lm.model), ("tasks", profile.tasks.model)):
+        if part in profile.parts:
+            check_arch(arch, cfg)
+            if hybrid and part in profile.hybrid_parts:
+                check_arch("hybrid", cfg)
     base = next(((lab, sp) for lab, sp in lm_specs if sp["scheme"] == "rope" and sp.get("scaling") is None), None)
     types = [t for t in profile.scaling.types if t in scaling.SCALINGS]
     for t in profile.scaling.types:

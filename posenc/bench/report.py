@@ -174,7 +174,9 @@ def _scaling_section(page: Page, lm_recs: list[dict[str, Any]],
     lm, sc = stats.lm_table(lm_recs), stats.lm_table(sc_recs)
     labels = {(r["variant"]["type"], r["variant"]["mode"]): r["label"] for r in sc_recs}
     # the LM run the scalings start from: the one with their base spec (its label may be "rope (base=500)")
-    base = next((r["label"] for r in lm_recs if r["spec"] == sc_recs[0]["spec"]), "rope")
+    arch = sc_recs[0].get("arch", "transformer")  # and the same model (a hybrid rope has the same spec)
+    base = next((r["label"] for r in lm_recs if r["spec"] == sc_recs[0]["spec"]
+                 and r.get("arch", "transformer") == arch), "rope")
     factor = next((r["variant"]["factor"] for r in sc_recs if r["variant"]["mode"] == "fine-tune"), 4)
     page.add("<p>Zero-shot: the trained RoPE model's frequencies are rescaled at each length T with factor T/L "
              f"(no training). Fine-tuned: a short fine-tune at {factor}L with factor {factor} (and a control "
