@@ -129,6 +129,7 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
             log(f"note: RoPE scaling {t!r} is not available in this posenc; skipped")
     if "scaling" in profile.parts and base is None:
         log("note: no unscaled 'rope' scheme among the schemes, so the RoPE scalings are skipped")
+
     def runs_of(part: str, seed: int, specs: list[tuple[str, dict[str, Any]]], settings: str) -> list[Run]:
         out = [Run(part, seed, arch_label(lab, arch), sp, settings, profile=profile.name, arch=arch)
                for lab, sp in specs]

@@ -82,9 +82,9 @@ class Profile:
     tasks: TaskSettings
     parts: tuple[str, ...] = PARTS
     description: str = ""
-    arch: str = "transformer"  # the scheme runs' model: "transformer" or "hybrid" (posenc.bench.model.ARCHS)
-    hybrid: tuple[str, ...] = ()  # with arch "transformer": these of the schemes also run as hybrids, beside
-    hybrid_parts: tuple[str, ...] = ("lm",)  # in these parts
+    arch: str = "transformer"  # the model of the scheme runs: posenc.bench.model.ARCHS (--arch)
+    hybrid: tuple[str, ...] = ()  # arch "transformer" only: these schemes also run as hybrids, beside it
+    hybrid_parts: tuple[str, ...] = ("lm",)  # the parts the hybrid rows run in
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
