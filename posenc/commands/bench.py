@@ -12,6 +12,7 @@ from posenc.cli import CLIError
 
 PROFILE_NAMES = ("smoke", "quick", "full")
 PART_NAMES = ("lm", "scaling", "tasks")
+ARCH_NAMES = ("transformer", "hybrid")  # posenc.bench.model.ARCHS (not imported here: it imports torch)
 
 
 def _seeds(text: str) -> tuple[int, ...]:
@@ -40,6 +41,10 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
     p.add_argument("--part", action="append", choices=PART_NAMES, dest="parts",
                    help="run only these parts (repeatable): lm, scaling, tasks (default: all)")
     p.add_argument("--seeds", type=str, default=None, help="comma-separated seeds (default: the profile's)")
+    p.add_argument("--arch", choices=ARCH_NAMES, default=None,
+                   help="the model of the scheme runs: transformer (default), or hybrid: every other attention "
+                        "block replaced by an ssm block (Jamba-style); the profile's hybrid rows run beside "
+                        "transformer ones")
     p.add_argument("--corpus", metavar="FILE", default=None,
                    help="a text file for language modelling (default: the Python standard library's sources)")
     p.add_argument("--jobs", type=int, default=None,
@@ -54,7 +59,7 @@ def _profile(args: argparse.Namespace):
     from posenc.bench.profiles import get_profile, with_overrides
 
     return with_overrides(get_profile(args.profile), seeds=_seeds(args.seeds) if args.seeds else None,
-                          parts=tuple(dict.fromkeys(args.parts)) if args.parts else None)
+                          parts=tuple(dict.fromkeys(args.parts)) if args.parts else None, arch=args.arch)
 
 
 CORPUS_CHECK_BYTES = 1 << 20  # the start of a --corpus file that must read as UTF-8 text

@@ -216,7 +216,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("demo", help="demonstrations: order ('dog bites man' vs 'man bites dog')",
                        description="order: one attention layer reads 'dog bites man' and 'man bites dog' with "
-                                   "every scheme; without position the outputs are only permuted.")
+                                   "every scheme; without position the outputs are only permuted. A GRU and the ssm layer, "
+                                   "without any position, tell them apart: their state follows the order.")
     p.add_argument("name", choices=DEMOS, metavar="NAME", help=f"one of: {', '.join(DEMOS)}")
     p.add_argument("--seed", type=_bounded_int("--seed", 0, 2**31 - 1), default=0, help="random weights (default 0)")
     p.set_defaults(func=cmd_demo)

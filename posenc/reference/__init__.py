@@ -32,3 +32,6 @@ __all__ += [
     "kerple",
     "fire", "fire_input",
 ]
+from posenc.reference.ssm import ssm, ssm_decay, ssm_scan
+
+__all__ += ["ssm", "ssm_decay", "ssm_scan"]
