@@ -673,62 +673,66 @@
   function build(full) { return SCHEMES[full.get('scheme')](full); }
   function dist(a, b) { var s = 0; for (var i = 0; i < a.length; i++) { var d = a[i] - b[i]; s += d * d; } return Math.sqrt(s); }
   function dot(a, b) { var s = 0; for (var i = 0; i < a.length; i++) s += a[i] * b[i]; return s; }
-  // One pass over the table's rows (never held whole: 16384 × 4096 would not fit):
-  //   d[r]   = |row(0) − row(r)|; every table drawn here is row(p) = R(p)·row(0) with R(p) orthogonal
-  //            (pairs rotated by p θ_i), so |row(p) − row(q)| = d[q − p] and the closest pair under
-  //            analysis.min_fingerprint_distance's rule (ties within FINGERPRINT_RTOL go to the first p,
-  //            then the first q) is (0, r*);
-  //   sim[r] = cosine of row(0), row(r): similarity_vs_distance, the same for every p;
-  //   residual (additive): linear_map(tab, 1)'s, with the exact map (a rotation by θ_i per (sin, cos) pair).
-  function scanTable(m, L) {
-    var row = m.kind === 'rotary' ? m.tableAt(L) : m.row, r0 = row(0), n0 = Math.sqrt(dot(r0, r0)) || 1;
-    var d = new Float64Array(L), sim = new Float64Array(L), prev = null, worst = 0, scale = 0;
-    var cs = m.kind === 'additive' ? Array.from(m.invFreq, function (t) { return [Math.cos(t), Math.sin(t)]; }) : null;
+  // One pass over the positions computes everything a table scheme shows (the table is never held
+  // whole: 16384 × 4096 would not fit), each cos and sin once:
+  //   d[r]     = |row(0) − row(r)|. Every table drawn here is row(p) = R(p)·row(0) with R(p) orthogonal
+  //              (pairs rotated by p θ_i), so |row(p) − row(q)| = d[q − p] and the closest pair under
+  //              analysis.min_fingerprint_distance's rule (ties within FINGERPRINT_RTOL go to the first
+  //              p, then the first q) is (0, r*);
+  //   sim[r]   = cosine of row(0), row(r): similarity_vs_distance, the same for every p;
+  //   residual = linear_map(tab, 1)'s (additive), with the exact map: a rotation by θ_i per (sin, cos) pair;
+  //   score[r] = rotary_scores: <R(0)q, R(r)k>/D with q = k = 1 = (2a² Σ_i cos(rθ_i)·ζ_i(r) + D − R)/D,
+  //              ζ_i(r) = exp(−r·decay_i) for xPos (the key's scale; the query's is 1 at 0), else 1;
+  //   bound[r] = rope_decay_bound: (1/(d/2)) Σ_j |S_j|, S_j = Σ_{i<j} e^{i r θ_i}.
+  function analyse(m, L) {  // memoised on the model: the key numbers and three figures share one pass
+    if (m.analysed && m.analysed.L === L) return m.analysed.result;
+    var result = analysePass(m, L);
+    m.analysed = {L: L, result: result};
+    return result;
+  }
+  function analysePass(m, L) {
+    var rotary = m.kind === 'rotary', th = rotary ? m.freqAt(L) : m.invFreq, h = th.length;
+    var d = new Float64Array(L), sim = new Float64Array(L), score = new Float64Array(L), bound = new Float64Array(L);
+    var c = new Float64Array(h), sn = new Float64Array(h), pc = new Float64Array(h), ps = new Float64Array(h);
+    var a2 = rotary ? m.attentionFactor * m.attentionFactor : 0, worst = 0, scale = 0, n0 = 0, cs = [];
+    if (!rotary) for (var k = 0; k < h; k++) cs.push([Math.cos(th[k]), Math.sin(th[k])]);
     for (var p = 0; p < L; p++) {
-      var r = p ? row(p) : r0, n = Math.sqrt(dot(r, r)) || 1;
-      d[p] = dist(r0, r); sim[p] = dot(r0, r) / (n0 * n);
-      for (var k = 0; k < r.length; k++) scale = Math.max(scale, Math.abs(r[k]));
-      if (cs && prev) {
-        for (var i = 0; i < cs.length; i++) {
-          var a = prev[2 * i], b = prev[2 * i + 1], c = cs[i][0], s = cs[i][1];
-          worst = Math.max(worst, Math.abs(a * c + b * s - r[2 * i]), Math.abs(b * c - a * s - r[2 * i + 1]));
+      var dd = 0, dt = 0, nn = 0, sc = 0, re = 0, im = 0, bs = 0, i, x, y;
+      for (i = 0; i < h; i++) { c[i] = Math.cos(p * th[i]); sn[i] = Math.sin(p * th[i]); }
+      for (i = 0; i < h; i++) {
+        x = c[i]; y = sn[i];
+        // row(0) is [1.. | 0..] (rotary: [cos | sin]) or [0, 1, 0, 1, ..] (sinusoidal: sin, cos interleaved)
+        dd += rotary ? (x - 1) * (x - 1) + y * y : y * y + (x - 1) * (x - 1);
+        dt += x; nn += x * x + y * y;
+        scale = Math.max(scale, Math.abs(x), Math.abs(y));
+        if (rotary) {
+          sc += 2 * a2 * x * (m.decay ? Math.exp(-p * m.decay[i]) : 1);
+          re += x; im += y; bs += Math.sqrt(re * re + im * im);
+        } else if (p) {  // (sin, cos)(p) from (sin, cos)(p − 1): a rotation by θ_i
+          var a = ps[i], b = pc[i];
+          worst = Math.max(worst, Math.abs(a * cs[i][0] + b * cs[i][1] - y), Math.abs(b * cs[i][0] - a * cs[i][1] - x));
         }
       }
-      prev = r;
+      if (!p) n0 = Math.sqrt(nn) || 1;
+      d[p] = Math.sqrt(dd); sim[p] = dt / (n0 * (Math.sqrt(nn) || 1));
+      if (rotary) { score[p] = (sc + (m.headDim - m.rotaryDim)) / m.headDim; bound[p] = bs / h; }
+      var t = pc; pc = c; c = t; t = ps; ps = sn; sn = t;
     }
     d[0] = Infinity;
     var best = Infinity, q = 1, rtol = SCHEMA.fingerprint_rtol;
     for (p = 1; p < L; p++) best = Math.min(best, d[p]);
     while (!(d[q] <= best * (1 + rtol))) q++;
-    return {closest: {d: best, p: 0, q: q}, sim: sim, residual: worst / (scale || 1)};
+    return {closest: {d: best, p: 0, q: q}, sim: sim, residual: worst / (scale || 1), score: score, bound: bound};
   }
-  function rotaryScores(model, L) {  // rotary_scores: <R(0)q, R(r)k>/D with q = k = 1, xPos decay on k
-    var th = model.freqAt(L), a2 = model.attentionFactor * model.attentionFactor, D = model.headDim;
-    var out = new Float64Array(L);
-    for (var r = 0; r < L; r++) {
-      var s = 0;
-      for (var i = 0; i < th.length; i++) s += 2 * a2 * Math.cos(r * th[i]) * (model.decay ? Math.exp(-r * model.decay[i]) : 1);
-      out[r] = (s + (D - model.rotaryDim)) / D;
-    }
-    return out;
-  }
-  function decayBound(theta, L) {  // rope_decay_bound: (1/(d/2)) Σ_j |S_j|, S_j = Σ_{i<j} e^{i r θ_i}
-    var out = new Float64Array(L);
-    for (var r = 0; r < L; r++) {
-      var re = 0, im = 0, s = 0;
-      for (var i = 0; i < theta.length; i++) { re += Math.cos(r * theta[i]); im += Math.sin(r * theta[i]); s += Math.hypot(re, im); }
-      out[r] = s / theta.length;
-    }
-    return out;
-  }
-  function keyNumbers(full, L) {
-    var m = build(full), out = [];
+  function keyNumbers(full, L, m) {  // m: the model of full, when the caller has built it
+    m = m || build(full);
+    var out = [];
     var specText = [];
     full.forEach(function (v, k) { if (k !== 'scheme') specText.push(k + '=' + pyStr(v)); });
     out.push(['scheme', full.get('scheme')], ['kind', m.kind], ['spec', specText.join(', ') || '(no parameters)']);
     var scan;
     if (m.kind === 'additive' || m.kind === 'rotary') {
-      scan = scanTable(m, L);
+      scan = analyse(m, L);
       var c = scan.closest;
       out.push(['table (positions × dims)', L + ' × ' + m.width]);
       out.push(['closest two positions', c.p + ' and ' + c.q + ', distance ' + fmtG(c.d, 4) + ' (' + (c.d > 1e-9 ? 'all distinct' : 'NOT all distinct') + ')']);
@@ -742,7 +746,7 @@
       } else out.push(['PE(p+1) = M·PE(p) residual', 'needs --length > ' + (m.width + 1)]);
     }
     if (m.kind === 'rotary') {
-      var sc = rotaryScores(m, L);
+      var sc = analyse(m, L).score;
       out.push(['q·k/D (q=k=1) at r=0, 1, 10, L-1', [0, 1, Math.min(10, L - 1), L - 1].map(function (r) { return fmtF(sc[r], 3); }).join(', ')]);
       out.push(['attention factor', fmtG(m.attentionFactor, 4)]);
     }
@@ -788,6 +792,7 @@
   }
   function canvasOf(id) {
     var c = document.querySelector('#' + id + ' canvas'), ctx = c.getContext('2d');
+    document.getElementById(id).hidden = false;
     ctx.setTransform(1, 0, 0, 1, 0, 0);
     ctx.clearRect(0, 0, c.width, c.height);
     ctx.fillStyle = '#fff'; ctx.fillRect(0, 0, c.width, c.height);
@@ -804,8 +809,10 @@
     return out;
   }
   function title(g, text) { g.ctx.font = '600 13px system-ui, sans-serif'; g.ctx.textAlign = 'left'; g.ctx.fillText(text, 8, 15); g.ctx.font = '12px system-ui, sans-serif'; }
-  function notApplicable(id, text) {
+  var notShown = [];
+  function notApplicable(id, text) {  // a figure that does not apply to this kind is hidden and listed
     var g = canvasOf(id);
+    if (id !== 'fig-order') { document.getElementById(id).hidden = true; notShown.push(text); }
     g.ctx.fillStyle = '#f3f3f3'; g.ctx.fillRect(0, 0, g.W, g.H); g.ctx.fillStyle = '#555';
     g.ctx.textAlign = 'center'; g.ctx.fillText(text, g.W / 2, g.H / 2);
     g.c.setAttribute('aria-label', text);
@@ -855,7 +862,7 @@
     ctx.textAlign = 'left'; ctx.font = '11.5px system-ui, sans-serif';
     var ly = T + 14;
     series.forEach(function (s, k) {
-      var tw = ctx.measureText(s.label).width, lx = L + w - tw - 34;
+      var tw = ctx.measureText(s.label).width, lx = opts.legendLeft ? L + 8 : L + w - tw - 34;
       ctx.fillStyle = 'rgba(255,255,255,0.85)'; ctx.fillRect(lx - 4, ly - 10, tw + 36, 14);
       ctx.strokeStyle = LINES[k % LINES.length]; ctx.lineWidth = 2; ctx.setLineDash(s.dash || []);
       ctx.beginPath(); ctx.moveTo(lx, ly - 4); ctx.lineTo(lx + 24, ly - 4); ctx.stroke(); ctx.setLineDash([]);
@@ -901,13 +908,13 @@
   function seq(n) { var a = new Array(n); for (var i = 0; i < n; i++) a[i] = i; return a; }
   function figSimilarity(m, full, L) {
     if (m.kind !== 'additive' && m.kind !== 'rotary') return notApplicable('fig-similarity', 'no vectors to compare: ' + NAMES[full.get('scheme')] + ' is a ' + m.kind + ' scheme');
-    var sim = scanTable(m, L).sim;
+    var sim = analyse(m, L).sim;
     lineChart('fig-similarity', [{x: seq(L), y: sim, label: 'cos(PE(p), PE(p + r))'}],
       {title: 'cosine similarity vs distance', xlabel: 'distance r', ylabel: 'cosine similarity'});
   }
   function figQK(m, full, L) {
     if (m.kind !== 'rotary') return notApplicable('fig-qk', 'q·k vs distance is for rotary schemes (choose rope)');
-    var sc = rotaryScores(m, L), b = decayBound(m.freqAt(L), L), b0 = b[0];
+    var an = analyse(m, L), sc = an.score, b = an.bound, b0 = b[0];
     lineChart('fig-qk', [{x: seq(L), y: sc, label: 'q·k / D (q = k = 1)'}, {x: seq(L), y: b.map(function (v) { return v / b0; }), label: 'RoFormer bound, ÷ its value at r = 0', dash: [6, 3]}],
       {title: 'q·k vs distance, RoFormer decay bound', xlabel: 'relative distance r', ylabel: 'score'});
   }
@@ -923,7 +930,7 @@
     if (spec && spec.context) hl.push({y: spec.context, label: 'original ' + spec.context});
     if (spec && spec.extended) hl.push({y: spec.extended, label: 'extended ' + spec.extended});
     hl.forEach(function (h) { series.push({x: [0, series[0].x.length - 1], y: [h.y, h.y], label: h.label, dash: [2, 3]}); });
-    lineChart('fig-wavelengths', series, {title: 'wavelengths 2π/θ_i per pair', xlabel: 'pair i', ylabel: 'wavelength (positions, log)', logY: true});
+    lineChart('fig-wavelengths', series, {title: 'wavelengths 2π/θ_i per pair', xlabel: 'pair i', ylabel: 'wavelength (positions, log)', logY: true, legendLeft: true});
   }
   function figBias(m, full, L) {
     if (m.kind !== 'bias') return notApplicable('fig-bias', 'no bias maps: ' + NAMES[full.get('scheme')] + ' is a ' + m.kind + ' scheme (choose alibi, kerple or t5)');
@@ -1163,18 +1170,33 @@
       return;
     }
     state.full = full; state.sizes = sizes;
-    $('status').textContent = '';
-    render(full, sizes);
-    writeHash();
+    var token = ++pending, width = build(full).width || 0;
+    if (width * sizes.length <= BIG) {
+      $('status').textContent = '';
+      render(full, sizes);
+      writeHash();
+      return;
+    }
+    // a large table (up to the command line's 16384 × 4096) takes seconds: say so, then compute
+    $('status').textContent = 'Computing ' + sizes.length + ' positions × ' + width + ' dimensions…';
+    setTimeout(function () {
+      if (token !== pending) return;  // a newer change supersedes this one
+      render(full, sizes);
+      $('status').textContent = '';
+      writeHash();
+    }, 30);
   }
+  var pending = 0, BIG = 1 << 21;  // about 0.1 s of cos/sin in V8 (measured: 16384 × 4096 takes ~9 s)
   function render(full, sizes) {
     var L = sizes.length, m = build(full);
-    var numbers = keyNumbers(full, L), body = document.querySelector('#key-numbers tbody');
+    var numbers = keyNumbers(full, L, m), body = document.querySelector('#key-numbers tbody');
     body.textContent = '';
     numbers.forEach(function (kv) { var tr = document.createElement('tr'); kv.forEach(function (c) { var td = document.createElement('td'); td.textContent = c; tr.appendChild(td); }); body.appendChild(tr); });
     $('show-command').textContent = 'posenc show ' + shellQuote(pyStrip($('spec').value)) + ' --length ' + L + ' --dim ' + sizes.dim + ' --heads ' + sizes.heads;
     var figs = [['fig-table', figTable], ['fig-similarity', figSimilarity], ['fig-qk', figQK], ['fig-wavelengths', figWavelengths], ['fig-bias', figBias]];
+    notShown = [];
     figs.forEach(function (f) { f[1](m, full, L); });
+    $('not-shown').textContent = notShown.length ? 'Not drawn for this scheme: ' + notShown.join('; ') + '.' : '';
     figOrder(full);
     lastGood = {full: full, sizes: sizes};
     renders += 1;
