@@ -47,3 +47,12 @@ def test_out_must_be_a_folder(tmp_path, capsys):
     assert main(["explore", "--out", str(f)]) == 2
     err = capsys.readouterr().err
     assert "exists and is not a folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_open_opens_the_page_in_the_default_browser(tmp_path, monkeypatch, capsys):
+    import webbrowser
+
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
+    assert main(["explore", "--out", str(tmp_path), "--open"]) == 0
+    assert opened == [(tmp_path / "index.html").resolve().as_uri()]
