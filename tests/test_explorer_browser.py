@@ -245,6 +245,15 @@ def test_bad_values_show_a_message_next_to_the_control(page):
         assert message in d.find_element("id", "spec-error").text, text
         assert box.get_attribute("aria-invalid") == "true"
         assert _key_numbers(d) == good  # the last valid view stays
+    # a bad value typed into a parameter's own box: the message shows next to it too
+    _goto(d, "rope", 65, 16, 2)
+    base = d.find_element("id", "param-base")
+    base.send_keys("-5")
+    assert "base must be > 0.0, got -5.0" in d.find_element("id", "param-base-error").text
+    assert base.get_attribute("aria-invalid") == "true" and d.find_element("id", "spec-error").text
+    base.clear()
+    base.send_keys("500")
+    assert d.find_element("id", "param-base-error").text == "" and "base%3D500" in d.current_url
     length = d.find_element("id", "length")
     length.clear()
     length.send_keys("1")

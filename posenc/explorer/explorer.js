@@ -1075,7 +1075,10 @@
         input.placeholder = dflt === REQUIRED ? 'required' : pyStr(dflt);
       }
       input.id = id; input.dataset.key = key; input.dataset.scaled = scaled ? '1' : '';
+      input.setAttribute('aria-describedby', id + '-error');
       div.appendChild(input);
+      var err = document.createElement('span');
+      err.id = id + '-error'; err.className = 'error'; err.setAttribute('role', 'alert');
       if (SLIDERS[key]) {
         var sl = document.createElement('input'), sid = id + '-slider', sl2 = document.createElement('label');
         sl.type = 'range'; sl.min = 0; sl.max = SLIDERS[key].length - 1; sl.step = 1; sl.id = sid;
@@ -1086,6 +1089,7 @@
         sl.addEventListener('input', function () { input.value = String(SLIDERS[key][Number(sl.value)]); fromControls(); });
         div.appendChild(sl2); div.appendChild(sl);
       }
+      div.appendChild(err);
       input.addEventListener(input.tagName === 'SELECT' ? 'change' : 'input', fromControls);
       box.appendChild(div);
     }
@@ -1140,11 +1144,20 @@
     $('spec').value = name + (main.length + scal.length ? ':' + main.concat(scal).join(',') : '');
     update({rebuildControls: scalingChanged === true});
   }
+  // a message about one parameter also shows next to that parameter's control
+  function paramError(message) {
+    var m = /^(?:scaling '\w+': )?(?:cannot read )?([A-Za-z_]\w*)(?:\[\d+\])?(?: must|=| needs| entries)/.exec(message || '');
+    Array.prototype.forEach.call(document.querySelectorAll('#param-controls [data-key]'), function (el) {
+      var mine = !!m && el.dataset.key === m[1];
+      document.getElementById(el.id + '-error').textContent = mine ? message : '';
+      el.setAttribute('aria-invalid', mine ? 'true' : 'false');
+    });
+  }
   function readSizeSafe(name) { try { return readSize(name); } catch (e) { return SCHEMA.defaults[name]; } }
   var renders = 0, lastGood = null;
   function update(opt) {
     opt = opt || {};
-    var sizes = {}, bad = false, given = null, full = null;
+    var sizes = {}, bad = false, given = null, full = null, specMessage = '';
     SIZE.forEach(function (n) {
       try { sizes[n] = readSize(n); setError(n, ''); $(n + '-slider').value = Math.min(sizes[n], Number($(n + '-slider').max)); }
       catch (e) { if (!(e instanceof SpecError)) throw e; setError(n, e.message); bad = true; }
@@ -1155,7 +1168,7 @@
       setError('spec', '');
     } catch (e) {
       if (!(e instanceof SpecError)) throw e;
-      setError('spec', e.message); bad = true;
+      setError('spec', e.message); bad = true; specMessage = e.message;
     }
     if (given) {
       var changed = !state.spec || state.spec.get('scheme') !== given.get('scheme') || opt.rebuildControls || opt.fromSpec;
@@ -1164,6 +1177,7 @@
       $('scheme-summary').textContent = SCHEMA.schemes[given.get('scheme')].summary;
       if (changed) paramControls(given);
     }
+    paramError(specMessage);
     if (bad) {
       $('status').textContent = lastGood ? 'Fix the value marked in red; the figures and numbers show the last valid view.' : 'Fix the value marked in red.';
       document.documentElement.setAttribute('data-valid', '0');
