@@ -56,7 +56,7 @@ def schema() -> dict[str, Any]:
     """What the page reads from Python: schemes, parameters and defaults, scalings, bounds."""
     import inspect
 
-    from posenc import registry, scaling
+    from posenc import demo, registry, scaling
     from posenc.analysis import FINGERPRINT_RTOL
     from posenc.commands.inspect import MAX_DIM, MAX_HEADS, MAX_LENGTH, SIZE_BOUNDS
     from posenc.spec import SIZE_PARAMS
@@ -80,6 +80,7 @@ def schema() -> dict[str, Any]:
         "bounds": {"length": [2, MAX_LENGTH], "dim": [2, MAX_DIM], "heads": [1, MAX_HEADS]},
         "defaults": {"spec": "sinusoidal", "length": 128, "dim": 64, "heads": 8},
         "fingerprint_rtol": FINGERPRINT_RTOL,
+        "demo": {"d_model": demo.D_MODEL, "num_heads": demo.NUM_HEADS},  # the sizes of `posenc demo order`
     }
 
 

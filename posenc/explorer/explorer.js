@@ -151,6 +151,9 @@
   // One ulp matters where a value lands on a printing tie: ALiBi's slopes are powers of 2^(1/k), and
   // 0.5·999 prints as 500 or 499 by the last bit. So the formulas of posenc.reference use these two,
   // computed in 160-bit fixed point with BigInt and rounded once, half to even.
+  // 160 fraction bits: the series below add ~60 terms, each rounded at 2^-160, so the result is within
+  // ~2^-150 of the truth, 2^97 times finer than a double's last bit; only a value that close to a
+  // rounding tie could round wrongly (exact ties, from integer powers, are computed exactly).
   var PREC = 160n, ONE = 1n << PREC;
   function fxMul(a, b) { return (a * b) >> PREC; }
   function lnSeries(m) {  // m in [1, 2] (fixed point): ln m = 2 atanh(z), z = (m - 1)/(m + 1) <= 1/3
@@ -573,6 +576,10 @@
   }
 
   // ---- 5. SCHEMES: spec (a full Map) -> model -------------------------------------------------
+  // A new scheme is one function here (plus its name in PAGE_SCHEMES, posenc/explorer/__init__.py):
+  // it validates the spec as the module's __init__ does and returns a model of one of the kinds
+  // below; the key numbers and figures dispatch on the kind. A new kind (e.g. multi-axis, grid
+  // positions) adds its own figure function in section 8 and its rows in keyNumbers.
   // A model has: kind ('none' | 'additive' | 'rotary' | 'bias'), and by kind
   //   additive, rotary: width, row(p) -> Float64Array (the table's row at position p, [L, width]),
   //                     invFreq (θ the scheme registers), and an isometry: row(p) = R(p)·row(0);
@@ -959,7 +966,7 @@
   }
 
   // "dog bites man": one attention layer, fixed random weights (a seeded generator, not torch's)
-  var DEMO = {D: 16, H: 2, hd: 8};
+  var DEMO = {D: SCHEMA.demo.d_model, H: SCHEMA.demo.num_heads, hd: SCHEMA.demo.d_model / SCHEMA.demo.num_heads};
   function hashSeed(text) { var h = 2166136261; for (var i = 0; i < text.length; i++) { h ^= text.charCodeAt(i); h = Math.imul(h, 16777619); } return h >>> 0; }
   function gauss(seed, n) {
     var rng = new TorchCPU(seed), u = rng.rand(2 * n), out = new Float64Array(n);
