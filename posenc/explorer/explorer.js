@@ -819,7 +819,7 @@
   var notShown = [];
   function notApplicable(id, text) {  // a figure that does not apply to this kind is hidden and listed
     var g = canvasOf(id);
-    if (id !== 'fig-order') { document.getElementById(id).hidden = true; notShown.push(text); }
+    if (id !== 'fig-order') { document.getElementById(id).hidden = true; notShown.push(FIGURE_NAMES[id]); }
     g.ctx.fillStyle = '#f3f3f3'; g.ctx.fillRect(0, 0, g.W, g.H); g.ctx.fillStyle = '#555';
     g.ctx.textAlign = 'center'; g.ctx.fillText(text, g.W / 2, g.H / 2);
     g.c.setAttribute('aria-label', text);
@@ -897,7 +897,9 @@
   }
 
   // ---- 8. figures -------------------------------------------------------------------------------
-  var NAMES = {nope: 'NoPE', sinusoidal: 'sinusoidal', rope: 'RoPE', alibi: 'ALiBi', kerple: 'KERPLE', t5: 'T5 bias'};
+  var NAMES = {nope: 'NoPE', sinusoidal: 'sinusoidal', rope: 'RoPE', alibi: 'ALiBi', kerple: 'KERPLE', t5: 'T5'};
+  var FIGURE_NAMES = {'fig-table': 'the table', 'fig-similarity': 'similarity vs distance', 'fig-qk': 'q·k vs distance',
+                      'fig-wavelengths': 'wavelengths', 'fig-bias': 'bias maps'};
   function figTable(m, full, L) {
     if (m.kind !== 'additive' && m.kind !== 'rotary') return notApplicable('fig-table', 'no position table: ' + NAMES[full.get('scheme')] + ' is a ' + m.kind + ' scheme');
     var g = canvasOf('fig-table'), ctx = g.ctx, X = 54, T = 26, w = g.W - X - 90, h = g.H - T - 40;
@@ -1031,9 +1033,13 @@
     });
     ctx.textAlign = 'center'; ctx.fillText('|output in A − output in B| of the same word (positions A→B)', X + w / 2, g.H - 6);
     var same = d.every(function (x) { return x < 1e-9; });
-    document.getElementById('order-note').textContent = same
-      ? 'Every shared word has the same output in both: the layer sees only a permutation.'
-      : 'The outputs differ: the layer can tell the two orders apart.';
+    document.getElementById('order-note').textContent = !same ? 'The outputs differ: the layer can tell the two orders apart.'
+      : a.join(' ') === b.join(' ') ? 'The two sentences are the same: type another order in B.'
+      : m.kind === 'none' ? 'Every shared word has the same output in both: the layer sees only a permutation.'
+      : 'Every shared word has the same output in both, although this scheme encodes position: its term depends only on '
+        + 'the distance |i − j|' + (a.slice().reverse().join(' ') === b.join(' ') ? ', and B is A reversed' : '')
+        + '. Put a word in front of both sentences (a start token, as real models do) and the outputs differ; only NoPE '
+        + 'stays blind to every order.';
     g.c.setAttribute('aria-label', 'distance per shared word: ' + common.map(function (w, i) { return w + ' ' + fmtG(d[i], 3); }).join(', '));
   }
 
@@ -1116,6 +1122,7 @@
     if (isDict(sc) && SCALING_PARAMS[sc.get('type')]) {
       SCALING_PARAMS[sc.get('type')].forEach(function (d, key) { add(key, sc.has(key) ? sc.get(key) : undefined, d, true); });
     }
+    if (!box.children.length) box.textContent = 'none besides the sizes above';
   }
   // the SPEC the controls describe: the scheme, its non-empty parameters, the SPEC's explicit sizes
   function fromControls(scalingChanged) {
@@ -1217,7 +1224,7 @@
     var figs = [['fig-table', figTable], ['fig-similarity', figSimilarity], ['fig-qk', figQK], ['fig-wavelengths', figWavelengths], ['fig-bias', figBias]];
     notShown = [];
     figs.forEach(function (f) { f[1](m, full, L); });
-    $('not-shown').textContent = notShown.length ? 'Not drawn for this scheme: ' + notShown.join('; ') + '.' : '';
+    $('not-shown').textContent = notShown.length ? 'Not drawn for ' + NAMES[full.get('scheme')] + ' (' + m.kind + '): ' + notShown.join(', ') + '.' : '';
     figOrder(full);
     lastGood = {full: full, sizes: sizes};
     renders += 1;
