@@ -308,7 +308,18 @@ def test_dog_bites_man_with_sentences_the_reader_types(page):
     assert "only a permutation" in d.find_element("id", "order-note").text  # NoPE: any reordering
     _goto(d, "sinusoidal", 16, 16, 2)
     assert "can tell the two orders apart" in d.find_element("id", "order-note").text
+    # ALiBi's bias depends only on |i − j|: a sentence and its reversal give the same outputs
+    # without a mask, until a start word breaks the symmetry (posenc demo order's caveat)
+    for text, box in (("dog bites man", a), ("man bites dog", b)):
+        box.clear()
+        box.send_keys(text)
+    _goto(d, "alibi", 16, 16, 2)
+    assert "B is A reversed" in d.find_element("id", "order-note").text
+    for text, box in (("<s> dog bites man", a), ("<s> man bites dog", b)):
+        box.clear()
+        box.send_keys(text)
+    assert "can tell the two orders apart" in d.find_element("id", "order-note").text
     b.clear()
-    b.send_keys("a dog")
+    b.send_keys("a cat")
     assert "share no word" in d.find_element("id", "order-error").text
     assert _console_errors(d) == []
