@@ -56,3 +56,12 @@ def test_open_opens_the_page_in_the_default_browser(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
     assert main(["explore", "--out", str(tmp_path), "--open"]) == 0
     assert opened == [(tmp_path / "index.html").resolve().as_uri()]
+
+
+def test_every_script_file_is_in_the_page():
+    from importlib import resources
+
+    files = sorted(p.name for p in resources.files("posenc.explorer").joinpath("js").iterdir() if p.name.endswith(".js"))
+    assert sorted(explorer.JS_FILES) == files
+    script = explorer.script()
+    assert all(f"// ---- {name}\n" in script for name in files)

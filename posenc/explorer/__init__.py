@@ -6,14 +6,29 @@ The page (``index.html``, no fetches, a Content-Security-Policy that forbids the
 parser (``posenc.spec``) and a table ``id="key-numbers"`` that prints, row for row, what
 ``posenc show SPEC --length L --dim D --heads H`` prints (``posenc.analysis.key_numbers``).
 
+The script is ``js/*.js``, one job per file, joined in ``JS_FILES`` order into one function scope:
+
+    python.js        values as Python sees them (int vs float, dict order); repr and .Nf/.Ne/.Ng, exact
+    crmath.js        correctly rounded pow and log (glibc's are; V8's Math.pow is not)
+    spec.js          the SPEC parser (posenc/spec.py), fill_sizes, normalize_spec
+    checks.js        argument checks with posenc/_validate.py's messages
+    torch_random.js  torch's CPU generator after manual_seed: rand, randn (learned tables)
+    scaling.js       the RoPE scalings (posenc/scaling.py)
+    schemes.js       SCHEMES: one function per scheme, spec -> model (a new scheme goes here)
+    numbers.js       the key numbers (posenc.analysis.key_numbers)
+    draw.js          palettes, heatmaps, line charts, colour bars
+    figures.js       one function per figure
+    order.js         "dog bites man" with the reader's sentences
+    ui.js            controls, URL fragment state, error messages
+
 What the page may not drift from is written into it from Python at build time (``schema()``):
 the schemes' parameters and defaults, the scaling types' parameters, the size bounds of the
-command line. The formulas are ported by hand, once, in ``explorer.js``; the browser tests
+command line. The formulas are ported by hand, once, in ``js/``; the browser tests
 (``tests/test_explorer_browser.py``) hold them to ``posenc show`` for randomly drawn parameters.
 
 Learned tables (KERPLE's rates, T5's bucket weights) are drawn as ``posenc show`` draws them:
 ``torch.manual_seed(0)`` then the module's initialiser; the page reproduces torch's CPU
-Mersenne Twister and its uniform and normal transforms (see ``explorer.js``).
+Mersenne Twister and its uniform and normal transforms (see ``js/torch_random.js``).
 """
 
 from __future__ import annotations
@@ -88,6 +103,23 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
+JS_FILES = ("python.js", "crmath.js", "spec.js", "checks.js", "torch_random.js", "scaling.js", "schemes.js",
+            "numbers.js", "draw.js", "figures.js", "order.js", "ui.js")
+
+
+def script() -> str:
+    """The page's JavaScript: ``js/*.js`` in ``JS_FILES`` order, in one function scope.
+
+    ``SCHEMA`` is read from the page, or from ``globalThis.POSENC_SCHEMA`` where there is no
+    page (Node); ``globalThis.posencExplorer`` exposes the parser, the key numbers and the
+    formatting to the browser tests and to a console.
+    """
+    parts = [f"// ---- {name}\n{_asset('js/' + name)}" for name in JS_FILES]
+    return ("'use strict';\n(function () {\n"
+            "var SCHEMA = globalThis.POSENC_SCHEMA || JSON.parse(document.getElementById('schema').textContent);\n"
+            + "\n".join(parts) + "})();\n")
+
+
 def page() -> str:
     """The whole page as one string."""
     data = json.dumps(schema(), separators=(",", ":")).replace("</", "<\\/")
@@ -98,7 +130,7 @@ def page() -> str:
             "<title>posenc explorer</title>"
             f"<style>{_asset('explorer.css')}</style></head><body>\n{body}\n"
             f'<script type="application/json" id="schema">{data}</script>\n'
-            f"<script>{_asset('explorer.js')}</script>\n</body></html>\n")
+            f"<script>{script()}</script>\n</body></html>\n")
 
 
 def write(out: str | os.PathLike = "explorer") -> Path:
@@ -117,4 +149,4 @@ def write(out: str | os.PathLike = "explorer") -> Path:
     return path
 
 
-__all__ = ["PAGE_SCHEMES", "CSP", "schema", "page", "write"]
+__all__ = ["PAGE_SCHEMES", "CSP", "JS_FILES", "schema", "script", "page", "write"]
