@@ -33,9 +33,10 @@ report: $(STAMP)
 	$(VENV)/bin/posenc report --profile $(PROFILE) --out $(OUT)
 
 # Regenerates the images the README shows.
-figures: $(STAMP)
+figures: $(STAMP) chromium
 	$(VENV)/bin/posenc show sinusoidal --length 128 --dim 64 --plot docs/sinusoidal_heatmap.png
 	$(VENV)/bin/posenc compare sinusoidal rope alibi --plot docs/compare.png
+	$(PY) docs/explorer_screenshot.py docs/explorer.png
 
 bench: $(STAMP)
 	$(VENV)/bin/posenc bench
