@@ -7,6 +7,7 @@ Needs Debian's chromium and chromium-driver (`make chromium`) and selenium (the 
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +30,7 @@ def main(out: str) -> None:
         for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1680,1240",
                      "--hide-scrollbars", "--force-device-scale-factor=1"):
             options.add_argument(flag)
-        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
         try:
             driver.get(f"{page.as_uri()}#spec={quote(SPEC, safe='')}&length=256&dim=64&heads=8")
             shot = Path(tmp) / "shot.png"
