@@ -217,8 +217,16 @@ def min_fingerprint_distance(tab: np.ndarray) -> tuple[float, int, int]:
     low = float(nn.min())
     cut2 = ((np.sqrt(low**2 + err2) * (1 + FINGERPRINT_RTOL)) ** 2 + err2)
     candidates = np.flatnonzero(nn**2 <= cut2)
-    if err2 > 1e-9 * FINGERPRINT_RTOL * low**2:  # ill-conditioned: direct distances for the candidates
-        exact = np.array([np.delete(np.linalg.norm(tab - tab[c], axis=-1), c).min() for c in candidates])
+    # The expansion's distances are good to err2 / (2·low²), relatively. Far below the tolerance
+    # (as for every table of default size: ~1e-12) they decide the ties; else (rows 1e-5 apart,
+    # e.g. RoPE interpolated 1e5 times) the candidates' distances are recomputed directly, which
+    # costs O(candidates · L · d).
+    if low == 0 or err2 / (2 * low**2) > 1e-3 * FINGERPRINT_RTOL:
+        exact = np.empty(len(candidates))
+        for i, c in enumerate(candidates):
+            row = np.linalg.norm(tab - tab[c], axis=-1)  # (L,)
+            row[c] = np.inf
+            exact[i] = row.min()
         best = float(exact.min())
         p = int(candidates[np.flatnonzero(exact <= best * (1 + FINGERPRINT_RTOL))[0]])
     else:
