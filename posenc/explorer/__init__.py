@@ -73,7 +73,7 @@ def schema() -> dict[str, Any]:
 
     from posenc import demo, registry, scaling
     from posenc.analysis import FINGERPRINT_RTOL
-    from posenc.commands.inspect import MAX_DIM, MAX_HEADS, MAX_LENGTH, SIZE_BOUNDS
+    from posenc.limits import MAX_CELLS, MAX_DIM, MAX_FIT_WORK, MAX_HEADS, MAX_LENGTH, MAX_PAIR_WORK
     from posenc.spec import SIZE_PARAMS
 
     schemes = {}
@@ -86,12 +86,17 @@ def schema() -> dict[str, Any]:
         params = inspect.signature(fn).parameters
         scalings[name] = [[k, _typed(registry.REQUIRED if p.default is inspect.Parameter.empty else p.default)]
                           for k, p in params.items() if k not in ("inv_freq", "head_dim", "base")]
+    size_bounds: dict[str, float] = {}  # the command line's bounds (posenc.limits) on the page's schemes' sizes
+    for name in PAGE_SCHEMES:
+        for key, lim in registry.get(name).limits.items():
+            size_bounds[key] = min(size_bounds.get(key, lim.max), lim.max)
     return {
         "schemes": schemes,
         "all_schemes": registry.schemes(),
         "scalings": scalings,
         "size_params": list(SIZE_PARAMS),
-        "size_bounds": SIZE_BOUNDS,
+        "size_bounds": size_bounds,
+        "work_bounds": {"cells": MAX_CELLS, "pairs": MAX_PAIR_WORK, "fit": MAX_FIT_WORK},
         "bounds": {"length": [2, MAX_LENGTH], "dim": [2, MAX_DIM], "heads": [1, MAX_HEADS]},
         "defaults": {"spec": "sinusoidal", "length": 128, "dim": 64, "heads": 8},
         "fingerprint_rtol": FINGERPRINT_RTOL,

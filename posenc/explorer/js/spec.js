@@ -178,10 +178,21 @@ function fullSpec(given, sizes) {
     var v = out.get(k);
     if (isInt(v) && v.v > SCHEMA.size_bounds[k]) fail(k + ' must be at most ' + SCHEMA.size_bounds[k] + ' on the command line, got ' + v.s);
   });
+  checkWork(sch, out, sizes);
   var unknown = [];
   out.forEach(function (v, k) { if (k !== 'scheme' && !sch.params.has(k)) unknown.push(k); });
   if (unknown.length) fail('unknown key ' + strRepr(unknown.sort()[0]) + ' for scheme ' + strRepr(sch.name) + '; allowed keys: ' + (Array.from(sch.params.keys()).join(', ') || '(none)'));
   var full = new Map([['scheme', sch.name]]);
   sch.params.forEach(function (d, k) { full.set(k, out.has(k) ? out.get(k) : d); });
   return full;
+}
+
+// the command line's bounds on the work of `posenc show` (posenc.limits: cells, pairs, the linear fit)
+function checkWork(sch, out, sizes) {
+  if (sch.kind !== 'additive' && sch.kind !== 'rotary') return;
+  var w = out.get('d_model') || out.get('head_dim'), width = isInt(w) ? w.v : sizes.dim, n = sizes.length;
+  var b = SCHEMA.work_bounds, what = '--length ' + n + ' × width ' + width;
+  if (n * width > b.cells) fail(what + ' makes a table over the command line\'s limit of ' + b.cells + ' cells');
+  if (n * n * width > b.pairs) fail(what + ' makes a fingerprint comparison over the command line\'s limit');
+  if (sch.kind === 'additive' && n * width * width > b.fit) fail(what + ' makes a linear-map fit over the command line\'s limit');
 }
