@@ -298,8 +298,9 @@ def test_axial_rope_in_attention_and_its_table_path():
     expected = ref.attention(rope.reference(q.double().numpy(), pos.numpy()),
                              rope.reference(k.double().numpy(), pos.numpy()), v.double().numpy())
     assert_close(out, expected, magnitude=10.0, what="attention")
-    with pytest.raises(ValueError, match=r"pe has axes=2: pass q_positions and k_positions \[L, 2\]"):
-        posenc.attention(q, k, v, rope)
+    diagonal = torch.arange(15).unsqueeze(-1).expand(15, 2)  # default: the same position on every axis
+    torch.testing.assert_close(posenc.attention(q, k, v, rope),
+                               posenc.attention(q, k, v, rope, q_positions=diagonal, k_positions=diagonal))
     # the table (integer positions) and the direct path (real positions) agree
     c1, s1 = rope.cos_sin(pos)
     c2, s2 = rope.cos_sin(pos.double())

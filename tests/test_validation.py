@@ -147,9 +147,9 @@ def test_positions_of_the_wrong_type_or_rank(name):
         cases = [(args[i].to(torch.complex64), TypeError, "torch.complex64") if m.real_positions
                  else (args[i].float(), TypeError, "torch.float32"),
                  (args[i].tolist(), TypeError, "list"),
-                 (args[i].view(1, 1, 6), ValueError, "[1, 1, 6]")]
+                 (args[i].reshape(1, 1, *args[i].shape), ValueError, str([1, 1, *args[i].shape]))]
         if m.kind in ("none", "rotary", "relative"):  # a batch of 3 against tensors of batch 2
-            cases.append((args[i][None].expand(3, 6), ValueError, "3"))
+            cases.append((args[i][None].expand(3, *args[i].shape), ValueError, "3"))
         for bad_value, error, value in cases:
             bad = list(args)
             bad[i] = bad_value

@@ -29,10 +29,12 @@ from posenc.reference.shaw import shaw, shaw_attention, shaw_index, shaw_value
 from posenc.reference.transformer_xl import relative_sinusoid, transformer_xl
 from posenc.reference.kerple import kerple
 from posenc.reference.fire import fire, fire_input
+from posenc.reference.rope_mixed import rope_mixed, rope_mixed_angles
 
 __all__ += [
     "shaw", "shaw_attention", "shaw_index", "shaw_value",
     "relative_sinusoid", "transformer_xl",
     "kerple",
     "fire", "fire_input",
+    "rope_mixed", "rope_mixed_angles",
 ]
