@@ -130,6 +130,7 @@ def test_demo_order(capsys):
     code, out, _ = run(["demo", "order"], capsys)
     assert code == 0
     assert "dog bites man" in out and all(name in out for name in registry.schemes())
+    assert "\ngru " in out and "\nssm " in out and "no positional encoding, yet the outputs differ" in out
 
 
 BAD = [

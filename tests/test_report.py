@@ -33,10 +33,12 @@ def test_report_is_self_contained(report):
     for name in FIGURES:
         assert re.search(rf'<img src="data:image/png;base64,[A-Za-z0-9+/=]{{200,}}" alt="{name}">', text), name
         assert (report.parent / "figures" / f"{name}.png").stat().st_size > 1000
-    for heading in ("Summary", "dog bites man", "Language modelling", "RoPE scalings", "Algorithmic tasks",
-                    "Hardware, versions"):
+    for heading in ("Summary", "dog bites man", "Language modelling", "Recurrence instead of position",
+                    "RoPE scalings", "Algorithmic tasks", "Hardware, versions"):
         assert heading in text, heading
     assert "cannot run" in text  # the learned table past its length
+    assert "hybrid nope" in text and "Lieber et al. 2024 (Jamba)" in text and "Position at training length" in text
+    assert "\ngru " in text and "\nssm " in text and "recurrent" in text  # the order demo's recurrent rows
     assert "Content-Security-Policy" in text
 
 

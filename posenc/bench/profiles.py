@@ -2,7 +2,9 @@
 (``make report``: minutes on 2 CPU cores, one seed), ``full`` (three seeds, bigger, longer).
 
 Every setting that changes a number is in these dataclasses; their hash is part of each
-result's key, so changing a setting re-runs what it affects and nothing else.
+result's key, so changing a setting re-runs what it affects and nothing else. The architecture
+(``arch``, and the ``hybrid`` rows beside the transformer's) is part of each run's key instead
+(``posenc.bench.plan.Run``), so transformer results keep their keys.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from posenc.bench.model import GPTConfig
+from posenc._validate import check_choice
+from posenc.bench.model import ARCHS, GPTConfig
 from posenc.bench.tasks import TASKS
 
 BENCH_VERSION = 1  # bump when the protocol changes, so old results are not reused
@@ -79,6 +82,9 @@ class Profile:
     tasks: TaskSettings
     parts: tuple[str, ...] = PARTS
     description: str = ""
+    arch: str = "transformer"  # the model of the scheme runs: posenc.bench.model.ARCHS (--arch)
+    hybrid: tuple[str, ...] = ()  # arch "transformer" only: these schemes also run as hybrids, beside it
+    hybrid_parts: tuple[str, ...] = ("lm",)  # the parts the hybrid rows run in
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -95,14 +101,15 @@ def settings_hash(obj: Any) -> str:
 PROFILES: dict[str, Profile] = {
     "smoke": Profile(
         name="smoke", seeds=(0,), schemes=("nope", "sinusoidal", "learned", "rope", "alibi", "t5"),
-        lm=LMSettings(model=GPTConfig(n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
+        lm=LMSettings(model=GPTConfig(n_layer=2, n_head=2, n_embd=16, mlp_ratio=2),  # 2: a hybrid needs two
                       train=TrainConfig(steps=12, batch_size=8, warmup=2), train_length=16,
                       multipliers=(1, 2, 4), heldout_tokens=256, corpus_bytes=60_000, eval_tokens=256),
         scaling=ScalingSettings(types=("linear", "yarn"), finetune_steps=3),
-        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
+        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2),
                            train=TrainConfig(steps=8, batch_size=4, warmup=2), max_size=2,
                            test_sizes=(2, 4), eval_examples=8),
         description="seconds; exercises every code path, numbers mean nothing",
+        hybrid=("nope", "rope"),
     ),
     "quick": Profile(
         name="quick", seeds=(0,), schemes=DEFAULT_SCHEMES,
@@ -115,6 +122,7 @@ PROFILES: dict[str, Profile] = {
                            test_sizes=(6, 8, 10, 12, 18), eval_examples=150),
         description="one seed, a 2-layer width-64 model trained at 32 bytes: about 3.5 minutes on 2 idle CPU "
                     "cores (measured), well under 10 on a busy one",
+        hybrid=("nope", "rope"),
     ),
     "full": Profile(
         name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
@@ -126,6 +134,7 @@ PROFILES: dict[str, Profile] = {
                            train=TrainConfig(steps=4000, batch_size=64, lr=3e-3), max_size=10,
                            test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
         description="three seeds, d=128, 4 layers: hours on 2 CPU cores, minutes on a GPU",
+        hybrid=("nope", "rope", "alibi", "sinusoidal"), hybrid_parts=("lm", "tasks"),
     ),
 }
 
@@ -137,9 +146,12 @@ def get_profile(name: str) -> Profile:
 
 
 def with_overrides(profile: Profile, *, seeds: tuple[int, ...] | None = None,
-                   schemes: tuple[str, ...] | None = None, parts: tuple[str, ...] | None = None) -> Profile:
-    """The profile with the user's seeds, schemes and parts (the run keys change accordingly)."""
+                   schemes: tuple[str, ...] | None = None, parts: tuple[str, ...] | None = None,
+                   arch: str | None = None) -> Profile:
+    """The profile with the user's seeds, schemes, parts and architecture (the run keys change accordingly)."""
     changes: dict[str, Any] = {}
+    if arch is not None:
+        changes["arch"] = check_choice("arch", arch, ARCHS)
     if seeds is not None:
         changes["seeds"] = tuple(seeds)
     if schemes is not None:

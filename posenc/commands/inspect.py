@@ -19,10 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from posenc.cli import CLIError
+from posenc.limits import MAX_DIM, MAX_HEADS, MAX_LENGTH
 
-MAX_LENGTH = 16384
-MAX_DIM = 4096
-MAX_HEADS = 256
 DEMOS = ("order",)
 SPEC_HELP = ("a scheme name, name:key=value,... (e.g. rope:base=500000,scaling=linear,factor=4) "
              "or a JSON file")
@@ -60,22 +58,43 @@ def _pair(name: str, sep: str, high: int, *, low: int = 1) -> Callable[[str], tu
     return parse
 
 
-SIZE_BOUNDS = {"d_model": MAX_DIM, "head_dim": MAX_DIM, "rotary_dim": MAX_DIM, "num_heads": MAX_HEADS,
-               "max_positions": MAX_LENGTH}
-"""Sizes a SPEC may give on the command line: the same bounds as --dim, --heads and --length, so a
-typo (``rope:head_dim=10000000``) is an error, not an out-of-memory kill."""
-
-
 def _spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
-    """A SPEC from the command line, sizes filled from --dim/--heads/--length and bounded."""
+    """A SPEC from the command line, sizes filled from --dim/--heads/--length and bounded.
+
+    Each size a scheme declares (``posenc.limits``) is bounded here, so a typo
+    (``rope:head_dim=10000000``, ``fire:hidden=100000000``) is one line, not an out-of-memory kill.
+    """
+    from posenc.limits import check_spec
     from posenc.spec import fill_sizes, parse_spec
 
     spec = fill_sizes(parse_spec(text), dim=args.dim, num_heads=args.heads, length=args.length)
-    for key, high in SIZE_BOUNDS.items():
-        value = spec.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > high:
-            raise CLIError(f"{key} must be at most {high} on the command line, got {value}")
+    check_spec(spec)
     return spec
+
+
+def _check_work(spec: dict[str, Any], args: argparse.Namespace, *, queries: int) -> None:
+    """The work of ``show``/``compare`` on one encoding, as products of sizes, within the limits.
+
+    ``queries``: how many query positions the command scores a bias or relative term at.
+    """
+    import posenc
+    from posenc import registry
+    from posenc.limits import MAX_CELLS, MAX_FIT_WORK, MAX_PAIR_WORK, MAX_RELATIVE_WORK, check_work
+
+    kind = registry.get(spec["scheme"]).kind
+    if kind == "relative":  # a query-dependent term: work grows with the module's parameters (W_R, tables)
+        params = sum(p.numel() for p in posenc.build(spec).parameters())
+        check_work("a relative term over every query", queries * params, MAX_RELATIVE_WORK,
+                   f"--length {args.length} × {params:,} parameters")
+    if kind not in ("additive", "rotary"):
+        return  # bias kinds: an [H, L] column and [H, 64, 64] maps, bounded by --heads and --length
+    n = args.length
+    width = max((v for k, v in spec.items() if k in ("d_model", "head_dim") and isinstance(v, int)), default=args.dim)
+    sizes = f"--length {n} × width {width}"
+    check_work("a table", n * width, MAX_CELLS, sizes)
+    check_work("a fingerprint comparison", n * n * width, MAX_PAIR_WORK, sizes)
+    if registry.get(spec["scheme"]).kind == "additive":
+        check_work("a linear-map fit", n * width * width, MAX_FIT_WORK, sizes)
 
 
 def _plot_path(path: str | None) -> str | None:
@@ -153,6 +172,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     plot_path = _plot_path(args.plot)
     spec = _grid_spec(args.spec, args)
+    if not _grid_mode([spec], args):
+        _check_work(spec, args, queries=64)  # key_numbers: 3 query positions and [H, 64, 64] maps
     if plot_path:
         from posenc import plot, registry
 
@@ -191,6 +212,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         grids = [tuple(s["grid"][-2:]) for s in specs if s.get("grid")]
         args = argparse.Namespace(**{**vars(args), "grid": args.grid or (grids[0] if grids else (14, 14))})
         return _compare_grids([_grid_spec(s, args) for s in args.specs], args, plot_path)
+    for spec in specs:
+        _check_work(spec, args, queries=args.length)
     n = args.length
     picks = sorted({1, min(10, n - 1), n - 1})
     rows = [("scheme", "kind", *[f"signal at r={r}" for r in picks], "closest positions", "wavelengths")]
@@ -285,7 +308,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("demo", help="demonstrations: order ('dog bites man' vs 'man bites dog')",
                        description="order: one attention layer reads 'dog bites man' and 'man bites dog' with "
-                                   "every scheme; without position the outputs are only permuted.")
+                                   "every scheme; without position the outputs are only permuted. A GRU and the ssm layer, "
+                                   "without any position, tell them apart: their state follows the order.")
     p.add_argument("name", choices=DEMOS, metavar="NAME", help=f"one of: {', '.join(DEMOS)}")
     p.add_argument("--seed", type=_bounded_int("--seed", 0, 2**31 - 1), default=0, help="random weights (default 0)")
     p.set_defaults(func=cmd_demo)

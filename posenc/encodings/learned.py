@@ -18,9 +18,10 @@ import torch
 from torch import nn
 
 from posenc import reference as ref
-from posenc._validate import check_choice, check_float, check_int
+from posenc._validate import MAX_INIT_STD, check_choice, check_float, check_int
 from posenc.registry import register
 from posenc.encodings._base import AdditiveEncoding
+from posenc.limits import Dim, Rows, check_memory
 
 
 def check_grid(name: str, grid) -> list[int]:
@@ -33,8 +34,8 @@ def check_grid(name: str, grid) -> list[int]:
 class Learned(AdditiveEncoding):
     """A trainable table of ``max_positions`` vectors (BERT, GPT-2) or of a grid (ViT); cannot extrapolate."""
 
-    def __init__(self, *, d_model: int, max_positions: int | None = None, init_std: float = 0.02,
-                 grid: list[int] | None = None) -> None:
+    def __init__(self, *, d_model: Dim, max_positions: Rows | None = None, init_std: float = 0.02,
+                 grid: list[Rows] | None = None) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, min=1)
         self.grid = None if grid is None else check_grid("grid", grid)
@@ -50,7 +51,9 @@ class Learned(AdditiveEncoding):
                 raise ValueError(f"max_positions must equal the grid's size {cells} (grid={self.grid}) or be "
                                  f"left out, got {max_positions}")
             self.max_positions = cells
-        init_std = check_float("init_std", init_std, min=0.0)
+        init_std = check_float("init_std", init_std, min=0.0, max=MAX_INIT_STD)
+        check_memory("max_positions", self.max_positions, self.max_positions * self.d_model,
+                     what=f"its table of {self.max_positions} × d_model={self.d_model}")
         self.weight = nn.Parameter(torch.randn(self.max_positions, self.d_model) * init_std)
 
     def _index(self, positions: torch.Tensor) -> torch.Tensor:

@@ -63,6 +63,7 @@ from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary
 from posenc.encodings._base import RotaryEncoding
+from posenc.limits import Axes, Dim, check_memory
 
 ROLES = RotaryEncoding.ROLES
 TABLE_MIN_POSITIONS = 256
@@ -97,11 +98,12 @@ class RoPE(RotaryEncoding):
 
     real_positions = True
 
-    def __init__(self, *, head_dim: int, base: float = 10000.0, rotary_dim: int | None = None,
-                 layout: str = "half", scaling: dict[str, Any] | None = None, axes: int = 1,
-                 axes_dims: list[int] | None = None) -> None:
+    def __init__(self, *, head_dim: Dim, base: float = 10000.0, rotary_dim: Dim | None = None,
+                 layout: str = "half", scaling: dict[str, Any] | None = None, axes: Axes = 1,
+                 axes_dims: list[Dim] | None = None) -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", check_int("head_dim", head_dim, min=2))
+        check_memory("head_dim", self.head_dim, 2 * self.head_dim, bytes_per=8, what="its float64 frequencies")
         self.base = check_float("base", base, min=0.0, min_open=True)
         self.axes = check_int("axes", axes, min=1, max=8)
         if rotary_dim is not None:

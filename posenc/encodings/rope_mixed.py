@@ -30,6 +30,7 @@ from posenc._validate import check_choice, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import LAYOUTS, angles, apply_rotary
 from posenc.encodings._base import RotaryEncoding
+from posenc.limits import Axes, Dim, Heads
 
 
 def init_random_2d_freqs(head_dim: int, num_heads: int, base: float = 10.0) -> torch.Tensor:
@@ -47,7 +48,7 @@ class RoPEMixed(RotaryEncoding):
 
     real_positions = True
 
-    def __init__(self, *, head_dim: int, num_heads: int, axes: int = 2, base: float = 10.0,
+    def __init__(self, *, head_dim: Dim, num_heads: Heads, axes: Axes = 2, base: float = 10.0,
                  layout: str = "interleaved") -> None:
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, min=4)

@@ -20,17 +20,20 @@ from posenc import reference as ref
 from posenc._validate import check_int
 from posenc.registry import register
 from posenc.encodings._base import RelativeEncoding, relative_distance, to_numpy as _numpy
+from posenc.limits import Clip, Dim, check_memory
 
 
 @register("shaw", kind="relative")
 class Shaw(RelativeEncoding):
     """Learned key and value embeddings of the clipped relative distance (Shaw et al. 2018)."""
 
-    def __init__(self, *, head_dim: int, max_distance: int = 16) -> None:
+    def __init__(self, *, head_dim: Dim, max_distance: Clip = 16) -> None:
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, min=1)
         self.max_distance = check_int("max_distance", max_distance, min=0)
         rows = 2 * self.max_distance + 1
+        check_memory("max_distance", self.max_distance, 2 * rows * self.head_dim,
+                     what=f"its two tables of 2·max_distance+1 = {rows} × head_dim={self.head_dim}")
         self.table_k = nn.Parameter(torch.randn(rows, self.head_dim))  # (2k+1, D): w^K, N(0, 1) like nn.Embedding
         self.table_v = nn.Parameter(torch.randn(rows, self.head_dim))  # (2k+1, D): w^V
 

@@ -24,6 +24,7 @@ from posenc._validate import check_even, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin
 from posenc.encodings._base import AdditiveEncoding
+from posenc.limits import Axes, Dim, check_memory
 
 
 @register("sinusoidal", kind="additive")
@@ -32,10 +33,11 @@ class Sinusoidal(AdditiveEncoding):
 
     real_positions = True
 
-    def __init__(self, *, d_model: int, base: float = 10000.0, axes: int = 1) -> None:
+    def __init__(self, *, d_model: Dim, base: float = 10000.0, axes: Axes = 1) -> None:
         super().__init__()
         self.d_model = check_even("d_model", check_int("d_model", d_model, min=2))
         self.base = check_float("base", base, min=0.0, min_open=True)
+        check_memory("d_model", self.d_model, self.d_model, bytes_per=8, what="its float64 frequencies")
         self.axes = check_int("axes", axes, min=1, max=8)
         if self.d_model % (2 * self.axes):
             raise ValueError(f"d_model must be divisible by 2·axes = {2 * self.axes} (each axis takes an even "

@@ -31,13 +31,14 @@ from posenc._validate import check_float, check_int
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin, apply_rotary
 from posenc.encodings._base import RelativeEncoding, to_numpy as _numpy
+from posenc.limits import Dim, Heads, check_memory
 
 
 @register("transformer_xl", kind="relative")
 class TransformerXL(RelativeEncoding):
     """Sinusoidal relative encoding with learned projection and global biases u, v (Dai et al. 2019)."""
 
-    def __init__(self, *, num_heads: int, head_dim: int, base: float = 10000.0) -> None:
+    def __init__(self, *, num_heads: Heads, head_dim: Dim, base: float = 10000.0) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)
         self.head_dim = check_int("head_dim", head_dim, min=1)
@@ -46,6 +47,9 @@ class TransformerXL(RelativeEncoding):
             raise ValueError(f"num_heads * head_dim must be even (R pairs sin and cos), "
                              f"got {self.num_heads} * {self.head_dim} = {self.d_r}")
         self.base = check_float("base", base, min=0.0, min_open=True)
+        check_memory("head_dim", self.head_dim, self.num_heads * self.head_dim * (self.d_r + 2),
+                     what=f"its projection W_R of num_heads × head_dim × num_heads·head_dim = "
+                          f"{self.num_heads} × {self.head_dim} × {self.d_r}")
         self.register_float64("inv_freq", torch.from_numpy(ref.sinusoidal_inv_freq(self.d_r, self.base)))
         self.w_r = nn.Parameter(torch.randn(self.num_heads, self.head_dim, self.d_r) / math.sqrt(self.d_r))
         self.u = nn.Parameter(torch.randn(self.num_heads, self.head_dim))  # (H, D)

@@ -38,3 +38,6 @@ __all__ += [
     "fire", "fire_input",
     "rope_mixed", "rope_mixed_angles",
 ]
+from posenc.reference.ssm import ssm, ssm_decay, ssm_scan
+
+__all__ += ["ssm", "ssm_decay", "ssm_scan"]
