@@ -30,7 +30,7 @@ from posenc._validate import check_choice, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import LAYOUTS, angles, apply_rotary
 from posenc.encodings._base import RotaryEncoding
-from posenc.limits import Axes, Dim, Heads
+from posenc.limits import Axes, Dim, Heads, check_memory
 
 
 def init_random_2d_freqs(head_dim: int, num_heads: int, base: float = 10.0) -> torch.Tensor:
@@ -58,6 +58,8 @@ class RoPEMixed(RotaryEncoding):
         self.axes = check_int("axes", axes, min=2, max=2)
         self.base = check_float("base", base, min=0.0, min_open=True)
         self.layout = check_choice("layout", layout, LAYOUTS)
+        check_memory("head_dim", self.head_dim, 4 * self.axes * self.num_heads * self.head_dim, bytes_per=8,
+                     what=f"its float64 frequency directions for {self.num_heads} heads")
         self.freqs = nn.Parameter(init_random_2d_freqs(self.head_dim, self.num_heads, self.base))  # (A, H, D/2)
 
     def _angles(self, positions: torch.Tensor) -> torch.Tensor:
