@@ -30,9 +30,9 @@ and, with several seeds, a standard error over seeds.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,37 +44,13 @@ import posenc
 from posenc import registry
 from posenc.spec import fill_sizes
 from posenc.bench.model import Block, GPTConfig
-from posenc.bench.profiles import TrainConfig
+from posenc.bench.profiles import ImageSettings, TimeSettings, TrainConfig
 from posenc.bench.train import learning_rate
 
 NUM_CLASSES = 10
 
 
 # -- settings ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ImageSettings:
-    model: GPTConfig = GPTConfig(vocab_size=1, n_layer=2, n_head=4, n_embd=64, mlp_ratio=2)
-    train: TrainConfig = TrainConfig(steps=300, batch_size=64, lr=2e-3, warmup=20)
-    grid: int = 8  # training grid: the digits' own 8×8 pixels, one token each
-    test_grids: tuple[int, ...] = (8, 12, 16, 24)  # the same test images resampled to these grids
-    test_fraction: float = 0.3  # of the 1,797 digits, drawn once with a fixed seed
-    variants: tuple[str, ...] = ("none", "learned grid (resized)", "2D sinusoidal", "2D sinusoidal (rescaled)",
-                                 "axial RoPE", "RoPE-Mixed")
-
-
-@dataclass(frozen=True)
-class TimeSettings:
-    model: GPTConfig = GPTConfig(vocab_size=1, n_layer=2, n_head=4, n_embd=64, mlp_ratio=2)
-    train: TrainConfig = TrainConfig(steps=400, batch_size=64, lr=2e-3, warmup=20)
-    train_rate: float = 10.0  # frames per second
-    train_seconds: float = 4.0  # clip duration
-    test: tuple[tuple[float, float], ...] = ((10.0, 4.0), (20.0, 4.0), (5.0, 4.0), (10.0, 8.0), (20.0, 8.0))
-    gap_seconds: float = 1.0  # the threshold the label asks about
-    frame_dim: int = 8
-    eval_examples: int = 400  # per (rate, duration): the same examples for every scheme and seed
-    schemes: tuple[str, ...] = ("nope", "sinusoidal", "rope")
-
 
 IMAGE_VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "none": ({"scheme": "nope"}, "grid"),
@@ -101,8 +77,45 @@ def image_spec(label: str, s: ImageSettings) -> tuple[dict[str, Any], str]:
     return registry.normalize_spec(spec), mode
 
 
+def image_items(settings: ImageSettings, schemes: list[Any] | None) -> list[tuple[str, dict[str, Any], str]]:
+    """``(label, spec, positions mode)`` of the image runs: the profile's variants, or the user's
+    schemes made two-axis where they can be (``axes=2``; a learned table becomes a grid). A scheme
+    that cannot take grid positions keeps its spec and gets the mode ``cannot: REASON``, recorded
+    as "cannot run" (never a crash)."""
+    if not schemes:
+        return [(label, *image_spec(label, settings)) for label in settings.variants]
+    from posenc.spec import as_spec, label as spec_label
+
+    out = []
+    for text in schemes:
+        given = as_spec(text)
+        name = given["scheme"]
+        label = name if isinstance(text, str) and text.strip() == name else spec_label(given)
+        params = registry.get(name).params
+        extra = {}
+        if name == "learned" and "grid" not in given:
+            extra = {"grid": [settings.grid, settings.grid], "max_positions": None}
+        elif "axes" in params and "axes" not in given:
+            extra = {"axes": 2}
+        try:
+            spec = fill_sizes({**given, **extra}, dim=settings.model.n_embd, num_heads=settings.model.n_head,
+                              head_dim=settings.model.head_dim, length=settings.grid ** 2)
+            spec = registry.normalize_spec(spec)
+            pe = posenc.build(spec)
+        except (ValueError, TypeError) as e:
+            out.append((label, dict(given), f"cannot: {str(e).splitlines()[0]}"))
+            continue
+        if pe.kind != "none" and getattr(pe, "axes", 1) != 2:
+            out.append((label, spec, f"cannot: {name!r} takes one-axis positions; image patches need two "
+                                     "(row, col)"))
+            continue
+        out.append((label, spec, "resize" if name == "learned" else "grid"))
+    return out
+
+
 # -- data ----------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=2)
 def digits(test_fraction: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """scikit-learn's 8×8 digits in [0, 1]: ``(train_x [N, 8, 8], train_y, test_x, test_y)``,
     split once by a fixed permutation (the same for every seed and scheme)."""
@@ -238,6 +251,8 @@ def _row(correct: list[int], **where: Any) -> dict[str, Any]:
 
 def run_image(settings: ImageSettings, spec: dict[str, Any], mode: str, seed: int) -> dict[str, Any]:
     s = settings
+    if mode.startswith("cannot: "):
+        return {"cannot_run": mode[len("cannot: "):], "train_size": s.grid, "eval": []}
     train_x, train_y, test_x, test_y = digits(s.test_fraction)
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -263,8 +278,31 @@ def run_image(settings: ImageSettings, spec: dict[str, Any], mode: str, seed: in
             "positions": mode, "eval": rows}
 
 
-def run_time(settings: TimeSettings, spec: dict[str, Any], seed: int) -> dict[str, Any]:
+def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[str, dict[str, Any], str]]:
+    """``(label, spec, "" or "cannot: REASON")`` of the time runs: the profile's schemes or the user's."""
+    from posenc.spec import as_spec, label as spec_label
+
+    out = []
+    for text in schemes or settings.schemes:
+        given = as_spec(text)
+        label = given["scheme"] if isinstance(text, str) and text.strip() == given["scheme"] else spec_label(given)
+        try:
+            spec = time_spec(given, settings)
+            pe = posenc.build(spec)
+        except (ValueError, TypeError) as e:
+            out.append((label, dict(given), f"cannot: {str(e).splitlines()[0]}"))
+            continue
+        if getattr(pe, "axes", 1) != 1:
+            out.append((label, spec, f"cannot: {given['scheme']!r} has {pe.axes} axes; frames have one (time)"))
+            continue
+        out.append((label, spec, ""))
+    return out
+
+
+def run_time(settings: TimeSettings, spec: dict[str, Any], seed: int, mode: str = "") -> dict[str, Any]:
     s = settings
+    if mode.startswith("cannot: "):
+        return {"cannot_run": mode[len("cannot: "):], "train_rate": s.train_rate, "eval": []}
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     model = SetTransformer(s.model, spec, in_dim=s.frame_dim, classes=4)
@@ -294,7 +332,7 @@ def run_time(settings: TimeSettings, spec: dict[str, Any], seed: int) -> dict[st
             "train_rate": s.train_rate, "train_duration": s.train_seconds, "eval": rows}
 
 
-def time_spec(name: str, s: TimeSettings) -> dict[str, Any]:
+def time_spec(name: Any, s: TimeSettings) -> dict[str, Any]:
     spec = fill_sizes(name, dim=s.model.n_embd, num_heads=s.model.n_head, length=int(
         max(r * d for r, d in (*s.test, (s.train_rate, s.train_seconds)))), head_dim=s.model.head_dim)
     return registry.normalize_spec(spec)
@@ -326,5 +364,5 @@ def accuracy_table(records: list[dict[str, Any]], key: str) -> tuple[list[str], 
     return labels, columns, cells
 
 
-__all__ = ["ImageSettings", "TimeSettings", "IMAGE_VARIANTS", "image_spec", "time_spec", "digits", "resample",
+__all__ = ["IMAGE_VARIANTS", "image_spec", "image_items", "time_spec", "time_items", "digits", "resample",
            "image_positions", "time_batch", "SetTransformer", "run_image", "run_time", "accuracy_table"]
