@@ -157,6 +157,7 @@ def test_attention_keeps_real_positions(backend):
     _real_attention(backend)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_flex_attention_keeps_real_positions(monkeypatch):
     """The positions the flex path hands to score_mod. FlexAttention runs eagerly here (compiling it
     takes 10-60 s on 2 cores; test_attention.py compiles it for integer positions)."""
