@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from posenc._validate import check_choice, check_float
 from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor
-from posenc.positions import text_positions
+from posenc.positions import as_working, text_positions
 
 BACKENDS = ("auto", "materialize", "flex", "chunked")
 MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
@@ -188,8 +188,8 @@ def _compiled_block_mask():
 def _flex(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: float):
     """FlexAttention: the bias is computed score by score in ``score_mod``; never a whole map."""
     b, lq, lk = q.shape[0], q.shape[2], k.shape[2]
-    qpos = q_positions.long().expand(b, lq).contiguous()  # (B, Lq)
-    kpos = k_positions.long().expand(b, lk).contiguous()  # (B, Lk)
+    qpos = as_working(q_positions).expand(b, lq).contiguous()  # (B, Lq): int64, or float64 if real
+    kpos = as_working(k_positions).expand(b, lk).contiguous()  # (B, Lk)
 
     bias = pe.score_fn()
 
