@@ -201,14 +201,50 @@ def nearest_neighbour_distances(tab: np.ndarray, *, chunk: int = 1024) -> np.nda
     return out
 
 
+FINGERPRINT_RTOL = 1e-6
+"""Distances within this relative tolerance of the smallest count as ties. Sinusoidal and RoPE
+tables have equal distances for every pair at the same ``|p − q|``; which one floating-point
+noise makes smallest would change with the summation order (BLAS, another language), so a tie
+goes to the first position: ``posenc show`` and ``posenc explore`` then name the same pair."""
+
+
 def min_fingerprint_distance(tab: np.ndarray) -> tuple[float, int, int]:
-    """The smallest distance between two positions' vectors, and the pair ``(p, q)``, ``p < q``."""
+    """The smallest distance between two positions' vectors, and the pair ``(p, q)``, ``p < q``.
+
+    Ties (within ``FINGERPRINT_RTOL``) go to the smallest ``p``, then the smallest ``q``: ``p``
+    is the first position whose nearest neighbour is that close, ``q`` the first position that
+    close to ``p``. Distances come from the Gram expansion ``|a|² + |b|² − 2a·b`` (fast); where
+    its rounding error could change the answer, the candidates' distances are recomputed
+    directly as ``|a − b|``, and the distance returned is always a direct one.
+    """
+    tab = np.asarray(tab, dtype=np.float64)
     nn = nearest_neighbour_distances(tab)
-    p = int(np.argmin(nn))
-    d = np.linalg.norm(np.asarray(tab, dtype=np.float64) - tab[p], axis=-1)
-    d[p] = np.inf
-    q = int(np.argmin(d))
-    return float(nn[p]), min(p, q), max(p, q)
+    n, d = tab.shape
+    sq = (tab**2).sum(-1)
+    # |error of d²| from the expansion <= ~ (d + 2)·eps·(|a|² + |b|²): a generous bound
+    err2 = 4.0 * (d + 2) * np.finfo(np.float64).eps * 2.0 * float(sq.max())
+    low = float(nn.min())
+    cut2 = ((np.sqrt(low**2 + err2) * (1 + FINGERPRINT_RTOL)) ** 2 + err2)
+    candidates = np.flatnonzero(nn**2 <= cut2)
+    # The expansion's distances are good to err2 / (2·low²), relatively. Far below the tolerance
+    # (as for every table of default size: ~1e-12) they decide the ties; else (rows 1e-5 apart,
+    # e.g. RoPE interpolated 1e5 times) the candidates' distances are recomputed directly, which
+    # costs O(candidates · L · d).
+    if low == 0 or err2 / (2 * low**2) > 1e-3 * FINGERPRINT_RTOL:
+        exact = np.empty(len(candidates))
+        for i, c in enumerate(candidates):
+            row = np.linalg.norm(tab - tab[c], axis=-1)  # (L,)
+            row[c] = np.inf
+            exact[i] = row.min()
+        best = float(exact.min())
+        p = int(candidates[np.flatnonzero(exact <= best * (1 + FINGERPRINT_RTOL))[0]])
+    else:
+        p = int(candidates[np.flatnonzero(nn[candidates] <= low * (1 + FINGERPRINT_RTOL))[0]])
+    dist = np.linalg.norm(tab - tab[p], axis=-1)  # (L,) direct
+    dist[p] = np.inf
+    best = float(dist.min())
+    q = int(np.flatnonzero(dist <= best * (1 + FINGERPRINT_RTOL))[0])
+    return best, min(p, q), max(p, q)
 
 
 # -- frequencies ------------------------------------------------------------------------------
@@ -511,7 +547,9 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
                     ", ".join(f"{sim[r]:.3f}" for r in (1, min(10, length - 1), length - 1))))
         if length - 1 > tab.shape[1]:
             _, res = linear_map(tab, 1)
-            out.append(("PE(p+1) = M·PE(p) residual", f"{res:.2e} ({'linear' if res < 1e-6 else 'not linear'})"))
+            # below 1e-6 the residual is float64 noise (~1e-13 for sinusoids), not a property to print
+            out.append(("PE(p+1) = M·PE(p) residual",
+                        "< 1e-6 (linear)" if res < 1e-6 else f"{res:.2e} (not linear)"))
         else:
             out.append(("PE(p+1) = M·PE(p) residual", f"needs --length > {tab.shape[1] + 1}"))
     if m.kind == "rotary":
@@ -544,7 +582,7 @@ def describe_params(name: str) -> str:
 
 __all__ = [
     "NotApplicable", "build", "table", "cosine_similarity_matrix", "similarity_vs_distance", "linear_map",
-    "nearest_neighbour_distances", "min_fingerprint_distance", "wavelengths", "turns", "inv_freq",
+    "nearest_neighbour_distances", "min_fingerprint_distance", "FINGERPRINT_RTOL", "wavelengths", "turns", "inv_freq",
     "Spectrum", "spectrum", "rotary_scores", "rope_decay_bound", "score_term", "bias_maps", "Curve", "score_vs_distance",
     "key_numbers", "describe_params", "GridMap", "grid_map", "grid_numbers", "grid_positions_for", "default_grid",
 ]

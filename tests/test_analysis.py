@@ -62,6 +62,38 @@ def test_fingerprint_distances_match_brute_force_and_the_closed_form():
     assert np.isclose(analysis.min_fingerprint_distance(_sin_table(100, 16, 10000.0))[0], closed)
 
 
+
+def test_fingerprint_ties_go_to_the_first_pair_and_ill_conditioned_tables_are_exact():
+    # sinusoidal: every pair at the same |p − q| is equally close; rounding must not pick one
+    for length, d, base in ((128, 64, 10000.0), (300, 16, 500.0), (77, 6, 10000.0)):
+        dist, p, q = analysis.min_fingerprint_distance(_sin_table(length, d, base))
+        theta = sinusoidal_inv_freq(d, base)
+        closed = np.sqrt(2 * (1 - np.cos(np.arange(1, length)[:, None] * theta)).sum(-1))
+        r = int(np.flatnonzero(closed <= closed.min() * (1 + analysis.FINGERPRINT_RTOL))[0]) + 1
+        assert (p, q) == (0, r) and np.isclose(dist, closed.min(), rtol=1e-12)
+    # RoPE interpolated 1e5 times: adjacent rows differ by ~1e-5, where |a|² + |b|² − 2a·b loses
+    # every digit; the direct distance is still exact
+    inv = rope_inv_freq(64, 10000.0) / 1e5
+    ang = np.arange(50)[:, None] * inv
+    tab = np.concatenate([np.cos(ang), np.sin(ang)], axis=-1)
+    dist, p, q = analysis.min_fingerprint_distance(tab)
+    brute = np.linalg.norm(tab[:, None] - tab[None], axis=-1)
+    np.fill_diagonal(brute, np.inf)
+    assert np.isclose(dist, brute.min(), rtol=1e-9) and (p, q) == (0, 1)
+    # a random table: the unique closest pair
+    tab = np.random.default_rng(3).standard_normal((40, 5))
+    brute = np.linalg.norm(tab[:, None] - tab[None], axis=-1)
+    np.fill_diagonal(brute, np.inf)
+    i, j = np.unravel_index(np.argmin(brute), brute.shape)
+    assert analysis.min_fingerprint_distance(tab)[1:] == (min(i, j), max(i, j))
+
+
+def test_linear_map_residual_prints_noise_as_a_bound():
+    numbers = dict(analysis.key_numbers("sinusoidal", length=100, dim=16))
+    assert numbers["PE(p+1) = M·PE(p) residual"] == "< 1e-6 (linear)"
+    numbers = dict(analysis.key_numbers("learned", length=100, dim=16))
+    assert numbers["PE(p+1) = M·PE(p) residual"].endswith("(not linear)")
+
 def test_wavelengths_and_turns():
     theta = rope_inv_freq(64, 10000.0)
     lam = analysis.wavelengths(theta)

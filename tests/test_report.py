@@ -28,7 +28,8 @@ def report(tmp_path_factory) -> Path:
 def test_report_is_self_contained(report):
     text = report.read_text()
     assert "http://" not in text and "https://" not in text and "//cdn" not in text
-    assert not re.search(r"""(src|href)=["'](?!data:|#)""", text), "every resource must be embedded"
+    assert not re.search(r"""(src|href)=["'](?!data:|#|explorer/index\.html["'])""", text), "every resource must be embedded"
+    assert 'href="explorer/index.html"' in text and (report.parent / "explorer" / "index.html").is_file()
     assert 'class="figure-error"' not in text and "unavailable" not in text
     for name in FIGURES:
         assert re.search(rf'<img src="data:image/png;base64,[A-Za-z0-9+/=]{{200,}}" alt="{name}">', text), name

@@ -281,7 +281,9 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
     page = Page()
     page.add(f"<h1>posenc report — train short, test long (profile <code>{e(profile.name)}</code>)</h1>"
              f"<p class=muted>Generated {e(meta['generated'])} by <code>posenc report --profile {e(profile.name)}"
-             "</code>. Offline: every figure is embedded; the page fetches nothing.</p>")
+             "</code>. Offline: every figure is embedded; the page fetches nothing. "
+             '<a id="explorer-link" href="explorer/index.html">Interactive explorer</a> (<code>posenc explore</code>, '
+             "written next to this page).</p>")
     body = Page()
     demonstrations(body)
     verdicts = _lm_section(body, profile, by_part["lm"])
@@ -341,6 +343,9 @@ def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benc
         _write_atomic(out / "figures" / name, data)
     index = out / "index.html"
     _write_atomic(index, page.html(f"posenc report ({profile.name})").encode())
+    from posenc import explorer
+
+    explorer.write(out / "explorer")  # the page the header links to
     for err in page.errors:
         print(f"posenc report: warning: {err}", file=sys.stderr)
     return index
