@@ -32,6 +32,7 @@ from torch import nn
 
 import posenc
 from posenc._validate import check_bool, check_choice, check_int
+from posenc.positions import text_positions
 from posenc.ssm import DiagonalSSM
 
 ARCHS = ("transformer", "hybrid")
@@ -71,9 +72,13 @@ def build_pe(pe_spec: Any, cfg: GPTConfig) -> nn.Module:
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    """Multi-head self-attention through ``posenc.attention``; causal unless ``causal=False``
+    (the vision and time parts read the whole input)."""
+
+    def __init__(self, cfg: GPTConfig, *, causal: bool = True) -> None:
         super().__init__()
         self.n_head = cfg.n_head
+        self.causal = check_bool("causal", causal)
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
@@ -81,10 +86,11 @@ class CausalSelfAttention(nn.Module):
         b, length, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)  # 3 x (B, L, C)
         q, k, v = (t.view(b, length, self.n_head, c // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
-        use = pe if pe is not None and pe.kind != "additive" else None
+        use = pe if pe is not None and pe.kind not in ("additive", "none") else None
         # "chunked" bounds memory at long lengths and equals "materialize" when the map is small;
         # it never needs torch.compile (FlexAttention), so evaluation runs anywhere.
-        y = posenc.attention(q, k, v, use, q_positions=positions, k_positions=positions, causal=True,
+        where = positions if use is not None else None  # additive/none: attention needs no positions
+        y = posenc.attention(q, k, v, use, q_positions=where, k_positions=where, causal=self.causal,
                              backend="chunked")  # (B, H, L, D)
         return self.proj(y.transpose(1, 2).reshape(b, length, c))  # (B, L, C)
 
@@ -104,10 +110,10 @@ def _mlp(cfg: GPTConfig) -> nn.Sequential:
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, *, causal: bool = True) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, causal=causal)
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = _mlp(cfg)
 
@@ -176,15 +182,17 @@ class TinyGPT(nn.Module):
         if positions is None:
             positions = torch.arange(length, device=idx.device)
         x = self.tok_emb(idx)  # (B, L, C)
+        one_axis = positions
         per_layer = self.cfg.pe_per_layer
         # An additive pe is added to the embeddings once (shared), or before each attention block (per layer).
         if not per_layer and self.pes[0].kind == "additive":
-            x = x + self.pes[0](positions).to(x.dtype)  # (B, L, C)
+            x = x + self.pes[0](text_positions(one_axis, getattr(self.pes[0], "axes", 1))).to(x.dtype)  # (B, L, C)
         for i, block in enumerate(self.blocks):
             if isinstance(block, SSMBlock):
                 x = block(x)
                 continue
             pe = self._pe(i)
+            positions = text_positions(one_axis, getattr(pe, "axes", 1))  # tokens of text on every axis
             if per_layer and pe.kind == "additive":
                 x = x + pe(positions).to(x.dtype)  # (B, L, C)
             x = block(x, positions, pe)

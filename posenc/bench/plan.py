@@ -16,6 +16,7 @@ from typing import Any
 
 from posenc import registry
 from posenc.bench import tasks as T
+from posenc.bench import vision
 from posenc.bench.model import GPTConfig, build_pe, check_arch
 from posenc.bench.profiles import Profile, settings_hash
 
@@ -115,6 +116,10 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
     task_settings = settings_hash({"tasks": profile.tasks})
     lm_specs = [resolve_scheme(s, profile.lm.model, max_positions=profile.lm.train_length) for s in schemes]
     task_specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile)) for s in schemes]
+    custom = list(schemes) != [s for s in profile.schemes if s in registry.schemes()]  # the user's --scheme
+    image_settings, time_settings = settings_hash({"image": profile.image}), settings_hash({"time": profile.time})
+    image_items = vision.image_items(profile.image, schemes if custom else None) if "image" in profile.parts else []
+    time_items = vision.time_items(profile.time, schemes if custom else None) if "time" in profile.parts else []
     arch = profile.arch
     hybrid = profile.hybrid if arch == "transformer" else ()
     for part, cfg in (("lm", profile.lm.model), ("tasks", profile.tasks.model)):
@@ -151,6 +156,12 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
                                     sc_settings, variant, profile.name, arch))
         if "tasks" in profile.parts:
             runs += runs_of("tasks", seed, task_specs, task_settings)
+        if "image" in profile.parts:  # the profile's variants, or the user's schemes made two-axis
+            runs += [Run("image", seed, lab, sp, image_settings, {"positions": mode}, profile.name)
+                     for lab, sp, mode in image_items]
+        if "time" in profile.parts:
+            runs += [Run("time", seed, lab, sp, time_settings, {"cannot": mode} if mode else {}, profile.name)
+                     for lab, sp, mode in time_items]
     return runs
 
 

@@ -20,9 +20,10 @@ from posenc.bench.model import ARCHS, GPTConfig
 from posenc.bench.tasks import TASKS
 
 BENCH_VERSION = 1  # bump when the protocol changes, so old results are not reused
-PARTS = ("lm", "scaling", "tasks")
+PARTS = ("lm", "scaling", "tasks", "image", "time")
 """``lm``: language modelling per scheme; ``scaling``: RoPE scalings on the trained RoPE model;
-``tasks``: algorithmic tasks and passkey retrieval per scheme."""
+``tasks``: algorithmic tasks and passkey retrieval per scheme; ``image``: digits classified at larger
+grids than trained (``posenc.bench.vision``); ``time``: event order and gaps at other frame rates."""
 
 DEFAULT_SCHEMES = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire")
 
@@ -73,6 +74,30 @@ class TaskSettings:
 
 
 @dataclass(frozen=True)
+class ImageSettings:
+    model: GPTConfig = GPTConfig(vocab_size=2, n_layer=2, n_head=4, n_embd=64, mlp_ratio=2)
+    train: TrainConfig = TrainConfig(steps=300, batch_size=64, lr=2e-3, warmup=20)
+    grid: int = 8  # training grid: the digits' own 8×8 pixels, one token each
+    test_grids: tuple[int, ...] = (8, 12, 16, 24)  # the same test images resampled to these grids
+    test_fraction: float = 0.3  # of the 1,797 digits, drawn once with a fixed seed
+    variants: tuple[str, ...] = ("none", "learned grid (resized)", "2D sinusoidal", "2D sinusoidal (rescaled)",
+                                 "axial RoPE", "RoPE-Mixed")
+
+
+@dataclass(frozen=True)
+class TimeSettings:
+    model: GPTConfig = GPTConfig(vocab_size=2, n_layer=2, n_head=4, n_embd=64, mlp_ratio=2)
+    train: TrainConfig = TrainConfig(steps=400, batch_size=64, lr=2e-3, warmup=20)
+    train_rate: float = 10.0  # frames per second
+    train_seconds: float = 4.0  # clip duration
+    test: tuple[tuple[float, float], ...] = ((10.0, 4.0), (20.0, 4.0), (5.0, 4.0), (10.0, 8.0), (20.0, 8.0))
+    gap_seconds: float = 1.0  # the threshold the label asks about
+    frame_dim: int = 8
+    eval_examples: int = 400  # per (rate, duration): the same examples for every scheme and seed
+    schemes: tuple[str, ...] = ("nope", "sinusoidal", "rope")
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     seeds: tuple[int, ...]
@@ -81,6 +106,8 @@ class Profile:
     scaling: ScalingSettings
     tasks: TaskSettings
     parts: tuple[str, ...] = PARTS
+    image: ImageSettings = ImageSettings()
+    time: TimeSettings = TimeSettings()
     description: str = ""
     arch: str = "transformer"  # the model of the scheme runs: posenc.bench.model.ARCHS (--arch)
     hybrid: tuple[str, ...] = ()  # arch "transformer" only: these schemes also run as hybrids, beside it
@@ -108,6 +135,11 @@ PROFILES: dict[str, Profile] = {
         tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2),
                            train=TrainConfig(steps=8, batch_size=4, warmup=2), max_size=2,
                            test_sizes=(2, 4), eval_examples=8),
+        image=ImageSettings(model=GPTConfig(vocab_size=2, n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
+                            train=TrainConfig(steps=4, batch_size=8, warmup=1), test_grids=(8, 12)),
+        time=TimeSettings(model=GPTConfig(vocab_size=2, n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
+                          train=TrainConfig(steps=4, batch_size=8, warmup=1), test=((10.0, 4.0), (20.0, 8.0)),
+                          eval_examples=16),
         description="seconds; exercises every code path, numbers mean nothing",
         hybrid=("nope", "rope"),
     ),

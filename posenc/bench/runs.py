@@ -228,7 +228,19 @@ def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
             "max_size": ts.max_size, "eval": rows}
 
 
-RUNNERS = {"lm": run_lm, "scaling": run_scaling, "tasks": run_tasks}
+def run_image(ctx: Context, run: Run) -> dict[str, Any]:
+    from posenc.bench import vision
+
+    return vision.run_image(ctx.profile.image, run.spec, run.variant["positions"], run.seed)
+
+
+def run_time(ctx: Context, run: Run) -> dict[str, Any]:
+    from posenc.bench import vision
+
+    return vision.run_time(ctx.profile.time, run.spec, run.seed, run.variant.get("cannot", ""))
+
+
+RUNNERS = {"lm": run_lm, "scaling": run_scaling, "tasks": run_tasks, "image": run_image, "time": run_time}
 
 
 def execute(ctx: Context, run: Run) -> dict[str, Any]:
@@ -245,6 +257,14 @@ def execute(ctx: Context, run: Run) -> dict[str, Any]:
 
 def summary(record: dict[str, Any]) -> str:
     """One line on a finished run: perplexity at the shortest and longest length, or mean exact match."""
+    if record.get("cannot_run"):
+        return f"cannot run: {record['cannot_run']}"
+    if record["part"] in ("image", "time"):
+        rows = record.get("eval", [])
+        where = "size" if record["part"] == "image" else "rate"
+        first, last = rows[0], rows[-1]
+        return (f"accuracy {first['accuracy']:.2f} at {where} {first[where]:g} -> "
+                f"{last['accuracy']:.2f} at {where} {last[where]:g}")
     rows = [r for r in record.get("eval", []) if r.get("mode", "nonoverlap") == "nonoverlap"]
     if record["part"] == "tasks":
         ok = [r for r in rows if "correct" in r]

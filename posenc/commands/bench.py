@@ -11,7 +11,7 @@ from pathlib import Path
 from posenc.cli import CLIError
 
 PROFILE_NAMES = ("smoke", "quick", "full")
-PART_NAMES = ("lm", "scaling", "tasks")
+PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
 ARCH_NAMES = ("transformer", "hybrid")  # posenc.bench.model.ARCHS (not imported here: it imports torch)
 
 
@@ -39,7 +39,8 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
                    help="a scheme to run instead of the profile's list (repeatable): a name, name:key=value,... "
                         "or a JSON file; sizes come from the model")
     p.add_argument("--part", action="append", choices=PART_NAMES, dest="parts",
-                   help="run only these parts (repeatable): lm, scaling, tasks (default: all)")
+                   help="run only these parts (repeatable): lm, scaling, tasks, image (digits at larger grids), "
+                        "time (frame rates and durations) (default: the profile's)")
     p.add_argument("--seeds", type=str, default=None, help="comma-separated seeds (default: the profile's)")
     p.add_argument("--arch", choices=ARCH_NAMES, default=None,
                    help="the model of the scheme runs: transformer (default), or hybrid: every other attention "

@@ -21,6 +21,8 @@ from posenc.limits import Heads, check_memory
 class ALiBi(BiasEncoding):
     """Linear distance penalty with the paper's per-head slopes (any head count)."""
 
+    real_positions = True  # a function of the distance: real-valued positions are accepted
+
     def __init__(self, *, num_heads: Heads) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)
