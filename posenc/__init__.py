@@ -26,6 +26,7 @@ _LAZY = {
     "attention": "posenc.attn",
     "apply_rotary": "posenc.rotary",
     "from_hf": "posenc.interop.hf",
+    "mrope_positions": "posenc.encodings.mrope",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -106,9 +106,14 @@ def heads_dim(module) -> tuple[int, int]:
             getattr(module, "head_dim", None) or SMALL["head_dim"])
 
 
-def positions(length: int, *, offset: int = 0, batch: int | None = None) -> torch.Tensor:
-    """``offset + arange(length)``; with ``batch``, ``[batch, length]`` rows at different offsets."""
-    p = torch.arange(length) + offset
+def positions(length: int, *, offset: int = 0, batch: int | None = None, axes: int = 1) -> torch.Tensor:
+    """``offset + arange(length)``; with ``batch``, ``[batch, length]`` rows at different offsets;
+    with ``axes > 1``, ``[..., length, axes]`` whose axis ``a`` holds ``(a + 1)·offset + arange(length) // (a + 1)``
+    (every axis different, all starting at ``(a + 1)·offset``)."""
+    if axes > 1:
+        p = torch.stack([(a + 1) * offset + torch.arange(length) // (a + 1) for a in range(axes)], dim=-1)
+    else:
+        p = torch.arange(length) + offset
     if batch is None:
         return p
     return torch.stack([p + 3 * i for i in range(batch)])
@@ -126,8 +131,9 @@ def module_args(module, *, length: int = 11, key_length: int | None = None, batc
     g = torch.Generator().manual_seed(seed)
     lk = length if key_length is None else key_length
     b = batch if batched else None
-    kpos = positions(lk, offset=offset, batch=b)
-    qpos = positions(length, offset=offset + lk - length, batch=b)
+    axes = getattr(module, "axes", 1)  # positions [..., L, axes] for a multi-axis scheme (mrope)
+    kpos = positions(lk, offset=offset, batch=b, axes=axes)
+    qpos = positions(length, offset=offset + lk - length, batch=b, axes=axes)
     h, d = heads_dim(module)
     kind = module.kind
     if kind in ("none", "rotary"):

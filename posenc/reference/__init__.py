@@ -25,10 +25,12 @@ from posenc.reference.shaw import shaw, shaw_attention, shaw_index, shaw_value
 from posenc.reference.transformer_xl import relative_sinusoid, transformer_xl
 from posenc.reference.kerple import kerple
 from posenc.reference.fire import fire, fire_input
+from posenc.reference.mrope import default_sections, mrope, mrope_angles, mrope_axis_of_pair, mrope_positions
 
 __all__ += [
     "shaw", "shaw_attention", "shaw_index", "shaw_value",
     "relative_sinusoid", "transformer_xl",
     "kerple",
     "fire", "fire_input",
+    "default_sections", "mrope", "mrope_angles", "mrope_axis_of_pair", "mrope_positions",
 ]
