@@ -26,6 +26,7 @@ _LAZY = {
     "attention": "posenc.attn",
     "apply_rotary": "posenc.rotary",
     "from_hf": "posenc.interop.hf",
+    "grid_positions": "posenc.positions",
     "mrope_positions": "posenc.encodings.mrope",
 }
 

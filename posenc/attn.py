@@ -85,12 +85,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
     if causal and lq > lk:
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    axes, check = getattr(pe, "axes", 1), getattr(pe, "check_positions", check_positions)  # the pe's positions model
     if q_positions is None or k_positions is None:
+        if axes > 1:
+            raise ValueError(f"pe has axes={axes}: pass q_positions and k_positions [L, {axes}] or [B, L, {axes}]")
         dq, dk = _default_positions(lq, lk, q.device)
-    q_positions = dq if q_positions is None else check_positions("q_positions", q_positions).to(q.device)
-    k_positions = dk if k_positions is None else check_positions("k_positions", k_positions).to(q.device)
-    check_batch("q_positions", q_positions, b, lq)
-    check_batch("k_positions", k_positions, b, lk)
+    q_positions = dq if q_positions is None else check("q_positions", q_positions).to(q.device)
+    k_positions = dk if k_positions is None else check("k_positions", k_positions).to(q.device)
+    check_batch("q_positions", q_positions, b, lq, axes=axes)
+    check_batch("k_positions", k_positions, b, lk, axes=axes)
 
     kind = "none" if pe is None else getattr(pe, "kind", None)
     if kind == "none":

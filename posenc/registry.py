@@ -57,7 +57,9 @@ def register(name: str, kind: str) -> Callable[[type], type]:
     """Class decorator: registers a module class under ``name``.
 
     The spec's allowed keys and defaults are read from the keyword-only parameters of the
-    class's ``__init__``; the class must also define ``reference`` (its float64 specification).
+    class's ``__init__``; the class must also define ``reference`` (its float64 specification)
+    and subclass its kind's base (``AdditiveEncoding``, ``RotaryEncoding``, ``BiasEncoding``,
+    ``RelativeEncoding``; ``PositionalEncoding`` for ``none``), which declares the kind's calls.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
@@ -70,6 +72,12 @@ def register(name: str, kind: str) -> Callable[[type], type]:
             if p.kind is not inspect.Parameter.KEYWORD_ONLY:
                 raise TypeError(f"{cls.__qualname__}.__init__ must take keyword-only parameters, not {p.name!r}")
             params[p.name] = REQUIRED if p.default is inspect.Parameter.empty else p.default
+        from posenc.encodings._base import KIND_BASES  # torch: only when a scheme registers
+
+        base = KIND_BASES[kind]
+        if not issubclass(cls, base):
+            raise TypeError(f"{cls.__qualname__} is registered as kind {kind!r}, so it must subclass "
+                            f"posenc.encodings._base.{base.__name__} (which declares that kind's calls)")
         summary = (inspect.getdoc(cls) or "").strip().splitlines()[0] if cls.__doc__ else ""
         cls.name = name
         cls.kind = kind

@@ -32,6 +32,8 @@ EPS = 1e-6  # added to the denominator, as in the paper's code
 class Fire(BiasEncoding):
     """A learned MLP of the log distance over the log query position (FIRE)."""
 
+    real_positions = True  # a function of the distance: real-valued positions are accepted
+
     def __init__(self, *, num_heads: int, hidden: int = 32, c: float = 0.1, L_threshold: float = 512.0) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)
