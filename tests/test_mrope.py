@@ -15,7 +15,8 @@ import torch
 
 import posenc
 from posenc import reference as ref
-from posenc.encodings import mrope as mrope_module
+from posenc.encodings.rope import TABLE_MAX_ELEMENTS
+from posenc.rotary import angles_cos_sin
 from posenc.interop import HFRotaryEmbedding, from_hf, hf_rope_spec
 from conftest import DTYPES, assert_close
 
@@ -121,14 +122,23 @@ def test_table_and_direct_paths_agree_and_direct_path_is_reached():
     pos = torch.randint(0, 5000, (2, 37, 3))
     table = m.cos_sin(pos)
     assert m._tables  # the table path was used
-    direct = m._direct(pos, m.inv_freq, torch.float32, 1.0)
+    direct = angles_cos_sin(pos, m.inv_freq, torch.float32, 1.0, m.axis_of_pair)  # the shared angle function
     for a, b in zip(table, direct):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    far = pos + (mrope_module.TABLE_MAX_ELEMENTS // 8 + 1)  # past the table: computed directly
+    far = pos + (TABLE_MAX_ELEMENTS // 8 + 1)  # past the table: computed directly
     m._tables.clear()
     x = torch.randn(2, 1, 37, 16)
     assert_close(m(x, far), m.reference(x.double().numpy(), far.numpy()), what="direct")
     assert not m._tables
+
+
+def test_real_positions_match_reference_and_integer_valued_floats_are_exact():
+    m = posenc.build(spec(sections_layout="interleaved"))
+    x = torch.randn(1, 2, 11, 16)
+    pos = torch.randint(0, 3000, (11, 3))
+    torch.testing.assert_close(m(x, pos.double()), m(x, pos), rtol=0, atol=0)
+    real = pos * 0.37  # e.g. seconds of video
+    assert_close(m(x, real), m.reference(x.double().numpy(), real.numpy()), what="real positions")
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -391,7 +401,8 @@ def test_bad_specs_are_named(bad, error, match):
 @pytest.mark.parametrize("positions,error,match", [
     (torch.arange(5), ValueError, r"shape \[L, 3\] or \[B, L, 3\]"),
     (torch.zeros(5, 2, dtype=torch.long), ValueError, r"got shape \[5, 2\]"),
-    (torch.zeros(5, 3), TypeError, "integer dtype"),
+    (torch.zeros(5, 3, dtype=torch.complex64), TypeError, "dtype"),
+    (torch.full((5, 3), float("nan")), ValueError, "finite"),
     (torch.full((5, 3), -1), ValueError, "non-negative"),
     (torch.zeros(4, 3, dtype=torch.long), ValueError, "length 4 but the tensor has length 5"),
     (torch.zeros(3, 5, 3, dtype=torch.long), ValueError, "batch 3 but the tensor has batch 2"),

@@ -18,57 +18,39 @@ index ``j`` takes its angle from the axis ``a(j)`` that ``sections = [s_t, s_h, 
 same float64 angles, the same table entries, so the result equals ``rope`` of the same
 ``head_dim``, ``base``, ``layout`` and ``scaling`` bit for bit.
 
-**Section map.** With a cos/sin table ``T[p, j] = cos(p·θ_j)`` for ``p = 0..n−1`` (the one
-``rope`` builds, see its docstring), the multimodal table is one gather,
-``cos[..., l, j] = T[positions[..., l, a(j)], j]``: no per-axis tables, no ``[..., L, 3, R]``
-intermediate. Past the table size (or under ``torch.compile``) each axis's angles are computed
-directly by the shared angle code (``posenc.rotary.angles_cos_sin``) on its own frequencies and
-scattered into their columns. Both paths give the same values.
+**Section map.** The angles come from the one angle function, ``posenc.rotary.angles(positions,
+inv_freq, axis_of_pair)`` with ``axis_of_pair = a``, through ``rope``'s table path: with a cos/sin
+table ``T[p, j] = cos(p·θ_j)`` (the one ``rope`` builds), the multimodal table is one gather,
+``cos[..., l, j] = T[positions[..., l, a(j)], j]``, with no per-axis tables and no
+``[..., L, 3, R]`` intermediate; past the table size, for real positions and under
+``torch.compile``, ``angles`` computes them directly. Both paths give the same values.
 
-Positions are ``[L, 3]`` or ``[B, L, 3]`` integer tensors; ``posenc.mrope_positions`` builds them
-for a sequence of text, image and video segments. Scalings behave as in ``rope`` (length-dependent
-ones take ``L = max over all three axes + 1``, as transformers does); xPos is not available (its
-query/key scale has no multimodal definition).
+Positions are ``[L, 3]`` or ``[B, L, 3]`` (``axes = 3``), integer or real (``posenc.positions``);
+``posenc.mrope_positions`` builds them for a sequence of text, image and video segments.
+Scalings behave as in ``rope`` (length-dependent ones take ``L = max over all three axes + 1``, as
+transformers does); xPos is not available (its query/key scale has no multimodal definition).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from posenc import reference as ref
 from posenc._validate import check_choice, check_int
-from posenc.encodings._base import INDEX_DTYPES, check_batch, check_tensor
-from posenc.encodings.rope import ROLES, TABLE_MAX_ELEMENTS, TABLE_MIN_POSITIONS, RoPE
+from posenc.encodings.rope import RoPE
 from posenc.reference.mrope import AXES, SECTIONS_LAYOUTS
 from posenc.registry import register
-from posenc.rotary import angles_cos_sin, apply_rotary
-
-
-def check_mrope_positions(name: str, positions: Any) -> torch.Tensor:
-    """``[L, 3]`` or ``[B, L, 3]`` non-negative integer positions (time, height, width)."""
-    if not isinstance(positions, torch.Tensor):
-        raise TypeError(f"{name} must be an integer torch.Tensor of shape [L, {AXES}] or [B, L, {AXES}], "
-                        f"got {type(positions).__name__}")
-    if positions.dtype not in INDEX_DTYPES:
-        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {positions.dtype}")
-    if positions.dim() not in (2, 3) or positions.shape[-1] != AXES:
-        raise ValueError(f"{name} must have shape [L, {AXES}] or [B, L, {AXES}] (time, height, width per token; "
-                         f"posenc.mrope_positions builds them), got shape {list(positions.shape)}")
-    if not torch.compiler.is_compiling() and positions.numel():
-        low = int(positions.min())
-        if low < 0:
-            raise ValueError(f"{name} must be non-negative, got minimum {low}")
-    return positions
 
 
 @register("mrope", kind="rotary")
 class MRoPE(RoPE):
-    """Multimodal RoPE of Qwen2-VL / Qwen3-VL: frequency sections take time, row or column positions."""
+    """Multimodal RoPE of Qwen2-VL / Qwen3-VL: frequency sections take time, row or column positions.
 
-    axes = AXES
+    ``module(x [B, H, L, D], positions [L, 3] or [B, L, 3], *, role=None)`` and ``cos_sin`` are
+    ``rope``'s calls (``role`` changes nothing here); ``sections`` holds the resolved sections.
+    """
 
     def __init__(self, *, head_dim: int, sections: list[int] | None = None, base: float = 10000.0,
                  rotary_dim: int | None = None, sections_layout: str = "chunked", layout: str = "half",
@@ -82,68 +64,14 @@ class MRoPE(RoPE):
             sections = ref.default_sections(self.rotary_dim, self.sections_layout)
         axis = ref.mrope_axis_of_pair(sections, self.sections_layout, rotary_dim=self.rotary_dim)
         self.sections = [int(s) for s in sections]
-        self.register_buffer("axis_of_pair", torch.from_numpy(axis), persistent=False)  # (R,) int64
-
-    # -- cos and sin ----------------------------------------------------------------------------
-    def _direct(self, positions: torch.Tensor, freq: torch.Tensor, dtype: torch.dtype,
-                scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each axis's columns from the shared angle code: ``[..., L, 3]`` -> ``[..., L, R]`` twice."""
-        axis = self.axis_of_pair.to(positions.device)
-        cos = torch.empty(positions.shape[:-1] + freq.shape, dtype=dtype, device=positions.device)
-        sin = torch.empty_like(cos)
-        for a in range(AXES):
-            cols = (axis == a).nonzero().squeeze(-1)
-            if cols.numel():
-                cos[..., cols], sin[..., cols] = angles_cos_sin(positions[..., a], freq[cols], dtype, scale)
-        return cos, sin
-
-    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, scale: float,
-                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = positions.to(device)
-        freq, key = self._observe(positions)
-        freq = freq.to(device)
-        if key is None or torch.compiler.is_compiling() or positions.numel() == 0:
-            return self._direct(positions, freq, dtype, scale)
-        top = int(positions.max())
-        width = freq.shape[0]
-        if (top + 1) * width > TABLE_MAX_ELEMENTS:
-            return self._direct(positions, freq, dtype, scale)
-        key = (key, device, dtype, scale)
-        table = self._tables.get(key)
-        if table is None or table[0].shape[0] <= top:
-            n = max(TABLE_MIN_POSITIONS, 1 << top.bit_length())  # a power of two > top, as in rope
-            n = max(top + 1, min(n, TABLE_MAX_ELEMENTS // width))
-            table = angles_cos_sin(torch.arange(n, device=device), freq, dtype, scale)  # (n, R) each
-            self._tables[key] = table
-        rows = positions.long()[..., self.axis_of_pair.to(device)]  # (..., L, R): p[a(j)]
-        cols = torch.arange(width, device=device)
-        return table[0][rows, cols], table[1][rows, cols]
-
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-        """Unscaled ``cos, sin`` at ``positions [..., L, 3]``: ``[..., L, rotary_dim // 2]`` (no attention factor)."""
-        positions = check_mrope_positions("positions", positions)
-        return self._cos_sin(positions, dtype, 1.0, self.device)
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None) -> torch.Tensor:
-        """Rotates ``x [B, H, L, D]`` at ``positions [L, 3]`` or ``[B, L, 3]``; same shape and dtype.
-
-        The rotated dims are multiplied by ``attention_factor``; ``role`` is accepted as every
-        rotary module accepts it, and changes nothing.
-        """
-        x = check_tensor("x", x, ndim=4, last_dim=self.head_dim)
-        positions = check_mrope_positions("positions", positions)
-        check_batch("positions", positions[..., 0], x.shape[0], x.shape[2])
-        check_choice("role", role, ROLES)
-        cos, sin = self._cos_sin(positions.to(x.device), x.dtype, self.attention_factor, x.device)
-        if cos.dim() == 3:
-            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, L, R)
-        return apply_rotary(x, cos, sin, layout=self.layout)
+        self.axes = AXES
+        self.axis_of_pair = torch.from_numpy(axis)  # (R,) int64: the buffer rope's angles read
 
     def reference(self, x, positions, *, role: str | None = None):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
-        pos = np.asarray(positions)
+        pos = ref.positions_array("positions", positions, axes=AXES, real=True, scheme="mrope")
         freq = self.scaling.at(int(pos.max()) + 1 if pos.size else 0)
-        return ref.mrope(x, positions, freq, self.axis_of_pair.cpu().numpy(), layout=self.layout,
+        return ref.mrope(x, pos, freq, self.axis_of_pair.cpu().numpy(), layout=self.layout,
                          attention_factor=self.attention_factor)
 
 

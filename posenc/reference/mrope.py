@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from posenc._validate import check_choice, check_float, check_int
+from posenc.reference.positions import angles, grid_positions, positions_array
 from posenc.reference.rope import rotate_pairs_index
 
 AXES = 3
@@ -83,32 +84,21 @@ def mrope_axis_of_pair(sections, sections_layout: str = "chunked", *, rotary_dim
     return axis
 
 
-def mrope_positions_array(name: str, positions) -> np.ndarray:
-    """Non-negative integer positions ``[L, 3]`` or ``[B, L, 3]`` as int64."""
-    arr = np.asarray(positions)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-    if arr.ndim not in (2, 3) or arr.shape[-1] != AXES:
-        raise ValueError(f"{name} must have shape [L, {AXES}] or [B, L, {AXES}] (time, height, width per token), "
-                         f"got shape {list(arr.shape)}")
-    if arr.size and arr.min() < 0:
-        raise ValueError(f"{name} must be non-negative, got minimum {int(arr.min())}")
-    return arr.astype(np.int64)
-
-
 def mrope_angles(positions, inv_freq, axis_of_pair) -> np.ndarray:
-    """``p[a(j)]·θ_j``: ``[..., L, 3]`` positions -> ``[..., L, R]`` float64."""
-    pos = mrope_positions_array("positions", positions).astype(np.float64)
+    """``p[a(j)]·θ_j`` reduced exactly to ``[−π, π)``: ``[..., L, 3]`` positions (integer or real)
+    -> ``[..., L, R]`` float64, by the shared angle function ``posenc.reference.positions.angles``."""
+    pos = positions_array("positions", positions, axes=AXES, real=True, scheme="mrope")
     inv_freq = np.asarray(inv_freq, dtype=np.float64)
     axis_of_pair = np.asarray(axis_of_pair)
     if inv_freq.ndim != 1 or axis_of_pair.shape != inv_freq.shape:
         raise ValueError(f"inv_freq and axis_of_pair must both have shape [rotary_dim/2], got "
                          f"{list(inv_freq.shape)} and {list(axis_of_pair.shape)}")
-    return pos[..., axis_of_pair] * inv_freq
+    return angles(pos, inv_freq, axis_of_pair)
 
 
 def mrope(x, positions, inv_freq, axis_of_pair, *, layout: str = "half", attention_factor: float = 1.0) -> np.ndarray:
-    """Rotates ``x [B, H, L, D]`` (or ``[..., L, D]``) at ``positions [L, 3]`` or ``[B, L, 3]``.
+    """Rotates ``x [B, H, L, D]`` (or ``[..., L, D]``) at ``positions [L, 3]`` or ``[B, L, 3]``
+    (integer or real).
 
     ``rotary_dim = 2 * len(inv_freq)``; pair ``j`` is rotated by ``positions[..., a(j)] · θ_j``,
     with the pairs of ``layout`` as in 1D RoPE; the rotated dims are multiplied by
@@ -218,8 +208,9 @@ def mrope_positions(segments, *, offset: int = 0) -> np.ndarray:
             raise ValueError(f"a video of {t} frames at time_interval={interval} spans {(t - 1) * interval:g} "
                              f"positions; at most {MAX_POSITION} (2^53) is allowed")
         frames = np.floor(np.arange(t, dtype=np.float64) * interval).astype(np.int64)
-        tt, rr, cc = np.meshgrid(frames, np.arange(h), np.arange(w), indexing="ij")  # (t, h, w) each
-        blocks.append(p + np.stack((tt, rr, cc), axis=-1).reshape(-1, AXES))  # (t·h·w, 3)
+        block = grid_positions((t, h, w))  # (t·h·w, 3) rows (i, r, c), row-major
+        block[:, 0] = frames[block[:, 0]]
+        blocks.append(p + block)
         p += max(int(frames[-1]), h - 1, w - 1) + 1
         if p > MAX_POSITION:
             raise ValueError(f"positions reach {p} at segment {len(blocks) - 1} (a large time_interval or offset); "
