@@ -114,7 +114,7 @@ def table(spec: Any, *, length: int = 128, dim: int = 64) -> np.ndarray:
     import torch
 
     m = build(spec, dim=dim, length=length)
-    pos = _positions(length)
+    pos = m.text_positions(_positions(length))
     if m.kind == "additive":
         return _numpy(m(pos))  # (L, d)
     if m.kind == "rotary":
@@ -289,7 +289,7 @@ def rotary_scores(spec: Any, *, max_distance: int = 256, dim: int = 64, q=None, 
     ones = _ones_qk(m, n)[:, :1]  # (1, 1, N, D)
     qx = ones if q is None else torch.as_tensor(q, dtype=torch.float64).expand_as(ones)
     kx = ones if k is None else torch.as_tensor(k, dtype=torch.float64).expand_as(ones)
-    pos = _positions(n)
+    pos = m.text_positions(_positions(n))
     rq, rk = m(qx, pos, role="query")[0, 0], m(kx, pos, role="key")[0, 0]  # (N, D)
     return _numpy(rk @ rq[0]) / ones.shape[-1]
 

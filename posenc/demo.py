@@ -55,6 +55,7 @@ def _outputs(sentence: tuple[str, ...], pe, emb, proj, *, causal: bool) -> dict[
         (x @ w).view(n, NUM_HEADS, HEAD_DIM).transpose(0, 1).unsqueeze(0)  # (1, H, L, hd)
         for w in proj
     )
+    pos = pe.text_positions(pos)  # (L, A) for a scheme with several axes (M-RoPE: (m, m, m))
     out = attention(q, k, v, None if pe.kind == "additive" else pe, q_positions=pos, k_positions=pos,
                     causal=causal)  # (1, H, L, hd)
     out = out[0].transpose(0, 1).reshape(n, D_MODEL)  # (L, D)

@@ -8,6 +8,7 @@ Other test files import these by name; keep the names stable:
     small_spec(name, **overrides)              spec of a small instance of any registered scheme
     small_module(name, **overrides)            posenc.build(small_spec(...)), seeded
     module_args(module, ...)                   the arguments ``module(*args)`` takes, by kind
+    on_axes(positions, axes)                   1D test positions as positions with several axes
     reference_output(module, args)            ``module.reference`` on the same arguments
     attention_reference(q, k, v, pe, ...)      float64 ``posenc.attention`` of any kind
     schemes_of_kind(*kinds)                    registered scheme names of these kinds
@@ -106,17 +107,19 @@ def heads_dim(module) -> tuple[int, int]:
             getattr(module, "head_dim", None) or SMALL["head_dim"])
 
 
+def on_axes(p: torch.Tensor, axes: int) -> torch.Tensor:
+    """1D test positions ``[..., L]`` as positions with ``axes`` axes: unchanged for one axis, else
+    ``[..., L, axes]`` whose axis ``a`` holds ``p // (a + 1)`` (a different value on every axis)."""
+    return p if axes == 1 else torch.stack([p // (a + 1) for a in range(axes)], dim=-1)
+
+
 def positions(length: int, *, offset: int = 0, batch: int | None = None, axes: int = 1) -> torch.Tensor:
     """``offset + arange(length)``; with ``batch``, ``[batch, length]`` rows at different offsets;
-    with ``axes > 1``, ``[..., length, axes]`` whose axis ``a`` holds ``(a + 1)·offset + arange(length) // (a + 1)``
-    (every axis different, all starting at ``(a + 1)·offset``)."""
-    if axes > 1:
-        p = torch.stack([(a + 1) * offset + torch.arange(length) // (a + 1) for a in range(axes)], dim=-1)
-    else:
-        p = torch.arange(length) + offset
-    if batch is None:
-        return p
-    return torch.stack([p + 3 * i for i in range(batch)])
+    with ``axes > 1``, those positions ``on_axes``."""
+    p = torch.arange(length) + offset
+    if batch is not None:
+        p = torch.stack([p + 3 * i for i in range(batch)])
+    return on_axes(p, axes)
 
 
 def module_args(module, *, length: int = 11, key_length: int | None = None, batch: int = 2, offset: int = 0,

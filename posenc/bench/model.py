@@ -136,7 +136,7 @@ class TinyGPT(nn.Module):
             # An additive pe is added to the embeddings once (shared), or by each layer (per layer).
             if pe.kind == "additive" and (i == 0 or self.cfg.pe_per_layer):
                 x = x + pe(positions).to(x.dtype)  # (B, L, C)
-            x = block(x, positions, pe)
+            x = block(x, pe.text_positions(positions), pe)  # (L, A) for M-RoPE: text at (m, m, m)
         return self.lm_head(self.ln_f(x))  # (B, L, V)
 
     def num_params(self) -> int:
