@@ -153,7 +153,7 @@ def test_text_tokens_equal_1d_rope_exactly(seed):
     m = posenc.build({"scheme": "mrope", "sections": draw_sections(rng, half, sections_layout),
                       "sections_layout": sections_layout, **common})
     x = torch.randn(2, 2, 33, 2 * half)
-    for top in (2000, 10**7):  # the table path and the direct path
+    for top in (2000, 10**7, 2**40):  # the table path, the direct path, exact angles far out
         p = torch.randint(0, top, (2, 33))
         torch.testing.assert_close(m(x, p.unsqueeze(-1).expand(2, 33, 3)), rope(x, p), rtol=0, atol=0)
 
