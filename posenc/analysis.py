@@ -75,10 +75,13 @@ def progress(items, desc: str, *, big: bool = True):
     return tqdm(items, desc=desc, file=sys.stderr, disable=None, leave=False)
 
 
-def _positions(length: int):
+def _positions(length: int, module=None):
+    """``0 .. length-1``; for a module with several axes, as text tokens (the same on every axis)."""
     import torch
 
-    return torch.arange(check_int("length", length, min=1))
+    from posenc.positions import text_positions
+
+    return text_positions(torch.arange(check_int("length", length, min=1)), getattr(module, "axes", 1))
 
 
 def _numpy(t) -> np.ndarray:
@@ -114,12 +117,14 @@ def table(spec: Any, *, length: int = 128, dim: int = 64) -> np.ndarray:
     import torch
 
     m = build(spec, dim=dim, length=length)
-    pos = m.text_positions(_positions(length))
+    pos = _positions(length, m)
     if m.kind == "additive":
         return _numpy(m(pos))  # (L, d)
     if m.kind == "rotary":
         if hasattr(m, "cos_sin"):
-            cos, sin = m.cos_sin(pos, dtype=torch.float64)  # (L, R) each
+            cos, sin = m.cos_sin(pos, dtype=torch.float64)  # (L, R) each, or (H, L, R) per head
+            if cos.dim() == 3:
+                cos, sin = (t.transpose(0, 1).reshape(length, -1) for t in (cos, sin))  # (L, H·R)
             return _numpy(torch.cat((cos, sin), dim=-1))
         return _numpy(m(_ones_qk(m, length)[:, :1], pos, role="query")[0, 0])  # (L, D)
     raise _not_applicable(m, ("additive", "rotary"), "a positions × dimensions table")
@@ -286,12 +291,13 @@ def rotary_scores(spec: Any, *, max_distance: int = 256, dim: int = 64, q=None, 
     m = build(spec, dim=dim, length=n)
     if m.kind != "rotary":
         raise _not_applicable(m, ("rotary",), "q·k vs distance")
-    ones = _ones_qk(m, n)[:, :1]  # (1, 1, N, D)
+    ones = _ones_qk(m, n)  # (1, H, N, D): every head for per-head frequencies (rope_mixed), else one
+    ones = ones if getattr(m, "num_heads", None) else ones[:, :1]
     qx = ones if q is None else torch.as_tensor(q, dtype=torch.float64).expand_as(ones)
     kx = ones if k is None else torch.as_tensor(k, dtype=torch.float64).expand_as(ones)
-    pos = m.text_positions(_positions(n))
-    rq, rk = m(qx, pos, role="query")[0, 0], m(kx, pos, role="key")[0, 0]  # (N, D)
-    return _numpy(rk @ rq[0]) / ones.shape[-1]
+    pos = _positions(n, m)
+    rq, rk = m(qx, pos, role="query")[0], m(kx, pos, role="key")[0]  # (H, N, D)
+    return _numpy((rk @ rq[:, 0].unsqueeze(-1)).squeeze(-1).mean(0)) / ones.shape[-1]
 
 
 def rope_decay_bound(*, dim: int = 128, base: float = 10000.0, max_distance: int = 256,
@@ -378,6 +384,103 @@ def score_vs_distance(spec: Any, *, length: int = 256, dim: int = 64, num_heads:
     return Curve(label(m), m.kind, r, score, QUANTITY.get(m.kind, m.kind))
 
 
+# -- grids: a 2D map of the positional signal -------------------------------------------------
+
+GRID_QUANTITY = {
+    "additive": "cosine similarity of PE vectors",
+    "rotary": "q·k / D with q = k = 1 (mean over heads)",
+    "bias": "bias added to the score (mean over heads)",
+    "relative": "relative term with q = k = 1 (mean over heads)",
+    "none": "no positional term (0)",
+}
+
+
+@dataclass(frozen=True)
+class GridMap:
+    """The positional signal between one patch and every patch of a grid, ``values [H, W]``."""
+
+    label: str
+    kind: str
+    grid: tuple[int, int]
+    patch: tuple[int, int]
+    values: np.ndarray
+    quantity: str = field(default="")
+
+
+def grid_positions_for(module, grid: Sequence[int]):
+    """The positions of an ``H × W`` grid's patches, row-major, as ``module`` takes them: ``(r, c)``
+    for two axes, ``(0, …, 0, r, c)`` for more (the first frame of a clip), the flattened index
+    ``r·W + c`` for one axis (a 1D encoding reading flattened patches, as the first ViTs did)."""
+    import torch
+
+    from posenc.positions import grid_positions
+
+    pos = grid_positions(tuple(grid))  # (N, 2)
+    axes = getattr(module, "axes", 1)
+    if axes == 1:
+        return pos[:, 0] * int(grid[1]) + pos[:, 1]
+    return torch.cat((pos.new_zeros(pos.shape[0], axes - 2), pos), dim=-1)
+
+
+def default_grid(module, grid: Sequence[int] | None = None) -> tuple[int, int]:
+    """``grid``, else a learned grid's own last two sizes, else 14 × 14 (ViT-B/16 at 224 pixels)."""
+    if grid is None:
+        own = getattr(module, "grid", None)
+        grid = own[-2:] if own else (14, 14)
+    if isinstance(grid, (str, bytes)) or len(grid) != 2:
+        raise ValueError(f"grid must be (H, W), got {grid!r}")
+    return (check_int("grid[0]", grid[0], min=1), check_int("grid[1]", grid[1], min=1))
+
+
+def grid_map(spec: Any, *, grid: Sequence[int] | None = None, patch: Sequence[int] | None = None, dim: int = 64,
+             num_heads: int = DEFAULT_HEADS) -> GridMap:
+    """Each patch's positional signal with ``patch`` (default: the centre), as ViT papers draw
+    (Dosovitskiy et al. 2021, Fig. 7): ``values[r, c]`` by kind (``GRID_QUANTITY``). Works for
+    every scheme: grid encodings (``axes``, a learned ``grid``) see ``(r, c)``, one-axis ones the
+    flattened index."""
+    import torch
+
+    if hasattr(spec, "kind") and hasattr(spec, "spec"):
+        m = build(spec)
+        h, w = default_grid(m, grid)
+    else:
+        own = as_spec(spec).get("grid")
+        h, w = default_grid(type("Spec", (), {"grid": own})(), grid)
+        m = build(spec, dim=dim, num_heads=num_heads, length=h * w)  # a 1D learned table: one row per patch
+    n = h * w
+    pr, pc = (h // 2, w // 2) if patch is None else tuple(patch)
+    if not (0 <= int(pr) < h and 0 <= int(pc) < w):
+        raise ValueError(f"patch must lie inside the grid {h}×{w}, got ({pr}, {pc})")
+    i = int(pr) * w + int(pc)
+    pos = grid_positions_for(m, (h, w))
+    if m.kind == "additive":
+        values = cosine_similarity_matrix(_numpy(m(pos)))[i]
+    elif m.kind == "rotary":
+        ones = _ones_qk(m, n)
+        if getattr(m, "num_heads", None) is None:
+            ones = ones[:, :1]
+        rq, rk = m(ones, pos, role="query")[0], m(ones, pos, role="key")[0]  # (H, N, D)
+        values = _numpy((rk @ rq[:, i].unsqueeze(-1)).squeeze(-1).mean(0)) / ones.shape[-1]
+    elif m.kind in ("bias", "relative"):
+        flat = torch.arange(n)
+        values = score_term(m, flat[i:i + 1], flat, num_heads=num_heads, dim=dim)[:, 0].mean(0)
+    else:
+        values = np.zeros(n)
+    return GridMap(label(m), m.kind, (h, w), (int(pr), int(pc)), np.asarray(values).reshape(h, w),
+                   GRID_QUANTITY.get(m.kind, m.kind))
+
+
+def grid_numbers(gm: GridMap) -> list[tuple[str, str]]:
+    """Key numbers of a ``GridMap``: the signal at the patch, its neighbours and the far corner."""
+    (h, w), (r, c), v = gm.grid, gm.patch, gm.values
+    far = (0 if r >= h / 2 else h - 1, 0 if c >= w / 2 else w - 1)
+    out = [("grid", f"{h} × {w} patches, signal with patch ({r}, {c}): {gm.quantity}")]
+    picks = [("itself", (r, c)), ("right", (r, c + 1)), ("below", (r + 1, c)), ("far corner", far)]
+    out.append(("signal at " + ", ".join(n for n, (a, b) in picks if a < h and b < w),
+                ", ".join(f"{v[a, b]:.3g}" for _, (a, b) in picks if a < h and b < w)))
+    return out
+
+
 # -- key numbers ------------------------------------------------------------------------------
 
 def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int = DEFAULT_HEADS) -> list[tuple[str, str]]:
@@ -386,6 +489,12 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
     m = build(spec, dim=dim, num_heads=num_heads, length=length)
     out = [("scheme", m.name), ("kind", m.kind),
            ("spec", ", ".join(f"{k}={v}" for k, v in m.spec.items() if k != "scheme") or "(no parameters)")]
+    if getattr(m, "axes", 1) > 1:  # a grid encoding: its 2D map (the 1D numbers need one axis)
+        out += grid_numbers(grid_map(m, num_heads=num_heads, dim=dim))
+        if hasattr(m, "inv_freq"):
+            lam = wavelengths(_numpy(m.inv_freq))
+            out.append(("wavelengths (positions)", f"{lam.min():.4g} .. {lam.max():.4g} over {lam.size} pairs"))
+        return out
     if m.kind in ("additive", "rotary"):
         tab = table(m, length=length)
         d, p, q = min_fingerprint_distance(tab)
@@ -433,5 +542,5 @@ __all__ = [
     "NotApplicable", "build", "table", "cosine_similarity_matrix", "similarity_vs_distance", "linear_map",
     "nearest_neighbour_distances", "min_fingerprint_distance", "wavelengths", "turns", "inv_freq",
     "Spectrum", "spectrum", "rotary_scores", "rope_decay_bound", "score_term", "bias_maps", "Curve", "score_vs_distance",
-    "key_numbers", "describe_params",
+    "key_numbers", "describe_params", "GridMap", "grid_map", "grid_numbers", "grid_positions_for", "default_grid",
 ]

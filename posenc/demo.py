@@ -45,17 +45,18 @@ def _outputs(sentence: tuple[str, ...], pe, emb, proj, *, causal: bool) -> dict[
     import torch
 
     from posenc.attn import attention
+    from posenc.positions import text_positions
 
     n = len(sentence)
     pos = torch.arange(n)
     x = emb[[WORDS.index(w) for w in sentence]]  # (L, D)
     if pe.kind == "additive":
-        x = x + pe(pos)
+        x = x + pe(text_positions(pos, getattr(pe, "axes", 1)))
     q, k, v = (
         (x @ w).view(n, NUM_HEADS, HEAD_DIM).transpose(0, 1).unsqueeze(0)  # (1, H, L, hd)
         for w in proj
     )
-    pos = pe.text_positions(pos)  # (L, A) for a scheme with several axes (M-RoPE: (m, m, m))
+    pos = text_positions(pos, getattr(pe, "axes", 1))  # a grid encoding reads words as text tokens
     out = attention(q, k, v, None if pe.kind == "additive" else pe, q_positions=pos, k_positions=pos,
                     causal=causal)  # (1, H, L, hd)
     out = out[0].transpose(0, 1).reshape(n, D_MODEL)  # (L, D)

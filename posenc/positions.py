@@ -12,7 +12,8 @@
   fractional NaViT coordinates, interpolated resolutions. An integer-valued float gives exactly
   the integer's result. Table schemes (learned, t5, shaw, transformer_xl) raise TypeError naming
   the schemes that accept real positions.
-- ``grid_positions(shape, *, offset=0)`` builds row-major grids: ``[prod(shape), len(shape)]``.
+- ``grid_positions(shape, *, offset=0)`` builds row-major grids: ``[prod(shape), len(shape)]``;
+  ``text_positions(positions, axes)`` puts text tokens at the same position on every axis.
 - Angles for every rotary form come from one function, ``posenc.rotary.angles(positions,
   inv_freq, axis_of_pair)``: pair ``i`` turns by ``positions[..., axis_of_pair[i]] · inv_freq[i]``
   (one axis: ``axis_of_pair=None``), exactly at any position (see its docstring).
@@ -118,6 +119,13 @@ def relative_distance(q_positions: torch.Tensor, k_positions: torch.Tensor) -> t
     """``k - q`` for every pair of one-axis positions: ``[Lq, Lk]`` (``[B, Lq, Lk]`` if batched);
     int64, or float64 if either is real."""
     return as_working(k_positions).unsqueeze(-2) - as_working(q_positions).unsqueeze(-1)
+
+
+def text_positions(positions: torch.Tensor, axes: int) -> torch.Tensor:
+    """One-axis positions ``[..., L]`` as text tokens of a module with ``axes`` axes: the same
+    position on every axis, ``[..., L, axes]`` (a view; unchanged for one axis). This is how
+    multimodal RoPE places text, and what ``posenc.attention`` uses by default for several axes."""
+    return positions if axes == 1 else positions.unsqueeze(-1).expand(*positions.shape, axes)
 
 
 def grid_positions(shape, *, offset: int = 0, device: torch.device | str | None = None) -> torch.Tensor:

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from posenc import analysis, registry, scaling
+from posenc import reference as ref
 from posenc.reference import alibi_slopes, rope_inv_freq, sinusoidal, sinusoidal_inv_freq
 
 
@@ -137,3 +138,26 @@ def test_every_scheme_has_a_curve_and_key_numbers(name):
         assert tab.shape[0] == 16 and analysis.min_fingerprint_distance(tab)[0] > 1e-6
     numbers = dict(analysis.key_numbers(name, length=16, dim=16, num_heads=2))
     assert numbers["scheme"] == name and numbers["kind"] == curve.kind
+
+
+# -- grid maps ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["sinusoidal:axes=2", "rope:axes=2"])
+def test_grid_map_of_factorized_encodings_is_the_closed_form(spec):
+    """Half the pairs follow the row, half the column: the signal with patch (r0, c0) is
+    ½·mean_i cos((r − r0)θ_i) + ½·mean_i cos((c − c0)θ_i), θ_i = 10000^(−2i/(D/2))."""
+    gm = analysis.grid_map(spec, grid=(5, 7), patch=(1, 4), dim=32)
+    theta = 10000.0 ** (-np.arange(0, 16, 2) / 16)
+    r = np.arange(5)[:, None, None] - 1
+    c = np.arange(7)[None, :, None] - 4
+    expected = 0.5 * np.cos(r * theta).mean(-1) + 0.5 * np.cos(c * theta).mean(-1)
+    np.testing.assert_allclose(gm.values, expected, atol=1e-12)
+    assert gm.grid == (5, 7) and gm.patch == (1, 4)
+
+
+def test_grid_map_reads_one_axis_schemes_on_the_flattened_patches():
+    gm = analysis.grid_map("alibi", grid=(3, 4), patch=(0, 0), num_heads=2)
+    slopes = ref.alibi_slopes(2)
+    np.testing.assert_allclose(gm.values.ravel(), -slopes.mean() * np.arange(12), atol=1e-12)
+    with pytest.raises(ValueError, match=r"patch must lie inside the grid 3×4, got \(3, 0\)"):
+        analysis.grid_map("alibi", grid=(3, 4), patch=(3, 0))

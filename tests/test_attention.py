@@ -54,18 +54,14 @@ def _pe(name, dtype=torch.float64):
 def test_attention_matches_reference_with_default_positions(name, causal, lq, lk):
     """Default positions: keys at 0..Lk-1, queries the last Lq of them; causal is bottom-right."""
     pe = _pe(name)
-    kw = {}
-    if getattr(pe, "axes", 1) > 1:  # no default positions with several axes: the same ones, given
-        kw = {"q_positions": on_axes(torch.arange(lk - lq, lk), pe.axes), "k_positions": on_axes(torch.arange(lk), pe.axes)}
-    _check(pe, *_qkv(pe, lq=lq, lk=lk), causal=causal, **kw)
+    _check(pe, *_qkv(pe, lq=lq, lk=lk), causal=causal)
 
 
 @pytest.mark.parametrize("name", APPLIED)
 def test_attention_matches_reference_with_batched_positions(name):
     pe = _pe(name)
     q, k, v = _qkv(pe, lq=5, lk=12)
-    kpos = torch.stack([torch.arange(12) + 40, torch.arange(12) * 3])  # [B, Lk], different per row
-    kpos = on_axes(kpos, getattr(pe, "axes", 1))
+    kpos = on_axes(pe, torch.stack([torch.arange(12) + 40, torch.arange(12) * 3]))  # [B, Lk], different per row
     qpos = kpos[:, -5:]
     out = _check(pe, q, k, v, q_positions=qpos, k_positions=kpos, causal=True)
     if name != "nope":  # the second row's positions matter
@@ -79,7 +75,7 @@ def test_sdpa_kinds_match_reference_in_float32(name):
     q, k, v = _qkv(pe, lq=6, lk=17, dtype=torch.float32)
     # Scores are |q||k|/sqrt(D) at most: their size sets the error of the softmax weights.
     magnitude = float(q.norm(dim=-1).max() * k.norm(dim=-1).max()) / math.sqrt(q.shape[-1])
-    qpos, kpos = (on_axes(p, getattr(pe, "axes", 1)) for p in (torch.arange(300, 306), torch.arange(289, 306)))
+    qpos, kpos = on_axes(pe, torch.arange(300, 306)), on_axes(pe, torch.arange(289, 306))
     out = posenc.attention(q, k, v, pe, causal=True, q_positions=qpos, k_positions=kpos)
     expected = attention_reference(q, k, v, pe, causal=True, q_positions=qpos, k_positions=kpos)
     assert_close(out, expected, magnitude=magnitude * float(v.abs().max()))
@@ -157,11 +153,8 @@ def _self_attention(name, x):
         b, h, length, d = x.shape
         x = (x.transpose(1, 2).reshape(b, length, h * d) + pe(p)).reshape(b, length, h, d).transpose(1, 2)
         pe = None
-    kw = {}
-    if getattr(pe, "axes", 1) > 1:
-        kw = {"q_positions": on_axes(p, pe.axes), "k_positions": on_axes(p, pe.axes)}
-    torch_out = posenc.attention(x, x, x, pe, **kw)
-    ref_out = attention_reference(x, x, x, pe, **kw)
+    torch_out = posenc.attention(x, x, x, pe)
+    ref_out = attention_reference(x, x, x, pe)
     assert_close(torch_out, ref_out, magnitude=1e3)
     return ref_out
 

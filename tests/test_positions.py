@@ -139,6 +139,30 @@ def test_table_schemes_refuse_real_positions_naming_those_that_accept_them(name)
         m(*args)
 
 
+def _real_attention(backend):
+    pe = small_module("alibi")
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 4, 9, 8, generator=g) for _ in range(3))
+    p = torch.arange(9, dtype=torch.float64) * 0.5  # half steps: truncating them would change the biases
+    with torch.no_grad():
+        out = posenc.attention(q, k, v, pe, q_positions=p, k_positions=p, causal=True, backend=backend)
+    expected = ref.attention(*(t.double().numpy() for t in (q, k, v)), bias=pe.reference(p.numpy(), p.numpy()),
+                             causal=True)
+    assert_close(out, expected, magnitude=16.0, what=backend)
+
+
+@pytest.mark.parametrize("backend", ["materialize", "chunked"])
+def test_attention_keeps_real_positions(backend):
+    _real_attention(backend)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("compile")
+def test_flex_attention_keeps_real_positions():
+    """FlexAttention compiles (~10-30 s on 2 cores): one small call with half-step positions."""
+    _real_attention("flex")
+
+
 def test_real_positions_must_be_finite():
     m = small_module("alibi")
     with pytest.raises(ValueError, match="q_positions must be finite, got nan"):
@@ -298,8 +322,9 @@ def test_axial_rope_in_attention_and_its_table_path():
     expected = ref.attention(rope.reference(q.double().numpy(), pos.numpy()),
                              rope.reference(k.double().numpy(), pos.numpy()), v.double().numpy())
     assert_close(out, expected, magnitude=10.0, what="attention")
-    with pytest.raises(ValueError, match=r"pe has axes=2: pass q_positions and k_positions \[L, 2\]"):
-        posenc.attention(q, k, v, rope)
+    diagonal = torch.arange(15).unsqueeze(-1).expand(15, 2)  # default: the same position on every axis
+    torch.testing.assert_close(posenc.attention(q, k, v, rope),
+                               posenc.attention(q, k, v, rope, q_positions=diagonal, k_positions=diagonal))
     # the table (integer positions) and the direct path (real positions) agree
     c1, s1 = rope.cos_sin(pos)
     c2, s2 = rope.cos_sin(pos.double())

@@ -143,14 +143,13 @@ def test_positions_of_the_wrong_type_or_rank(name):
     args = module_args(m, length=6)
     names = _arg_names(m)
     for i in _position_slots(m, args):
-        shape = list(args[i].shape)  # [6], or [6, A] for a module with several axes
         # real positions are the right type for the schemes that are functions of position
         cases = [(args[i].to(torch.complex64), TypeError, "torch.complex64") if m.real_positions
                  else (args[i].float(), TypeError, "torch.float32"),
                  (args[i].tolist(), TypeError, "list"),
-                 (args[i].view(1, 1, *shape), ValueError, str([1, 1, *shape]))]  # [1, 1, 6] or [1, 1, 6, A]
+                 (args[i].reshape(1, 1, *args[i].shape), ValueError, str([1, 1, *args[i].shape]))]
         if m.kind in ("none", "rotary", "relative"):  # a batch of 3 against tensors of batch 2
-            cases.append((args[i][None].expand(3, *shape), ValueError, "3"))
+            cases.append((args[i][None].expand(3, *args[i].shape), ValueError, "3"))
         for bad_value, error, value in cases:
             bad = list(args)
             bad[i] = bad_value

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import posenc
+from posenc.positions import text_positions
 from posenc._validate import check_bool, check_int
 
 
@@ -131,12 +132,14 @@ class TinyGPT(nn.Module):
         if positions is None:
             positions = torch.arange(length, device=idx.device)
         x = self.tok_emb(idx)  # (B, L, C)
+        one_axis = positions
         for i, block in enumerate(self.blocks):
             pe = self._pe(i)
+            positions = text_positions(one_axis, getattr(pe, "axes", 1))  # tokens of text on every axis
             # An additive pe is added to the embeddings once (shared), or by each layer (per layer).
             if pe.kind == "additive" and (i == 0 or self.cfg.pe_per_layer):
                 x = x + pe(positions).to(x.dtype)  # (B, L, C)
-            x = block(x, pe.text_positions(positions), pe)  # (L, A) for M-RoPE: text at (m, m, m)
+            x = block(x, positions, pe)
         return self.lm_head(self.ln_f(x))  # (B, L, V)
 
     def num_params(self) -> int:

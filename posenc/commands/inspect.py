@@ -3,6 +3,7 @@
     posenc list
     posenc show rope:base=500000,scaling=linear,factor=4 --length 256 --plot rope.png
     posenc compare sinusoidal rope alibi --plot compare.png
+    posenc show rope_mixed --grid 14x14 --plot map.png      # grid encodings: a 2D similarity map
     posenc demo order
 
 A SPEC is a scheme name, ``name:key=value,...`` or a JSON file (see ``posenc.spec``); sizes
@@ -36,6 +37,25 @@ def _bounded_int(name: str, low: int, high: int) -> Callable[[str], int]:
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{name} must be an integer from {low} to {high}, got {value}")
         return value
+
+    return parse
+
+
+MAX_GRID = 128
+
+
+def _pair(name: str, sep: str, high: int, *, low: int = 1) -> Callable[[str], tuple[int, int]]:
+    """``HxW`` / ``R,C``: two integers from ``low`` to ``high``."""
+    def parse(text: str) -> tuple[int, int]:
+        parts = text.lower().split(sep)
+        try:
+            a, b = (int(p) for p in parts)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be two integers as A{sep}B (e.g. 14{sep}14), "
+                                             f"got {text!r}") from None
+        if not (low <= a <= high and low <= b <= high):
+            raise argparse.ArgumentTypeError(f"{name} sizes must be integers from {low} to {high}, got {text!r}")
+        return a, b
 
     return parse
 
@@ -101,15 +121,55 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grid_mode(specs: list[dict[str, Any]], args: argparse.Namespace) -> bool:
+    """True when ``--grid`` is given or a SPEC's module has several axes (``axes``, a learned ``grid``)."""
+    from posenc import analysis
+
+    return args.grid is not None or any(
+        getattr(analysis.build(s, dim=args.dim, num_heads=args.heads, length=args.length), "axes", 1) > 1
+        for s in specs)
+
+
+def _grid_spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A SPEC for the grid views: a one-axis learned table gets a row per patch."""
+    spec = _spec(text, args)
+    if spec.get("scheme") == "learned" and not spec.get("grid") and args.grid is not None:
+        spec["max_positions"] = max(int(spec.get("max_positions") or 0), args.grid[0] * args.grid[1])
+    return spec
+
+
+def _grid_numbers(spec: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, str]]:
+    from posenc import analysis
+
+    try:
+        gm = analysis.grid_map(spec, grid=args.grid, patch=args.patch, dim=args.dim, num_heads=args.heads)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    return analysis.grid_numbers(gm)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from posenc import analysis
 
     plot_path = _plot_path(args.plot)
-    spec = _spec(args.spec, args)
+    spec = _grid_spec(args.spec, args)
     if plot_path:
         from posenc import plot, registry
 
         plot.check_showable(registry.get(spec["scheme"]).kind, spec["scheme"])
+    if _grid_mode([spec], args):
+        m = analysis.build(spec, dim=args.dim, num_heads=args.heads, length=args.length)
+        numbers = [("scheme", m.name), ("kind", m.kind),
+                   ("spec", ", ".join(f"{k}={v}" for k, v in m.spec.items() if k != "scheme") or "(no parameters)"),
+                   *_grid_numbers(spec, args)]
+        for key, value in numbers:
+            print(f"{key.ljust(max(len(k) for k, _ in numbers))}  {value}")
+        if plot_path:
+            from posenc import plot
+
+            _save(lambda: plot.show(spec, length=args.length, dim=args.dim, grid=args.grid, patch=args.patch),
+                  plot_path)
+        return 0
     numbers = analysis.key_numbers(spec, length=args.length, dim=args.dim, num_heads=args.heads)
     width = max(len(k) for k, _ in numbers)
     for key, value in numbers:
@@ -127,6 +187,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     plot_path = _plot_path(args.plot)
     specs = [_spec(s, args) for s in args.specs]
+    if _grid_mode(specs, args):  # one grid for all: --grid, else the first learned grid, else 14×14
+        grids = [tuple(s["grid"][-2:]) for s in specs if s.get("grid")]
+        args = argparse.Namespace(**{**vars(args), "grid": args.grid or (grids[0] if grids else (14, 14))})
+        return _compare_grids([_grid_spec(s, args) for s in args.specs], args, plot_path)
     n = args.length
     picks = sorted({1, min(10, n - 1), n - 1})
     rows = [("scheme", "kind", *[f"signal at r={r}" for r in picks], "closest positions", "wavelengths")]
@@ -150,6 +214,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_grids(specs: list[dict[str, Any]], args: argparse.Namespace, plot_path: str | None) -> int:
+    """``compare`` for grid encodings: each scheme's signal with one patch, at its neighbours and far."""
+    from posenc import analysis
+
+    rows = None
+    for spec in analysis.progress(specs, "compare"):
+        numbers = _grid_numbers(spec, args)
+        m = analysis.build(spec, dim=args.dim, num_heads=args.heads, length=args.length)
+        if rows is None:
+            rows = [("scheme", "kind", *numbers[1][0].removeprefix("signal at ").split(", "))]
+            print(numbers[0][1].split(":")[0])
+        rows.append((analysis.label(m), m.kind, *numbers[1][1].split(", ")))
+    print(analysis.text_table(rows))
+    print("\nsignal: " + "; ".join(f"{k}: {v}" for k, v in analysis.GRID_QUANTITY.items()
+                                   if any(r[1] == k for r in rows[1:])))
+    if plot_path:
+        from posenc import plot
+
+        _save(lambda: plot.grid_maps(specs, grid=args.grid, patch=args.patch, dim=args.dim), plot_path)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from posenc import demo
 
@@ -169,6 +255,11 @@ def _sizes(p: argparse.ArgumentParser, length: int) -> None:
     p.add_argument("--heads", type=_bounded_int("--heads", 1, MAX_HEADS), default=8, metavar="H",
                    help="num_heads of bias schemes, when the SPEC leaves it out (default 8)")
     p.add_argument("--plot", metavar="FILE", help="also draw the figure to FILE (.png, .svg or .pdf)")
+    p.add_argument("--grid", type=_pair("--grid", "x", MAX_GRID), metavar="HxW",
+                   help="an image grid of H×W patches: show each patch's signal with one patch (default for "
+                        f"schemes with several axes: the learned grid, else 14x14; at most {MAX_GRID} a side)")
+    p.add_argument("--patch", type=_pair("--patch", ",", MAX_GRID, low=0), metavar="R,C",
+                   help="the patch of the grid map (default: the centre)")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

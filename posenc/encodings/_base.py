@@ -56,16 +56,6 @@ class PositionalEncoding(nn.Module):
         """``posenc.positions.check_positions`` with this module's ``axes`` and ``real_positions``."""
         return check_positions(name, positions, axes=self.axes, real=self.real_positions, scheme=self.name, **kw)
 
-    def text_positions(self, positions: torch.Tensor) -> torch.Tensor:
-        """This module's positions for a text sequence at 1D ``positions`` (``[L]`` or ``[B, L]``):
-        the positions themselves for one axis. A scheme whose axes have a text reading overrides
-        it (M-RoPE: ``(m, m, m)``); for the others (a grid has no text order) it raises
-        ValueError. The 1D tools (``posenc.analysis``, the order demo, the benchmark's model) call it."""
-        if self.axes == 1:
-            return positions
-        raise ValueError(f"scheme {self.name!r} has axes={self.axes}: text (1D positions) has no place on its axes; "
-                         f"pass positions [L, {self.axes}] or [B, L, {self.axes}]")
-
     # -- dtype and device -------------------------------------------------------------------
     @property
     def dtype(self) -> torch.dtype:

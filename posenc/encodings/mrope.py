@@ -67,10 +67,6 @@ class MRoPE(RoPE):
         self.axes = AXES
         self.axis_of_pair = torch.from_numpy(axis)  # (R,) int64: the buffer rope's angles read
 
-    def text_positions(self, positions: torch.Tensor) -> torch.Tensor:
-        """Text at 1D positions ``[..., L]`` -> ``[..., L, 3]``: ``(m, m, m)``, where M-RoPE is 1D RoPE."""
-        return positions.unsqueeze(-1).expand(*positions.shape, AXES)
-
     def reference(self, x, positions, *, role: str | None = None):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
         pos = ref.positions_array("positions", positions, axes=AXES, real=True, scheme="mrope")

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from posenc._validate import check_float, check_int
+from posenc.positions import text_positions
 
 HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 _ALIASES = {"su": "longrope", "mrope": "default"}  # early Phi-3's LongRoPE; Qwen2-VL's legacy "type"
@@ -277,7 +278,7 @@ class HFRotaryEmbedding(nn.Module):
                                  "config) or pass [B, L]")
             return position_ids
         if position_ids.dim() == 2:  # text: (B, L) -> (B, L, 3), as transformers expands it
-            return position_ids.unsqueeze(-1).expand(*position_ids.shape, 3)
+            return text_positions(position_ids, self.rope.axes)
         if position_ids.dim() == 3 and position_ids.shape[0] == 3:
             return position_ids.permute(1, 2, 0)  # (3, B, L) -> (B, L, 3)
         raise ValueError(f"position_ids must have shape [3, B, L] (time, height, width) or [B, L] (text) for an "
