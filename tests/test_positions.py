@@ -78,6 +78,7 @@ REAL_CASES = {
     "sinusoidal": {},
     "rope": {},
     "rope_axial": {"scheme": "rope", "axes": 2},
+    "rope_mixed": {},
     "alibi": {},
     "kerple": {},
     "fire": {},
@@ -139,15 +140,15 @@ def test_table_schemes_refuse_real_positions_naming_those_that_accept_them(name)
         m(*args)
 
 
-def _real_attention(backend):
+def _real_attention(backend, causal=True):
     pe = small_module("alibi")
     g = torch.Generator().manual_seed(6)
     q, k, v = (torch.randn(1, 4, 9, 8, generator=g) for _ in range(3))
     p = torch.arange(9, dtype=torch.float64) * 0.5  # half steps: truncating them would change the biases
     with torch.no_grad():
-        out = posenc.attention(q, k, v, pe, q_positions=p, k_positions=p, causal=True, backend=backend)
+        out = posenc.attention(q, k, v, pe, q_positions=p, k_positions=p, causal=causal, backend=backend)
     expected = ref.attention(*(t.double().numpy() for t in (q, k, v)), bias=pe.reference(p.numpy(), p.numpy()),
-                             causal=True)
+                             causal=causal)
     assert_close(out, expected, magnitude=16.0, what=backend)
 
 
@@ -156,11 +157,15 @@ def test_attention_keeps_real_positions(backend):
     _real_attention(backend)
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("compile")
-def test_flex_attention_keeps_real_positions():
-    """FlexAttention compiles (~10-30 s on 2 cores): one small call with half-step positions."""
-    _real_attention("flex")
+def test_flex_attention_keeps_real_positions(monkeypatch):
+    """The positions the flex path hands to score_mod. FlexAttention runs eagerly here (compiling it
+    takes 10-60 s on 2 cores; test_attention.py compiles it for integer positions)."""
+    from torch.nn.attention import flex_attention as fa
+
+    import posenc.attn
+
+    monkeypatch.setattr(posenc.attn, "_compiled_flex", lambda: fa.flex_attention)
+    _real_attention("flex", causal=False)  # no block mask to build
 
 
 def test_real_positions_must_be_finite():

@@ -1,5 +1,13 @@
 """What every scheme module shares: its spec, float64 tables that follow ``.to(device)`` but never
-``.to(dtype)``, and the checks on positions and tensors.
+``.to(dtype)``, the checks on positions (``posenc.positions``, with the module's ``axes`` and
+``real_positions``) and tensors, and one base class per kind that declares the kind's calls:
+
+    AdditiveEncoding   module(positions) -> [..., L, d_model]
+    RotaryEncoding     module(x, positions, *, role=None) -> x rotated;  cos_sin(positions, dtype)
+    BiasEncoding       module(q_positions, k_positions, *, dtype=None) -> [H, Lq, Lk];  score_fn()
+    RelativeEncoding   module(q, k, q_positions, k_positions) -> [B, H, Lq, Lk];  value_term (or None)
+
+``@register(name, kind)`` checks that a scheme subclasses its kind's base (``KIND_BASES``).
 
 Notation used for tensor shapes:
     B: batch, H: heads, L: sequence length (Lq queries, Lk keys), D: head dimension.
@@ -14,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from posenc._validate import check_choice
 from posenc.positions import (INDEX_DTYPES, as_working, check_batch, check_position_batches,  # noqa: F401
                               check_positions, relative_distance)
 
@@ -139,8 +148,6 @@ class RotaryEncoding(PositionalEncoding):
 
     def check_call(self, x: Any, positions: Any, role: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The checks of a rotary call: ``x [B, H, L, head_dim]``, positions for ``B`` and ``L``, ``role``."""
-        from posenc._validate import check_choice
-
         x = check_tensor("x", x, ndim=4, last_dim=self.head_dim)
         positions = self.check_positions("positions", positions)
         check_batch("positions", positions, x.shape[0], x.shape[2], axes=self.axes)
