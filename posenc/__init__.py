@@ -27,6 +27,7 @@ _LAZY = {
     "apply_rotary": "posenc.rotary",
     "from_hf": "posenc.interop.hf",
     "grid_positions": "posenc.positions",
+    "mrope_positions": "posenc.encodings.mrope",
 }
 
 __all__ = ["__version__", *_LAZY]
