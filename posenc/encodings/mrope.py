@@ -42,6 +42,7 @@ from posenc._validate import check_choice, check_int
 from posenc.encodings.rope import RoPE
 from posenc.reference.mrope import AXES, SECTIONS_LAYOUTS
 from posenc.registry import register
+from posenc.limits import Dim
 
 
 @register("mrope", kind="rotary")
@@ -52,8 +53,8 @@ class MRoPE(RoPE):
     ``rope``'s calls (``role`` changes nothing here); ``sections`` holds the resolved sections.
     """
 
-    def __init__(self, *, head_dim: int, sections: list[int] | None = None, base: float = 10000.0,
-                 rotary_dim: int | None = None, sections_layout: str = "chunked", layout: str = "half",
+    def __init__(self, *, head_dim: Dim, sections: list[Dim] | None = None, base: float = 10000.0,
+                 rotary_dim: Dim | None = None, sections_layout: str = "chunked", layout: str = "half",
                  scaling: dict[str, Any] | None = None) -> None:
         super().__init__(head_dim=head_dim, base=base, rotary_dim=rotary_dim, layout=layout, scaling=scaling)
         if self.scaling.decay is not None:
