@@ -130,8 +130,8 @@ def files(tmp_path, monkeypatch):
     (["extrapolate", "--profile", "smoke", "--corpus", "missing.txt"], "does not exist"),
     (["extrapolate", "--profile", "smoke", "--scheme", "fire:hidden=100000000"], "hidden must be at most 4096"),
     (["extrapolate", "--profile", "smoke", "--out", "folder"], "--out 'folder' is a directory"),
-    (["extrapolate", "--profile", "smoke", "--out", "afile/results.jsonl"], "--out 'afile' is a file, not a folder"),
-    (["report", "--profile", "smoke", "--out", "afile"], "--out 'afile' is a file, not a folder"),
+    (["extrapolate", "--profile", "smoke", "--out", "afile/results.jsonl"], "--out 'afile' is not a folder"),
+    (["report", "--profile", "smoke", "--out", "afile"], "--out 'afile' is not a folder"),
 ])
 def test_bad_files_are_one_line_in_our_words(argv, message, files, capsys):
     code, _, err = run(argv, capsys)

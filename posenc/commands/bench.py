@@ -107,7 +107,7 @@ def _results_file(path: str) -> str:
 def _make_folder(flag: str, path: str) -> str:
     """Creates ``path`` (and its parents) or says in one line why it cannot be."""
     if os.path.exists(path) and not os.path.isdir(path):
-        raise CLIError(f"{flag} {path!r} is a file, not a folder")
+        raise CLIError(f"{flag} {path!r} is not a folder (a file is in the way)")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:
