@@ -75,25 +75,54 @@ def _complex_view(t: torch.Tensor, rd: int) -> torch.Tensor | None:
     return torch.view_as_complex(t[..., :rd].unflatten(-1, (-1, 2)))
 
 
-def _rotate_fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """The rotation written into one new tensor with the strides of ``x`` (no autograd).
+KERNELS = ("complex", "addcmul", "partner", "inplace")
+"""The eager kernels of ``_rotate_into``, named so that tests can check each one is reached."""
 
-    Three kernels, picked by measurement (``posenc bench``): interleaved float32/float64 pairs
-    as complex numbers; half float32/float64 as ``x·[cos, cos]`` then one ``addcmul_`` per half;
-    otherwise (bfloat16/float16, whose half-width strided kernels are slow on CPU)
-    ``partner(x)·[−sin, sin] + x·[cos, cos]`` over the whole rotated block.
+
+def _kernel(x: torch.Tensor, rd: int, layout: str, out: torch.Tensor) -> str:
+    """Which eager kernel ``_rotate_into`` runs (measured with ``posenc bench``, see the module docstring)."""
+    if out is x:
+        return "inplace"
+    if layout == "interleaved" and _complex_view(x, rd) is not None and _complex_view(out, rd) is not None:
+        return "complex"
+    if x.element_size() >= 4 and layout == "half":
+        return "addcmul"
+    return "partner"
+
+
+def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
+                 out: torch.Tensor) -> torch.Tensor:
+    """The rotation written into ``out`` (``x`` itself, or memory that does not overlap it); no autograd.
+
+    Kernels, picked by measurement (``posenc bench``):
+
+    - ``complex``: interleaved float32/float64 pairs as complex numbers, one multiply (one pass,
+      as fast as a copy);
+    - ``addcmul``: half float32/float64, ``out = x·[cos, cos]`` then one ``addcmul_`` per half;
+    - ``partner``: otherwise (bfloat16/float16, whose half-width strided kernels are slow on CPU),
+      ``out = partner(x)·[−sin, sin] + x·[cos, cos]`` over the whole rotated block;
+    - ``inplace`` (``out is x``): ``t = x₁·sin`` (half the rotated block), then
+      ``x₁ ← x₁·cos − x₂·sin`` and ``x₂ ← x₂·cos + t``; complex pairs rotate in place directly.
     """
     rd = 2 * cos.shape[-1]
-    out = torch.empty_like(x)
+    kernel = _kernel(x, rd, layout, out)
+    x1, x2 = _pairs(x, rd, layout)
+    if kernel == "inplace":
+        xc = _complex_view(x, rd) if layout == "interleaved" else None
+        if xc is not None:
+            xc.mul_(torch.complex(cos, sin))
+            return x
+        t = x1 * sin
+        x1.mul_(cos).addcmul_(x2, sin, value=-1)  # x1 cos − x2 sin
+        x2.mul_(cos).add_(t)  # x2 cos + x1 sin
+        return x
     if rd < x.shape[-1]:
         out[..., rd:].copy_(x[..., rd:])
-    x1, x2 = _pairs(x, rd, layout)
     o1, o2 = _pairs(out, rd, layout)
     xr, o = x[..., :rd], out[..., :rd]
-    xc, oc = (_complex_view(x, rd), _complex_view(out, rd)) if layout == "interleaved" else (None, None)
-    if xc is not None and oc is not None:
-        torch.mul(xc, torch.complex(cos, sin), out=oc)  # (a + ib)(cos + i sin)
-    elif x.element_size() >= 4 and layout == "half":
+    if kernel == "complex":
+        torch.mul(_complex_view(x, rd), torch.complex(cos, sin), out=_complex_view(out, rd))  # (a + ib)(cos + i sin)
+    elif kernel == "addcmul":
         torch.mul(xr, _spread(cos, cos, layout), out=o)
         o1.addcmul_(x2, sin, value=-1)  # x1 cos − x2 sin
         o2.addcmul_(x1, sin)  # x2 cos + x1 sin
@@ -102,6 +131,11 @@ def _rotate_fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout:
         o2.copy_(x1)  # o = partner(x)
         o.mul_(_spread(-sin, sin, layout)).addcmul_(xr, _spread(cos, cos, layout))
     return out
+
+
+def _rotate_fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """The rotation written into one new tensor with the strides of ``x`` (no autograd)."""
+    return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
 
 
 class _Rotate(torch.autograd.Function):
@@ -131,21 +165,57 @@ def _fusable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     return all(c in (1, n) for c, n in zip(reversed(lead), reversed(xlead)))  # cos broadcasts into x
 
 
+def _plain_wins(x: torch.Tensor, layout: str) -> bool:
+    """Under ``torch.compile`` (Inductor fuses the plain expression into one pass) and for tiny
+    "half" tensors, the plain expression is the faster one."""
+    return torch.compiler.is_compiling() or (layout == "half" and x.numel() < HALF_FUSED_MIN_ELEMENTS)
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    if (torch.compiler.is_compiling()  # Inductor fuses the plain expression into one pass
-            or (layout == "half" and x.numel() < HALF_FUSED_MIN_ELEMENTS) or not _fusable(x, cos, sin)):
+    if _plain_wins(x, layout) or not _fusable(x, cos, sin):
         return _rotate_plain(x, cos, sin, layout)
     if torch.is_grad_enabled() and x.requires_grad:
         return _Rotate.apply(x, cos, sin, layout)
     return _rotate_fused(x, cos, sin, layout)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half") -> torch.Tensor:
+def _check_out(out: object, x: torch.Tensor) -> torch.Tensor:
+    """``out`` is ``x`` itself or a tensor of its shape, dtype and device whose memory does not overlap it."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor (or None), got {type(out).__name__}")
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"out must have the shape, dtype and device of x ({list(x.shape)}, {x.dtype}, {x.device}); "
+                         f"got {list(out.shape)}, {out.dtype}, {out.device}")
+    if out is not x and not torch.compiler.is_compiling() and out.numel() and _overlaps(out, x):
+        raise ValueError("out must be x itself (in place) or memory that does not overlap x; "
+                         f"got a different tensor sharing x's memory (shape {list(out.shape)}, "
+                         f"strides {list(out.stride())})")
+    return out
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte ranges spanned by ``a`` and ``b`` intersect (conservative)."""
+    def span(t):
+        start = t.data_ptr()
+        return start, start + t.element_size() * (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())))
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half",
+                 out: torch.Tensor | None = None) -> torch.Tensor:
     """Rotates the first ``rotary_dim = 2 * cos.shape[-1]`` dims of ``x [..., L, D]``.
 
     ``cos`` and ``sin`` ``[..., L, rotary_dim/2]`` broadcast against ``x[..., :rotary_dim/2]``;
     ``layout`` pairs ``(i, i + rotary_dim/2)`` ("half") or ``(2i, 2i+1)`` ("interleaved").
-    The remaining dims pass through unchanged.
+    The remaining dims pass through unchanged:
+
+        out[a_i] = x[a_i]·cos_i − x[b_i]·sin_i,   out[b_i] = x[b_i]·cos_i + x[a_i]·sin_i
+
+    ``out``: write the result there and return it (no allocation): a tensor of ``x``'s shape,
+    dtype and device that does not overlap ``x``, or ``x`` itself to rotate in place. Under
+    autograd the rotation is computed as usual and copied into ``out`` (so gradients flow; an
+    in-place rotation of a leaf that requires grad is refused by PyTorch as usual).
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
@@ -156,4 +226,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     if x.dim() == 0 or cos.shape != sin.shape or cos.dim() == 0 or 2 * cos.shape[-1] > x.shape[-1]:
         raise ValueError(f"cos and sin must have the same shape [..., L, rotary_dim/2] with rotary_dim <= "
                          f"x.shape[-1]; got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}")
-    return _rotate(x, cos, sin, layout)
+    if out is None:
+        return _rotate(x, cos, sin, layout)
+    out = _check_out(out, x)
+    grad = torch.is_grad_enabled() and (x.requires_grad or out.requires_grad or cos.requires_grad
+                                        or sin.requires_grad)
+    if grad or _plain_wins(x, layout) or not _fusable(x, cos, sin):
+        return out.copy_(_rotate(x, cos, sin, layout))
+    return _rotate_into(x, cos, sin, layout, out)

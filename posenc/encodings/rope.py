@@ -179,12 +179,14 @@ class RoPE(PositionalEncoding):
         sign = 1.0 if role == "query" else -1.0
         return torch.exp(sign * positions.to(torch.float64).unsqueeze(-1) * self._decay.to(positions.device))
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
         """Rotates ``x [B, H, L, D]`` at ``positions [L]`` or ``[B, L]``; same shape and dtype.
 
         The rotated dims are multiplied by ``attention_factor``, so rotating both q and k
         reproduces transformers, whose cos and sin carry the factor. ``role`` ("query" or
-        "key") matters only for xPos, where it is required.
+        "key") matters only for xPos, where it is required. ``out``: as in ``apply_rotary``, a
+        preallocated result (no allocation), or ``x`` itself to rotate in place.
         """
         x = check_tensor("x", x, ndim=4, last_dim=self.head_dim)
         positions = check_positions("positions", positions)
@@ -201,7 +203,7 @@ class RoPE(PositionalEncoding):
             cos, sin = (cos * scale).to(x.dtype), (sin * scale).to(x.dtype)
         if cos.dim() == 3:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, L, R)
-        return apply_rotary(x, cos, sin, layout=self.layout)
+        return apply_rotary(x, cos, sin, layout=self.layout, out=out)
 
     def reference(self, x, positions, *, role: str | None = None):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
