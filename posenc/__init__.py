@@ -26,6 +26,8 @@ _LAZY = {
     "attention": "posenc.attn",
     "apply_rotary": "posenc.rotary",
     "from_hf": "posenc.interop.hf",
+    "shard_positions": "posenc.parallel",
+    "context_parallel_attention": "posenc.parallel",
 }
 
 __all__ = ["__version__", *_LAZY]
