@@ -13,6 +13,9 @@ every fresh allocation (page faults). ``apply_rotary`` therefore writes into one
 - under autograd, a ``torch.autograd.Function`` whose backward is the same rotation by ``−θ``
   (the transpose), so training stores only cos and sin.
 
+On CUDA, when Triton imports, ``posenc.rotary_triton``'s kernel runs instead (one pass,
+in place or not, its backward the same kernel by ``−θ``).
+
 The plain expression (``_rotate_plain``) is kept for what the fused path does not cover (cos/sin
 that need a gradient, mixed dtypes, cos/sin that broadcast ``x`` to a bigger shape), for tiny
 tensors, and under ``torch.compile``, whose Inductor fuses it into a single pass anyway.
@@ -171,7 +174,42 @@ def _plain_wins(x: torch.Tensor, layout: str) -> bool:
     return torch.compiler.is_compiling() or (layout == "half" and x.numel() < HALF_FUSED_MIN_ELEMENTS)
 
 
+TRITON_DEVICES = ("cuda",)
+"""Device types whose tensors go through ``posenc.rotary_triton`` when Triton imports (the tests
+add "cpu" under Triton's interpreter, ``TRITON_INTERPRET=1``)."""
+_TRITON: object = None  # the posenc.rotary_triton module, False when Triton does not import
+
+
+def _triton_tables(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """The Triton module and cos/sin as its ``[Bc, L, R]`` tables, or None where the torch path runs:
+    another device, no Triton, under ``torch.compile``, or cos/sin of another shape than ``[L, R]``,
+    ``[1, L, R]`` or ``[B or 1, 1, L, R]`` for ``x [B, H, L, D]``."""
+    global _TRITON
+    if (x.device.type not in TRITON_DEVICES or x.dim() != 4 or torch.compiler.is_compiling()
+            or x.stride(-1) != 1):
+        return None
+    if not _fusable(x, cos, sin):
+        return None
+    length = x.shape[2]
+    if cos.dim() == 4 and cos.shape[1] == 1 and cos.shape[2] == length:
+        cos, sin = cos[:, 0], sin[:, 0]  # (Bc, L, R)
+    elif not (cos.dim() in (2, 3) and cos.shape[-2] == length and (cos.dim() == 2 or cos.shape[0] == 1)):
+        return None
+    if _TRITON is None:
+        try:
+            from posenc import rotary_triton
+        except ImportError:  # no Triton: the torch path
+            _TRITON = False
+        else:
+            _TRITON = rotary_triton
+    return (_TRITON, cos, sin) if _TRITON else None
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    triton = _triton_tables(x, cos, sin)
+    if triton is not None:
+        kernel, cos, sin = triton
+        return kernel.rotate(x, cos, sin, layout=layout)
     if _plain_wins(x, layout) or not _fusable(x, cos, sin):
         return _rotate_plain(x, cos, sin, layout)
     if torch.is_grad_enabled() and x.requires_grad:
@@ -229,6 +267,10 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     if out is None:
         return _rotate(x, cos, sin, layout)
     out = _check_out(out, x)
+    triton = _triton_tables(x, cos, sin)
+    if triton is not None:
+        kernel, cos, sin = triton
+        return kernel.rotate(x, cos, sin, layout=layout, out=out)
     grad = torch.is_grad_enabled() and (x.requires_grad or out.requires_grad or cos.requires_grad
                                         or sin.requires_grad)
     if grad or _plain_wins(x, layout) or not _fusable(x, cos, sin):
