@@ -27,9 +27,12 @@ from __future__ import annotations
 import torch
 
 LAYOUTS = ("half", "interleaved")
-HALF_FUSED_MIN_ELEMENTS = 1 << 14
-"""Below this many elements (a decoding step), the plain expression's fewer Python-side steps
-win for the "half" layout (measured: 24 vs 30 µs at 1×32×1×128); the fused path wins above."""
+HALF_FUSED_MIN_ELEMENTS = 1 << 17
+"""Below this many elements (a decoding step), "half" tensors take the ``halves`` kernel (four
+half-width ops, no concatenated cos): measured, one thread, into a warm ``out``, halves ÷ the
+full-width ``addcmul``/``partner`` kernels = 0.66 (float32) / 0.73 (bfloat16) at 8×32×1×128
+(32768 elements), 1.01 / 1.15 at 8×32×8×128 (262144), 1.84 at 2M elements: the cross-over lies
+between, and 2^17 sits in it."""
 
 
 def angles_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype = torch.float32,
@@ -78,7 +81,7 @@ def _complex_view(t: torch.Tensor, rd: int) -> torch.Tensor | None:
     return torch.view_as_complex(t[..., :rd].unflatten(-1, (-1, 2)))
 
 
-KERNELS = ("complex", "addcmul", "partner", "inplace")
+KERNELS = ("complex", "addcmul", "halves", "partner", "inplace")
 """The eager kernels of ``_rotate_into``, named so that tests can check each one is reached."""
 
 
@@ -88,6 +91,8 @@ def _kernel(x: torch.Tensor, rd: int, layout: str, out: torch.Tensor) -> str:
         return "inplace"
     if layout == "interleaved" and _complex_view(x, rd) is not None and _complex_view(out, rd) is not None:
         return "complex"
+    if layout == "half" and x.numel() < HALF_FUSED_MIN_ELEMENTS:
+        return "halves"
     if x.element_size() >= 4 and layout == "half":
         return "addcmul"
     return "partner"
@@ -102,6 +107,8 @@ def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: 
     - ``complex``: interleaved float32/float64 pairs as complex numbers, one multiply (one pass,
       as fast as a copy);
     - ``addcmul``: half float32/float64, ``out = x·[cos, cos]`` then one ``addcmul_`` per half;
+    - ``halves``: half, small tensors (``HALF_FUSED_MIN_ELEMENTS``): ``o₁ = x₁·cos``,
+      ``o₁ −= x₂·sin``, ``o₂ = x₂·cos``, ``o₂ += x₁·sin`` (fewest ops: per-call overhead decides);
     - ``partner``: otherwise (bfloat16/float16, whose half-width strided kernels are slow on CPU),
       ``out = partner(x)·[−sin, sin] + x·[cos, cos]`` over the whole rotated block;
     - ``inplace`` (``out is x``): ``t = x₁·sin`` (half the rotated block), then
@@ -125,6 +132,11 @@ def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: 
     xr, o = x[..., :rd], out[..., :rd]
     if kernel == "complex":
         torch.mul(_complex_view(x, rd), torch.complex(cos, sin), out=_complex_view(out, rd))  # (a + ib)(cos + i sin)
+    elif kernel == "halves":
+        torch.mul(x1, cos, out=o1)
+        o1.addcmul_(x2, sin, value=-1)
+        torch.mul(x2, cos, out=o2)
+        o2.addcmul_(x1, sin)
     elif kernel == "addcmul":
         torch.mul(xr, _spread(cos, cos, layout), out=o)
         o1.addcmul_(x2, sin, value=-1)  # x1 cos − x2 sin
@@ -169,14 +181,13 @@ def _fusable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
 
 
 def _plain_wins(x: torch.Tensor, layout: str) -> bool:
-    """Under ``torch.compile`` (Inductor fuses the plain expression into one pass) and for tiny
-    "half" tensors, the plain expression is the faster one."""
-    return torch.compiler.is_compiling() or (layout == "half" and x.numel() < HALF_FUSED_MIN_ELEMENTS)
+    """Under ``torch.compile`` the plain expression is the faster one: Inductor fuses it into one pass."""
+    return torch.compiler.is_compiling()
 
 
-TRITON_DEVICES = ("cuda",)
-"""Device types whose tensors go through ``posenc.rotary_triton`` when Triton imports (the tests
-add "cpu" under Triton's interpreter, ``TRITON_INTERPRET=1``)."""
+TRITON_ON_CPU = False
+"""CUDA tensors go through ``posenc.rotary_triton`` when Triton imports; the tests set this to send
+CPU tensors there too, under Triton's interpreter (``TRITON_INTERPRET=1``)."""
 _TRITON: object = None  # the posenc.rotary_triton module, False when Triton does not import
 
 
@@ -185,8 +196,7 @@ def _triton_tables(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     another device, no Triton, under ``torch.compile``, or cos/sin of another shape than ``[L, R]``,
     ``[1, L, R]`` or ``[B or 1, 1, L, R]`` for ``x [B, H, L, D]``."""
     global _TRITON
-    if (x.device.type not in TRITON_DEVICES or x.dim() != 4 or torch.compiler.is_compiling()
-            or x.stride(-1) != 1):
+    if not (x.is_cuda or TRITON_ON_CPU) or x.dim() != 4 or x.stride(-1) != 1 or torch.compiler.is_compiling():
         return None
     if not _fusable(x, cos, sin):
         return None

@@ -41,21 +41,25 @@ def _case(dtype, layout, partial, *, batch=2, heads=3, length=LENGTH, head_dim=3
     return m, x, p, m.reference(x.double().numpy(), p.numpy())
 
 
-def _expected_kernel(dtype, layout, mode):
+def _expected_kernel(dtype, layout, mode, numel):
     if mode == "inplace":
         return "inplace"
+    if layout == "half" and numel < rotary.HALF_FUSED_MIN_ELEMENTS:
+        return "halves"
     if layout == "interleaved" and dtype in (torch.float32, torch.float64):
         return "complex"
     return "addcmul" if layout == "half" and dtype.itemsize >= 4 else "partner"
 
 
+@pytest.mark.parametrize("size", ["small", "large"])
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("mode", ["alloc", "out", "inplace"])
-def test_every_kernel_matches_the_reference(mode, dtype, layout, partial, kernels):
-    m, x, p, expected = _case(dtype, layout, partial)
-    assert x.numel() >= rotary.HALF_FUSED_MIN_ELEMENTS  # above the threshold: the fused kernels run
+def test_every_kernel_matches_the_reference(mode, dtype, layout, partial, size, kernels):
+    """Both sides of ``HALF_FUSED_MIN_ELEMENTS``: 2x3x217x32 below it, 2x19x217x32 above it."""
+    m, x, p, expected = _case(dtype, layout, partial, heads=3 if size == "small" else 19)
+    assert (x.numel() < rotary.HALF_FUSED_MIN_ELEMENTS) == (size == "small")
     before = x.clone()
     if mode == "alloc":
         y = m(x, p)
@@ -66,7 +70,7 @@ def test_every_kernel_matches_the_reference(mode, dtype, layout, partial, kernel
     else:
         y = m(x, p, out=x)
         assert y is x
-    assert kernels == [_expected_kernel(dtype, layout, mode)]
+    assert kernels == [_expected_kernel(dtype, layout, mode, x.numel())]
     assert y.dtype == dtype and y.shape == x.shape
     assert_close(y, expected, what=f"{mode} {layout}")
     torch.testing.assert_close(y[..., m.rotary_dim:], before[..., m.rotary_dim:], rtol=0, atol=0)
@@ -84,22 +88,21 @@ def test_kernels_take_non_contiguous_inputs_and_outputs(layout, kernels):
     assert_close(m(xt, p, out=out), expected)
     odd = torch.empty(x.shape[:-1] + (x.shape[-1] + 1,))[..., 1:]  # storage offset 1: no complex view
     assert_close(m(x, p, out=odd), expected)
-    assert kernels[-1] == ("partner" if layout == "interleaved" else "addcmul")
+    assert kernels[-1] == ("partner" if layout == "interleaved" else "halves")
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_tiny_tensors_and_broadcasting_cos_take_the_plain_expression_into_out(layout, kernels):
-    """A decoding step below ``HALF_FUSED_MIN_ELEMENTS`` (half) and cos/sin that need a gradient run
-    the plain expression, then copy into ``out``: no fused kernel, same result."""
+def test_cos_that_needs_a_gradient_takes_the_plain_expression_into_out(layout, kernels):
+    """cos/sin that need a gradient (or cos/sin that broadcast x) run the plain expression, then
+    copy into ``out``: no fused kernel, same result, and the gradient reaches cos."""
     m, x, p, expected = _case(torch.float32, layout, partial=False, batch=1, heads=2, length=1)
-    assert x.numel() < rotary.HALF_FUSED_MIN_ELEMENTS
     out = torch.empty_like(x)
-    assert_close(m(x, p, out=out), expected)
-    assert kernels == ([] if layout == "half" else ["complex"])
     cos, sin = m.cos_sin(p)
     cos.requires_grad_(True)
     assert_close(posenc.apply_rotary(x, cos, sin, layout=layout, out=out), expected)
-    assert kernels == ([] if layout == "half" else ["complex"])
+    assert kernels == [] and out.grad_fn is not None
+    (grad,) = torch.autograd.grad(out.sum(), cos)
+    assert grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
