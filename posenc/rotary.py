@@ -227,7 +227,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) 
     return _rotate_fused(x, cos, sin, layout)
 
 
-def _check_out(out: object, x: torch.Tensor) -> torch.Tensor:
+def check_out(out: object, x: torch.Tensor) -> torch.Tensor:
     """``out`` is ``x`` itself or a tensor of its shape, dtype and device whose memory does not overlap it."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor (or None), got {type(out).__name__}")
@@ -274,9 +274,15 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     if x.dim() == 0 or cos.shape != sin.shape or cos.dim() == 0 or 2 * cos.shape[-1] > x.shape[-1]:
         raise ValueError(f"cos and sin must have the same shape [..., L, rotary_dim/2] with rotary_dim <= "
                          f"x.shape[-1]; got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}")
+    return apply_rotary_unchecked(x, cos, sin, layout, None if out is None else check_out(out, x))
+
+
+def apply_rotary_unchecked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
+                   out: torch.Tensor | None) -> torch.Tensor:
+    """``apply_rotary`` without its argument checks, for callers that built cos/sin themselves (the
+    rotary modules: a decoding step is short enough for the checks to show) and checked ``out``."""
     if out is None:
         return _rotate(x, cos, sin, layout)
-    out = _check_out(out, x)
     triton = _triton_tables(x, cos, sin)
     if triton is not None:
         kernel, cos, sin = triton

@@ -52,7 +52,7 @@ import torch
 from posenc import reference as ref
 from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.registry import register
-from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary
+from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary_unchecked, check_out
 from posenc.encodings._base import PositionalEncoding, check_batch, check_positions, check_tensor
 
 ROLES = (None, "query", "key")
@@ -185,7 +185,7 @@ class RoPE(PositionalEncoding):
 
         The rotated dims are multiplied by ``attention_factor``, so rotating both q and k
         reproduces transformers, whose cos and sin carry the factor. ``role`` ("query" or
-        "key") matters only for xPos, where it is required. ``out``: as in ``apply_rotary``, a
+        "key") matters only for xPos, where it is required. ``out``: as in ``posenc.apply_rotary``, a
         preallocated result (no allocation), or ``x`` itself to rotate in place.
         """
         x = check_tensor("x", x, ndim=4, last_dim=self.head_dim)
@@ -203,7 +203,7 @@ class RoPE(PositionalEncoding):
             cos, sin = (cos * scale).to(x.dtype), (sin * scale).to(x.dtype)
         if cos.dim() == 3:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, L, R)
-        return apply_rotary(x, cos, sin, layout=self.layout, out=out)
+        return apply_rotary_unchecked(x, cos, sin, self.layout, None if out is None else check_out(out, x))
 
     def reference(self, x, positions, *, role: str | None = None):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
