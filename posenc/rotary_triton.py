@@ -64,8 +64,9 @@ def _rotary_kernel(X, OUT, COS, SIN, OFFSETS, CU_SEQLENS,
     sin = tl.load(SIN + c_ptr, mask=mask, other=0.0).to(tl.float32)
     if CONJUGATE:
         sin = -sin
-    x_base = X + (b * sxb + h * sxh) + (row0 + rows[:, None]) * sxl
-    o_base = OUT + (b * sob + h * soh) + (row0 + rows[:, None]) * sol
+    b64, h64, rows64 = b.to(tl.int64), h.to(tl.int64), (row0 + rows[:, None]).to(tl.int64)  # offsets past 2^31
+    x_base = X + (b64 * sxb + h64 * sxh) + rows64 * sxl
+    o_base = OUT + (b64 * sob + h64 * soh) + rows64 * sol
     if INTERLEAVED:
         ia, ib = 2 * r[None, :], 2 * r[None, :] + 1
     else:
