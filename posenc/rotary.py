@@ -51,8 +51,8 @@ def angles_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch
 
 def _pairs(t: torch.Tensor, rd: int, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The two members ``(a_i, b_i)`` of each rotated pair of ``t [..., D]``, as views ``[..., rd/2]``."""
-    if layout == "half":
-        return t[..., : rd // 2], t[..., rd // 2: rd]
+    if layout == "half":  # narrow: a fraction of the cost of t[..., a:b] (decoding steps see it)
+        return t.narrow(-1, 0, rd // 2), t.narrow(-1, rd // 2, rd // 2)
     return t[..., 0:rd:2], t[..., 1:rd:2]
 
 
@@ -126,17 +126,19 @@ def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: 
         x1.mul_(cos).addcmul_(x2, sin, value=-1)  # x1 cos − x2 sin
         x2.mul_(cos).add_(t)  # x2 cos + x1 sin
         return x
-    if rd < x.shape[-1]:
-        out[..., rd:].copy_(x[..., rd:])
+    d = x.shape[-1]
+    if rd < d:
+        out.narrow(-1, rd, d - rd).copy_(x.narrow(-1, rd, d - rd))
     o1, o2 = _pairs(out, rd, layout)
-    xr, o = x[..., :rd], out[..., :rd]
-    if kernel == "complex":
-        torch.mul(_complex_view(x, rd), torch.complex(cos, sin), out=_complex_view(out, rd))  # (a + ib)(cos + i sin)
-    elif kernel == "halves":
+    if kernel == "halves":
         torch.mul(x1, cos, out=o1)
         o1.addcmul_(x2, sin, value=-1)
         torch.mul(x2, cos, out=o2)
         o2.addcmul_(x1, sin)
+        return out
+    xr, o = x.narrow(-1, 0, rd), out.narrow(-1, 0, rd)
+    if kernel == "complex":
+        torch.mul(_complex_view(x, rd), torch.complex(cos, sin), out=_complex_view(out, rd))  # (a + ib)(cos + i sin)
     elif kernel == "addcmul":
         torch.mul(xr, _spread(cos, cos, layout), out=o)
         o1.addcmul_(x2, sin, value=-1)  # x1 cos − x2 sin
