@@ -20,11 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
-# Headless Chromium for the report's browser test (Debian's package).
+# Headless Chromium and its WebDriver for the browser tests (Debian's packages).
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing Debian's chromium for the browser test"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium and chromium-driver for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 test: $(STAMP) chromium
 	$(PY) -m pytest -n 2 --dist loadgroup -q
@@ -33,9 +33,10 @@ report: $(STAMP)
 	$(VENV)/bin/posenc report --profile $(PROFILE) --out $(OUT)
 
 # Regenerates the images the README shows.
-figures: $(STAMP)
+figures: $(STAMP) chromium
 	$(VENV)/bin/posenc show sinusoidal --length 128 --dim 64 --plot docs/sinusoidal_heatmap.png
 	$(VENV)/bin/posenc compare sinusoidal rope alibi --plot docs/compare.png
+	$(PY) docs/explorer_screenshot.py docs/explorer.png
 
 bench: $(STAMP)
 	$(VENV)/bin/posenc bench

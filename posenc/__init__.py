@@ -28,6 +28,7 @@ _LAZY = {
     "from_hf": "posenc.interop.hf",
     "shard_positions": "posenc.parallel",
     "context_parallel_attention": "posenc.parallel",
+    "grid_positions": "posenc.positions",
 }
 
 __all__ = ["__version__", *_LAZY]

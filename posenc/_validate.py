@@ -20,6 +20,11 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+MAX_INIT_STD = 1e6
+"""Largest ``init_std`` of a learned table: initial weights are O(0.01..1); past ~1e19 a float32
+table (and the squares attention takes of it) overflows to inf."""
+
+
 def check_int(name: str, value: Any, *, min: int | None = None, max: int | None = None) -> int:
     """An integer in [min, max]."""
     if not _is_int(value):

@@ -75,10 +75,13 @@ def progress(items, desc: str, *, big: bool = True):
     return tqdm(items, desc=desc, file=sys.stderr, disable=None, leave=False)
 
 
-def _positions(length: int):
+def _positions(length: int, module=None):
+    """``0 .. length-1``; for a module with several axes, as text tokens (the same on every axis)."""
     import torch
 
-    return torch.arange(check_int("length", length, min=1))
+    from posenc.positions import text_positions
+
+    return text_positions(torch.arange(check_int("length", length, min=1)), getattr(module, "axes", 1))
 
 
 def _numpy(t) -> np.ndarray:
@@ -114,12 +117,14 @@ def table(spec: Any, *, length: int = 128, dim: int = 64) -> np.ndarray:
     import torch
 
     m = build(spec, dim=dim, length=length)
-    pos = _positions(length)
+    pos = _positions(length, m)
     if m.kind == "additive":
         return _numpy(m(pos))  # (L, d)
     if m.kind == "rotary":
         if hasattr(m, "cos_sin"):
-            cos, sin = m.cos_sin(pos, dtype=torch.float64)  # (L, R) each
+            cos, sin = m.cos_sin(pos, dtype=torch.float64)  # (L, R) each, or (H, L, R) per head
+            if cos.dim() == 3:
+                cos, sin = (t.transpose(0, 1).reshape(length, -1) for t in (cos, sin))  # (L, H·R)
             return _numpy(torch.cat((cos, sin), dim=-1))
         return _numpy(m(_ones_qk(m, length)[:, :1], pos, role="query")[0, 0])  # (L, D)
     raise _not_applicable(m, ("additive", "rotary"), "a positions × dimensions table")
@@ -164,8 +169,12 @@ def linear_map(tab: np.ndarray, k: int) -> tuple[np.ndarray, float]:
     if tab.shape[0] - k <= tab.shape[1]:
         raise ValueError("linear_map needs more position pairs than dimensions (else any table fits): "
                          f"L - k = {tab.shape[0] - k} must be > d = {tab.shape[1]}; use a longer table")
+    import torch
+
     x, y = tab[:-k], tab[k:]  # (N, d) each
-    mt, *_ = np.linalg.lstsq(x, y, rcond=None)  # x @ mt ≈ y
+    # x @ mt ≈ y by QR with column pivoting (LAPACK gelsy, rank-revealing like numpy's SVD-based
+    # gelsd but measured 8-14× faster at 4095 × 1024 on 2 cores, so `posenc show` stays interactive)
+    mt = torch.linalg.lstsq(torch.from_numpy(x), torch.from_numpy(y), driver="gelsy").solution.numpy()
     scale = np.abs(tab).max() or 1.0
     return mt.T, float(np.abs(x @ mt - y).max() / scale)
 
@@ -192,14 +201,50 @@ def nearest_neighbour_distances(tab: np.ndarray, *, chunk: int = 1024) -> np.nda
     return out
 
 
+FINGERPRINT_RTOL = 1e-6
+"""Distances within this relative tolerance of the smallest count as ties. Sinusoidal and RoPE
+tables have equal distances for every pair at the same ``|p − q|``; which one floating-point
+noise makes smallest would change with the summation order (BLAS, another language), so a tie
+goes to the first position: ``posenc show`` and ``posenc explore`` then name the same pair."""
+
+
 def min_fingerprint_distance(tab: np.ndarray) -> tuple[float, int, int]:
-    """The smallest distance between two positions' vectors, and the pair ``(p, q)``, ``p < q``."""
+    """The smallest distance between two positions' vectors, and the pair ``(p, q)``, ``p < q``.
+
+    Ties (within ``FINGERPRINT_RTOL``) go to the smallest ``p``, then the smallest ``q``: ``p``
+    is the first position whose nearest neighbour is that close, ``q`` the first position that
+    close to ``p``. Distances come from the Gram expansion ``|a|² + |b|² − 2a·b`` (fast); where
+    its rounding error could change the answer, the candidates' distances are recomputed
+    directly as ``|a − b|``, and the distance returned is always a direct one.
+    """
+    tab = np.asarray(tab, dtype=np.float64)
     nn = nearest_neighbour_distances(tab)
-    p = int(np.argmin(nn))
-    d = np.linalg.norm(np.asarray(tab, dtype=np.float64) - tab[p], axis=-1)
-    d[p] = np.inf
-    q = int(np.argmin(d))
-    return float(nn[p]), min(p, q), max(p, q)
+    n, d = tab.shape
+    sq = (tab**2).sum(-1)
+    # |error of d²| from the expansion <= ~ (d + 2)·eps·(|a|² + |b|²): a generous bound
+    err2 = 4.0 * (d + 2) * np.finfo(np.float64).eps * 2.0 * float(sq.max())
+    low = float(nn.min())
+    cut2 = ((np.sqrt(low**2 + err2) * (1 + FINGERPRINT_RTOL)) ** 2 + err2)
+    candidates = np.flatnonzero(nn**2 <= cut2)
+    # The expansion's distances are good to err2 / (2·low²), relatively. Far below the tolerance
+    # (as for every table of default size: ~1e-12) they decide the ties; else (rows 1e-5 apart,
+    # e.g. RoPE interpolated 1e5 times) the candidates' distances are recomputed directly, which
+    # costs O(candidates · L · d).
+    if low == 0 or err2 / (2 * low**2) > 1e-3 * FINGERPRINT_RTOL:
+        exact = np.empty(len(candidates))
+        for i, c in enumerate(candidates):
+            row = np.linalg.norm(tab - tab[c], axis=-1)  # (L,)
+            row[c] = np.inf
+            exact[i] = row.min()
+        best = float(exact.min())
+        p = int(candidates[np.flatnonzero(exact <= best * (1 + FINGERPRINT_RTOL))[0]])
+    else:
+        p = int(candidates[np.flatnonzero(nn[candidates] <= low * (1 + FINGERPRINT_RTOL))[0]])
+    dist = np.linalg.norm(tab - tab[p], axis=-1)  # (L,) direct
+    dist[p] = np.inf
+    best = float(dist.min())
+    q = int(np.flatnonzero(dist <= best * (1 + FINGERPRINT_RTOL))[0])
+    return best, min(p, q), max(p, q)
 
 
 # -- frequencies ------------------------------------------------------------------------------
@@ -286,12 +331,13 @@ def rotary_scores(spec: Any, *, max_distance: int = 256, dim: int = 64, q=None, 
     m = build(spec, dim=dim, length=n)
     if m.kind != "rotary":
         raise _not_applicable(m, ("rotary",), "q·k vs distance")
-    ones = _ones_qk(m, n)[:, :1]  # (1, 1, N, D)
+    ones = _ones_qk(m, n)  # (1, H, N, D): every head for per-head frequencies (rope_mixed), else one
+    ones = ones if getattr(m, "num_heads", None) else ones[:, :1]
     qx = ones if q is None else torch.as_tensor(q, dtype=torch.float64).expand_as(ones)
     kx = ones if k is None else torch.as_tensor(k, dtype=torch.float64).expand_as(ones)
-    pos = _positions(n)
-    rq, rk = m(qx, pos, role="query")[0, 0], m(kx, pos, role="key")[0, 0]  # (N, D)
-    return _numpy(rk @ rq[0]) / ones.shape[-1]
+    pos = _positions(n, m)
+    rq, rk = m(qx, pos, role="query")[0], m(kx, pos, role="key")[0]  # (H, N, D)
+    return _numpy((rk @ rq[:, 0].unsqueeze(-1)).squeeze(-1).mean(0)) / ones.shape[-1]
 
 
 def rope_decay_bound(*, dim: int = 128, base: float = 10000.0, max_distance: int = 256,
@@ -378,6 +424,103 @@ def score_vs_distance(spec: Any, *, length: int = 256, dim: int = 64, num_heads:
     return Curve(label(m), m.kind, r, score, QUANTITY.get(m.kind, m.kind))
 
 
+# -- grids: a 2D map of the positional signal -------------------------------------------------
+
+GRID_QUANTITY = {
+    "additive": "cosine similarity of PE vectors",
+    "rotary": "q·k / D with q = k = 1 (mean over heads)",
+    "bias": "bias added to the score (mean over heads)",
+    "relative": "relative term with q = k = 1 (mean over heads)",
+    "none": "no positional term (0)",
+}
+
+
+@dataclass(frozen=True)
+class GridMap:
+    """The positional signal between one patch and every patch of a grid, ``values [H, W]``."""
+
+    label: str
+    kind: str
+    grid: tuple[int, int]
+    patch: tuple[int, int]
+    values: np.ndarray
+    quantity: str = field(default="")
+
+
+def grid_positions_for(module, grid: Sequence[int]):
+    """The positions of an ``H × W`` grid's patches, row-major, as ``module`` takes them: ``(r, c)``
+    for two axes, ``(0, …, 0, r, c)`` for more (the first frame of a clip), the flattened index
+    ``r·W + c`` for one axis (a 1D encoding reading flattened patches, as the first ViTs did)."""
+    import torch
+
+    from posenc.positions import grid_positions
+
+    pos = grid_positions(tuple(grid))  # (N, 2)
+    axes = getattr(module, "axes", 1)
+    if axes == 1:
+        return pos[:, 0] * int(grid[1]) + pos[:, 1]
+    return torch.cat((pos.new_zeros(pos.shape[0], axes - 2), pos), dim=-1)
+
+
+def default_grid(module, grid: Sequence[int] | None = None) -> tuple[int, int]:
+    """``grid``, else a learned grid's own last two sizes, else 14 × 14 (ViT-B/16 at 224 pixels)."""
+    if grid is None:
+        own = getattr(module, "grid", None)
+        grid = own[-2:] if own else (14, 14)
+    if isinstance(grid, (str, bytes)) or len(grid) != 2:
+        raise ValueError(f"grid must be (H, W), got {grid!r}")
+    return (check_int("grid[0]", grid[0], min=1), check_int("grid[1]", grid[1], min=1))
+
+
+def grid_map(spec: Any, *, grid: Sequence[int] | None = None, patch: Sequence[int] | None = None, dim: int = 64,
+             num_heads: int = DEFAULT_HEADS) -> GridMap:
+    """Each patch's positional signal with ``patch`` (default: the centre), as ViT papers draw
+    (Dosovitskiy et al. 2021, Fig. 7): ``values[r, c]`` by kind (``GRID_QUANTITY``). Works for
+    every scheme: grid encodings (``axes``, a learned ``grid``) see ``(r, c)``, one-axis ones the
+    flattened index."""
+    import torch
+
+    if hasattr(spec, "kind") and hasattr(spec, "spec"):
+        m = build(spec)
+        h, w = default_grid(m, grid)
+    else:
+        own = as_spec(spec).get("grid")
+        h, w = default_grid(type("Spec", (), {"grid": own})(), grid)
+        m = build(spec, dim=dim, num_heads=num_heads, length=h * w)  # a 1D learned table: one row per patch
+    n = h * w
+    pr, pc = (h // 2, w // 2) if patch is None else tuple(patch)
+    if not (0 <= int(pr) < h and 0 <= int(pc) < w):
+        raise ValueError(f"patch must lie inside the grid {h}×{w}, got ({pr}, {pc})")
+    i = int(pr) * w + int(pc)
+    pos = grid_positions_for(m, (h, w))
+    if m.kind == "additive":
+        values = cosine_similarity_matrix(_numpy(m(pos)))[i]
+    elif m.kind == "rotary":
+        ones = _ones_qk(m, n)
+        if getattr(m, "num_heads", None) is None:
+            ones = ones[:, :1]
+        rq, rk = m(ones, pos, role="query")[0], m(ones, pos, role="key")[0]  # (H, N, D)
+        values = _numpy((rk @ rq[:, i].unsqueeze(-1)).squeeze(-1).mean(0)) / ones.shape[-1]
+    elif m.kind in ("bias", "relative"):
+        flat = torch.arange(n)
+        values = score_term(m, flat[i:i + 1], flat, num_heads=num_heads, dim=dim)[:, 0].mean(0)
+    else:
+        values = np.zeros(n)
+    return GridMap(label(m), m.kind, (h, w), (int(pr), int(pc)), np.asarray(values).reshape(h, w),
+                   GRID_QUANTITY.get(m.kind, m.kind))
+
+
+def grid_numbers(gm: GridMap) -> list[tuple[str, str]]:
+    """Key numbers of a ``GridMap``: the signal at the patch, its neighbours and the far corner."""
+    (h, w), (r, c), v = gm.grid, gm.patch, gm.values
+    far = (0 if r >= h / 2 else h - 1, 0 if c >= w / 2 else w - 1)
+    out = [("grid", f"{h} × {w} patches, signal with patch ({r}, {c}): {gm.quantity}")]
+    picks = [("itself", (r, c)), ("right", (r, c + 1)), ("below", (r + 1, c)), ("far corner", far)]
+    out.append(("signal at " + ", ".join(n for n, (a, b) in picks if a < h and b < w),
+                ", ".join(f"{v[a, b]:.3g}" for _, (a, b) in picks if a < h and b < w)))
+    return out
+
+
 # -- key numbers ------------------------------------------------------------------------------
 
 def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int = DEFAULT_HEADS) -> list[tuple[str, str]]:
@@ -386,6 +529,12 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
     m = build(spec, dim=dim, num_heads=num_heads, length=length)
     out = [("scheme", m.name), ("kind", m.kind),
            ("spec", ", ".join(f"{k}={v}" for k, v in m.spec.items() if k != "scheme") or "(no parameters)")]
+    if getattr(m, "axes", 1) > 1:  # a grid encoding: its 2D map (the 1D numbers need one axis)
+        out += grid_numbers(grid_map(m, num_heads=num_heads, dim=dim))
+        if hasattr(m, "inv_freq"):
+            lam = wavelengths(_numpy(m.inv_freq))
+            out.append(("wavelengths (positions)", f"{lam.min():.4g} .. {lam.max():.4g} over {lam.size} pairs"))
+        return out
     if m.kind in ("additive", "rotary"):
         tab = table(m, length=length)
         d, p, q = min_fingerprint_distance(tab)
@@ -398,7 +547,9 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
                     ", ".join(f"{sim[r]:.3f}" for r in (1, min(10, length - 1), length - 1))))
         if length - 1 > tab.shape[1]:
             _, res = linear_map(tab, 1)
-            out.append(("PE(p+1) = M·PE(p) residual", f"{res:.2e} ({'linear' if res < 1e-6 else 'not linear'})"))
+            # below 1e-6 the residual is float64 noise (~1e-13 for sinusoids), not a property to print
+            out.append(("PE(p+1) = M·PE(p) residual",
+                        "< 1e-6 (linear)" if res < 1e-6 else f"{res:.2e} (not linear)"))
         else:
             out.append(("PE(p+1) = M·PE(p) residual", f"needs --length > {tab.shape[1] + 1}"))
     if m.kind == "rotary":
@@ -412,7 +563,7 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
         out.append(("wavelengths (positions)", f"{lam.min():.4g} .. {lam.max():.4g} over {theta.size} pairs"))
         out.append((f"pairs with < 1 turn in L={length}", f"{int((t < 1).sum())} of {theta.size}"))
     if m.kind in ("bias", "relative"):
-        col = score_term(m, np.arange(length), [0])[:, :, 0]  # (H, L): query at r, key at 0
+        col = score_term(m, [0, 1, length - 1], [0])[:, :, 0]  # (H, 3): queries at r = 0, 1, L-1, key at 0
         maps = bias_maps(m, length=min(length, 64))  # (H, l, l)
         out.append(("heads", str(col.shape[0])))
         out.append(("term at r=1 per head", ", ".join(f"{v:.3g}" for v in col[:, 1])))
@@ -431,7 +582,7 @@ def describe_params(name: str) -> str:
 
 __all__ = [
     "NotApplicable", "build", "table", "cosine_similarity_matrix", "similarity_vs_distance", "linear_map",
-    "nearest_neighbour_distances", "min_fingerprint_distance", "wavelengths", "turns", "inv_freq",
+    "nearest_neighbour_distances", "min_fingerprint_distance", "FINGERPRINT_RTOL", "wavelengths", "turns", "inv_freq",
     "Spectrum", "spectrum", "rotary_scores", "rope_decay_bound", "score_term", "bias_maps", "Curve", "score_vs_distance",
-    "key_numbers", "describe_params",
+    "key_numbers", "describe_params", "GridMap", "grid_map", "grid_numbers", "grid_positions_for", "default_grid",
 ]

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from posenc._validate import check_choice, check_float
 from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor
+from posenc.positions import as_working, text_positions
 
 BACKENDS = ("auto", "materialize", "flex", "chunked")
 MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
@@ -57,8 +58,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
 
     Args:
         pe: a module from ``posenc.build`` (or None, the same as ``nope``).
-        q_positions, k_positions: integer ``[L]`` or ``[B, L]``. By default keys are at
-            ``0..Lk-1`` and queries at the last ``Lq`` of them, as when decoding with a KV cache.
+        q_positions, k_positions: ``[L]`` or ``[B, L]`` (``[L, A]``/``[B, L, A]`` for a ``pe``
+            with ``A`` axes; see ``posenc.positions``). By default keys are at ``0..Lk-1`` and
+            queries at the last ``Lq`` of them, as when decoding with a KV cache (on every axis).
         causal: query ``i`` sees key ``j`` only when ``j <= i + (Lk - Lq)``.
         scale: multiplies ``q·k``; ``1/√D`` by default.
         backend: for bias and relative kinds, ``"materialize"`` the whole score bias,
@@ -85,12 +87,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
     if causal and lq > lk:
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    axes, check = getattr(pe, "axes", 1), getattr(pe, "check_positions", check_positions)  # the pe's positions model
     if q_positions is None or k_positions is None:
         dq, dk = _default_positions(lq, lk, q.device)
-    q_positions = dq if q_positions is None else check_positions("q_positions", q_positions).to(q.device)
-    k_positions = dk if k_positions is None else check_positions("k_positions", k_positions).to(q.device)
-    check_batch("q_positions", q_positions, b, lq)
-    check_batch("k_positions", k_positions, b, lk)
+        dq, dk = text_positions(dq, axes), text_positions(dk, axes)  # several axes: the same on each
+    q_positions = dq if q_positions is None else check("q_positions", q_positions).to(q.device)
+    k_positions = dk if k_positions is None else check("k_positions", k_positions).to(q.device)
+    check_batch("q_positions", q_positions, b, lq, axes=axes)
+    check_batch("k_positions", k_positions, b, lk, axes=axes)
 
     kind = "none" if pe is None else getattr(pe, "kind", None)
     if kind == "none":
@@ -184,8 +188,8 @@ def _compiled_block_mask():
 def _flex(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: float):
     """FlexAttention: the bias is computed score by score in ``score_mod``; never a whole map."""
     b, lq, lk = q.shape[0], q.shape[2], k.shape[2]
-    qpos = q_positions.long().expand(b, lq).contiguous()  # (B, Lq)
-    kpos = k_positions.long().expand(b, lk).contiguous()  # (B, Lk)
+    qpos = as_working(q_positions).expand(b, lq).contiguous()  # (B, Lq): int64, or float64 if real
+    kpos = as_working(k_positions).expand(b, lk).contiguous()  # (B, Lk)
 
     bias = pe.score_fn()
 

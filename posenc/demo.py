@@ -12,6 +12,12 @@ a causal mask. Real models start every sequence with a start token; with "<s>" i
 sentences are no longer reversals of each other and every scheme tells them apart while NoPE
 still cannot (the "with <s>" column). With a causal mask (the last column) every scheme, and NoPE
 too, tells them apart: the mask itself leaks order (Haviv et al. 2022).
+
+Two rows need no positional encoding at all: a GRU (Cho et al. 2014) and the diagonal linear
+state-space layer ``ssm`` (``posenc.ssm``, S4D/Mamba-style). Their outputs differ between the
+sentences because the state at step t is built from the steps before it, in order
+(h_t = f(h_{t−1}, x_t)): the same word after another prefix gets another state. A recurrence is
+causal by construction, so its three columns are one number.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ D_MODEL = 16
 NUM_HEADS = 2
 HEAD_DIM = D_MODEL // NUM_HEADS
 TOLERANCE = 1e-9  # float64 rounding is ~1e-16 here
+RECURRENT = ("gru", "ssm")
+"""Layers that replace attention and read order without any positional encoding (not schemes)."""
+WHY_RECURRENT = ("the state at step t is built from the steps before it in order (h_t = f(h_{t−1}, x_t)), so the "
+                 "same word after another prefix gets another state: order is in the computation, not in the input")
 
 
 def _weights(seed: int):
@@ -45,16 +55,18 @@ def _outputs(sentence: tuple[str, ...], pe, emb, proj, *, causal: bool) -> dict[
     import torch
 
     from posenc.attn import attention
+    from posenc.positions import text_positions
 
     n = len(sentence)
     pos = torch.arange(n)
     x = emb[[WORDS.index(w) for w in sentence]]  # (L, D)
     if pe.kind == "additive":
-        x = x + pe(pos)
+        x = x + pe(text_positions(pos, getattr(pe, "axes", 1)))
     q, k, v = (
         (x @ w).view(n, NUM_HEADS, HEAD_DIM).transpose(0, 1).unsqueeze(0)  # (1, H, L, hd)
         for w in proj
     )
+    pos = text_positions(pos, getattr(pe, "axes", 1))  # a grid encoding reads words as text tokens
     out = attention(q, k, v, None if pe.kind == "additive" else pe, q_positions=pos, k_positions=pos,
                     causal=causal)  # (1, H, L, hd)
     out = out[0].transpose(0, 1).reshape(n, D_MODEL)  # (L, D)
@@ -62,17 +74,56 @@ def _outputs(sentence: tuple[str, ...], pe, emb, proj, *, causal: bool) -> dict[
 
 
 def _distance(pe, emb, proj, *, causal: bool, start: bool = False) -> float:
+    return _word_distance(lambda s: _outputs(s, pe, emb, proj, causal=causal), start=start)
+
+
+def _word_distance(outputs, *, start: bool = False) -> float:
+    """The largest distance between a word's outputs in the two sentences (``outputs(sentence)``)."""
     sentences = [((START,) if start else ()) + s for s in SENTENCES]
-    a, b = (_outputs(s, pe, emb, proj, causal=causal) for s in sentences)
+    a, b = (outputs(s) for s in sentences)
     return max(float((a[w] - b[w]).norm()) for w in a)
 
 
+def _recurrent_layer(name: str, seed: int):
+    """A GRU or the ``ssm`` layer of width ``D_MODEL`` in float64, weights drawn from ``seed``."""
+    import torch
+
+    from posenc.ssm import DiagonalSSM
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        layer = torch.nn.GRU(D_MODEL, D_MODEL, batch_first=True) if name == "gru" else DiagonalSSM(D_MODEL)
+    return layer.double()
+
+
+def _recurrent_outputs(sentence: tuple[str, ...], layer, emb) -> dict[str, Any]:
+    """The recurrent layer's output for each word of ``sentence``: ``{word: [D]}``; no position anywhere."""
+    x = emb[[WORDS.index(w) for w in sentence]].unsqueeze(0)  # (1, L, D)
+    out = layer(x)
+    out = out[0] if isinstance(out, tuple) else out  # a GRU also returns its last state
+    return {w: out[0, i] for i, w in enumerate(sentence)}  # (D,) each
+
+
+def _recurrent_row(name: str, emb, seed: int) -> dict[str, Any]:
+    import torch
+
+    layer = _recurrent_layer(name, seed)
+    with torch.no_grad():
+        dist = _word_distance(lambda s: _recurrent_outputs(s, layer, emb))
+        start = _word_distance(lambda s: _recurrent_outputs(s, layer, emb), start=True)
+    return {"scheme": name, "label": name, "kind": "recurrent", "distance": dist,
+            "permutation_only": dist <= TOLERANCE, "distance_start": start, "distance_causal": dist}
+
+
 def order_demo(specs: Iterable[Any] | None = None, *, seed: int = 0) -> list[dict[str, Any]]:
-    """Runs the two sentences through one attention layer per scheme (every registered one by default).
+    """Runs the two sentences through one attention layer per scheme, and through the recurrent
+    layers (by default every registered scheme, then ``RECURRENT``: a GRU and ``ssm``).
 
     Args:
         specs: SPEC strings, spec dicts or modules; sizes are filled for ``d_model=16``, 2 heads
-            of 8 dimensions.
+            of 8 dimensions. The names in ``RECURRENT`` ("gru", "ssm") give the recurrent rows:
+            no positional encoding, the layer in place of attention (kind ``"recurrent"``; a
+            recurrence is causal, so its three distances are one).
         seed: seeds the embedding, the projections and any learned table.
 
     Returns:
@@ -85,7 +136,10 @@ def order_demo(specs: Iterable[Any] | None = None, *, seed: int = 0) -> list[dic
 
     emb, proj = _weights(seed)
     rows = []
-    for spec in (registry.schemes() if specs is None else list(specs)):
+    for spec in ([*registry.schemes(), *RECURRENT] if specs is None else list(specs)):
+        if isinstance(spec, str) and spec in RECURRENT:
+            rows.append(_recurrent_row(spec, emb, seed))
+            continue
         pe = analysis.build(spec, dim=D_MODEL, head_dim=HEAD_DIM, num_heads=NUM_HEADS, length=len(WORDS), seed=seed)
         with torch.no_grad():
             dist = _distance(pe, emb, proj, causal=False)
@@ -109,10 +163,14 @@ def format_order_table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{', '.join(blind)}: the score term depends only on |i − j| and 'man bites dog' is "
                      "'dog bites man' reversed, so without a causal mask the outputs are only permuted; after a start "
                      "token <s> they differ.")
+    recurrent = [r["label"] for r in rows if r["kind"] == "recurrent" and not r["permutation_only"]]
+    if recurrent:
+        lines.append("")
+        lines.append(f"{', '.join(recurrent)}: no positional encoding, yet the outputs differ: {WHY_RECURRENT}.")
     return "\n".join(lines)
 
 
-SUMMARY = ('One attention layer with fixed random weights reads "dog bites man" and "man bites dog". '
-           "distance = the largest change of a word's output between the two sentences (0: only permuted).")
+SUMMARY = ('One attention layer with fixed random weights reads "dog bites man" and "man bites dog"; so do a GRU '
+           "and a diagonal state-space layer (ssm) in its place, without any positional encoding. distance = the largest change of a word's output between the two sentences (0: only permuted).")
 
-__all__ = ["order_demo", "format_order_table", "WORDS", "SENTENCES", "SUMMARY"]
+__all__ = ["order_demo", "format_order_table", "WORDS", "SENTENCES", "SUMMARY", "RECURRENT", "WHY_RECURRENT"]

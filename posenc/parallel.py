@@ -114,7 +114,8 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
     Args:
         q, k, v: this rank's ``[B, H, Ll, D]`` shards, token ``i`` at global position ``positions[i]``.
-        pe: as for ``posenc.attention`` (rotary, bias, relative, none).
+        pe: as for ``posenc.attention`` (rotary, bias, relative, none), with one position per
+            token (a scheme of several axes is refused).
         positions: ``[Ll]`` integer global positions of this rank's tokens (``shard_positions``); the
             ranks' positions together must be ``0..L−1``, each once, and every rank has the same ``Ll``.
         causal: query at position ``m`` sees keys at positions ``<= m``.
@@ -137,6 +138,10 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     if not (q.shape[2] == k.shape[2] == v.shape[2] == positions.shape[0]):
         raise ValueError(f"q, k, v and positions must share the local length Ll; got q {list(q.shape)}, "
                          f"k {list(k.shape)}, v {list(v.shape)}, positions {list(positions.shape)}")
+    if getattr(pe, "axes", 1) != 1:
+        raise ValueError(f"context_parallel_attention takes schemes with one position per token; {pe.name!r} "
+                         f"has {pe.axes} axes (shard its [L, A] positions' rows and use posenc.attention per rank "
+                         "with all-gathered keys instead)")
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("context_parallel_attention needs an initialized torch.distributed process group "
                          "(torch.distributed.init_process_group)")

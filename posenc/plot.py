@@ -231,6 +231,32 @@ def bias_maps(spec: Any, *, length: int = 64, num_heads: int = analysis.DEFAULT_
     return fig
 
 
+def grid_maps(specs: Sequence[Any], *, grid: Sequence[int] | None = None, patch: Sequence[int] | None = None,
+              dim: int = 64) -> Figure:
+    """One panel per scheme: each patch's positional signal with one patch of an ``H × W`` grid
+    (``analysis.grid_map``), as ViT papers draw their position embeddings' similarities."""
+    if isinstance(specs, (str, dict)) or not isinstance(specs, Sequence) or not specs:
+        raise ValueError("grid_maps takes a non-empty list of specs, e.g. ['sinusoidal:axes=2', 'rope_mixed']")
+    maps = [analysis.grid_map(s, grid=grid, patch=patch, dim=dim) for s in specs]
+    cols = min(4, len(maps))
+    rows = -(-len(maps) // cols)
+    fig = _figure(3.4 * cols + 0.6, 3.2 * rows + 0.4)
+    panels = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for ax, gm in zip(panels, maps):
+        signed = bool((gm.values < 0).any())
+        top = float(np.abs(gm.values).max()) or 1.0
+        image = ax.imshow(gm.values, cmap="RdBu_r" if signed else "viridis", vmin=-top if signed else None,
+                          vmax=top if signed else None, interpolation="nearest")
+        ax.plot([gm.patch[1]], [gm.patch[0]], marker="s", markersize=6, markerfacecolor="none", color=MARK)
+        ax.set(title=_title(gm.label, f"with patch {gm.patch}"), xlabel="column", ylabel="row")
+        fig.colorbar(image, ax=ax, shrink=0.8, label=gm.quantity if len(maps) == 1 else None)
+    for ax in panels[len(maps):]:
+        ax.set_axis_off()
+    if len(maps) > 1:
+        fig.suptitle("; ".join(sorted({f"{gm.kind}: {gm.quantity}" for gm in maps})), fontsize="small")
+    return fig
+
+
 SHOWABLE = ("additive", "rotary", "bias", "relative")
 
 
@@ -241,10 +267,15 @@ def check_showable(kind: str, name: str) -> None:
                                      f"figures exist for {', '.join(SHOWABLE)} schemes")
 
 
-def show(spec: Any, *, length: int = 128, dim: int = 64) -> Figure:
+def show(spec: Any, *, length: int = 128, dim: int = 64, grid: Sequence[int] | None = None,
+         patch: Sequence[int] | None = None) -> Figure:
     """The figure ``posenc show`` draws: by kind, the heatmap (additive), the ``q·k`` curve and the
-    spectrum (rotary), the bias maps (bias, relative)."""
+    spectrum (rotary), the bias maps (bias, relative); for a grid encoding (several axes), or when
+    ``grid`` is given, the 2D map of each patch's signal with ``patch`` (``grid_maps``)."""
     m = analysis.build(spec, dim=dim, length=length)
+    if getattr(m, "axes", 1) > 1 or grid is not None:
+        check_showable(m.kind, m.name)
+        return grid_maps([spec], grid=grid, patch=patch, dim=dim)
     if m.kind == "additive":
         return heatmap(m, length=length, dim=dim)
     if m.kind == "rotary":
@@ -259,4 +290,4 @@ def show(spec: Any, *, length: int = 128, dim: int = 64) -> Figure:
 
 
 __all__ = ["heatmap", "similarity", "score_vs_distance", "rope_decay", "fingerprints", "spectrum", "bias_maps",
-           "show", "save", "check_showable", "OKABE_ITO"]
+           "grid_maps", "show", "save", "check_showable", "OKABE_ITO"]

@@ -13,7 +13,7 @@ import importlib
 import inspect
 import pkgutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 KINDS = ("none", "additive", "rotary", "bias", "relative")
@@ -37,6 +37,7 @@ class Scheme:
     cls: type
     params: Mapping[str, Any]  # parameter -> default; REQUIRED when the spec must give it
     summary: str
+    limits: Mapping[str, Any] = field(default_factory=dict)  # parameter -> posenc.limits.Limit
 
     @property
     def required(self) -> list[str]:
@@ -57,7 +58,9 @@ def register(name: str, kind: str) -> Callable[[type], type]:
     """Class decorator: registers a module class under ``name``.
 
     The spec's allowed keys and defaults are read from the keyword-only parameters of the
-    class's ``__init__``; the class must also define ``reference`` (its float64 specification).
+    class's ``__init__``; the class must also define ``reference`` (its float64 specification)
+    and subclass its kind's base (``AdditiveEncoding``, ``RotaryEncoding``, ``BiasEncoding``,
+    ``RelativeEncoding``; ``PositionalEncoding`` for ``none``), which declares the kind's calls.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
@@ -70,10 +73,19 @@ def register(name: str, kind: str) -> Callable[[type], type]:
             if p.kind is not inspect.Parameter.KEYWORD_ONLY:
                 raise TypeError(f"{cls.__qualname__}.__init__ must take keyword-only parameters, not {p.name!r}")
             params[p.name] = REQUIRED if p.default is inspect.Parameter.empty else p.default
+        from posenc.encodings._base import KIND_BASES  # torch: only when a scheme registers
+
+        base = KIND_BASES[kind]
+        if not issubclass(cls, base):
+            raise TypeError(f"{cls.__qualname__} is registered as kind {kind!r}, so it must subclass "
+                            f"posenc.encodings._base.{base.__name__} (which declares that kind's calls)")
         summary = (inspect.getdoc(cls) or "").strip().splitlines()[0] if cls.__doc__ else ""
         cls.name = name
         cls.kind = kind
-        _REGISTRY[name] = Scheme(name=name, kind=kind, cls=cls, params=params, summary=summary)
+        from posenc.limits import limits_of
+
+        _REGISTRY[name] = Scheme(name=name, kind=kind, cls=cls, params=params, summary=summary,
+                                 limits=limits_of(cls))
         return cls
 
     return decorate
@@ -138,6 +150,13 @@ def build(spec: Any):
     """
     full = normalize_spec(spec)
     scheme = get(full["scheme"])
-    module = scheme.cls(**{k: v for k, v in full.items() if k != "scheme"})
+    try:
+        module = scheme.cls(**{k: v for k, v in full.items() if k != "scheme"})
+    except MemoryError:  # a table larger than its scheme's own check foresaw: our words, not numpy's
+        raise ValueError(f"not enough memory to build {scheme.name!r} with {full}") from None
+    except RuntimeError as e:
+        if "alloc" not in str(e):
+            raise
+        raise ValueError(f"not enough memory to build {scheme.name!r} with {full}: {str(e).splitlines()[0]}") from None
     module._spec = copy.deepcopy(full)  # the caller's dicts and lists may change after this
     return module

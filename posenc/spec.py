@@ -216,7 +216,10 @@ def fill_sizes(spec: Any, *, dim: int = 64, num_heads: int = 8, length: int | No
     scheme = registry.get(out["scheme"])
     sizes = {"d_model": dim, "head_dim": dim if head_dim is None else head_dim, "num_heads": num_heads,
              "max_positions": length}
-    for name in scheme.required:
+    # required sizes, and optional ones that default to None (a learned table's max_positions
+    # unless the spec gives its grid)
+    optional = [k for k in SIZE_PARAMS if scheme.params.get(k, 0) is None and not (k == "max_positions" and out.get("grid"))]
+    for name in [*scheme.required, *optional]:
         if name not in out and sizes.get(name) is not None:
             out[name] = sizes[name]
     missing = [k for k in scheme.required if k not in out]

@@ -8,6 +8,7 @@ Other test files import these by name; keep the names stable:
     small_spec(name, **overrides)              spec of a small instance of any registered scheme
     small_module(name, **overrides)            posenc.build(small_spec(...)), seeded
     module_args(module, ...)                   the arguments ``module(*args)`` takes, by kind
+    on_axes(module, positions)                 one-axis positions spread over the module's axes
     reference_output(module, args)            ``module.reference`` on the same arguments
     attention_reference(q, k, v, pe, ...)      float64 ``posenc.attention`` of any kind
     schemes_of_kind(*kinds)                    registered scheme names of these kinds
@@ -114,6 +115,16 @@ def positions(length: int, *, offset: int = 0, batch: int | None = None) -> torc
     return torch.stack([p + 3 * i for i in range(batch)])
 
 
+def on_axes(module, p):
+    """One-axis positions ``[..., L]`` as the module's ``[..., L, A]`` (unchanged when A = 1): axis
+    ``a`` at ``p // (a + 1) + a``, so the axes differ; torch or NumPy."""
+    axes = getattr(module, "axes", 1) if module is not None else 1
+    if axes == 1:
+        return p
+    cols = [p // (a + 1) + a for a in range(axes)]
+    return torch.stack(cols, dim=-1) if isinstance(p, torch.Tensor) else np.stack(cols, axis=-1)
+
+
 def module_args(module, *, length: int = 11, key_length: int | None = None, batch: int = 2, offset: int = 0,
                 dtype: torch.dtype = torch.float32, batched: bool = False, seed: int = 0) -> tuple:
     """Arguments for ``module(*args)`` by kind, with queries at the last ``length`` of
@@ -126,8 +137,8 @@ def module_args(module, *, length: int = 11, key_length: int | None = None, batc
     g = torch.Generator().manual_seed(seed)
     lk = length if key_length is None else key_length
     b = batch if batched else None
-    kpos = positions(lk, offset=offset, batch=b)
-    qpos = positions(length, offset=offset + lk - length, batch=b)
+    kpos = on_axes(module, positions(lk, offset=offset, batch=b))
+    qpos = on_axes(module, positions(length, offset=offset + lk - length, batch=b))
     h, d = heads_dim(module)
     kind = module.kind
     if kind in ("none", "rotary"):
@@ -152,13 +163,19 @@ def attention_reference(q, k, v, pe=None, *, q_positions=None, k_positions=None,
                         scale: float | None = None) -> np.ndarray:
     """Float64 ``posenc.attention``: the reference of ``pe`` applied by kind, then ``ref.attention``.
 
-    Default positions are those of a KV cache: keys at ``0..Lk-1``, queries the last ``Lq``.
+    Default positions are those of a KV cache: keys at ``0..Lk-1``, queries the last ``Lq`` (on
+    every axis of a module with several).
     A relative scheme with its own reference attention (``reference_attention``) uses it.
     """
     qn, kn, vn = _numpy(q), _numpy(k), _numpy(v)
     lq, lk = qn.shape[-2], kn.shape[-2]
+    axes = getattr(pe, "axes", 1)
     qp = np.arange(lk - lq, lk) if q_positions is None else _numpy(q_positions)
     kp = np.arange(lk) if k_positions is None else _numpy(k_positions)
+    if axes > 1 and q_positions is None:
+        qp = np.repeat(qp[:, None], axes, axis=1)
+    if axes > 1 and k_positions is None:
+        kp = np.repeat(kp[:, None], axes, axis=1)
     kind = "none" if pe is None else pe.kind
     bias = None
     if kind == "rotary":  # every rotary module takes role= (xPos scales q and k differently)

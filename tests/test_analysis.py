@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from posenc import analysis, registry, scaling
+from posenc import reference as ref
 from posenc.reference import alibi_slopes, rope_inv_freq, sinusoidal, sinusoidal_inv_freq
 
 
@@ -60,6 +61,38 @@ def test_fingerprint_distances_match_brute_force_and_the_closed_form():
     closed = np.sqrt(2 * (1 - np.cos(np.arange(1, 100)[:, None] * theta)).sum(-1)).min()
     assert np.isclose(analysis.min_fingerprint_distance(_sin_table(100, 16, 10000.0))[0], closed)
 
+
+
+def test_fingerprint_ties_go_to_the_first_pair_and_ill_conditioned_tables_are_exact():
+    # sinusoidal: every pair at the same |p − q| is equally close; rounding must not pick one
+    for length, d, base in ((128, 64, 10000.0), (300, 16, 500.0), (77, 6, 10000.0)):
+        dist, p, q = analysis.min_fingerprint_distance(_sin_table(length, d, base))
+        theta = sinusoidal_inv_freq(d, base)
+        closed = np.sqrt(2 * (1 - np.cos(np.arange(1, length)[:, None] * theta)).sum(-1))
+        r = int(np.flatnonzero(closed <= closed.min() * (1 + analysis.FINGERPRINT_RTOL))[0]) + 1
+        assert (p, q) == (0, r) and np.isclose(dist, closed.min(), rtol=1e-12)
+    # RoPE interpolated 1e5 times: adjacent rows differ by ~1e-5, where |a|² + |b|² − 2a·b loses
+    # every digit; the direct distance is still exact
+    inv = rope_inv_freq(64, 10000.0) / 1e5
+    ang = np.arange(50)[:, None] * inv
+    tab = np.concatenate([np.cos(ang), np.sin(ang)], axis=-1)
+    dist, p, q = analysis.min_fingerprint_distance(tab)
+    brute = np.linalg.norm(tab[:, None] - tab[None], axis=-1)
+    np.fill_diagonal(brute, np.inf)
+    assert np.isclose(dist, brute.min(), rtol=1e-9) and (p, q) == (0, 1)
+    # a random table: the unique closest pair
+    tab = np.random.default_rng(3).standard_normal((40, 5))
+    brute = np.linalg.norm(tab[:, None] - tab[None], axis=-1)
+    np.fill_diagonal(brute, np.inf)
+    i, j = np.unravel_index(np.argmin(brute), brute.shape)
+    assert analysis.min_fingerprint_distance(tab)[1:] == (min(i, j), max(i, j))
+
+
+def test_linear_map_residual_prints_noise_as_a_bound():
+    numbers = dict(analysis.key_numbers("sinusoidal", length=100, dim=16))
+    assert numbers["PE(p+1) = M·PE(p) residual"] == "< 1e-6 (linear)"
+    numbers = dict(analysis.key_numbers("learned", length=100, dim=16))
+    assert numbers["PE(p+1) = M·PE(p) residual"].endswith("(not linear)")
 
 def test_wavelengths_and_turns():
     theta = rope_inv_freq(64, 10000.0)
@@ -137,3 +170,26 @@ def test_every_scheme_has_a_curve_and_key_numbers(name):
         assert tab.shape[0] == 16 and analysis.min_fingerprint_distance(tab)[0] > 1e-6
     numbers = dict(analysis.key_numbers(name, length=16, dim=16, num_heads=2))
     assert numbers["scheme"] == name and numbers["kind"] == curve.kind
+
+
+# -- grid maps ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["sinusoidal:axes=2", "rope:axes=2"])
+def test_grid_map_of_factorized_encodings_is_the_closed_form(spec):
+    """Half the pairs follow the row, half the column: the signal with patch (r0, c0) is
+    ½·mean_i cos((r − r0)θ_i) + ½·mean_i cos((c − c0)θ_i), θ_i = 10000^(−2i/(D/2))."""
+    gm = analysis.grid_map(spec, grid=(5, 7), patch=(1, 4), dim=32)
+    theta = 10000.0 ** (-np.arange(0, 16, 2) / 16)
+    r = np.arange(5)[:, None, None] - 1
+    c = np.arange(7)[None, :, None] - 4
+    expected = 0.5 * np.cos(r * theta).mean(-1) + 0.5 * np.cos(c * theta).mean(-1)
+    np.testing.assert_allclose(gm.values, expected, atol=1e-12)
+    assert gm.grid == (5, 7) and gm.patch == (1, 4)
+
+
+def test_grid_map_reads_one_axis_schemes_on_the_flattened_patches():
+    gm = analysis.grid_map("alibi", grid=(3, 4), patch=(0, 0), num_heads=2)
+    slopes = ref.alibi_slopes(2)
+    np.testing.assert_allclose(gm.values.ravel(), -slopes.mean() * np.arange(12), atol=1e-12)
+    with pytest.raises(ValueError, match=r"patch must lie inside the grid 3×4, got \(3, 0\)"):
+        analysis.grid_map("alibi", grid=(3, 4), patch=(3, 0))

@@ -14,7 +14,7 @@ import posenc
 import posenc.attn
 from posenc import reference as ref
 from posenc import registry
-from conftest import (SMALL, assert_close, attention_reference, heads_dim, positions, schemes_of_kind,
+from conftest import (SMALL, assert_close, attention_reference, heads_dim, on_axes, positions, schemes_of_kind,
                       small_module)
 
 ALL = registry.schemes()
@@ -61,7 +61,7 @@ def test_attention_matches_reference_with_default_positions(name, causal, lq, lk
 def test_attention_matches_reference_with_batched_positions(name):
     pe = _pe(name)
     q, k, v = _qkv(pe, lq=5, lk=12)
-    kpos = torch.stack([torch.arange(12) + 40, torch.arange(12) * 3])  # [B, Lk], different per row
+    kpos = on_axes(pe, torch.stack([torch.arange(12) + 40, torch.arange(12) * 3]))  # [B, Lk], different per row
     qpos = kpos[:, -5:]
     out = _check(pe, q, k, v, q_positions=qpos, k_positions=kpos, causal=True)
     if name != "nope":  # the second row's positions matter
@@ -75,10 +75,9 @@ def test_sdpa_kinds_match_reference_in_float32(name):
     q, k, v = _qkv(pe, lq=6, lk=17, dtype=torch.float32)
     # Scores are |q||k|/sqrt(D) at most: their size sets the error of the softmax weights.
     magnitude = float(q.norm(dim=-1).max() * k.norm(dim=-1).max()) / math.sqrt(q.shape[-1])
-    out = posenc.attention(q, k, v, pe, causal=True, q_positions=torch.arange(300, 306),
-                           k_positions=torch.arange(289, 306))
-    expected = attention_reference(q, k, v, pe, causal=True, q_positions=torch.arange(300, 306),
-                                   k_positions=torch.arange(289, 306))
+    qpos, kpos = on_axes(pe, torch.arange(300, 306)), on_axes(pe, torch.arange(289, 306))
+    out = posenc.attention(q, k, v, pe, causal=True, q_positions=qpos, k_positions=kpos)
+    expected = attention_reference(q, k, v, pe, causal=True, q_positions=qpos, k_positions=kpos)
     assert_close(out, expected, magnitude=magnitude * float(v.abs().max()))
 
 

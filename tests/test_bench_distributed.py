@@ -29,7 +29,7 @@ def test_two_processes_match_one(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     a, b = load(one), load(two)
-    assert set(a) == set(b) and len(a) == 9  # same run keys: the world size is not part of a result's key
+    assert set(a) == set(b) and len(a) == 10  # same run keys (the world size is not part of a key); 10 = 9 + hybrid rope
     for key, ra in a.items():
         rb = b[key]
         assert rb["env"]["world_size"] == 2 and ra["env"]["world_size"] == 1

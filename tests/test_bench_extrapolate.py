@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _expected_runs() -> int:
     per_seed = len(SMOKE.schemes) * 2 + len(SMOKE.scaling.types) * 2 + 1  # lm + tasks, zero-shot + fine-tune + control
+    per_seed += len(SMOKE.hybrid)  # the hybrid's lm rows beside the transformer's
     return per_seed * len(SMOKE.seeds)
 
 
@@ -42,7 +43,10 @@ def test_smoke_writes_every_result_once(smoke_results):
     records = [json.loads(x) for x in lines]
     assert len(records) == _expected_runs() == len({r["key"] for r in records})
     parts = [r["part"] for r in records]
-    assert parts.count("lm") == parts.count("tasks") == len(SMOKE.schemes)
+    assert parts.count("lm") == len(SMOKE.schemes) + len(SMOKE.hybrid) and parts.count("tasks") == len(SMOKE.schemes)
+    hybrid = [r["label"] for r in records if r["arch"] == "hybrid"]
+    assert hybrid == [f"hybrid {s}" for s in SMOKE.hybrid] and all(r["arch"] == "transformer" for r in records
+                                                                   if r["label"] not in hybrid)
     lengths = SMOKE.lm.lengths()
     for r in records:
         if r["part"] == "tasks":
@@ -108,6 +112,34 @@ def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, smoke_results):
 
 
 @pytest.mark.xdist_group("extrapolate")
+def test_arch_hybrid_runs_every_part_and_resumes_by_arch(tmp_path, smoke_results, capsys):
+    """--arch hybrid: every run is a hybrid (``"arch"`` in each record); its lm rows are the very
+    runs the transformer plan puts beside its own (same keys); a second start runs nothing; the
+    transformer runs in the same file are told apart by arch; records written before there was
+    an ``arch`` field keep their keys, so they resume as transformer runs."""
+    path = tmp_path / "hybrid.jsonl"
+    assert main(["extrapolate", *SERIAL, "--arch", "hybrid", "--out", str(path)]) == 0
+    records = list(load(path).values())
+    assert len(records) == _expected_runs() - len(SMOKE.hybrid)  # the same plan, every run a hybrid
+    assert {r["arch"] for r in records} == {"hybrid"} and all(r["label"].startswith("hybrid ") for r in records)
+    assert {r["part"] for r in records} == {"lm", "scaling", "tasks"}
+    beside = {k for k, r in load(smoke_results).items() if r["arch"] == "hybrid"}
+    assert beside and beside <= set(load(path)) and len(beside) == len(SMOKE.hybrid)
+    capsys.readouterr()
+    assert main(["extrapolate", *SERIAL, "--arch", "hybrid", "--out", str(path)]) == 0
+    assert f"{len(records)} already in" in capsys.readouterr().err
+    assert main(["extrapolate", *SERIAL, "--part", "lm", "--scheme", "nope", "--out", str(path)]) == 0
+    assert "2 runs, 1 already in" in capsys.readouterr().err  # transformer nope is new, hybrid nope is not
+    assert [r["arch"] for r in load(path).values()].count("transformer") == 1
+    # an older file: the transformer records without "arch" resume as they are
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "arch"}) + "\n"
+                           for r in load(smoke_results).values() if r["arch"] == "transformer"))
+    assert main(["extrapolate", *SERIAL, "--out", str(old)]) == 0
+    assert f"{_expected_runs()} runs, {_expected_runs() - len(SMOKE.hybrid)} already in" in capsys.readouterr().err
+
+
+@pytest.mark.xdist_group("extrapolate")
 def test_own_schemes_and_corpus(tmp_path):
     corpus = tmp_path / "text.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 200)
@@ -140,3 +172,11 @@ def test_unknown_profile_exits_2(capsys, command):
         main([command, "--profile", "huge"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "invalid choice: 'huge'" in err and err.count("\n") == 1
+
+
+def test_unknown_arch_exits_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["extrapolate", "--arch", "mamba"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --arch: invalid choice: 'mamba'" in err and "hybrid" in err
+    assert err.count("\n") == 1, err

@@ -16,10 +16,10 @@ from posenc.bench.model import GPTConfig, TinyGPT
 CFG = GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2)
 
 
-def _model(name: str, cfg: GPTConfig = CFG, max_positions: int = 24) -> TinyGPT:
+def _model(name: str, cfg: GPTConfig = CFG, max_positions: int = 24, arch: str = "transformer") -> TinyGPT:
     torch.manual_seed(0)
     _, spec = resolve_scheme(name, cfg, max_positions=max_positions)
-    return TinyGPT(cfg, spec).eval()
+    return TinyGPT(cfg, spec, arch=arch).eval()
 
 
 @pytest.mark.parametrize("name", posenc.schemes())
@@ -98,3 +98,49 @@ def test_pe_per_layer_gives_each_layer_its_own_table():
     shared, per_layer = _model("learned", CFG), _model("learned", cfg)
     assert len(shared.pes) == 1 and len(per_layer.pes) == cfg.n_layer
     assert per_layer.num_params() == shared.num_params() + (cfg.n_layer - 1) * 24 * cfg.n_embd
+
+
+# -- the hybrid: ssm blocks in place of every other attention block ----------------------------
+
+def test_hybrid_alternates_ssm_and_attention_blocks_and_shares_the_rest():
+    from posenc.bench.model import Block, SSMBlock
+
+    cfg = dataclasses.replace(CFG, n_layer=4)
+    model = _model("rope", cfg, arch="hybrid")
+    assert [type(b) for b in model.blocks] == [SSMBlock, Block, SSMBlock, Block]
+    assert model.arch == "hybrid" and _model("rope", cfg).arch == "transformer"
+    per_layer = _model("learned", dataclasses.replace(cfg, pe_per_layer=True), arch="hybrid")
+    assert len(per_layer.pes) == 2  # one table per attention block, none for the ssm blocks
+
+
+@pytest.mark.parametrize("name", ["nope", "rope", "sinusoidal"])
+def test_hybrid_is_causal(name):
+    model = _model(name, arch="hybrid")
+    x = torch.randint(0, CFG.vocab_size, (2, 150), generator=torch.Generator().manual_seed(1))  # several ssm chunks
+    y = x.clone()
+    y[:, 100] = (y[:, 100] + 1) % CFG.vocab_size
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    torch.testing.assert_close(a[:, :100], b[:, :100], rtol=0, atol=1e-5)
+    assert (a[:, 100:] - b[:, 100:]).abs().max() > 1e-4
+
+
+def test_nope_hybrid_ignores_positions_but_not_order():
+    """No position enters a NoPE hybrid (shifting them changes nothing), yet a token's logits
+    depend on the order of the tokens before it, which a NoPE transformer sees only through the
+    causal mask."""
+    x = torch.randint(0, CFG.vocab_size, (1, 10), generator=torch.Generator().manual_seed(2))
+    swapped = x.clone()
+    swapped[0, [2, 5]] = x[0, [5, 2]]
+    model = _model("nope", arch="hybrid")
+    pos = torch.arange(10)
+    with torch.no_grad():
+        assert (model(x, pos) - model(x, pos + 5)).abs().max() < 1e-6
+        assert (model(x)[0, -1] - model(swapped)[0, -1]).abs().max() > 1e-4
+
+
+def test_hybrid_needs_two_blocks_and_a_known_arch():
+    with pytest.raises(ValueError, match="arch='hybrid' needs n_layer >= 2.*got n_layer=1"):
+        TinyGPT(dataclasses.replace(CFG, n_layer=1), {"scheme": "nope"}, arch="hybrid")
+    with pytest.raises(ValueError, match="arch must be one of 'transformer', 'hybrid'; got 'mamba'"):
+        TinyGPT(CFG, {"scheme": "nope"}, arch="mamba")

@@ -108,10 +108,29 @@ def test_show_and_compare_write_figures(tmp_path, capsys):
     assert svg.stat().st_size > 2000
 
 
+def test_show_and_compare_draw_grid_encodings_as_2d_maps(tmp_path, capsys):
+    code, out, err = run(["show", "rope_mixed", "--dim", "16", "--heads", "2", "--grid", "6x5", "--patch", "1,2"], capsys)
+    assert code == 0, err
+    assert "6 × 5 patches, signal with patch (1, 2)" in out and "itself, right, below, far corner" in out
+    png = tmp_path / "g.png"
+    code, out, err = run(["compare", "sinusoidal:axes=2", "rope:axes=2", "learned:grid=[4,4]", "alibi", "--dim", "16",
+                          "--plot", str(png)], capsys)
+    assert code == 0, err
+    assert out.splitlines()[0] == "4 × 4 patches, signal with patch (2, 2)"  # the learned grid's own size
+    assert [line.split()[0] for line in out.splitlines()[3:7]] == ["sinusoidal", "rope", "learned", "alibi"]
+    assert png.stat().st_size > 2000
+    for argv, text in ((["show", "rope_mixed", "--patch", "20,1"], "patch must lie inside the grid 14×14"),
+                       (["show", "rope", "--grid", "3"], "--grid must be two integers as AxB"),
+                       (["show", "rope", "--grid", "0x4"], "--grid sizes must be integers from 1 to 128")):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and err.count("\n") == 1 and text in err, err
+
+
 def test_demo_order(capsys):
     code, out, _ = run(["demo", "order"], capsys)
     assert code == 0
     assert "dog bites man" in out and all(name in out for name in registry.schemes())
+    assert "\ngru " in out and "\nssm " in out and "no positional encoding, yet the outputs differ" in out
 
 
 BAD = [

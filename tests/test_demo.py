@@ -13,9 +13,10 @@ def rows():
     return demo.order_demo()
 
 
-def test_one_row_per_registered_scheme(rows):
-    assert [r["scheme"] for r in rows] == registry.schemes()
-    assert all(r["kind"] == registry.get(r["scheme"]).kind for r in rows)
+def test_one_row_per_registered_scheme_then_the_recurrent_layers(rows):
+    assert [r["scheme"] for r in rows] == [*registry.schemes(), "gru", "ssm"]
+    assert all(r["kind"] == registry.get(r["scheme"]).kind for r in rows[:-2])
+    assert [r["kind"] for r in rows[-2:]] == ["recurrent", "recurrent"]
 
 
 def test_nope_only_permutes_and_every_positional_scheme_separates(rows):
@@ -25,6 +26,9 @@ def test_nope_only_permutes_and_every_positional_scheme_separates(rows):
             assert r["permutation_only"] and r["distance"] < 1e-12
         elif kind in ("additive", "rotary"):
             assert not r["permutation_only"] and r["distance"] > 1e-6, r
+        elif kind == "recurrent":  # no position at all, yet not a permutation: the state knows order
+            assert not r["permutation_only"] and min(r["distance"], r["distance_start"]) > 1e-3, r
+            assert r["distance_causal"] == r["distance"]  # a recurrence is causal by construction
         elif kind == "bias":
             # the second sentence is the first reversed: a bias of |i − j| alone cannot tell them apart
             maps = analysis.bias_maps(r["scheme"], length=3, num_heads=demo.NUM_HEADS, dim=demo.D_MODEL)
@@ -65,3 +69,27 @@ def test_seeded_and_formatted(rows):
     assert lines[0].split()[:2] == ["scheme", "kind"]
     for r in rows:
         assert any(line.startswith(r["label"] + " ") for line in lines)
+
+
+@pytest.mark.parametrize("name", ["gru", "ssm"])
+def test_recurrent_outputs_differ_beyond_a_permutation(name):
+    """The same word gets another output after another prefix; the first word's output is the
+    layer's on that word alone, so it equals the last word's only if order did not matter."""
+    import torch
+
+    from posenc.demo import SENTENCES, _recurrent_layer, _recurrent_outputs, _weights
+
+    emb, _ = _weights(2)
+    layer = _recurrent_layer(name, 2)
+    with torch.no_grad():
+        a, b = (_recurrent_outputs(s, layer, emb) for s in SENTENCES)
+        alone = _recurrent_outputs(("dog",), layer, emb)["dog"]
+    assert torch.allclose(a["dog"], alone, atol=1e-12)  # first in "dog bites man": nothing before it
+    assert not torch.allclose(b["dog"], alone, atol=1e-3)  # last in "man bites dog": its prefix changed it
+    assert not torch.allclose(a["bites"], b["bites"])  # the middle word too: "dog" vs "man" before it
+
+
+def test_recurrent_rows_are_named_in_the_table_with_the_reason():
+    text = demo.format_order_table(demo.order_demo(["nope", "gru", "ssm"]))
+    assert "gru, ssm: no positional encoding, yet the outputs differ" in text
+    assert "state at step t is built from the steps before it in order" in text

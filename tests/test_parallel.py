@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import posenc
-from conftest import assert_close, attention_reference, schemes_of_kind, small_module
+from conftest import assert_close, attention_reference, on_axes, schemes_of_kind, small_module
 
 pytestmark = pytest.mark.xdist_group("heavy")
 
@@ -63,27 +63,34 @@ def test_bad_arguments_name_the_parameter():
         posenc.context_parallel_attention(q, q, q, positions=torch.arange(4))
     with pytest.raises(TypeError, match="positions must be an integer"):
         posenc.context_parallel_attention(q, q, q, positions=torch.arange(4.0))
+    axial = [n for n in posenc.schemes() if getattr(small_module(n), "axes", 1) > 1]
+    for name in axial[:1]:
+        with pytest.raises(ValueError, match="one position per token"):
+            posenc.context_parallel_attention(q, q, q, small_module(name), positions=torch.arange(4))
 
 
 @pytest.mark.parametrize("balance", ["head_tail", "contiguous"])
 @pytest.mark.parametrize("name", schemes_of_kind("rotary", "bias"))
 def test_rotary_and_bias_at_shard_positions_are_rows_of_the_unsharded_result(name, balance):
+    """A scheme of several axes (images, video) is sharded by token: its ``[L, A]`` positions' rows."""
     pe = small_module(name)
-    everything = torch.arange(LENGTH)
+    everything = on_axes(pe, torch.arange(LENGTH))  # (L,) or (L, A)
     x = torch.randn(2, 4, LENGTH, 8)  # (B, H, L, D)
     full = pe(x, everything, role="key") if pe.kind == "rotary" else pe(everything, everything)
     for world in (2, 3):
         for rank in range(world):
             p = posenc.shard_positions(LENGTH, world, rank, balance=balance)
             if pe.kind == "rotary":
-                torch.testing.assert_close(pe(x[:, :, p], p, role="key"), full[:, :, p], rtol=0, atol=1e-6)
+                torch.testing.assert_close(pe(x[:, :, p], everything[p], role="key"), full[:, :, p], rtol=0,
+                                           atol=1e-6)
             else:  # this rank's query rows against every key
-                torch.testing.assert_close(pe(p, everything), full[:, p], rtol=0, atol=0)
+                torch.testing.assert_close(pe(everything[p], everything), full[:, p], rtol=0, atol=0)
 
 
 # -- across ranks (2 gloo processes) --------------------------------------------------------------
 
-KINDS = [None, *schemes_of_kind("rotary", "bias", "relative")]
+# one-axis schemes: context_parallel_attention takes one position per token (it refuses several axes)
+KINDS = [None, *(n for n in schemes_of_kind("rotary", "bias", "relative") if small_module(n).axes == 1)]
 
 
 def _worker(rank: int, world: int, store: str) -> None:

@@ -241,18 +241,24 @@ def test_learned_gathers_rows_and_refuses_past_the_table():
 
 # -- bad input ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("call", [
-    lambda p: ref.sinusoidal(p, 8),
-    lambda p: ref.rope(np.ones((1, 1, 3, 4)), p, ref.rope_inv_freq(4)),
-    lambda p: ref.alibi(p, p, ref.alibi_slopes(2)),
-    lambda p: ref.t5(p, p, np.ones((32, 2))),
-    lambda p: ref.learned(p, np.ones((10, 2))),
+@pytest.mark.parametrize("call, real", [
+    (lambda p: ref.sinusoidal(p, 8), True),
+    (lambda p: ref.rope(np.ones((1, 1, 3, 4)), p, ref.rope_inv_freq(4)), True),
+    (lambda p: ref.alibi(p, p, ref.alibi_slopes(2)), True),
+    (lambda p: ref.t5(p, p, np.ones((32, 2))), False),
+    (lambda p: ref.learned(p, np.ones((10, 2))), False),
 ], ids=["sinusoidal", "rope", "alibi", "t5", "learned"])
-def test_reference_rejects_bad_positions(call):
+def test_reference_rejects_bad_positions(call, real):
     with pytest.raises(ValueError, match=r"positions must be non-negative, got minimum -2"):
         call(np.array([0, -2, 1]))
-    with pytest.raises(TypeError, match=r"positions must hold integers, got dtype float64"):
-        call(np.array([0.0, 1.0, 2.0]))
+    if real:  # a function of position: integer-valued floats give the integer result exactly
+        assert np.array_equal(call(np.array([0.0, 1.0, 2.0])), call(np.array([0, 1, 2])))
+        with pytest.raises(TypeError, match=r"positions must hold integers or real numbers, got dtype <U1"):
+            call(np.array(["0", "1", "2"]))
+    else:
+        with pytest.raises(TypeError, match=r"positions must hold integers for scheme '(t5|learned)', got dtype "
+                                            r"float64; real-valued positions are accepted by: alibi, fire, kerple, rope"):
+            call(np.array([0.0, 1.0, 2.0]))
     with pytest.raises(ValueError, match=r"positions must have shape \[L\] or \[B, L\], got shape \[1, 1, 3\]"):
         call(np.zeros((1, 1, 3), dtype=int))
 

@@ -10,7 +10,7 @@ import torch
 
 import posenc
 from posenc import registry
-from posenc.encodings._base import PositionalEncoding
+from posenc.encodings._base import BiasEncoding, PositionalEncoding
 from conftest import module_args, schemes_of_kind, small_module, small_spec
 
 ALL = registry.schemes()
@@ -117,7 +117,7 @@ def scratch_registry(monkeypatch):
 
 def test_register_reads_params_from_the_keyword_only_init(scratch_registry):
     @registry.register("scratch", kind="bias")
-    class Scratch(PositionalEncoding):
+    class Scratch(BiasEncoding):
         """A scratch scheme."""
 
         def __init__(self, *, num_heads: int, width: float = 2.0) -> None:
@@ -151,3 +151,5 @@ def test_register_refuses_bad_declarations(scratch_registry):
 
     with pytest.raises(ValueError, match=r"scheme 'alibi' is already registered by ALiBi"):
         registry.register("alibi", kind="bias")(Other)
+    with pytest.raises(TypeError, match=r"Other is registered as kind 'rotary', so it must subclass .*RotaryEncoding"):
+        registry.register("scratch", kind="rotary")(Other)

@@ -28,15 +28,18 @@ def report(tmp_path_factory) -> Path:
 def test_report_is_self_contained(report):
     text = report.read_text()
     assert "http://" not in text and "https://" not in text and "//cdn" not in text
-    assert not re.search(r"""(src|href)=["'](?!data:|#)""", text), "every resource must be embedded"
+    assert not re.search(r"""(src|href)=["'](?!data:|#|explorer/index\.html["'])""", text), "every resource must be embedded"
+    assert 'href="explorer/index.html"' in text and (report.parent / "explorer" / "index.html").is_file()
     assert 'class="figure-error"' not in text and "unavailable" not in text
     for name in FIGURES:
         assert re.search(rf'<img src="data:image/png;base64,[A-Za-z0-9+/=]{{200,}}" alt="{name}">', text), name
         assert (report.parent / "figures" / f"{name}.png").stat().st_size > 1000
-    for heading in ("Summary", "dog bites man", "Language modelling", "RoPE scalings", "Algorithmic tasks",
-                    "Hardware, versions"):
+    for heading in ("Summary", "dog bites man", "Language modelling", "Recurrence instead of position",
+                    "RoPE scalings", "Algorithmic tasks", "Hardware, versions"):
         assert heading in text, heading
     assert "cannot run" in text  # the learned table past its length
+    assert "hybrid nope" in text and "Lieber et al. 2024 (Jamba)" in text and "Position at training length" in text
+    assert "\ngru " in text and "\nssm " in text and "recurrent" in text  # the order demo's recurrent rows
     assert "Content-Security-Policy" in text
 
 

@@ -143,11 +143,13 @@ def test_positions_of_the_wrong_type_or_rank(name):
     args = module_args(m, length=6)
     names = _arg_names(m)
     for i in _position_slots(m, args):
-        cases = [(args[i].float(), TypeError, "torch.float32"),
+        # real positions are the right type for the schemes that are functions of position
+        cases = [(args[i].to(torch.complex64), TypeError, "torch.complex64") if m.real_positions
+                 else (args[i].float(), TypeError, "torch.float32"),
                  (args[i].tolist(), TypeError, "list"),
-                 (args[i].view(1, 1, 6), ValueError, "[1, 1, 6]")]
+                 (args[i].reshape(1, 1, *args[i].shape), ValueError, str([1, 1, *args[i].shape]))]
         if m.kind in ("none", "rotary", "relative"):  # a batch of 3 against tensors of batch 2
-            cases.append((args[i][None].expand(3, 6), ValueError, "3"))
+            cases.append((args[i][None].expand(3, *args[i].shape), ValueError, "3"))
         for bad_value, error, value in cases:
             bad = list(args)
             bad[i] = bad_value
@@ -236,8 +238,8 @@ def test_attention_bad_positions():
             names=["k_positions"], values=[-1])
     _raises(lambda: posenc.attention(q, k, v, alibi, k_positions=torch.arange(5).expand(3, 5)), error=ValueError,
             names=["k_positions"], values=[3, 2])
-    _raises(lambda: posenc.attention(q, k, v, alibi, q_positions=torch.ones(3)), error=TypeError,
-            names=["q_positions"])
+    _raises(lambda: posenc.attention(q, k, v, alibi, q_positions=torch.ones(3, dtype=torch.complex64)),
+            error=TypeError, names=["q_positions"])
 
 
 def test_attention_heads_must_match_the_encoding():

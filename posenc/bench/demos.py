@@ -14,7 +14,7 @@ def demonstrations(page: Page) -> None:
     try:
         from posenc import demo
 
-        rows = demo.order_demo(["nope", "sinusoidal", "learned", "rope", "alibi", "t5"])
+        rows = demo.order_demo(["nope", "sinusoidal", "learned", "rope", "alibi", "t5", *demo.RECURRENT])
         page.add("<h3>Without position, “dog bites man” = “man bites dog”</h3><p>"
                  + e(getattr(demo, "SUMMARY", "")) + "</p><pre>" + e(demo.format_order_table(rows)) + "</pre>")
     except Exception as exc:  # the analysis helper is optional for the benchmark

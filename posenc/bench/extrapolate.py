@@ -58,7 +58,7 @@ def _depends_on(run: Run, profile: Profile, corpus_sha: str) -> str | None:
     if run.part != "scaling":
         return None
     base = Run("lm", run.seed, "rope", run.spec, settings_hash({"lm": profile.lm, "corpus": corpus_sha}),
-               profile=profile.name)
+               profile=profile.name, arch=run.arch)
     return base.key
 
 

@@ -135,3 +135,91 @@ def task_verdicts(table: TaskTable) -> tuple[list[Verdict], dict[str, float], li
                     f"MRR {mrr.get(better, float('nan')):.2f} vs {mrr.get(worse, float('nan')):.2f}")
         out.append(Verdict(KAZEMNEJAD, claim, measured, _status(diff, se, expect_negative=False)))
     return out, mrr, tasks
+
+
+# -- the recurrent baseline: attention + ssm blocks (``--arch hybrid``) -------------------------
+
+JAMBA = "Lieber et al. 2024 (Jamba)"
+SETTINGS[JAMBA] = ("Jamba ablations: language models interleaving Mamba and attention layers, trained with and "
+                   "without RoPE in the attention layers")
+HYBRID_NOPE, HYBRID_ROPE = "hybrid nope", "hybrid rope"  # posenc.bench.plan.arch_label
+PEERS = ("rope", "alibi", "kerple")  # how the NoPE hybrid's extrapolation is classed: like RoPE or like ALiBi/KERPLE
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Perplexity at L and at the longest length, and the paired change of the NLL between them."""
+
+    label: str
+    ppl_at_l: float
+    ppl_long: float
+    delta: float  # NLL(long) − NLL(L), nats/token
+    se: float
+
+    @property
+    def degrades(self) -> bool | None:
+        """True: worse at the longest length by more than 2 SE; False: not worse by more than 2 SE."""
+        return self.delta > 2 * self.se
+
+
+def trend(table: LMTable, label: str, mode: str = "nonoverlap") -> Trend | None:
+    L, long = table.train_length, max(table.lengths, default=0)
+    d = table.diff((label, long), (label, L), mode)
+    a, b = table.estimate(label, mode, L), table.estimate(label, mode, long)
+    if d is None or a is None or b is None or long <= L:
+        return None
+    return Trend(label, a.ppl, b.ppl, d.mean, d.se)
+
+
+def hybrid_verdicts(table: LMTable) -> list[Verdict]:
+    """Jamba's claim that attention between recurrent layers needs no positional encoding, at the
+    training length: the NoPE hybrid is within 2 SE of the RoPE hybrid, or better ("agrees"),
+    or worse by more than 2 SE ("disagrees")."""
+    L = table.train_length
+    claim = ("with recurrent layers in the stack, attention needs no positional encoding: at L the NoPE hybrid is "
+             "as good as the RoPE hybrid (within 2 SE) or better")
+    d = table.diff((HYBRID_NOPE, L), (HYBRID_ROPE, L))
+    if d is None:
+        return [Verdict(JAMBA, claim, "not measured (no hybrid nope and hybrid rope runs)", "not measured")]
+    a, b = table.estimate(HYBRID_NOPE, "nonoverlap", L), table.estimate(HYBRID_ROPE, "nonoverlap", L)
+    measured = (f"{HYBRID_NOPE} @{L}: {a.ppl:.2f} vs {HYBRID_ROPE} @{L}: {b.ppl:.2f} "
+                f"(ΔNLL {d.mean:+.4f} ± {d.se:.4f} nats/token)")
+    return [Verdict(JAMBA, claim, measured, "disagrees" if d.mean > 2 * d.se else "agrees")]
+
+
+def hybrid_answers(table: LMTable) -> list[str]:
+    """The two questions on the hybrid, answered in words from this run (empty when not measured):
+    does the NoPE hybrid extrapolate like ALiBi/KERPLE or degrade like RoPE; does the recurrence
+    make position in attention unnecessary at the training length."""
+    out = []
+    L = table.train_length
+    mine = trend(table, HYBRID_NOPE)
+    if mine is not None:
+        long = max(table.lengths)
+        peers = {p: t for p in PEERS if (t := trend(table, p)) is not None}
+        same = [p for p, t in peers.items() if t.degrades == mine.degrades]
+        other = [p for p in peers if p not in same]
+        how = "degrades past L" if mine.degrades else "does not degrade past L"
+        text = (f"Extrapolation: the NoPE hybrid {how} (perplexity {mine.ppl_at_l:.2f} at {L} → {mine.ppl_long:.2f} "
+                f"at {long}, ΔNLL {mine.delta:+.4f} ± {mine.se:.4f}; degrading means worse by more than 2 SE)")
+        def named(labels: list[str]) -> str:
+            return ", ".join(f"{p} ({peers[p].delta:+.4f})" for p in labels)
+
+        if peers:
+            text += (f", like {named(same) or 'none of ' + ', '.join(peers)} in this run"
+                     + (f" and unlike {named(other)}" if other else ""))
+        out.append(text + ".")
+    d = table.diff((HYBRID_NOPE, L), (HYBRID_ROPE, L))
+    if d is not None:
+        if d.mean > 2 * d.se:
+            verdict = "no: RoPE still helps the hybrid's attention at L by more than 2 SE"
+        elif d.mean < -2 * d.se:
+            verdict = "yes: the NoPE hybrid is better than the RoPE hybrid by more than 2 SE"
+        else:
+            verdict = "yes, within 2 SE: RoPE adds nothing measurable to the hybrid at L"
+        text = f"Position at training length: {verdict} (ΔNLL NoPE − RoPE hybrid {d.mean:+.4f} ± {d.se:.4f})"
+        t = table.diff(("nope", L), ("rope", L))
+        if t is not None:
+            text += f"; in the transformer, NoPE − RoPE is {t.mean:+.4f} ± {t.se:.4f}"
+        out.append(text + ".")
+    return out

@@ -10,6 +10,14 @@ token embeddings. By default **one** pe module is shared by all layers (as T5 sh
 table across layers, and as RoPE/ALiBi have no per-layer state anyway); ``pe_per_layer=True``
 gives each layer its own (learned tables are then per layer). Positions are always explicit.
 
+Architectures (``arch``): ``"transformer"``, every block attention; ``"hybrid"``, every other
+block (the 1st, 3rd, ...) an ``ssm`` block (``posenc.ssm``: a diagonal linear state-space layer in
+place of attention, then the same MLP), as Jamba interleaves Mamba and attention layers (Lieber
+et al. 2024, arXiv:2403.19887). The positional scheme acts in the remaining attention blocks only
+(an additive one is still added to the embeddings); the ssm blocks take no position: their
+state carries order by construction. The ssm block comes first, so the first attention block
+already reads order-aware features, as in Jamba, where Mamba layers precede attention.
+
 Notation used for tensor shapes: B batch, L length, C = n_embd, H heads, D = C // H.
 """
 
@@ -23,7 +31,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import posenc
-from posenc._validate import check_bool, check_int
+from posenc._validate import check_bool, check_choice, check_int
+from posenc.positions import text_positions
+from posenc.ssm import DiagonalSSM
+
+ARCHS = ("transformer", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -60,9 +72,13 @@ def build_pe(pe_spec: Any, cfg: GPTConfig) -> nn.Module:
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    """Multi-head self-attention through ``posenc.attention``; causal unless ``causal=False``
+    (the vision and time parts read the whole input)."""
+
+    def __init__(self, cfg: GPTConfig, *, causal: bool = True) -> None:
         super().__init__()
         self.n_head = cfg.n_head
+        self.causal = check_bool("causal", causal)
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
@@ -70,36 +86,71 @@ class CausalSelfAttention(nn.Module):
         b, length, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)  # 3 x (B, L, C)
         q, k, v = (t.view(b, length, self.n_head, c // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
-        use = pe if pe is not None and pe.kind != "additive" else None
+        use = pe if pe is not None and pe.kind not in ("additive", "none") else None
         # "chunked" bounds memory at long lengths and equals "materialize" when the map is small;
         # it never needs torch.compile (FlexAttention), so evaluation runs anywhere.
-        y = posenc.attention(q, k, v, use, q_positions=positions, k_positions=positions, causal=True,
+        where = positions if use is not None else None  # additive/none: attention needs no positions
+        y = posenc.attention(q, k, v, use, q_positions=where, k_positions=where, causal=self.causal,
                              backend="chunked")  # (B, H, L, D)
         return self.proj(y.transpose(1, 2).reshape(b, length, c))  # (B, L, C)
 
 
+def check_arch(arch: str, cfg: GPTConfig) -> str:
+    """``arch`` is one of ``ARCHS``; a hybrid needs two blocks (one ssm, one attention) at least."""
+    check_choice("arch", arch, ARCHS)
+    if arch == "hybrid" and cfg.n_layer < 2:
+        raise ValueError(f"arch='hybrid' needs n_layer >= 2 (an ssm block and an attention block), "
+                         f"got n_layer={cfg.n_layer}")
+    return arch
+
+
+def _mlp(cfg: GPTConfig) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(cfg.n_embd, cfg.mlp_ratio * cfg.n_embd), nn.GELU(),
+                         nn.Linear(cfg.mlp_ratio * cfg.n_embd, cfg.n_embd))
+
+
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, *, causal: bool = True) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, causal=causal)
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
-        self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, cfg.mlp_ratio * cfg.n_embd), nn.GELU(),
-                                 nn.Linear(cfg.mlp_ratio * cfg.n_embd, cfg.n_embd))
+        self.mlp = _mlp(cfg)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, pe: nn.Module | None) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x), positions, pe)
         return x + self.mlp(self.ln_2(x))
 
 
-class TinyGPT(nn.Module):
-    """Decoder-only transformer; ``pe_spec`` is any spec ``posenc.build`` accepts."""
+class SSMBlock(nn.Module):
+    """``x = x + ssm(LN(x)); x = x + mlp(LN(x))``: the hybrid's block in place of attention."""
 
-    def __init__(self, cfg: GPTConfig, pe_spec: Any) -> None:
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd)
+        self.ssm = DiagonalSSM(cfg.n_embd)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = _mlp(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.ssm(self.ln_1(x))  # (B, L, C): no position, the state carries order
+        return x + self.mlp(self.ln_2(x))
+
+
+class TinyGPT(nn.Module):
+    """Decoder-only transformer (or, ``arch="hybrid"``, attention and ssm blocks in turn);
+    ``pe_spec`` is any spec ``posenc.build`` accepts."""
+
+    def __init__(self, cfg: GPTConfig, pe_spec: Any, *, arch: str = "transformer") -> None:
         super().__init__()
         self.cfg = cfg
+        self.arch = check_arch(arch, cfg)
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # std 1, the scale of a sinusoidal PE
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        hybrid = arch == "hybrid"
+        self.blocks = nn.ModuleList(SSMBlock(cfg) if hybrid and i % 2 == 0 else Block(cfg)
+                                    for i in range(cfg.n_layer))
+        # block index -> its slot in self.pes when each attention block has its own pe
+        self._slot = {i: n for n, i in enumerate(i for i, b in enumerate(self.blocks) if isinstance(b, Block))}
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.pes = nn.ModuleList()
@@ -112,7 +163,7 @@ class TinyGPT(nn.Module):
         Used to apply a RoPE scaling to a trained RoPE model: RoPE has no learned parameters, so
         swapping in ``{**spec, "scaling": {...}}`` changes only the frequencies.
         """
-        count = self.cfg.n_layer if self.cfg.pe_per_layer else 1
+        count = len(self._slot) if self.cfg.pe_per_layer else 1  # attention blocks only
         pes = [build_pe(pe_spec, self.cfg) for _ in range(count)]
         device = self.lm_head.weight.device
         self.pes = nn.ModuleList(p.to(device) for p in pes)
@@ -122,7 +173,7 @@ class TinyGPT(nn.Module):
         return self.pes[0].spec
 
     def _pe(self, layer: int) -> nn.Module:
-        return self.pes[layer if self.cfg.pe_per_layer else 0]
+        return self.pes[self._slot[layer] if self.cfg.pe_per_layer else 0]
 
     # -- forward ----------------------------------------------------------------------------
     def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -131,10 +182,18 @@ class TinyGPT(nn.Module):
         if positions is None:
             positions = torch.arange(length, device=idx.device)
         x = self.tok_emb(idx)  # (B, L, C)
+        one_axis = positions
+        per_layer = self.cfg.pe_per_layer
+        # An additive pe is added to the embeddings once (shared), or before each attention block (per layer).
+        if not per_layer and self.pes[0].kind == "additive":
+            x = x + self.pes[0](text_positions(one_axis, getattr(self.pes[0], "axes", 1))).to(x.dtype)  # (B, L, C)
         for i, block in enumerate(self.blocks):
+            if isinstance(block, SSMBlock):
+                x = block(x)
+                continue
             pe = self._pe(i)
-            # An additive pe is added to the embeddings once (shared), or by each layer (per layer).
-            if pe.kind == "additive" and (i == 0 or self.cfg.pe_per_layer):
+            positions = text_positions(one_axis, getattr(pe, "axes", 1))  # tokens of text on every axis
+            if per_layer and pe.kind == "additive":
                 x = x + pe(positions).to(x.dtype)  # (B, L, C)
             x = block(x, positions, pe)
         return self.lm_head(self.ln_f(x))  # (B, L, V)

@@ -16,7 +16,8 @@ from typing import Any
 
 from posenc import registry
 from posenc.bench import tasks as T
-from posenc.bench.model import GPTConfig, build_pe
+from posenc.bench import vision
+from posenc.bench.model import GPTConfig, build_pe, check_arch
 from posenc.bench.profiles import Profile, settings_hash
 
 Log = Callable[[str], None]
@@ -70,12 +71,21 @@ class Run:
     settings: str  # hash of the settings the numbers depend on
     variant: dict[str, Any] = field(default_factory=dict)  # scaling: type, mode, factor
     profile: str = ""
+    arch: str = "transformer"  # the model: posenc.bench.model.ARCHS
 
     @property
     def key(self) -> str:
-        text = json.dumps({"profile": self.profile, "part": self.part, "spec": self.spec, "variant": self.variant,
-                           "seed": self.seed, "settings": self.settings}, sort_keys=True)
+        fields = {"profile": self.profile, "part": self.part, "spec": self.spec, "variant": self.variant,
+                  "seed": self.seed, "settings": self.settings}
+        if self.arch != "transformer":  # a transformer run keeps the key it had before there was a choice
+            fields["arch"] = self.arch
+        text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def arch_label(label: str, arch: str) -> str:
+    """A run's legend label: the scheme's, prefixed with the architecture when it is not a transformer."""
+    return label if arch == "transformer" else f"{arch} {label}"
 
 
 def task_max_positions(profile: Profile) -> int:
@@ -94,7 +104,11 @@ def scaling_dict(kind: str, factor: float, original: int) -> dict[str, Any]:
 
 
 def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: str, log: Log) -> list[Run]:
-    """Every run of the profile, in order: per seed, LM per scheme, scalings, tasks per scheme."""
+    """Every run of the profile, in order: per seed, LM per scheme, scalings, tasks per scheme.
+
+    Every run uses ``profile.arch``; with ``"transformer"``, the schemes named in
+    ``profile.hybrid`` also run as hybrids (after the transformer runs of each part in
+    ``profile.hybrid_parts``), so the two architectures are compared on the same schemes."""
     from posenc import scaling
 
     lm_settings = settings_hash({"lm": profile.lm, "corpus": corpus_sha})
@@ -102,6 +116,17 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
     task_settings = settings_hash({"tasks": profile.tasks})
     lm_specs = [resolve_scheme(s, profile.lm.model, max_positions=profile.lm.train_length) for s in schemes]
     task_specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile)) for s in schemes]
+    custom = list(schemes) != [s for s in profile.schemes if s in registry.schemes()]  # the user's --scheme
+    image_settings, time_settings = settings_hash({"image": profile.image}), settings_hash({"time": profile.time})
+    image_items = vision.image_items(profile.image, schemes if custom else None) if "image" in profile.parts else []
+    time_items = vision.time_items(profile.time, schemes if custom else None) if "time" in profile.parts else []
+    arch = profile.arch
+    hybrid = profile.hybrid if arch == "transformer" else ()
+    for part, cfg in (("lm", profile.lm.model), ("tasks", profile.tasks.model)):
+        if part in profile.parts:
+            check_arch(arch, cfg)
+            if hybrid and part in profile.hybrid_parts:
+                check_arch("hybrid", cfg)
     base = next(((lab, sp) for lab, sp in lm_specs if sp["scheme"] == "rope" and sp.get("scaling") is None), None)
     types = [t for t in profile.scaling.types if t in scaling.SCALINGS]
     for t in profile.scaling.types:
@@ -109,19 +134,34 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
             log(f"note: RoPE scaling {t!r} is not available in this posenc; skipped")
     if "scaling" in profile.parts and base is None:
         log("note: no unscaled 'rope' scheme among the schemes, so the RoPE scalings are skipped")
+
+    def runs_of(part: str, seed: int, specs: list[tuple[str, dict[str, Any]]], settings: str) -> list[Run]:
+        out = [Run(part, seed, arch_label(lab, arch), sp, settings, profile=profile.name, arch=arch)
+               for lab, sp in specs]
+        if part in profile.hybrid_parts:
+            out += [Run(part, seed, arch_label(lab, "hybrid"), sp, settings, profile=profile.name, arch="hybrid")
+                    for lab, sp in specs if lab in hybrid]
+        return out
+
     runs: list[Run] = []
     for seed in profile.seeds:
         if "lm" in profile.parts:
-            runs += [Run("lm", seed, lab, sp, lm_settings, profile=profile.name) for lab, sp in lm_specs]
+            runs += runs_of("lm", seed, lm_specs, lm_settings)
         if "scaling" in profile.parts and base is not None:
             f = profile.scaling.finetune_factor
             for mode, kinds in (("zero-shot", types), ("fine-tune", ["none", *types])):
                 for kind in kinds:
                     variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
-                    runs.append(Run("scaling", seed, scaling_label(kind, mode, f), base[1], sc_settings,
-                                    variant, profile.name))
+                    runs.append(Run("scaling", seed, arch_label(scaling_label(kind, mode, f), arch), base[1],
+                                    sc_settings, variant, profile.name, arch))
         if "tasks" in profile.parts:
-            runs += [Run("tasks", seed, lab, sp, task_settings, profile=profile.name) for lab, sp in task_specs]
+            runs += runs_of("tasks", seed, task_specs, task_settings)
+        if "image" in profile.parts:  # the profile's variants, or the user's schemes made two-axis
+            runs += [Run("image", seed, lab, sp, image_settings, {"positions": mode}, profile.name)
+                     for lab, sp, mode in image_items]
+        if "time" in profile.parts:
+            runs += [Run("time", seed, lab, sp, time_settings, {"cannot": mode} if mode else {}, profile.name)
+                     for lab, sp, mode in time_items]
     return runs
 
 

@@ -2,7 +2,9 @@
 (``make report``: minutes on 2 CPU cores, one seed), ``full`` (three seeds, bigger, longer).
 
 Every setting that changes a number is in these dataclasses; their hash is part of each
-result's key, so changing a setting re-runs what it affects and nothing else.
+result's key, so changing a setting re-runs what it affects and nothing else. The architecture
+(``arch``, and the ``hybrid`` rows beside the transformer's) is part of each run's key instead
+(``posenc.bench.plan.Run``), so transformer results keep their keys.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from posenc.bench.model import GPTConfig
+from posenc._validate import check_choice
+from posenc.bench.model import ARCHS, GPTConfig
 from posenc.bench.tasks import TASKS
 
 BENCH_VERSION = 1  # bump when the protocol changes, so old results are not reused
-PARTS = ("lm", "scaling", "tasks")
+PARTS = ("lm", "scaling", "tasks", "image", "time")
 """``lm``: language modelling per scheme; ``scaling``: RoPE scalings on the trained RoPE model;
-``tasks``: algorithmic tasks and passkey retrieval per scheme."""
+``tasks``: algorithmic tasks and passkey retrieval per scheme; ``image``: digits classified at larger
+grids than trained (``posenc.bench.vision``); ``time``: event order and gaps at other frame rates."""
 
 DEFAULT_SCHEMES = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire")
 
@@ -70,6 +74,30 @@ class TaskSettings:
 
 
 @dataclass(frozen=True)
+class ImageSettings:
+    model: GPTConfig = GPTConfig(vocab_size=2, n_layer=2, n_head=4, n_embd=64, mlp_ratio=2)
+    train: TrainConfig = TrainConfig(steps=300, batch_size=64, lr=2e-3, warmup=20)
+    grid: int = 8  # training grid: the digits' own 8×8 pixels, one token each
+    test_grids: tuple[int, ...] = (8, 12, 16, 24)  # the same test images resampled to these grids
+    test_fraction: float = 0.3  # of the 1,797 digits, drawn once with a fixed seed
+    variants: tuple[str, ...] = ("none", "learned grid (resized)", "2D sinusoidal", "2D sinusoidal (rescaled)",
+                                 "axial RoPE", "RoPE-Mixed")
+
+
+@dataclass(frozen=True)
+class TimeSettings:
+    model: GPTConfig = GPTConfig(vocab_size=2, n_layer=2, n_head=4, n_embd=64, mlp_ratio=2)
+    train: TrainConfig = TrainConfig(steps=400, batch_size=64, lr=2e-3, warmup=20)
+    train_rate: float = 10.0  # frames per second
+    train_seconds: float = 4.0  # clip duration
+    test: tuple[tuple[float, float], ...] = ((10.0, 4.0), (20.0, 4.0), (5.0, 4.0), (10.0, 8.0), (20.0, 8.0))
+    gap_seconds: float = 1.0  # the threshold the label asks about
+    frame_dim: int = 8
+    eval_examples: int = 400  # per (rate, duration): the same examples for every scheme and seed
+    schemes: tuple[str, ...] = ("nope", "sinusoidal", "rope")
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     seeds: tuple[int, ...]
@@ -78,7 +106,12 @@ class Profile:
     scaling: ScalingSettings
     tasks: TaskSettings
     parts: tuple[str, ...] = PARTS
+    image: ImageSettings = ImageSettings()
+    time: TimeSettings = TimeSettings()
     description: str = ""
+    arch: str = "transformer"  # the model of the scheme runs: posenc.bench.model.ARCHS (--arch)
+    hybrid: tuple[str, ...] = ()  # arch "transformer" only: these schemes also run as hybrids, beside it
+    hybrid_parts: tuple[str, ...] = ("lm",)  # the parts the hybrid rows run in
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -95,14 +128,20 @@ def settings_hash(obj: Any) -> str:
 PROFILES: dict[str, Profile] = {
     "smoke": Profile(
         name="smoke", seeds=(0,), schemes=("nope", "sinusoidal", "learned", "rope", "alibi", "t5"),
-        lm=LMSettings(model=GPTConfig(n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
+        lm=LMSettings(model=GPTConfig(n_layer=2, n_head=2, n_embd=16, mlp_ratio=2),  # 2: a hybrid needs two
                       train=TrainConfig(steps=12, batch_size=8, warmup=2), train_length=16,
                       multipliers=(1, 2, 4), heldout_tokens=256, corpus_bytes=60_000, eval_tokens=256),
         scaling=ScalingSettings(types=("linear", "yarn"), finetune_steps=3),
-        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
+        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2),
                            train=TrainConfig(steps=8, batch_size=4, warmup=2), max_size=2,
                            test_sizes=(2, 4), eval_examples=8),
+        image=ImageSettings(model=GPTConfig(vocab_size=2, n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
+                            train=TrainConfig(steps=4, batch_size=8, warmup=1), test_grids=(8, 12)),
+        time=TimeSettings(model=GPTConfig(vocab_size=2, n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
+                          train=TrainConfig(steps=4, batch_size=8, warmup=1), test=((10.0, 4.0), (20.0, 8.0)),
+                          eval_examples=16),
         description="seconds; exercises every code path, numbers mean nothing",
+        hybrid=("nope", "rope"),
     ),
     "quick": Profile(
         name="quick", seeds=(0,), schemes=DEFAULT_SCHEMES,
@@ -115,6 +154,7 @@ PROFILES: dict[str, Profile] = {
                            test_sizes=(6, 8, 10, 12, 18), eval_examples=150),
         description="one seed, a 2-layer width-64 model trained at 32 bytes: about 3.5 minutes on 2 idle CPU "
                     "cores (measured), well under 10 on a busy one",
+        hybrid=("nope", "rope"),
     ),
     "full": Profile(
         name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
@@ -126,6 +166,7 @@ PROFILES: dict[str, Profile] = {
                            train=TrainConfig(steps=4000, batch_size=64, lr=3e-3), max_size=10,
                            test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
         description="three seeds, d=128, 4 layers: hours on 2 CPU cores, minutes on a GPU",
+        hybrid=("nope", "rope", "alibi", "sinusoidal"), hybrid_parts=("lm", "tasks"),
     ),
 }
 
@@ -137,9 +178,12 @@ def get_profile(name: str) -> Profile:
 
 
 def with_overrides(profile: Profile, *, seeds: tuple[int, ...] | None = None,
-                   schemes: tuple[str, ...] | None = None, parts: tuple[str, ...] | None = None) -> Profile:
-    """The profile with the user's seeds, schemes and parts (the run keys change accordingly)."""
+                   schemes: tuple[str, ...] | None = None, parts: tuple[str, ...] | None = None,
+                   arch: str | None = None) -> Profile:
+    """The profile with the user's seeds, schemes, parts and architecture (the run keys change accordingly)."""
     changes: dict[str, Any] = {}
+    if arch is not None:
+        changes["arch"] = check_choice("arch", arch, ARCHS)
     if seeds is not None:
         changes["seeds"] = tuple(seeds)
     if schemes is not None:

@@ -128,6 +128,43 @@ def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> 
     return findings.lm_verdicts(table)
 
 
+def _hybrid_section(page: Page, lm_recs: list[dict[str, Any]]) -> tuple[list[findings.Verdict], list[str]]:
+    """The recurrent baseline: the hybrid's rows against the transformer's; its verdicts and answers."""
+    page.add("<h3 id=hybrid>Recurrence instead of position: the hybrid (attention and ssm blocks)</h3>")
+    hybrid = [r for r in lm_recs if r.get("arch", "transformer") == "hybrid"]  # older records: transformer
+    if not hybrid:
+        page.add("<p>No hybrid runs in this profile (<code>posenc extrapolate --arch hybrid</code>).</p>")
+        return [], []
+    table = stats.lm_table(lm_recs)
+    page.add("<p>The <b>hybrid</b> rows replace every other attention block of the same decoder with an "
+             "<code>ssm</code> block (a diagonal linear state-space layer, S4D/Mamba-style, then the same MLP), as "
+             "Jamba interleaves Mamba and attention layers; the positional scheme acts in the remaining attention "
+             f"blocks only. {e(_why_recurrent())}. Below, a scheme <i>degrades</i> when its NLL at the longest "
+             "length exceeds its NLL at L by more than two standard errors (paired, block by block).</p>")
+    labels = [lab for lab in (findings.HYBRID_NOPE, findings.HYBRID_ROPE, "nope", *findings.PEERS)
+              if lab in table.labels()]
+    labels += [lab for lab in dict.fromkeys(r["label"] for r in hybrid) if lab not in labels]
+    L, long = table.train_length, max(table.lengths)
+    rows = []
+    for lab in labels:
+        t = findings.trend(table, lab)
+        if t is None:
+            rows.append([e(lab), "—", "—", "—", _missing(table.cannot.get(lab, {}).get(long))])
+            continue
+        rows.append([e(lab), f"{t.ppl_at_l:.2f}", f"{t.ppl_long:.2f}", f"{t.delta:+.4f} ± {t.se:.4f}",
+                     "degrades" if t.degrades else "does not degrade"])
+    page.add(html_table(["scheme", f"ppl at L = {L}", f"ppl at {long}", "ΔNLL (long − L) ± SE", "past L"], rows))
+    answers = findings.hybrid_answers(table)
+    page.add("".join(f"<p><b>{e(a)}</b></p>" for a in answers))
+    return findings.hybrid_verdicts(table), answers
+
+
+def _why_recurrent() -> str:
+    from posenc.demo import WHY_RECURRENT
+
+    return "The ssm blocks take no position: " + WHY_RECURRENT
+
+
 def _scaling_section(page: Page, lm_recs: list[dict[str, Any]],
                      sc_recs: list[dict[str, Any]]) -> list[findings.Verdict]:
     page.add("<h2>4. RoPE scalings on the trained RoPE model</h2>")
@@ -137,7 +174,9 @@ def _scaling_section(page: Page, lm_recs: list[dict[str, Any]],
     lm, sc = stats.lm_table(lm_recs), stats.lm_table(sc_recs)
     labels = {(r["variant"]["type"], r["variant"]["mode"]): r["label"] for r in sc_recs}
     # the LM run the scalings start from: the one with their base spec (its label may be "rope (base=500)")
-    base = next((r["label"] for r in lm_recs if r["spec"] == sc_recs[0]["spec"]), "rope")
+    arch = sc_recs[0].get("arch", "transformer")  # and the same model (a hybrid rope has the same spec)
+    base = next((r["label"] for r in lm_recs if r["spec"] == sc_recs[0]["spec"]
+                 and r.get("arch", "transformer") == arch), "rope")
     factor = next((r["variant"]["factor"] for r in sc_recs if r["variant"]["mode"] == "fine-tune"), 4)
     page.add("<p>Zero-shot: the trained RoPE model's frequencies are rescaled at each length T with factor T/L "
              f"(no training). Fine-tuned: a short fine-tune at {factor}L with factor {factor} (and a control "
@@ -242,17 +281,22 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
     page = Page()
     page.add(f"<h1>posenc report — train short, test long (profile <code>{e(profile.name)}</code>)</h1>"
              f"<p class=muted>Generated {e(meta['generated'])} by <code>posenc report --profile {e(profile.name)}"
-             "</code>. Offline: every figure is embedded; the page fetches nothing.</p>")
+             "</code>. Offline: every figure is embedded; the page fetches nothing. "
+             '<a id="explorer-link" href="explorer/index.html">Interactive explorer</a> (<code>posenc explore</code>, '
+             "written next to this page).</p>")
     body = Page()
     demonstrations(body)
     verdicts = _lm_section(body, profile, by_part["lm"])
+    hybrid_verdicts, answers = _hybrid_section(body, by_part["lm"])
+    verdicts += hybrid_verdicts
     verdicts += _scaling_section(body, by_part["lm"], by_part["scaling"])
     verdicts += _task_section(body, by_part["tasks"])
     meta["render_seconds"] = time.perf_counter() - meta["render_start"]
     meta["wall_seconds"] = time.perf_counter() - meta["start"]
     _environment_section(body, profile, records, meta)
     page.add("<h2>1. Summary: the papers' claims against this run</h2>" + _scale_note(profile, by_part["lm"])
-             + _headline(by_part["lm"]) + _verdicts(verdicts) + _honesty(verdicts))
+             + _headline(by_part["lm"]) + "".join(f"<p>{e(a)}</p>" for a in answers)
+             + _verdicts(verdicts) + _honesty(verdicts))
     page.parts += body.parts
     page.figures.update(body.figures)
     page.errors += body.errors
@@ -299,6 +343,9 @@ def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benc
         _write_atomic(out / "figures" / name, data)
     index = out / "index.html"
     _write_atomic(index, page.html(f"posenc report ({profile.name})").encode())
+    from posenc import explorer
+
+    explorer.write(out / "explorer")  # the page the header links to
     for err in page.errors:
         print(f"posenc report: warning: {err}", file=sys.stderr)
     return index

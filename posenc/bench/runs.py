@@ -87,9 +87,9 @@ def _curve(losses: list[float], points: int = 200) -> list[float]:
 
 # -- language modelling ------------------------------------------------------------------------
 
-def _lm_model(ctx: Context, spec: dict[str, Any], seed: int) -> TinyGPT:
-    torch.manual_seed(seed)  # same initial weights for every scheme (the pe is built last)
-    return TinyGPT(dataclasses.replace(ctx.profile.lm.model, vocab_size=256), spec).to(ctx.dist.device)
+def _lm_model(ctx: Context, spec: dict[str, Any], seed: int, arch: str = "transformer") -> TinyGPT:
+    torch.manual_seed(seed)  # same initial weights for every scheme of an arch (the pe is built last)
+    return TinyGPT(dataclasses.replace(ctx.profile.lm.model, vocab_size=256), spec, arch=arch).to(ctx.dist.device)
 
 
 def _lm_batches(ctx: Context, seed: int, *, batch: int, length: int):
@@ -136,12 +136,12 @@ def _save_checkpoint(ctx: Context, run: Run, model: TinyGPT) -> None:
 
 def run_lm(ctx: Context, run: Run) -> dict[str, Any]:
     lm = ctx.profile.lm
-    model = _lm_model(ctx, run.spec, run.seed)
+    model = _lm_model(ctx, run.spec, run.seed, run.arch)
     t0 = time.perf_counter()
     losses = _train(ctx, model, lm.train, _lm_batches(ctx, run.seed, batch=lm.train.batch_size,
                                                         length=lm.train_length), f"lm {run.label}")
     t1 = time.perf_counter()
-    if run.spec["scheme"] == "rope":
+    if run.spec["scheme"] == "rope" and run.arch == ctx.profile.arch:
         _save_checkpoint(ctx, run, model)  # the base of the scaling runs
     return {"train_loss": _curve(losses), "train_seconds": round(t1 - t0, 2), "params": model.num_params(),
             "train_length": lm.train_length, "eval": _lm_eval(ctx, model)}
@@ -152,8 +152,8 @@ def run_lm(ctx: Context, run: Run) -> dict[str, Any]:
 def _base_model(ctx: Context, run: Run) -> TinyGPT:
     """The trained RoPE model of the same seed: its checkpoint, or trained again (deterministic)."""
     base = Run("lm", run.seed, "rope", run.spec, settings_hash({"lm": ctx.profile.lm, "corpus": ctx.corpus_sha}),
-               profile=ctx.profile.name)
-    model = _lm_model(ctx, run.spec, run.seed)
+               profile=ctx.profile.name, arch=run.arch)
+    model = _lm_model(ctx, run.spec, run.seed, run.arch)
     path = _checkpoint_path(ctx, base)
     have = broadcast(path.is_file(), ctx.dist)
     if have:
@@ -202,7 +202,7 @@ def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
     ts = ctx.profile.tasks
     torch.manual_seed(run.seed)
     model = TinyGPT(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size, T.VOCAB_SIZE)),
-                    run.spec).to(ctx.dist.device)
+                    run.spec, arch=run.arch).to(ctx.dist.device)
     g = torch.Generator().manual_seed(run.seed)
 
     def next_batch(step: int):
@@ -228,7 +228,19 @@ def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
             "max_size": ts.max_size, "eval": rows}
 
 
-RUNNERS = {"lm": run_lm, "scaling": run_scaling, "tasks": run_tasks}
+def run_image(ctx: Context, run: Run) -> dict[str, Any]:
+    from posenc.bench import vision
+
+    return vision.run_image(ctx.profile.image, run.spec, run.variant["positions"], run.seed)
+
+
+def run_time(ctx: Context, run: Run) -> dict[str, Any]:
+    from posenc.bench import vision
+
+    return vision.run_time(ctx.profile.time, run.spec, run.seed, run.variant.get("cannot", ""))
+
+
+RUNNERS = {"lm": run_lm, "scaling": run_scaling, "tasks": run_tasks, "image": run_image, "time": run_time}
 
 
 def execute(ctx: Context, run: Run) -> dict[str, Any]:
@@ -237,13 +249,22 @@ def execute(ctx: Context, run: Run) -> dict[str, Any]:
     body = RUNNERS[run.part](ctx, run)
     corpus = {"source": ctx.corpus_source, "sha256": ctx.corpus_sha} if ctx.corpus_sha else None
     return {"key": run.key, "profile": ctx.profile.name, "part": run.part, "label": run.label,
-            "scheme": run.spec["scheme"], "spec": run.spec, "seed": run.seed, "settings": run.settings,
+            "scheme": run.spec["scheme"], "spec": run.spec, "arch": run.arch, "seed": run.seed,
+            "settings": run.settings,
             "corpus": corpus, **body, "seconds": round(time.perf_counter() - t0, 2),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx)}
 
 
 def summary(record: dict[str, Any]) -> str:
     """One line on a finished run: perplexity at the shortest and longest length, or mean exact match."""
+    if record.get("cannot_run"):
+        return f"cannot run: {record['cannot_run']}"
+    if record["part"] in ("image", "time"):
+        rows = record.get("eval", [])
+        where = "size" if record["part"] == "image" else "rate"
+        first, last = rows[0], rows[-1]
+        return (f"accuracy {first['accuracy']:.2f} at {where} {first[where]:g} -> "
+                f"{last['accuracy']:.2f} at {where} {last[where]:g}")
     rows = [r for r in record.get("eval", []) if r.get("mode", "nonoverlap") == "nonoverlap"]
     if record["part"] == "tasks":
         ok = [r for r in rows if "correct" in r]

@@ -4,10 +4,15 @@ analysis as one offline HTML page)."""
 from __future__ import annotations
 
 import argparse
+import codecs
+import os
 from pathlib import Path
 
+from posenc.cli import CLIError
+
 PROFILE_NAMES = ("smoke", "quick", "full")
-PART_NAMES = ("lm", "scaling", "tasks")
+PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
+ARCH_NAMES = ("transformer", "hybrid")  # posenc.bench.model.ARCHS (not imported here: it imports torch)
 
 
 def _seeds(text: str) -> tuple[int, ...]:
@@ -34,8 +39,13 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
                    help="a scheme to run instead of the profile's list (repeatable): a name, name:key=value,... "
                         "or a JSON file; sizes come from the model")
     p.add_argument("--part", action="append", choices=PART_NAMES, dest="parts",
-                   help="run only these parts (repeatable): lm, scaling, tasks (default: all)")
+                   help="run only these parts (repeatable): lm, scaling, tasks, image (digits at larger grids), "
+                        "time (frame rates and durations) (default: the profile's)")
     p.add_argument("--seeds", type=str, default=None, help="comma-separated seeds (default: the profile's)")
+    p.add_argument("--arch", choices=ARCH_NAMES, default=None,
+                   help="the model of the scheme runs: transformer (default), or hybrid: every other attention "
+                        "block replaced by an ssm block (Jamba-style); the profile's hybrid rows run beside "
+                        "transformer ones")
     p.add_argument("--corpus", metavar="FILE", default=None,
                    help="a text file for language modelling (default: the Python standard library's sources)")
     p.add_argument("--jobs", type=int, default=None,
@@ -50,11 +60,75 @@ def _profile(args: argparse.Namespace):
     from posenc.bench.profiles import get_profile, with_overrides
 
     return with_overrides(get_profile(args.profile), seeds=_seeds(args.seeds) if args.seeds else None,
-                          parts=tuple(dict.fromkeys(args.parts)) if args.parts else None)
+                          parts=tuple(dict.fromkeys(args.parts)) if args.parts else None, arch=args.arch)
+
+
+CORPUS_CHECK_BYTES = 1 << 20  # the start of a --corpus file that must read as UTF-8 text
+
+
+def _corpus(path: str | None) -> str | None:
+    """Checks ``--corpus`` before any work: an existing, readable, non-empty UTF-8 text file.
+
+    Binary files are refused (decision): the model would read any bytes, but its perplexity
+    would then say nothing about language, which is what the benchmark compares.
+    """
+    if path is None:
+        return None
+    if not os.path.exists(path):
+        raise CLIError(f"--corpus {path!r} does not exist")
+    if not os.path.isfile(path):
+        raise CLIError(f"--corpus {path!r} is not a file (a folder or a device); give one text file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(CORPUS_CHECK_BYTES)
+    except OSError as e:
+        raise CLIError(f"--corpus {path!r} cannot be read: {e.strerror or e}") from None
+    if not head:
+        raise CLIError(f"--corpus {path!r} is empty; give a text file of at least a few hundred kilobytes")
+    if b"\0" in head:
+        raise CLIError(f"--corpus {path!r} is binary (it has NUL bytes); the benchmark's language model needs "
+                       "UTF-8 text")
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) < CORPUS_CHECK_BYTES)
+    except UnicodeDecodeError as e:
+        raise CLIError(f"--corpus {path!r} is not UTF-8 text (invalid byte at offset {e.start}); convert it, "
+                       "e.g. iconv -t UTF-8") from None
+    return path
+
+
+def _results_file(path: str) -> str:
+    """``extrapolate --out``: a file (created with its folder if needed), never a directory."""
+    if os.path.isdir(path):
+        raise CLIError(f"--out {path!r} is a directory; give a results file such as {os.path.join(path, 'results.jsonl')!r}")
+    _make_folder("--out", os.path.dirname(path) or ".")
+    return path
+
+
+def _make_folder(flag: str, path: str) -> str:
+    """Creates ``path`` (and its parents) or says in one line why it cannot be."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CLIError(f"{flag} {path!r} is a file, not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise CLIError(f"{flag}: cannot create folder {path!r}: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CLIError(f"{flag}: folder {path!r} is not writable")
+    return path
+
+
+def _schemes(texts: list[str] | None) -> list[str] | None:
+    """``--scheme`` SPECs parsed and bounded before any work (sizes within ``posenc.limits``)."""
+    from posenc.limits import check_spec
+    from posenc.spec import parse_spec
+
+    for text in texts or ():
+        check_spec(parse_spec(text))
+    return texts
 
 
 def _run_kwargs(args: argparse.Namespace) -> dict:
-    return {"schemes": args.schemes, "corpus": args.corpus, "threads": _positive("--threads", args.threads),
+    return {"schemes": _schemes(args.schemes), "corpus": _corpus(args.corpus), "threads": _positive("--threads", args.threads),
             "jobs": _positive("--jobs", args.jobs) or "auto",
             "device": args.device, "progress": not args.no_progress}
 
@@ -63,7 +137,7 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
     from posenc.bench.extrapolate import run
 
     profile = _profile(args)
-    out = args.out or f"extrapolate-{profile.name}.jsonl"
+    out = _results_file(args.out or f"extrapolate-{profile.name}.jsonl")
     records = run(profile, results=out, **_run_kwargs(args))
     if records:
         print(f"{len(records)} results in {out}")
@@ -74,7 +148,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from posenc.bench.report import make_report
 
     profile = _profile(args)
-    path = make_report(profile, out=Path(args.out), run_benchmark=not args.no_run, **_run_kwargs(args))
+    path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run, **_run_kwargs(args))
     if path is not None:
         print(f"report written to {path}")
     return 0

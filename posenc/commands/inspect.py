@@ -3,6 +3,7 @@
     posenc list
     posenc show rope:base=500000,scaling=linear,factor=4 --length 256 --plot rope.png
     posenc compare sinusoidal rope alibi --plot compare.png
+    posenc show rope_mixed --grid 14x14 --plot map.png      # grid encodings: a 2D similarity map
     posenc demo order
 
 A SPEC is a scheme name, ``name:key=value,...`` or a JSON file (see ``posenc.spec``); sizes
@@ -18,10 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from posenc.cli import CLIError
+from posenc.limits import MAX_DIM, MAX_HEADS, MAX_LENGTH
 
-MAX_LENGTH = 16384
-MAX_DIM = 4096
-MAX_HEADS = 256
 DEMOS = ("order",)
 SPEC_HELP = ("a scheme name, name:key=value,... (e.g. rope:base=500000,scaling=linear,factor=4) "
              "or a JSON file")
@@ -40,22 +39,62 @@ def _bounded_int(name: str, low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-SIZE_BOUNDS = {"d_model": MAX_DIM, "head_dim": MAX_DIM, "rotary_dim": MAX_DIM, "num_heads": MAX_HEADS,
-               "max_positions": MAX_LENGTH}
-"""Sizes a SPEC may give on the command line: the same bounds as --dim, --heads and --length, so a
-typo (``rope:head_dim=10000000``) is an error, not an out-of-memory kill."""
+MAX_GRID = 128
+
+
+def _pair(name: str, sep: str, high: int, *, low: int = 1) -> Callable[[str], tuple[int, int]]:
+    """``HxW`` / ``R,C``: two integers from ``low`` to ``high``."""
+    def parse(text: str) -> tuple[int, int]:
+        parts = text.lower().split(sep)
+        try:
+            a, b = (int(p) for p in parts)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be two integers as A{sep}B (e.g. 14{sep}14), "
+                                             f"got {text!r}") from None
+        if not (low <= a <= high and low <= b <= high):
+            raise argparse.ArgumentTypeError(f"{name} sizes must be integers from {low} to {high}, got {text!r}")
+        return a, b
+
+    return parse
 
 
 def _spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
-    """A SPEC from the command line, sizes filled from --dim/--heads/--length and bounded."""
+    """A SPEC from the command line, sizes filled from --dim/--heads/--length and bounded.
+
+    Each size a scheme declares (``posenc.limits``) is bounded here, so a typo
+    (``rope:head_dim=10000000``, ``fire:hidden=100000000``) is one line, not an out-of-memory kill.
+    """
+    from posenc.limits import check_spec
     from posenc.spec import fill_sizes, parse_spec
 
     spec = fill_sizes(parse_spec(text), dim=args.dim, num_heads=args.heads, length=args.length)
-    for key, high in SIZE_BOUNDS.items():
-        value = spec.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > high:
-            raise CLIError(f"{key} must be at most {high} on the command line, got {value}")
+    check_spec(spec)
     return spec
+
+
+def _check_work(spec: dict[str, Any], args: argparse.Namespace, *, queries: int) -> None:
+    """The work of ``show``/``compare`` on one encoding, as products of sizes, within the limits.
+
+    ``queries``: how many query positions the command scores a bias or relative term at.
+    """
+    import posenc
+    from posenc import registry
+    from posenc.limits import MAX_CELLS, MAX_FIT_WORK, MAX_PAIR_WORK, MAX_RELATIVE_WORK, check_work
+
+    kind = registry.get(spec["scheme"]).kind
+    if kind == "relative":  # a query-dependent term: work grows with the module's parameters (W_R, tables)
+        params = sum(p.numel() for p in posenc.build(spec).parameters())
+        check_work("a relative term over every query", queries * params, MAX_RELATIVE_WORK,
+                   f"--length {args.length} × {params:,} parameters")
+    if kind not in ("additive", "rotary"):
+        return  # bias kinds: an [H, L] column and [H, 64, 64] maps, bounded by --heads and --length
+    n = args.length
+    width = max((v for k, v in spec.items() if k in ("d_model", "head_dim") and isinstance(v, int)), default=args.dim)
+    sizes = f"--length {n} × width {width}"
+    check_work("a table", n * width, MAX_CELLS, sizes)
+    check_work("a fingerprint comparison", n * n * width, MAX_PAIR_WORK, sizes)
+    if registry.get(spec["scheme"]).kind == "additive":
+        check_work("a linear-map fit", n * width * width, MAX_FIT_WORK, sizes)
 
 
 def _plot_path(path: str | None) -> str | None:
@@ -101,15 +140,57 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grid_mode(specs: list[dict[str, Any]], args: argparse.Namespace) -> bool:
+    """True when ``--grid`` is given or a SPEC's module has several axes (``axes``, a learned ``grid``)."""
+    from posenc import analysis
+
+    return args.grid is not None or any(
+        getattr(analysis.build(s, dim=args.dim, num_heads=args.heads, length=args.length), "axes", 1) > 1
+        for s in specs)
+
+
+def _grid_spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A SPEC for the grid views: a one-axis learned table gets a row per patch."""
+    spec = _spec(text, args)
+    if spec.get("scheme") == "learned" and not spec.get("grid") and args.grid is not None:
+        spec["max_positions"] = max(int(spec.get("max_positions") or 0), args.grid[0] * args.grid[1])
+    return spec
+
+
+def _grid_numbers(spec: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, str]]:
+    from posenc import analysis
+
+    try:
+        gm = analysis.grid_map(spec, grid=args.grid, patch=args.patch, dim=args.dim, num_heads=args.heads)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    return analysis.grid_numbers(gm)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from posenc import analysis
 
     plot_path = _plot_path(args.plot)
-    spec = _spec(args.spec, args)
+    spec = _grid_spec(args.spec, args)
+    if not _grid_mode([spec], args):
+        _check_work(spec, args, queries=64)  # key_numbers: 3 query positions and [H, 64, 64] maps
     if plot_path:
         from posenc import plot, registry
 
         plot.check_showable(registry.get(spec["scheme"]).kind, spec["scheme"])
+    if _grid_mode([spec], args):
+        m = analysis.build(spec, dim=args.dim, num_heads=args.heads, length=args.length)
+        numbers = [("scheme", m.name), ("kind", m.kind),
+                   ("spec", ", ".join(f"{k}={v}" for k, v in m.spec.items() if k != "scheme") or "(no parameters)"),
+                   *_grid_numbers(spec, args)]
+        for key, value in numbers:
+            print(f"{key.ljust(max(len(k) for k, _ in numbers))}  {value}")
+        if plot_path:
+            from posenc import plot
+
+            _save(lambda: plot.show(spec, length=args.length, dim=args.dim, grid=args.grid, patch=args.patch),
+                  plot_path)
+        return 0
     numbers = analysis.key_numbers(spec, length=args.length, dim=args.dim, num_heads=args.heads)
     width = max(len(k) for k, _ in numbers)
     for key, value in numbers:
@@ -127,6 +208,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     plot_path = _plot_path(args.plot)
     specs = [_spec(s, args) for s in args.specs]
+    if _grid_mode(specs, args):  # one grid for all: --grid, else the first learned grid, else 14×14
+        grids = [tuple(s["grid"][-2:]) for s in specs if s.get("grid")]
+        args = argparse.Namespace(**{**vars(args), "grid": args.grid or (grids[0] if grids else (14, 14))})
+        return _compare_grids([_grid_spec(s, args) for s in args.specs], args, plot_path)
+    for spec in specs:
+        _check_work(spec, args, queries=args.length)
     n = args.length
     picks = sorted({1, min(10, n - 1), n - 1})
     rows = [("scheme", "kind", *[f"signal at r={r}" for r in picks], "closest positions", "wavelengths")]
@@ -150,6 +237,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_grids(specs: list[dict[str, Any]], args: argparse.Namespace, plot_path: str | None) -> int:
+    """``compare`` for grid encodings: each scheme's signal with one patch, at its neighbours and far."""
+    from posenc import analysis
+
+    rows = None
+    for spec in analysis.progress(specs, "compare"):
+        numbers = _grid_numbers(spec, args)
+        m = analysis.build(spec, dim=args.dim, num_heads=args.heads, length=args.length)
+        if rows is None:
+            rows = [("scheme", "kind", *numbers[1][0].removeprefix("signal at ").split(", "))]
+            print(numbers[0][1].split(":")[0])
+        rows.append((analysis.label(m), m.kind, *numbers[1][1].split(", ")))
+    print(analysis.text_table(rows))
+    print("\nsignal: " + "; ".join(f"{k}: {v}" for k, v in analysis.GRID_QUANTITY.items()
+                                   if any(r[1] == k for r in rows[1:])))
+    if plot_path:
+        from posenc import plot
+
+        _save(lambda: plot.grid_maps(specs, grid=args.grid, patch=args.patch, dim=args.dim), plot_path)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from posenc import demo
 
@@ -169,6 +278,11 @@ def _sizes(p: argparse.ArgumentParser, length: int) -> None:
     p.add_argument("--heads", type=_bounded_int("--heads", 1, MAX_HEADS), default=8, metavar="H",
                    help="num_heads of bias schemes, when the SPEC leaves it out (default 8)")
     p.add_argument("--plot", metavar="FILE", help="also draw the figure to FILE (.png, .svg or .pdf)")
+    p.add_argument("--grid", type=_pair("--grid", "x", MAX_GRID), metavar="HxW",
+                   help="an image grid of H×W patches: show each patch's signal with one patch (default for "
+                        f"schemes with several axes: the learned grid, else 14x14; at most {MAX_GRID} a side)")
+    p.add_argument("--patch", type=_pair("--patch", ",", MAX_GRID, low=0), metavar="R,C",
+                   help="the patch of the grid map (default: the centre)")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -194,7 +308,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("demo", help="demonstrations: order ('dog bites man' vs 'man bites dog')",
                        description="order: one attention layer reads 'dog bites man' and 'man bites dog' with "
-                                   "every scheme; without position the outputs are only permuted.")
+                                   "every scheme; without position the outputs are only permuted. A GRU and the ssm layer, "
+                                   "without any position, tell them apart: their state follows the order.")
     p.add_argument("name", choices=DEMOS, metavar="NAME", help=f"one of: {', '.join(DEMOS)}")
     p.add_argument("--seed", type=_bounded_int("--seed", 0, 2**31 - 1), default=0, help="random weights (default 0)")
     p.set_defaults(func=cmd_demo)

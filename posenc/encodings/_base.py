@@ -1,5 +1,13 @@
 """What every scheme module shares: its spec, float64 tables that follow ``.to(device)`` but never
-``.to(dtype)``, and the checks on positions and tensors.
+``.to(dtype)``, the checks on positions (``posenc.positions``, with the module's ``axes`` and
+``real_positions``) and tensors, and one base class per kind that declares the kind's calls:
+
+    AdditiveEncoding   module(positions) -> [..., L, d_model]
+    RotaryEncoding     module(x, positions, *, role=None) -> x rotated;  cos_sin(positions, dtype)
+    BiasEncoding       module(q_positions, k_positions, *, dtype=None) -> [H, Lq, Lk];  score_fn()
+    RelativeEncoding   module(q, k, q_positions, k_positions) -> [B, H, Lq, Lk];  value_term (or None)
+
+``@register(name, kind)`` checks that a scheme subclasses its kind's base (``KIND_BASES``).
 
 Notation used for tensor shapes:
     B: batch, H: heads, L: sequence length (Lq queries, Lk keys), D: head dimension.
@@ -14,7 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
-INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+from posenc._validate import check_choice
+from posenc.positions import (INDEX_DTYPES, as_working, check_batch, check_position_batches,  # noqa: F401
+                              check_positions, relative_distance)
 
 
 class PositionalEncoding(nn.Module):
@@ -29,6 +39,11 @@ class PositionalEncoding(nn.Module):
     name: str = "?"
     kind: str = "?"
     _spec: dict[str, Any]
+    axes: int = 1
+    """How many axes a position has (``posenc.positions``): 1 for text; set from the spec's ``axes``
+    (or a learned ``grid``). Positions are ``[L]``/``[B, L]`` for 1, ``[L, A]``/``[B, L, A]`` above."""
+    real_positions: bool = False
+    """True for schemes that are functions of position and so accept real-valued positions."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,6 +60,10 @@ class PositionalEncoding(nn.Module):
     def extra_repr(self) -> str:
         spec = getattr(self, "_spec", {})
         return ", ".join(f"{k}={v!r}" for k, v in spec.items() if k != "scheme")
+
+    def check_positions(self, name: str, positions: Any, **kw: Any) -> torch.Tensor:
+        """``posenc.positions.check_positions`` with this module's ``axes`` and ``real_positions``."""
+        return check_positions(name, positions, axes=self.axes, real=self.real_positions, scheme=self.name, **kw)
 
     # -- dtype and device -------------------------------------------------------------------
     @property
@@ -69,25 +88,7 @@ class PositionalEncoding(nn.Module):
 
 
 # -- checks -----------------------------------------------------------------------------------
-
-def check_positions(name: str, positions: Any, *, max_value: int | None = None, why: str = "") -> torch.Tensor:
-    """Positions are an integer tensor ``[L]`` or ``[B, L]`` of non-negative values."""
-    if not isinstance(positions, torch.Tensor):
-        raise TypeError(f"{name} must be an integer torch.Tensor of shape [L] or [B, L], got {type(positions).__name__}")
-    if positions.dtype not in INDEX_DTYPES:
-        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {positions.dtype}")
-    if positions.dim() not in (1, 2):
-        raise ValueError(f"{name} must have shape [L] or [B, L], got shape {list(positions.shape)}")
-    if not torch.compiler.is_compiling() and positions.numel():
-        low = int(positions.min())
-        if low < 0:
-            raise ValueError(f"{name} must be non-negative, got minimum {low}")
-        if max_value is not None:
-            high = int(positions.max())
-            if high > max_value:
-                raise ValueError(f"{name} must be <= {max_value}{' (' + why + ')' if why else ''}, got {high}")
-    return positions
-
+# Positions are checked in one place, ``posenc.positions``; these names stay importable from here.
 
 def check_tensor(name: str, x: Any, *, ndim: int, last_dim: int | None = None, floating: bool = True) -> torch.Tensor:
     """A tensor of rank ``ndim`` whose last dimension is ``last_dim``."""
@@ -110,23 +111,6 @@ def check_same_batch_and_heads(q: torch.Tensor, k: torch.Tensor) -> None:
                          f"got shapes {list(q.shape)} and {list(k.shape)}")
 
 
-def check_batch(name: str, positions: torch.Tensor, batch: int, length: int) -> None:
-    """Positions ``[L]`` or ``[B, L]`` agree with a tensor of batch ``batch`` and length ``length``."""
-    if positions.shape[-1] != length:
-        raise ValueError(f"{name} has length {positions.shape[-1]} but the tensor has length {length}")
-    if positions.dim() == 2 and positions.shape[0] not in (1, batch):
-        raise ValueError(f"{name} has batch {positions.shape[0]} but the tensor has batch {batch}")
-
-
-def check_position_batches(q_positions: torch.Tensor, k_positions: torch.Tensor) -> None:
-    """``[Bq, Lq]`` and ``[Bk, Lk]`` positions broadcast: equal batches, or one of them 1 (or ``[L]``)."""
-    bq = q_positions.shape[0] if q_positions.dim() == 2 else 1
-    bk = k_positions.shape[0] if k_positions.dim() == 2 else 1
-    if bq != bk and 1 not in (bq, bk):
-        raise ValueError(f"q_positions has batch {bq} but k_positions has batch {bk}; "
-                         "they must be equal, or one of them 1 or unbatched [L]")
-
-
 def to_numpy(x: Any) -> Any:
     """A tensor as a NumPy array for the reference (floating point as float64); anything else as it is."""
     if not isinstance(x, torch.Tensor):
@@ -135,16 +119,85 @@ def to_numpy(x: Any) -> Any:
     return (x.double() if x.is_floating_point() else x).numpy()
 
 
-def relative_distance(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
-    """``k - q`` for every pair: ``[Lq, Lk]`` from ``[Lq]``, ``[Lk]``; ``[B, Lq, Lk]`` if either is batched."""
-    return k_positions.long().unsqueeze(-2) - q_positions.long().unsqueeze(-1)
+class AdditiveEncoding(PositionalEncoding):
+    """Base of the ``additive`` kind: ``module(positions) -> [..., L, d_model]``, added to the token
+    embeddings before the first layer (``posenc.attention`` refuses it)."""
+
+    d_model: int
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class RotaryEncoding(PositionalEncoding):
+    """Base of the ``rotary`` kind: ``module(x, positions, *, role=None, out=None) -> x`` rotated,
+    for ``x [B, H, L, D]``; ``cos_sin(positions, dtype)`` gives the unscaled cos and sin of the angles.
+
+    Every rotary call takes ``role`` ("query", "key" or None); ``posenc.attention`` passes it
+    (only xPos needs it). ``out`` is ``posenc.apply_rotary``'s: a preallocated result, or ``x``
+    itself to rotate in place.
+    """
+
+    head_dim: int
+    ROLES = (None, "query", "key")
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32):
+        raise NotImplementedError
+
+    def check_call(self, x: Any, positions: Any, role: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The checks of a rotary call: ``x [B, H, L, head_dim]``, positions for ``B`` and ``L``, ``role``."""
+        x = check_tensor("x", x, ndim=4, last_dim=self.head_dim)
+        positions = self.check_positions("positions", positions)
+        check_batch("positions", positions, x.shape[0], x.shape[2], axes=self.axes)
+        check_choice("role", role, self.ROLES)
+        return x, positions.to(x.device)
+
+
+class RelativeEncoding(PositionalEncoding):
+    """Base of the ``relative`` kind: ``module(q, k, q_positions, k_positions) -> [B, H, Lq, Lk]``,
+    a query/key-dependent term added to the scaled scores. A scheme whose output also mixes
+    relative value vectors (Shaw) defines ``value_term(p, q_positions, k_positions) -> [B, H, Lq, D]``;
+    the others leave it None."""
+
+    head_dim: int
+    value_term: Callable[..., torch.Tensor] | None = None
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, q_positions: torch.Tensor,
+                k_positions: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def check_inputs(self, q: Any, k: Any, q_positions: Any, k_positions: Any, *, q_name: str = "q",
+                     k_name: str = "k") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The one relative-input check: ``q [B, H, Lq, ·]``, ``k [B, H, Lk, ·]`` (last dimension
+        ``head_dim`` unless ``q_name`` is "p", the attention weights ``[B, H, Lq, Lk]``), and
+        positions for their batch and lengths; positions come back on q's device."""
+        if q_name == "p":
+            q = check_tensor("p", q, ndim=4)
+            lq, lk = q.shape[2], q.shape[3]
+        else:
+            q = check_tensor(q_name, q, ndim=4, last_dim=self.head_dim)
+            k = check_tensor(k_name, k, ndim=4, last_dim=self.head_dim)
+            check_same_batch_and_heads(q, k)
+            lq, lk = q.shape[2], k.shape[2]
+        q_positions = self.check_positions("q_positions", q_positions).to(q.device)
+        k_positions = self.check_positions("k_positions", k_positions).to(q.device)
+        check_batch("q_positions", q_positions, q.shape[0], lq, axes=self.axes)
+        check_batch("k_positions", k_positions, q.shape[0], lk, axes=self.axes)
+        return q, k, q_positions, k_positions
+
+
+KIND_BASES = {"additive": AdditiveEncoding, "rotary": RotaryEncoding, "relative": RelativeEncoding}
 
 
 class BiasEncoding(PositionalEncoding):
     """Base of the ``bias`` kind: a per-head bias on the attention scores.
 
     Subclasses define ``score_fn()``, which returns an elementwise function
-    ``bias(h, q_pos, k_pos)`` of broadcastable integer tensors (head index, query position, key
+    ``bias(h, q_pos, k_pos)`` of broadcastable position tensors (int64, or float64 for real positions) (head index, query position, key
     position). The same function serves ``forward`` (a whole ``[H, Lq, Lk]`` map) and
     FlexAttention's ``score_mod`` (one score at a time), so the two paths cannot drift. Learned
     tables are gathered once in ``score_fn`` (outside the per-score function).
@@ -164,10 +217,14 @@ class BiasEncoding(PositionalEncoding):
         ``posenc.attention`` asks for its float32 score dtype, so that a bfloat16 module does not
         round away the bias differences between neighbouring keys.
         """
-        q_positions = check_positions("q_positions", q_positions).to(self.device).long()
-        k_positions = check_positions("k_positions", k_positions).to(self.device).long()
+        q_positions = as_working(self.check_positions("q_positions", q_positions), self.device)
+        k_positions = as_working(self.check_positions("k_positions", k_positions), self.device)
         check_position_batches(q_positions, k_positions)
         h = torch.arange(self.num_heads, device=self.device).view(-1, 1, 1)  # (H, 1, 1)
         q = q_positions.unsqueeze(-1).unsqueeze(-3)  # (..., 1, Lq, 1)
         k = k_positions.unsqueeze(-2).unsqueeze(-3)  # (..., 1, 1, Lk)
         return self.score_fn()(h, q, k).to(self.dtype if dtype is None else dtype)
+
+
+KIND_BASES["bias"] = BiasEncoding
+KIND_BASES["none"] = PositionalEncoding

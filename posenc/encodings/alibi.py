@@ -14,15 +14,19 @@ from posenc import reference as ref
 from posenc._validate import check_int
 from posenc.registry import register
 from posenc.encodings._base import BiasEncoding
+from posenc.limits import Heads, check_memory
 
 
 @register("alibi", kind="bias")
 class ALiBi(BiasEncoding):
     """Linear distance penalty with the paper's per-head slopes (any head count)."""
 
-    def __init__(self, *, num_heads: int) -> None:
+    real_positions = True  # a function of the distance: real-valued positions are accepted
+
+    def __init__(self, *, num_heads: Heads) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)
+        check_memory("num_heads", self.num_heads, 3 * self.num_heads, bytes_per=8, what="its float64 slopes")
         self.register_float64("slopes", torch.from_numpy(ref.alibi_slopes(self.num_heads)))
 
     def score_fn(self):

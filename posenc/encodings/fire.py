@@ -24,6 +24,7 @@ from posenc import reference as ref
 from posenc._validate import check_float, check_int
 from posenc.registry import register
 from posenc.encodings._base import BiasEncoding
+from posenc.limits import Heads, Width, check_memory
 
 EPS = 1e-6  # added to the denominator, as in the paper's code
 
@@ -32,10 +33,14 @@ EPS = 1e-6  # added to the denominator, as in the paper's code
 class Fire(BiasEncoding):
     """A learned MLP of the log distance over the log query position (FIRE)."""
 
-    def __init__(self, *, num_heads: int, hidden: int = 32, c: float = 0.1, L_threshold: float = 512.0) -> None:
+    real_positions = True  # a function of the distance: real-valued positions are accepted
+
+    def __init__(self, *, num_heads: Heads, hidden: Width = 32, c: float = 0.1, L_threshold: float = 512.0) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)
         self.hidden = check_int("hidden", hidden, min=1)
+        check_memory("hidden", self.hidden, self.hidden * (self.num_heads + 3),
+                     what=f"its MLP 1 → hidden → num_heads={self.num_heads}")
         self.mlp = nn.Sequential(nn.Linear(1, self.hidden), nn.ReLU(), nn.Linear(self.hidden, self.num_heads))
         self.c = nn.Parameter(torch.tensor(check_float("c", c, min=0.0, min_open=True)))
         self.L_multiplier = nn.Parameter(torch.tensor(1.0))

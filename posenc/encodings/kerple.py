@@ -20,6 +20,7 @@ from posenc import reference as ref
 from posenc._validate import check_choice, check_float, check_int
 from posenc.registry import register
 from posenc.encodings._base import BiasEncoding
+from posenc.limits import Heads, check_memory
 
 KERNELS = {  # the distance kernel of each variant, on float64 distances d and exponents/rates r2
     "log": lambda d, r2: torch.log1p(r2 * d),
@@ -31,9 +32,12 @@ KERNELS = {  # the distance kernel of each variant, on float64 distances d and e
 class Kerple(BiasEncoding):
     """Learned logarithmic or power distance penalty per head (KERPLE)."""
 
-    def __init__(self, *, num_heads: int, variant: str = "log", eps: float = 1e-2) -> None:
+    real_positions = True  # a function of the distance: real-valued positions are accepted
+
+    def __init__(self, *, num_heads: Heads, variant: str = "log", eps: float = 1e-2) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)
+        check_memory("num_heads", self.num_heads, 4 * self.num_heads, what="its rates r1, r2 per head")
         self.variant = check_choice("variant", variant, tuple(KERNELS))
         self.eps = check_float("eps", eps, min=0.0, min_open=True, max=1.0)
         self.r1 = nn.Parameter((torch.rand(self.num_heads) * 2).clamp(min=self.eps))  # (H,)

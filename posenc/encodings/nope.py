@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from posenc.registry import register
-from posenc.encodings._base import PositionalEncoding, check_batch, check_positions, check_tensor
+from posenc.encodings._base import PositionalEncoding, check_batch, check_tensor
 
 
 @register("nope", kind="none")
@@ -25,7 +25,7 @@ class NoPE(PositionalEncoding):
         """``x [B, H, L, D]`` unchanged; ``positions`` (``[L]`` or ``[B, L]``) are checked like a rotary's."""
         x = check_tensor("x", x, ndim=4)
         if positions is not None:
-            check_batch("positions", check_positions("positions", positions), x.shape[0], x.shape[2])
+            check_batch("positions", self.check_positions("positions", positions), x.shape[0], x.shape[2])
         return x
 
     def reference(self, x, positions=None):

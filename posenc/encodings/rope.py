@@ -8,10 +8,12 @@ only on relative position:
 Long-context scalings (``scaling={"type": ...}``) only change the float64 frequencies θ and an
 attention factor; see ``posenc.scaling``.
 
-**Exact angles.** ``m·θ_i`` is formed in float64 from the integer position, reduced to [−π, π)
-and only then passed to cos/sin and cast, so cos and sin are within 1e-6 of the truth at every
-position below 2^24 in float32 (transformers' float32 angles are off by 2e-3 at 32k), and a
-bfloat16 or float16 input never changes which position is used.
+**Exact angles.** Angles come from ``posenc.rotary.angles``: ``m·θ_i`` reduced mod 2π exactly
+(the position split in 21-bit chunks, ``2^(21j)·θ_i mod 2π`` reduced once per frequency) in float64,
+and only then passed to cos/sin and cast, so cos and sin are within 1e-6 of a 40-digit reference
+at every integer position up to 2^40 and beyond in float32 (the plain float64 product drifts past
+2^24: 6e-5 at 2^40; transformers' float32 angles are off by 2e-3 at 32k), and a bfloat16 or
+float16 input never changes which position is used.
 
 **Tables.** Outside ``torch.compile``, cos/sin tables are cached per (frequencies, device,
 dtype, scale) and grown by powers of two up to ``TABLE_MAX_ELEMENTS`` entries; past that, and
@@ -38,6 +40,15 @@ own positions, then uses the frequencies at ``seen_length``. So:
 
 Every other scaling is static, and decoding equals the full pass at every length.
 
+**Axial** (``axes = A >= 2``, positions ``[..., L, A]``; FLUX's ``axes_dim``, EVA-02): axis ``a``
+rotates its own contiguous slice of ``axes_dims[a]`` dims (default: an equal split of
+``rotary_dim``) with its own spectrum ``base^(−2i/axes_dims[a])`` in the module's layout, i.e. a 1D
+rope of head_dim ``axes_dims[a]`` on that slice, so ``q·k`` depends only on the per-axis position
+differences. Angles come from ``posenc.rotary.angles`` with each pair's axis (``axis_of_pair``);
+the cached table is shared by the axes. Axial rope takes no scaling.
+
+**Real positions** (floating point) are rotated by their exact angles, without the table.
+
 **xPos** scales queries and keys differently, so its calls need ``role="query"`` or
 ``role="key"``; every rotary module accepts ``role``, and ``posenc.attention`` passes it.
 """
@@ -53,30 +64,74 @@ from posenc import reference as ref
 from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary_unchecked, check_out
-from posenc.encodings._base import PositionalEncoding, check_batch, check_positions, check_tensor
+from posenc.encodings._base import RotaryEncoding
+from posenc.limits import Axes, Dim, check_memory
 
-ROLES = (None, "query", "key")
+ROLES = RotaryEncoding.ROLES
 TABLE_MIN_POSITIONS = 256
 TABLE_MAX_ELEMENTS = 1 << 22  # per table (cos or sin): 16 MB in float32
 
 
-@register("rope", kind="rotary")
-class RoPE(PositionalEncoding):
-    """Rotary embedding of RoFormer / Llama, with optional long-context scaling."""
+def check_axes_dims(axes_dims: Any, axes: int, rotary_dim: int | None, head_dim: int) -> list[int]:
+    """``axes_dims``: one even size per axis, summing to ``rotary_dim`` (default: an equal split)."""
+    if axes_dims is None:
+        rd = head_dim if rotary_dim is None else rotary_dim
+        if rd % (2 * axes):
+            raise ValueError(f"rotary_dim must be divisible by 2·axes = {2 * axes} for an equal split over the axes, "
+                             f"got rotary_dim={rd} with axes={axes}; or give axes_dims=[...] (even sizes summing "
+                             "to rotary_dim)")
+        return [rd // axes] * axes
+    if isinstance(axes_dims, (str, bytes)) or not isinstance(axes_dims, (list, tuple)):
+        raise TypeError(f"axes_dims must be a list of {axes} even sizes, got {axes_dims!r} ({type(axes_dims).__name__})")
+    if len(axes_dims) != axes:
+        raise ValueError(f"axes_dims must have one size per axis (axes={axes}), got {len(axes_dims)}: {list(axes_dims)}")
+    dims = [check_even(f"axes_dims[{i}]", check_int(f"axes_dims[{i}]", d, min=2)) for i, d in enumerate(axes_dims)]
+    total = sum(dims)
+    if rotary_dim is not None and total != rotary_dim:
+        raise ValueError(f"axes_dims must sum to rotary_dim={rotary_dim}, got {dims} (sum {total})")
+    if total > head_dim:
+        raise ValueError(f"axes_dims must sum to at most head_dim={head_dim}, got {dims} (sum {total})")
+    return dims
 
-    def __init__(self, *, head_dim: int, base: float = 10000.0, rotary_dim: int | None = None,
-                 layout: str = "half", scaling: dict[str, Any] | None = None) -> None:
+
+@register("rope", kind="rotary")
+class RoPE(RotaryEncoding):
+    """Rotary embedding of RoFormer / Llama, with optional long-context scaling; axial with ``axes``."""
+
+    real_positions = True
+
+    def __init__(self, *, head_dim: Dim, base: float = 10000.0, rotary_dim: Dim | None = None,
+                 layout: str = "half", scaling: dict[str, Any] | None = None, axes: Axes = 1,
+                 axes_dims: list[Dim] | None = None) -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", check_int("head_dim", head_dim, min=2))
+        check_memory("head_dim", self.head_dim, 2 * self.head_dim, bytes_per=8, what="its float64 frequencies")
         self.base = check_float("base", base, min=0.0, min_open=True)
-        rd = self.head_dim if rotary_dim is None else check_int("rotary_dim", rotary_dim, min=2)
+        self.axes = check_int("axes", axes, min=1, max=8)
+        if rotary_dim is not None:
+            rotary_dim = check_int("rotary_dim", rotary_dim, min=2)
+        if self.axes == 1 and axes_dims is not None:
+            raise ValueError(f"axes_dims is for axial rope (axes >= 2), got axes_dims={axes_dims!r} with axes=1")
+        self.axes_dims = check_axes_dims(axes_dims, self.axes, rotary_dim, self.head_dim) if self.axes > 1 else None
+        rd = self.head_dim if rotary_dim is None else rotary_dim
+        if self.axes_dims is not None:
+            rd = sum(self.axes_dims)
         if rd > self.head_dim:
             raise ValueError(f"rotary_dim must be <= head_dim={self.head_dim}, got {rd}")
         self.rotary_dim = check_even("rotary_dim", rd)
         self.layout = check_choice("layout", layout, LAYOUTS)
         from posenc import scaling as _scaling
 
-        base_freq = ref.rope_inv_freq(self.rotary_dim, self.base)
+        if self.axes > 1 and scaling is not None:
+            raise ValueError(f"scaling applies to one-axis rope; axial rope (axes={self.axes}) takes scaling=None, "
+                             f"got scaling={scaling!r}")
+        if self.axes_dims is None:
+            base_freq = ref.rope_inv_freq(self.rotary_dim, self.base)
+            axis_of_pair = None
+        else:  # axis a: a 1D rope of head_dim axes_dims[a] on its own slice
+            base_freq = np.concatenate([ref.rope_inv_freq(d, self.base) for d in self.axes_dims])
+            axis_of_pair = torch.cat([torch.full((d // 2,), a) for a, d in enumerate(self.axes_dims)])
+        self.register_buffer("axis_of_pair", axis_of_pair, persistent=False)
         self.scaling = _scaling.resolve(scaling, base_freq, head_dim=self.head_dim, base=self.base)
         self.register_float64("inv_freq", torch.from_numpy(self.scaling.inv_freq))
         rule = self.scaling.by_length
@@ -146,15 +201,19 @@ class RoPE(PositionalEncoding):
 
     def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, scale: float,
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[..., L, R]`` cos and sin at checked positions (``[..., L]`` or ``[..., L, A]``): from
+        the cached table for integer positions, else computed."""
         positions = positions.to(device)
         freq, key = self._observe(positions)
         freq = freq.to(device)
-        if key is None or torch.compiler.is_compiling() or positions.numel() == 0:
-            return angles_cos_sin(positions, freq, dtype, scale)
+        axis_of_pair = self.axis_of_pair
+        if (key is None or torch.compiler.is_compiling() or positions.numel() == 0
+                or positions.is_floating_point()):  # real positions have no table row
+            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair)
         top = int(positions.max())
         width = freq.shape[0]
         if (top + 1) * width > TABLE_MAX_ELEMENTS:
-            return angles_cos_sin(positions, freq, dtype, scale)
+            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair)
         key = (key, device, dtype, scale)
         table = self._tables.get(key)
         if table is None or table[0].shape[0] <= top:
@@ -163,7 +222,11 @@ class RoPE(PositionalEncoding):
             table = angles_cos_sin(torch.arange(n, device=device), freq, dtype, scale)  # (n, R) each
             self._tables[key] = table
         index = positions.long()
-        return table[0][index], table[1][index]
+        if axis_of_pair is None:
+            return table[0][index], table[1][index]
+        per_pair = index[..., axis_of_pair]  # (..., L, R): the position pair i takes
+        flat = per_pair.reshape(-1, width)
+        return (table[0].gather(0, flat).view(per_pair.shape), table[1].gather(0, flat).view(per_pair.shape))
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
         """Unscaled ``cos, sin`` of the angles at ``positions``: ``[..., L, rotary_dim // 2]``.
@@ -171,7 +234,7 @@ class RoPE(PositionalEncoding):
         Neither the attention factor nor xPos's scale is applied. For a length-dependent
         scaling this call counts as a use (it raises ``seen_length``, see the module docstring).
         """
-        positions = check_positions("positions", positions)
+        positions = self.check_positions("positions", positions)
         return self._cos_sin(positions, dtype, 1.0, self.device)
 
     def _xpos_scale(self, positions: torch.Tensor, role: str) -> torch.Tensor:
@@ -188,11 +251,7 @@ class RoPE(PositionalEncoding):
         "key") matters only for xPos, where it is required. ``out``: as in ``posenc.apply_rotary``, a
         preallocated result (no allocation), or ``x`` itself to rotate in place.
         """
-        x = check_tensor("x", x, ndim=4, last_dim=self.head_dim)
-        positions = check_positions("positions", positions)
-        check_batch("positions", positions, x.shape[0], x.shape[2])
-        check_choice("role", role, ROLES)
-        positions = positions.to(x.device)
+        x, positions = self.check_call(x, positions, role)
         if self.scaling.decay is None:
             cos, sin = self._cos_sin(positions, x.dtype, self.attention_factor, x.device)
         else:
@@ -203,11 +262,32 @@ class RoPE(PositionalEncoding):
             cos, sin = (cos * scale).to(x.dtype), (sin * scale).to(x.dtype)
         if cos.dim() == 3:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, L, R)
-        return apply_rotary_unchecked(x, cos, sin, self.layout, None if out is None else check_out(out, x))
+        out = None if out is None else check_out(out, x)
+        if self.axes_dims is None or self.layout == "interleaved":  # the slices' pairs line up with the whole's
+            return apply_rotary_unchecked(x, cos, sin, self.layout, out)
+        if out is None:
+            parts, start, pair = [], 0, 0  # "half": each axis's slice pairs (i, i + d_a/2) of its own
+            for d in self.axes_dims:
+                sl = slice(pair, pair + d // 2)
+                parts.append(apply_rotary_unchecked(x[..., start:start + d], cos[..., sl], sin[..., sl], "half", None))
+                start, pair = start + d, pair + d // 2
+            parts.append(x[..., start:])
+            return torch.cat(parts, dim=-1)
+        start, pair = 0, 0  # into out (or in place: each slice is its own in-place rotation)
+        for d in self.axes_dims:
+            sl = slice(pair, pair + d // 2)
+            xs = x[..., start:start + d]
+            apply_rotary_unchecked(xs, cos[..., sl], sin[..., sl], "half", xs if out is x else out[..., start:start + d])
+            start, pair = start + d, pair + d // 2
+        if out is not x and start < x.shape[-1]:
+            out[..., start:].copy_(x[..., start:])
+        return out
 
     def reference(self, x, positions, *, role: str | None = None):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
         pos = np.asarray(positions)
+        if self.axes_dims is not None:
+            return ref.rope_axial(x, positions, self.axes_dims, self.base, layout=self.layout)
         freq = self.scaling.at(int(pos.max()) + 1 if pos.size else 0)
         out = ref.rope(x, positions, freq, layout=self.layout, attention_factor=self.attention_factor)
         if self.scaling.decay is not None:

@@ -19,19 +19,21 @@ from torch import nn
 from posenc import reference as ref
 from posenc._validate import check_int
 from posenc.registry import register
-from posenc.encodings._base import (PositionalEncoding, check_batch, check_positions, check_same_batch_and_heads,
-                                    check_tensor, relative_distance, to_numpy as _numpy)
+from posenc.encodings._base import RelativeEncoding, relative_distance, to_numpy as _numpy
+from posenc.limits import Clip, Dim, check_memory
 
 
 @register("shaw", kind="relative")
-class Shaw(PositionalEncoding):
+class Shaw(RelativeEncoding):
     """Learned key and value embeddings of the clipped relative distance (Shaw et al. 2018)."""
 
-    def __init__(self, *, head_dim: int, max_distance: int = 16) -> None:
+    def __init__(self, *, head_dim: Dim, max_distance: Clip = 16) -> None:
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, min=1)
         self.max_distance = check_int("max_distance", max_distance, min=0)
         rows = 2 * self.max_distance + 1
+        check_memory("max_distance", self.max_distance, 2 * rows * self.head_dim,
+                     what=f"its two tables of 2·max_distance+1 = {rows} × head_dim={self.head_dim}")
         self.table_k = nn.Parameter(torch.randn(rows, self.head_dim))  # (2k+1, D): w^K, N(0, 1) like nn.Embedding
         self.table_v = nn.Parameter(torch.randn(rows, self.head_dim))  # (2k+1, D): w^V
 
@@ -47,13 +49,7 @@ class Shaw(PositionalEncoding):
     def forward(self, q: torch.Tensor, k: torch.Tensor, q_positions: torch.Tensor,
                 k_positions: torch.Tensor) -> torch.Tensor:
         """``q_i · a^K_ij / √D``: ``q [B, H, Lq, D]``, ``k [B, H, Lk, D]`` -> ``[B, H, Lq, Lk]`` in q's dtype."""
-        q = check_tensor("q", q, ndim=4, last_dim=self.head_dim)
-        k = check_tensor("k", k, ndim=4, last_dim=self.head_dim)
-        check_same_batch_and_heads(q, k)
-        q_positions = check_positions("q_positions", q_positions)
-        k_positions = check_positions("k_positions", k_positions)
-        check_batch("q_positions", q_positions, q.shape[0], q.shape[2])
-        check_batch("k_positions", k_positions, k.shape[0], k.shape[2])
+        q, k, q_positions, k_positions = self.check_inputs(q, k, q_positions, k_positions)
         work = torch.promote_types(q.dtype, torch.float32)
         qa = q.to(work) @ self.table_k.to(work).t()  # (B, H, Lq, 2k+1): q_i · w^K_r for every row r
         rows = self._rows(q_positions, k_positions, (*q.shape[:3], k.shape[2]))  # (B, H, Lq, Lk)
@@ -61,11 +57,7 @@ class Shaw(PositionalEncoding):
 
     def value_term(self, p: torch.Tensor, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
         """``Σ_j p_ij a^V_ij``: attention weights ``p [B, H, Lq, Lk]`` -> ``[B, H, Lq, D]`` in p's dtype."""
-        p = check_tensor("p", p, ndim=4)
-        q_positions = check_positions("q_positions", q_positions)
-        k_positions = check_positions("k_positions", k_positions)
-        check_batch("q_positions", q_positions, p.shape[0], p.shape[2])
-        check_batch("k_positions", k_positions, p.shape[0], p.shape[3])
+        p, _, q_positions, k_positions = self.check_inputs(p, None, q_positions, k_positions, q_name="p")
         work = torch.promote_types(p.dtype, torch.float32)
         rows = self._rows(q_positions, k_positions, p.shape)  # (B, H, Lq, Lk)
         per_row = p.new_zeros(*p.shape[:3], self.table_v.shape[0], dtype=work)  # (B, H, Lq, 2k+1)

@@ -3,7 +3,16 @@
     PE(pos, 2i) = sin(pos / base^(2i/d)),   PE(pos, 2i+1) = cos(pos / base^(2i/d))
 
 Low dimensions oscillate fast, high ones slowly: each position gets a unique multi-frequency
-fingerprint, and PE(pos + k) is a fixed rotation of PE(pos) for every pos.
+fingerprint, and PE(pos + k) is a fixed rotation of PE(pos) for every pos. A function of position:
+real-valued positions (seconds, fractional coordinates) are accepted.
+
+**Several axes** (``axes = A``, positions ``[..., L, A]``): axis ``a`` takes the dims
+``[a·D/A, (a+1)·D/A)``, each the 1D encoding above with ``d = D/A`` — the factorized 2D/3D sin-cos
+of ViT and MAE (Dosovitskiy et al. 2021; He et al. 2022), or hierarchical positions (section,
+sentence, token). MAE's ``get_2d_sincos_pos_embed(D, S)`` is this table at positions
+``(c, r)`` (column first: its ``grid[0]`` is the column) with each block's dims in the order
+``[sin…, cos…]`` instead of interleaved: ``mae[:, a·D/2 + [0..D/4) ] = ours[:, a·D/2 + 0::2]``,
+``mae[:, a·D/2 + [D/4..D/2)] = ours[:, a·D/2 + 1::2]`` for ``posenc.grid_positions((S, S))[:, [1, 0]]``.
 """
 
 from __future__ import annotations
@@ -14,24 +23,35 @@ from posenc import reference as ref
 from posenc._validate import check_even, check_float, check_int
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin
-from posenc.encodings._base import PositionalEncoding, check_positions
+from posenc.encodings._base import AdditiveEncoding
+from posenc.limits import Axes, Dim, check_memory
 
 
 @register("sinusoidal", kind="additive")
-class Sinusoidal(PositionalEncoding):
-    """Fixed sin/cos table of Vaswani et al. 2017; extrapolates to any position."""
+class Sinusoidal(AdditiveEncoding):
+    """Fixed sin/cos table of Vaswani et al. 2017; extrapolates to any position, one or several axes."""
 
-    def __init__(self, *, d_model: int, base: float = 10000.0) -> None:
+    real_positions = True
+
+    def __init__(self, *, d_model: Dim, base: float = 10000.0, axes: Axes = 1) -> None:
         super().__init__()
         self.d_model = check_even("d_model", check_int("d_model", d_model, min=2))
         self.base = check_float("base", base, min=0.0, min_open=True)
-        self.register_float64("inv_freq", torch.from_numpy(ref.sinusoidal_inv_freq(self.d_model, self.base)))
+        check_memory("d_model", self.d_model, self.d_model, bytes_per=8, what="its float64 frequencies")
+        self.axes = check_int("axes", axes, min=1, max=8)
+        if self.d_model % (2 * self.axes):
+            raise ValueError(f"d_model must be divisible by 2·axes = {2 * self.axes} (each axis takes an even "
+                             f"share of the dims), got d_model={self.d_model} with axes={self.axes}")
+        per_axis = ref.sinusoidal_inv_freq(self.d_model // self.axes, self.base)  # (d/(2A),)
+        self.register_float64("inv_freq", torch.from_numpy(per_axis).repeat(self.axes))  # (d/2,)
+        axis_of_pair = torch.arange(self.axes).repeat_interleave(len(per_axis))
+        self.register_buffer("axis_of_pair", axis_of_pair if self.axes > 1 else None, persistent=False)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
-        """``[L]`` or ``[B, L]`` -> ``[..., L, d_model]`` in the module's dtype."""
-        positions = check_positions("positions", positions)
-        cos, sin = angles_cos_sin(positions.to(self.device), self.inv_freq, self.dtype)  # (..., L, d/2)
-        return torch.stack((sin, cos), dim=-1).flatten(-2)  # (..., L, d): sin even, cos odd
+        """``[L]``/``[B, L]`` (or ``[L, A]``/``[B, L, A]``) -> ``[..., L, d_model]`` in the module's dtype."""
+        positions = self.check_positions("positions", positions).to(self.device)
+        cos, sin = angles_cos_sin(positions, self.inv_freq, self.dtype, axis_of_pair=self.axis_of_pair)  # (..., L, d/2)
+        return torch.stack((sin, cos), dim=-1).flatten(-2)  # (..., L, d): sin even, cos odd within each axis
 
     def reference(self, positions):
-        return ref.sinusoidal(positions, self.d_model, self.base)
+        return ref.sinusoidal(positions, self.d_model, self.base, axes=self.axes)

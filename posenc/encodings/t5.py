@@ -13,16 +13,17 @@ import torch
 from torch import nn
 
 from posenc import reference as ref
-from posenc._validate import check_bool, check_float, check_int
+from posenc._validate import MAX_INIT_STD, check_bool, check_float, check_int
 from posenc.registry import register
 from posenc.encodings._base import BiasEncoding
+from posenc.limits import Buckets, Distance, Heads, check_memory
 
 
 @register("t5", kind="bias")
 class T5Bias(BiasEncoding):
     """Learned per-head bias on log-spaced buckets of relative distance (T5)."""
 
-    def __init__(self, *, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
+    def __init__(self, *, num_heads: Heads, num_buckets: Buckets = 32, max_distance: Distance = 128,
                  bidirectional: bool = True, init_std: float = 0.5) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)
@@ -31,7 +32,9 @@ class T5Bias(BiasEncoding):
         self.num_buckets = check_int("num_buckets", num_buckets, min=low)
         half = self.num_buckets // 2 if self.bidirectional else self.num_buckets
         self.max_distance = check_int("max_distance", max_distance, min=half // 2 + 1)
-        init_std = check_float("init_std", init_std, min=0.0)
+        init_std = check_float("init_std", init_std, min=0.0, max=MAX_INIT_STD)
+        check_memory("max_distance", self.max_distance, (2 * self.max_distance + 1) * (1 + self.num_heads),
+                     what=f"its bucket lookup over distances -max_distance..max_distance, {self.num_heads} heads")
         self.weight = nn.Parameter(torch.randn(self.num_buckets, self.num_heads) * init_std)  # (buckets, H)
         # Buckets are constant past max_distance, so a lookup table over [-M, M] is exact.
         rel = torch.arange(-self.max_distance, self.max_distance + 1)

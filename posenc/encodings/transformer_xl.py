@@ -30,16 +30,15 @@ from posenc import reference as ref
 from posenc._validate import check_float, check_int
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin, apply_rotary
-from posenc.encodings._base import (PositionalEncoding, check_batch, check_positions, check_same_batch_and_heads,
-                                    check_tensor)
-from posenc.encodings._base import to_numpy as _numpy
+from posenc.encodings._base import RelativeEncoding, to_numpy as _numpy
+from posenc.limits import Dim, Heads, check_memory
 
 
 @register("transformer_xl", kind="relative")
-class TransformerXL(PositionalEncoding):
+class TransformerXL(RelativeEncoding):
     """Sinusoidal relative encoding with learned projection and global biases u, v (Dai et al. 2019)."""
 
-    def __init__(self, *, num_heads: int, head_dim: int, base: float = 10000.0) -> None:
+    def __init__(self, *, num_heads: Heads, head_dim: Dim, base: float = 10000.0) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)
         self.head_dim = check_int("head_dim", head_dim, min=1)
@@ -48,6 +47,9 @@ class TransformerXL(PositionalEncoding):
             raise ValueError(f"num_heads * head_dim must be even (R pairs sin and cos), "
                              f"got {self.num_heads} * {self.head_dim} = {self.d_r}")
         self.base = check_float("base", base, min=0.0, min_open=True)
+        check_memory("head_dim", self.head_dim, self.num_heads * self.head_dim * (self.d_r + 2),
+                     what=f"its projection W_R of num_heads × head_dim × num_heads·head_dim = "
+                          f"{self.num_heads} × {self.head_dim} × {self.d_r}")
         self.register_float64("inv_freq", torch.from_numpy(ref.sinusoidal_inv_freq(self.d_r, self.base)))
         self.w_r = nn.Parameter(torch.randn(self.num_heads, self.head_dim, self.d_r) / math.sqrt(self.d_r))
         self.u = nn.Parameter(torch.randn(self.num_heads, self.head_dim))  # (H, D)
@@ -56,16 +58,10 @@ class TransformerXL(PositionalEncoding):
     def forward(self, q: torch.Tensor, k: torch.Tensor, q_positions: torch.Tensor,
                 k_positions: torch.Tensor) -> torch.Tensor:
         """Terms (b) + (c) + (d) over ``√D``: ``q [B, H, Lq, D]``, ``k [B, H, Lk, D]`` -> ``[B, H, Lq, Lk]``."""
-        q = check_tensor("q", q, ndim=4, last_dim=self.head_dim)
-        k = check_tensor("k", k, ndim=4, last_dim=self.head_dim)
-        check_same_batch_and_heads(q, k)
+        q, k, q_positions, k_positions = self.check_inputs(q, k, q_positions, k_positions)
         if q.shape[1] != self.num_heads or k.shape[1] != self.num_heads:
             raise ValueError(f"q and k must have num_heads={self.num_heads} heads, "
                              f"got shapes {list(q.shape)} and {list(k.shape)}")
-        q_positions = check_positions("q_positions", q_positions).to(q.device)
-        k_positions = check_positions("k_positions", k_positions).to(q.device)
-        check_batch("q_positions", q_positions, q.shape[0], q.shape[2])
-        check_batch("k_positions", k_positions, k.shape[0], k.shape[2])
         dtype, work = q.dtype, torch.promote_types(q.dtype, torch.float32)
         q, k = q.to(work), k.to(work)
         w_r, u, v = self.w_r.to(work), self.u.to(work), self.v.to(work)

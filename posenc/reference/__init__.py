@@ -3,13 +3,16 @@
 Nothing here imports torch. The torch modules in ``posenc.encodings`` are tested against these
 functions at several dtypes, odd lengths and offsets; when the two disagree, this is right.
 
-Positions are integer arrays ``[L]`` (or ``[B, L]``); relative distances are ``k - q``.
+Positions follow ``posenc.reference.positions``: ``[L]``/``[B, L]`` for one axis, ``[L, A]``/
+``[B, L, A]`` for several; integers, or reals for the schemes that are functions of position.
+Relative distances are ``k - q``.
 """
 
 from posenc.reference.attention import attention, softmax
 from posenc.reference.sinusoidal import sinusoidal, sinusoidal_inv_freq
 from posenc.reference.learned import learned
-from posenc.reference.rope import rope, rope_angles, rope_inv_freq, rotate_pairs_index
+from posenc.reference.positions import angles, grid_positions, positions_array
+from posenc.reference.rope import rope, rope_angles, rope_axial, rope_inv_freq, rotate_pairs_index
 from posenc.reference.alibi import alibi, alibi_slopes
 from posenc.reference.t5 import t5, t5_bucket
 
@@ -17,7 +20,8 @@ __all__ = [
     "attention", "softmax",
     "sinusoidal", "sinusoidal_inv_freq",
     "learned",
-    "rope", "rope_angles", "rope_inv_freq", "rotate_pairs_index",
+    "angles", "grid_positions", "positions_array",
+    "rope", "rope_angles", "rope_axial", "rope_inv_freq", "rotate_pairs_index",
     "alibi", "alibi_slopes",
     "t5", "t5_bucket",
 ]
@@ -25,10 +29,15 @@ from posenc.reference.shaw import shaw, shaw_attention, shaw_index, shaw_value
 from posenc.reference.transformer_xl import relative_sinusoid, transformer_xl
 from posenc.reference.kerple import kerple
 from posenc.reference.fire import fire, fire_input
+from posenc.reference.rope_mixed import rope_mixed, rope_mixed_angles
 
 __all__ += [
     "shaw", "shaw_attention", "shaw_index", "shaw_value",
     "relative_sinusoid", "transformer_xl",
     "kerple",
     "fire", "fire_input",
+    "rope_mixed", "rope_mixed_angles",
 ]
+from posenc.reference.ssm import ssm, ssm_decay, ssm_scan
+
+__all__ += ["ssm", "ssm_decay", "ssm_scan"]

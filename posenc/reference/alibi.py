@@ -34,7 +34,7 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
 
 def alibi(q_positions, k_positions, slopes) -> np.ndarray:
     """``[H, Lq, Lk]`` (``[B, H, Lq, Lk]`` for batched positions) float64."""
-    dist = np.abs(distance(q_positions, k_positions)).astype(np.float64)  # (..., Lq, Lk)
+    dist = np.abs(distance(q_positions, k_positions, real=True)).astype(np.float64)  # (..., Lq, Lk)
     slopes = np.asarray(slopes, dtype=np.float64)
     if slopes.ndim != 1:
         raise ValueError(f"slopes must have shape [H], got shape {list(slopes.shape)}")

@@ -22,8 +22,8 @@ def fire_input(q_positions, k_positions, *, c: float, L: float, eps: float = 1e-
     """The MLP's input ``ψ(|i − j|) / (ψ(max(L, i)) + eps)``: ``[..., Lq, Lk]``, in ``[0, 1]`` when ``j <= i``."""
     if c < 0 or L < 0:
         raise ValueError(f"c and L must be >= 0, got c={c}, L={L}")
-    d = np.abs(distance(q_positions, k_positions)).astype(np.float64)  # (..., Lq, Lk)
-    i = positions_array("q_positions", q_positions).astype(np.float64)[..., :, None]  # (..., Lq, 1)
+    d = np.abs(distance(q_positions, k_positions, real=True)).astype(np.float64)  # (..., Lq, Lk)
+    i = positions_array("q_positions", q_positions, real=True).astype(np.float64)[..., :, None]  # (..., Lq, 1)
     return np.log1p(c * d) / (np.log1p(c * np.maximum(L, i)) + eps)
 
 

@@ -31,5 +31,5 @@ def kerple(q_positions, k_positions, r1, r2, *, variant: str = "log") -> np.ndar
         raise ValueError(f"r1 and r2 must be > 0, got minimum {r1.min()} and {r2.min()}")
     if variant == "power" and (r2 > 2).any():
         raise ValueError(f"r2 must be <= 2 for the power variant, got maximum {r2.max()}")
-    d = np.abs(distance(q_positions, k_positions)).astype(np.float64)[..., None, :, :]  # (..., 1, Lq, Lk)
+    d = np.abs(distance(q_positions, k_positions, real=True)).astype(np.float64)[..., None, :, :]  # (..., 1, Lq, Lk)
     return -r1 * KERNELS[variant](d, r2)

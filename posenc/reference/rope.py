@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from posenc._validate import check_choice, check_even, check_float, check_int
-from posenc.reference._checks import positions_array
+from posenc.reference.positions import angles, positions_array
 
 
 def rope_inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
@@ -26,9 +26,10 @@ def rope_inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
 
 
 def rope_angles(positions, inv_freq) -> np.ndarray:
-    """``m·θ_i``: ``[..., L]`` positions -> ``[..., L, rotary_dim/2]`` float64."""
-    pos = positions_array("positions", positions).astype(np.float64)
-    return pos[..., None] * np.asarray(inv_freq, dtype=np.float64)
+    """``m·θ_i`` reduced exactly to ``[−π, π)``: ``[..., L]`` positions (integer or real) ->
+    ``[..., L, rotary_dim/2]`` float64."""
+    pos = positions_array("positions", positions, real=True)
+    return angles(pos, inv_freq)
 
 
 def rotate_pairs_index(rotary_dim: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
@@ -40,6 +41,20 @@ def rotate_pairs_index(rotary_dim: int, layout: str) -> tuple[np.ndarray, np.nda
         return np.arange(0, rotary_dim, 2), np.arange(1, rotary_dim, 2)
     check_choice("layout", layout, ("half", "interleaved"))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def rope_axial(x, positions, axes_dims, base: float = 10000.0, *, layout: str = "half") -> np.ndarray:
+    """Axial RoPE (FLUX, EVA-02): ``positions [..., L, A]``; axis ``a`` applies a 1D ``rope`` of
+    ``rotary_dim = axes_dims[a]`` (its own spectrum ``base^(−2i/axes_dims[a])``) to its contiguous
+    slice of ``x``; dims past ``sum(axes_dims)`` pass through."""
+    dims = [int(d) for d in axes_dims]
+    pos = positions_array("positions", positions, axes=len(dims), real=True)
+    x = np.asarray(x, dtype=np.float64)
+    out, start = x.copy(), 0
+    for a, d in enumerate(dims):
+        out[..., start:start + d] = rope(x[..., start:start + d], pos[..., a], rope_inv_freq(d, base), layout=layout)
+        start += d
+    return out
 
 
 def rope(x, positions, inv_freq, *, layout: str = "half", attention_factor: float = 1.0) -> np.ndarray:

@@ -21,7 +21,7 @@ from posenc.reference.attention import attention
 
 def shaw_index(q_positions, k_positions, max_distance: int) -> np.ndarray:
     """Row of the tables for each pair: ``clip(j - i, -k, k) + k`` in ``[0, 2k]``, ``[..., Lq, Lk]``."""
-    return np.clip(distance(q_positions, k_positions), -max_distance, max_distance) + max_distance
+    return np.clip(distance(q_positions, k_positions, scheme="shaw"), -max_distance, max_distance) + max_distance
 
 
 def _table(name: str, table) -> tuple[np.ndarray, int]:

@@ -48,7 +48,7 @@ def t5(q_positions, k_positions, table, *, num_buckets: int = 32, max_distance: 
     table = np.asarray(table, dtype=np.float64)
     if table.ndim != 2 or table.shape[0] != num_buckets:
         raise ValueError(f"table must have shape [num_buckets={num_buckets}, H], got shape {list(table.shape)}")
-    b = t5_bucket(distance(q_positions, k_positions), num_buckets=num_buckets,
+    b = t5_bucket(distance(q_positions, k_positions, scheme="t5"), num_buckets=num_buckets,
                   max_distance=max_distance, bidirectional=bidirectional)  # (..., Lq, Lk)
     values = table[b]  # (..., Lq, Lk, H)
     return np.moveaxis(values, -1, -3)

@@ -22,7 +22,7 @@ from posenc.reference.sinusoidal import sinusoidal
 
 def relative_sinusoid(q_positions, k_positions, d_r: int, base: float = 10000.0) -> np.ndarray:
     """``R_{i−j}`` for every pair: ``[..., Lq, Lk, d_r]`` float64."""
-    d = -distance(q_positions, k_positions)  # (..., Lq, Lk): i − j
+    d = -distance(q_positions, k_positions, scheme="transformer_xl")  # (..., Lq, Lk): i − j
     r = sinusoidal(np.abs(d).reshape(-1), d_r, base).reshape(d.shape + (d_r,))  # R_{|i−j|}
     r[..., 0::2] *= np.sign(d)[..., None]  # sin is odd, cos is even
     return r

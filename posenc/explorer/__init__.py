@@ -1,0 +1,157 @@
+"""``posenc explore``: one self-contained, offline HTML page where the encodings move with sliders.
+
+The page (``index.html``, no fetches, a Content-Security-Policy that forbids them, well under
+1 MB) holds its own float64 JavaScript port of the deterministic schemes' references
+(``posenc.reference``, the RoPE scalings of ``posenc.scaling``), a strict port of the SPEC
+parser (``posenc.spec``) and a table ``id="key-numbers"`` that prints, row for row, what
+``posenc show SPEC --length L --dim D --heads H`` prints (``posenc.analysis.key_numbers``).
+
+The script is ``js/*.js``, one job per file, joined in ``JS_FILES`` order into one function scope:
+
+    python.js        values as Python sees them (int vs float, dict order); repr and .Nf/.Ne/.Ng, exact
+    crmath.js        correctly rounded pow and log (glibc's are; V8's Math.pow is not)
+    spec.js          the SPEC parser (posenc/spec.py), fill_sizes, normalize_spec
+    checks.js        argument checks with posenc/_validate.py's messages
+    torch_random.js  torch's CPU generator after manual_seed: rand, randn (learned tables)
+    scaling.js       the RoPE scalings (posenc/scaling.py)
+    schemes.js       SCHEMES: one function per scheme, spec -> model (a new scheme goes here)
+    numbers.js       the key numbers (posenc.analysis.key_numbers)
+    draw.js          palettes, heatmaps, line charts, colour bars
+    figures.js       one function per figure
+    order.js         "dog bites man" with the reader's sentences
+    ui.js            controls, URL fragment state, error messages
+
+What the page may not drift from is written into it from Python at build time (``schema()``):
+the schemes' parameters and defaults, the scaling types' parameters, the size bounds of the
+command line. The formulas are ported by hand, once, in ``js/``; the browser tests
+(``tests/test_explorer_browser.py``) hold them to ``posenc show`` for randomly drawn parameters.
+
+Learned tables (KERPLE's rates, T5's bucket weights) are drawn as ``posenc show`` draws them:
+``torch.manual_seed(0)`` then the module's initialiser; the page reproduces torch's CPU
+Mersenne Twister and its uniform and normal transforms (see ``js/torch_random.js``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+PAGE_SCHEMES = ("nope", "sinusoidal", "rope", "alibi", "kerple", "t5")
+"""The schemes the page draws: every deterministic one (learned ones drawn from seed 0)."""
+
+CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+       "base-uri 'none'; form-action 'none'")
+MAX_BYTES = 1_000_000
+
+
+def _typed(value: Any) -> Any:
+    """A Python value as JSON that keeps what JavaScript loses: int vs float, dict order."""
+    from posenc.registry import REQUIRED
+
+    if value is REQUIRED:
+        return {"$required": True}
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return {"$int": str(value)}
+    if isinstance(value, float):
+        return {"$float": value}
+    if isinstance(value, (list, tuple)):
+        return [_typed(v) for v in value]
+    if isinstance(value, dict):
+        return {"$dict": [[k, _typed(v)] for k, v in value.items()]}
+    raise TypeError(f"cannot write {value!r} into the explorer's schema")
+
+
+def schema() -> dict[str, Any]:
+    """What the page reads from Python: schemes, parameters and defaults, scalings, bounds."""
+    import inspect
+
+    from posenc import demo, registry, scaling
+    from posenc.analysis import FINGERPRINT_RTOL
+    from posenc.limits import MAX_CELLS, MAX_DIM, MAX_FIT_WORK, MAX_HEADS, MAX_LENGTH, MAX_PAIR_WORK
+    from posenc.spec import SIZE_PARAMS
+
+    schemes = {}
+    for name in PAGE_SCHEMES:
+        s = registry.get(name)
+        schemes[name] = {"kind": s.kind, "params": [[k, _typed(v)] for k, v in s.params.items()],
+                         "summary": s.summary.replace("``", "")}
+    scalings = {}
+    for name, fn in scaling.SCALINGS.items():
+        params = inspect.signature(fn).parameters
+        scalings[name] = [[k, _typed(registry.REQUIRED if p.default is inspect.Parameter.empty else p.default)]
+                          for k, p in params.items() if k not in ("inv_freq", "head_dim", "base")]
+    size_bounds: dict[str, float] = {}  # the command line's bounds (posenc.limits) on the page's schemes' sizes
+    for name in PAGE_SCHEMES:
+        for key, lim in registry.get(name).limits.items():
+            size_bounds[key] = min(size_bounds.get(key, lim.max), lim.max)
+    return {
+        "schemes": schemes,
+        "all_schemes": registry.schemes(),
+        "scalings": scalings,
+        "size_params": list(SIZE_PARAMS),
+        "size_bounds": size_bounds,
+        "work_bounds": {"cells": MAX_CELLS, "pairs": MAX_PAIR_WORK, "fit": MAX_FIT_WORK},
+        "bounds": {"length": [2, MAX_LENGTH], "dim": [2, MAX_DIM], "heads": [1, MAX_HEADS]},
+        "defaults": {"spec": "sinusoidal", "length": 128, "dim": 64, "heads": 8},
+        "fingerprint_rtol": FINGERPRINT_RTOL,
+        "demo": {"d_model": demo.D_MODEL, "num_heads": demo.NUM_HEADS},  # the sizes of `posenc demo order`
+    }
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+JS_FILES = ("python.js", "crmath.js", "spec.js", "checks.js", "torch_random.js", "scaling.js", "schemes.js",
+            "numbers.js", "draw.js", "figures.js", "order.js", "ui.js")
+
+
+def script() -> str:
+    """The page's JavaScript: ``js/*.js`` in ``JS_FILES`` order, in one function scope.
+
+    ``SCHEMA`` is read from the page, or from ``globalThis.POSENC_SCHEMA`` where there is no
+    page (Node); ``globalThis.posencExplorer`` exposes the parser, the key numbers and the
+    formatting to the browser tests and to a console.
+    """
+    parts = [f"// ---- {name}\n{_asset('js/' + name)}" for name in JS_FILES]
+    return ("'use strict';\n(function () {\n"
+            "var SCHEMA = globalThis.POSENC_SCHEMA || JSON.parse(document.getElementById('schema').textContent);\n"
+            + "\n".join(parts) + "})();\n")
+
+
+def page() -> str:
+    """The whole page as one string."""
+    data = json.dumps(schema(), separators=(",", ":")).replace("</", "<\\/")
+    body = _asset("body.html")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{html.escape(CSP)}">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            "<title>posenc explorer</title>"
+            f"<style>{_asset('explorer.css')}</style></head><body>\n{body}\n"
+            f'<script type="application/json" id="schema">{data}</script>\n'
+            f"<script>{script()}</script>\n</body></html>\n")
+
+
+def write(out: str | os.PathLike = "explorer") -> Path:
+    """Writes ``out/index.html`` (creating ``out``) and returns its path."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    text = page().encode("utf-8")
+    if len(text) > MAX_BYTES:  # pragma: no cover - a test keeps the page small
+        raise AssertionError(f"the explorer page is {len(text)} bytes, over {MAX_BYTES}")
+    path = out / "index.html"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(text)
+    os.replace(tmp, path)
+    return path
+
+
+__all__ = ["PAGE_SCHEMES", "CSP", "JS_FILES", "schema", "script", "page", "write"]

@@ -1,0 +1,99 @@
+// A new scheme is one function here (plus its name in PAGE_SCHEMES, posenc/explorer/__init__.py):
+// it validates the spec as the module's __init__ does and returns a model of one of the kinds
+// below; the key numbers and figures dispatch on the kind. A new kind (e.g. multi-axis, grid
+// positions) adds its own figure function in figures.js and its rows in keyNumbers (numbers.js).
+// A model has: kind ('none' | 'additive' | 'rotary' | 'bias'), and by kind
+//   additive, rotary: width, row(p) -> Float64Array (the table's row at position p, [L, width]),
+//                     invFreq (θ the scheme registers), and an isometry: row(p) = R(p)·row(0);
+//   rotary:           headDim, rotaryDim, freqAt(L), attentionFactor, decay (xPos) or null,
+//                     spectrum() -> {before, after, context, extended};
+//   bias:             numHeads, bias(h, i, j) (query i, key j), buckets (T5) optional.
+function ropeInvFreq(rd, base) { return range(rd / 2, function (i) { return powCR(base, -(2 * i) / rd); }); }
+function alibiSlopes(n) {
+  function pow2(k) { var start = powCR(2, -powCR(2, -(Math.log2(k) - 3))); var a = []; for (var i = 0; i < k; i++) a.push(start * powCR(start, i)); return a; }
+  if (Number.isInteger(Math.log2(n))) return pow2(n);
+  var closest = Math.pow(2, Math.floor(Math.log2(n)));
+  var extra = alibiSlopes(2 * closest).filter(function (_, i) { return i % 2 === 0; }).slice(0, n - closest);
+  return pow2(closest).concat(extra);
+}
+function t5Bucket(r, nb, md, bidi) {  // reference.t5_bucket for one relative distance j - i
+  var bucket = 0, n;
+  if (bidi) { nb = Math.floor(nb / 2); bucket += r > 0 ? nb : 0; n = Math.abs(r); } else n = Math.max(-r, 0);
+  var me = Math.floor(nb / 2);
+  if (n < me) return bucket + n;
+  var large = me + Math.trunc(logCR(Math.max(n, 1) / me) / logCR(md / me) * (nb - me));
+  return bucket + Math.min(large, nb - 1);
+}
+function tableModel(width, invFreq, row) { return {width: width, invFreq: invFreq, row: row}; }
+var SCHEMES = {
+  nope: function () { return {kind: 'none'}; },
+  sinusoidal: function (s) {  // Vaswani et al. 2017: PE(p, 2i) = sin(p θ_i), PE(p, 2i+1) = cos(p θ_i)
+    var d = checkEven('d_model', checkInt('d_model', s.get('d_model'), 2));
+    var base = checkFloat('base', s.get('base'), {min: 0, minOpen: true});
+    var inv = range(d / 2, function (i) { return powCR(base, -(2 * i) / d); });
+    var m = tableModel(d, inv, function (p) {
+      var out = new Float64Array(d);
+      for (var i = 0; i < d / 2; i++) { out[2 * i] = Math.sin(p * inv[i]); out[2 * i + 1] = Math.cos(p * inv[i]); }
+      return out;
+    });
+    m.kind = 'additive';
+    return m;
+  },
+  rope: function (s) {  // RoFormer: pairs rotated by m θ_i, θ_i = base^(-2i/rotary_dim), then a scaling
+    var D = checkEven('head_dim', checkInt('head_dim', s.get('head_dim'), 2));
+    var base = checkFloat('base', s.get('base'), {min: 0, minOpen: true});
+    var rd = s.get('rotary_dim') === null ? D : checkInt('rotary_dim', s.get('rotary_dim'), 2);
+    if (rd > D) fail('rotary_dim must be <= head_dim=' + D + ', got ' + rd);
+    checkEven('rotary_dim', rd);
+    checkChoice('layout', s.get('layout'), ['half', 'interleaved']);
+    var before = ropeInvFreq(rd, base), sc = resolveScaling(s.get('scaling'), before, D, base);
+    var m = {kind: 'rotary', headDim: D, rotaryDim: rd, invFreq: sc.inv, attentionFactor: sc.af, decay: sc.decay,
+             width: rd, scaling: sc};
+    m.freqAt = function (L) { return freqAt(sc, L); };
+    m.tableAt = function (L) {  // [cos | sin] of the frequencies used for L positions
+      var th = m.freqAt(L), h = rd / 2;
+      return function (p) { var out = new Float64Array(rd); for (var i = 0; i < h; i++) { out[i] = Math.cos(p * th[i]); out[h + i] = Math.sin(p * th[i]); } return out; };
+    };
+    m.spectrum = function () {  // analysis.spectrum
+      var p = sc.params, ctx = null, ext = null;
+      if (p && p.has('original_max_positions') && isNum(p.get('original_max_positions'))) ctx = p.get('original_max_positions').v;
+      if (ctx && p.has('factor') && isNum(p.get('factor'))) ext = pyRound(ctx * p.get('factor').v);
+      var after = sc.byLength && ext ? freqAt(sc, ext) : sc.inv;
+      return {before: before, after: after, context: ctx, extended: ext, type: sc.type};
+    };
+    return m;
+  },
+  alibi: function (s) {  // Press et al. 2022: bias = -m_h |i - j|
+    var H = checkInt('num_heads', s.get('num_heads'), 1), slopes = alibiSlopes(H);
+    return {kind: 'bias', numHeads: H, bias: function (h, i, j) { return -slopes[h] * Math.abs(i - j); }};
+  },
+  kerple: function (s) {  // Chi et al. 2022: -r1 log(1 + r2 |i-j|) or -r1 |i-j|^r2; r1, r2 as torch draws them (seed 0)
+    var H = checkInt('num_heads', s.get('num_heads'), 1);
+    var variant = checkChoice('variant', s.get('variant'), ['log', 'power']);
+    var eps = checkFloat('eps', s.get('eps'), {min: 0, minOpen: true, max: 1});
+    var rng = new TorchCPU(0), u1 = rng.rand(H), u2 = rng.rand(H), f = Math.fround, fe = f(eps);
+    // nn.Parameter((rand * 2).clamp(min=eps)) in float32, then .double() and rates() clamp in float64
+    var r1 = u1.map(function (u) { return Math.max(Math.max(f(u * 2), fe), eps); });
+    var r2 = u2.map(function (u) { var x = Math.max(Math.max(u, fe), eps); return variant === 'power' ? Math.min(x, 2) : x; });
+    var kernel = variant === 'log' ? function (d, b) { return Math.log1p(b * d); } : function (d, b) { return Math.pow(d, b); };
+    return {kind: 'bias', numHeads: H, bias: function (h, i, j) { return -r1[h] * kernel(Math.abs(i - j), r2[h]); }};
+  },
+  t5: function (s) {  // Raffel et al. 2020: W[bucket(j - i), h]; W as torch draws it (seed 0)
+    var H = checkInt('num_heads', s.get('num_heads'), 1);
+    var bidi = checkBool('bidirectional', s.get('bidirectional'));
+    var nb = checkInt('num_buckets', s.get('num_buckets'), bidi ? 4 : 2);
+    var half = bidi ? Math.floor(nb / 2) : nb;
+    var md = checkInt('max_distance', s.get('max_distance'), Math.floor(half / 2) + 1);
+    var std = checkFloat('init_std', s.get('init_std'), {min: 0});
+    var w = new TorchCPU(0).randn(nb * H), fs = Math.fround(std);  // (buckets, H), row-major
+    var W = w.map(function (x) { return Math.fround(x * fs); });
+    var lut = new Map();  // bucket of each clamped distance, as the module's bucket_lut
+    function bucket(r) {
+      r = Math.max(-md, Math.min(md, r));
+      if (!lut.has(r)) lut.set(r, t5Bucket(r, nb, md, bidi));
+      return lut.get(r);
+    }
+    return {kind: 'bias', numHeads: H, buckets: {count: nb, at: bucket},
+            bias: function (h, i, j) { return W[bucket(j - i) * H + h]; }};
+  }
+};

@@ -1,0 +1,137 @@
+"""The positions model, NumPy side (torch-free); ``posenc.positions`` is its torch twin.
+
+Positions say where each token is. One axis (text): ``[L]`` or ``[B, L]``. Several axes (an image
+patch at (row, column), a video patch at (time, row, column), a hierarchical position): ``[L, A]``
+or ``[B, L, A]``, where ``A`` comes from the scheme's spec (``axes``), never from the tensor, so
+``[L, 3]`` is never read as a batch of 3-token sequences. Values are non-negative; they are
+integers, or real numbers for the schemes that are functions of position (seconds of audio,
+fractional NaViT coordinates), where an integer-valued float gives exactly the integer result.
+
+**Exact angles.** ``p·θ mod 2π`` for positions up to 2^63: write ``p = Σ_j c_j·2^(21j)`` with
+``0 <= c_j < 2^21`` (exact splits of an integer or a float64), so
+
+    p·θ ≡ Σ_j c_j · r_j   (mod 2π),     r_j = (2^(21j)·θ) mod 2π
+
+Each ``r_j`` is reduced once per frequency (here exactly, with rational arithmetic; in torch with a
+Cody–Waite split of 2π), and each product ``c_j·r_j`` is below 2^21·π, so its float64 rounding is
+below 5e-10: the angle is right to ~1e-9 at any position, where the plain float64 ``p·θ`` is off by
+``ulp(p·θ)``, 1.2e-4 at 2^40.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from posenc._validate import check_int
+
+CHUNK_BITS = 21
+"""Positions are split in 21-bit chunks: ``c_j·r_j < 2^21·2π`` rounds by < 5e-10, and three chunks
+cover every int64."""
+LEVELS = 3
+TWO_PI = Fraction("6.28318530717958647692528676655900576839433879875021164194988918461563281257241799")
+"""2π to 80 digits: exact enough to reduce ``2^42·θ`` (the largest multiple) to 1e-37."""
+
+
+def _shape_text(axes: int) -> str:
+    return "[L] or [B, L]" if axes == 1 else f"[L, {axes}] or [B, L, {axes}] (axes={axes})"
+
+
+def positions_array(name: str, positions: Any, *, axes: int = 1, real: bool = False,
+                    scheme: str = "") -> np.ndarray:
+    """Checked positions: int64 (or float64 when ``real`` and the input is floating point),
+    shape ``[L]``/``[B, L]`` for one axis, ``[L, A]``/``[B, L, A]`` for ``axes = A > 1``."""
+    arr = np.asarray(positions)
+    if arr.dtype.kind == "f":
+        if not real:
+            who = f"scheme {scheme!r}" if scheme else "this function"
+            raise TypeError(f"{name} must hold integers for {who}, got dtype {arr.dtype}; real-valued "
+                            f"positions are accepted by: {', '.join(REAL_SCHEMES)}")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} must be finite, got {arr[~np.isfinite(arr)].ravel()[0]}")
+    elif arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers{' or real numbers' if real else ''}, got dtype {arr.dtype}")
+    rank = (1, 2) if axes == 1 else (2, 3)
+    if arr.ndim not in rank or (axes > 1 and arr.shape[-1] != axes):
+        raise ValueError(f"{name} must have shape {_shape_text(axes)}, got shape {list(arr.shape)}")
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"{name} must be non-negative, got minimum {arr.min()}")
+    return arr.astype(np.float64 if arr.dtype.kind == "f" else np.int64)
+
+
+REAL_SCHEMES = ("alibi", "fire", "kerple", "rope", "rope_mixed", "sinusoidal")
+"""The schemes that are functions of position and so accept real-valued positions (the rest index
+tables: learned rows, T5 buckets, Shaw's clipped distances). ``tests/test_positions.py`` holds this
+list equal to the registry's (``posenc.positions.real_schemes()``)."""
+
+
+def distance(q_positions, k_positions, *, real: bool = False, scheme: str = "") -> np.ndarray:
+    """``k - q`` for every pair of one-axis positions: ``[..., Lq, Lk]`` (float64 if either is real)."""
+    q = positions_array("q_positions", q_positions, real=real, scheme=scheme)
+    k = positions_array("k_positions", k_positions, real=real, scheme=scheme)
+    return k[..., None, :] - q[..., :, None]
+
+
+def grid_positions(shape, *, offset: int = 0) -> np.ndarray:
+    """Row-major grid positions ``[prod(shape), len(shape)]`` int64: for ``(H, W)`` the rows are
+    ``(r, c)`` for r in 0..H-1, c in 0..W-1; for ``(T, H, W)``, ``(t, r, c)``. ``offset`` is added
+    to every axis."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__") or len(shape) == 0:
+        raise TypeError(f"shape must be a non-empty list of sizes such as (H, W), got {shape!r}")
+    sizes = [check_int(f"shape[{i}]", s, min=1) for i, s in enumerate(shape)]
+    offset = check_int("offset", offset, min=0)
+    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in sizes], indexing="ij")
+    return np.stack([g.reshape(-1) for g in grids], axis=-1) + offset
+
+
+# -- exact angles -------------------------------------------------------------------------------
+
+def reduced_multiples(inv_freq) -> np.ndarray:
+    """``r_j = (2^(21j)·θ) mod 2π`` in ``[−π, π)`` for ``j < LEVELS``: ``[LEVELS, R]`` float64,
+    computed exactly (each θ is a float64, hence a rational) and rounded once."""
+    theta = np.asarray(inv_freq, dtype=np.float64)
+    out = np.empty((LEVELS,) + theta.shape)
+    for j in range(LEVELS):
+        for idx, t in np.ndenumerate(theta):
+            x = Fraction(float(t)) * (1 << (CHUNK_BITS * j))
+            r = x - TWO_PI * math.floor(x / TWO_PI + Fraction(1, 2))  # in [−π, π)
+            out[(j,) + idx] = float(r)
+    return out
+
+
+def chunks(pos: np.ndarray) -> list[np.ndarray]:
+    """``c_j`` with ``pos = Σ_j c_j·2^(21j)``, ``0 <= c_j < 2^21`` (``c_2`` unbounded), float64;
+    exact for int64 and for float64 positions."""
+    if pos.dtype.kind in "iu":
+        mask = (1 << CHUNK_BITS) - 1
+        pos = pos.astype(np.int64)
+        return [((pos >> (CHUNK_BITS * j)) & mask if j < LEVELS - 1 else pos >> (CHUNK_BITS * j)).astype(np.float64)
+                for j in range(LEVELS)]
+    out, rest = [], pos.astype(np.float64)
+    for j in reversed(range(1, LEVELS)):
+        c = np.floor(np.ldexp(rest, -CHUNK_BITS * j))
+        rest = rest - np.ldexp(c, CHUNK_BITS * j)
+        out.append(c)
+    return [rest] + out[::-1]
+
+
+def angles(positions, inv_freq, axis_of_pair=None) -> np.ndarray:
+    """``p_{a(i)}·θ_i`` reduced to ``[−π, π)``: the angle of every pair ``i``, float64.
+
+    ``positions``: ``[..., L]`` (one axis; ``axis_of_pair`` None) or ``[..., L, A]`` with
+    ``axis_of_pair [R]`` naming the axis whose position pair ``i`` takes (axial RoPE, M-RoPE).
+    Returns ``[..., L, R]``. Positions are checked non-negative by the callers
+    (``positions_array``).
+    """
+    pos = np.asarray(positions)
+    theta = np.asarray(inv_freq, dtype=np.float64)
+    if axis_of_pair is None:
+        per_pair = pos[..., None]  # (..., L, 1)
+    else:
+        per_pair = np.take(pos, np.asarray(axis_of_pair, dtype=np.int64), axis=-1)  # (..., L, R)
+    r = reduced_multiples(theta)  # (LEVELS, R)
+    total = sum(c * r[j] for j, c in enumerate(chunks(per_pair)))
+    return np.remainder(total + np.pi, 2 * np.pi) - np.pi

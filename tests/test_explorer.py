@@ -1,0 +1,67 @@
+"""``posenc explore`` writes one self-contained offline page; its schema comes from the registry.
+
+The page's behaviour is tested in a real browser in ``test_explorer_browser.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from posenc import explorer, registry, scaling
+from posenc.cli import main
+
+
+def test_explore_writes_one_small_self_contained_page(tmp_path, capsys):
+    out = tmp_path / "x"
+    assert main(["explore", "--out", str(out)]) == 0
+    assert f"wrote {out / 'index.html'}" in capsys.readouterr().out
+    page = (out / "index.html").read_bytes()
+    assert len(page) < 1_000_000
+    text = page.decode()
+    assert f'http-equiv="Content-Security-Policy" content="{explorer.CSP}"' in text.replace("&#x27;", "'")
+    assert "default-src 'none'" in explorer.CSP and "connect-src" not in explorer.CSP  # every fetch refused
+    assert "http://" not in text and "https://" not in text
+    assert not re.search(r"""(src|href)=["']""", text), "nothing to load: scripts and styles are inline"
+    assert 'id="key-numbers"' in text and [p.name for p in out.iterdir()] == ["index.html"]
+
+
+def test_schema_is_the_registry(tmp_path):
+    data = explorer.schema()
+    assert list(data["schemes"]) == list(explorer.PAGE_SCHEMES)
+    for name in explorer.PAGE_SCHEMES:
+        assert [k for k, _ in data["schemes"][name]["params"]] == list(registry.get(name).params)
+    assert list(data["scalings"]) == list(scaling.SCALINGS)
+    assert data["all_schemes"] == registry.schemes()
+    # typed values survive JSON: int vs float, dict order, required
+    assert explorer._typed(4) == {"$int": "4"} and explorer._typed(4.0) == {"$float": 4.0}
+    assert explorer._typed({"b": 1, "a": None}) == {"$dict": [["b", {"$int": "1"}], ["a", None]]}
+    rope = dict(data["schemes"]["rope"]["params"])
+    assert rope["head_dim"] == {"$required": True} and rope["base"] == {"$float": 10000.0}
+    json.dumps(data)
+
+
+def test_out_must_be_a_folder(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["explore", "--out", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "exists and is not a folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_open_opens_the_page_in_the_default_browser(tmp_path, monkeypatch, capsys):
+    import webbrowser
+
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
+    assert main(["explore", "--out", str(tmp_path), "--open"]) == 0
+    assert opened == [(tmp_path / "index.html").resolve().as_uri()]
+
+
+def test_every_script_file_is_in_the_page():
+    from importlib import resources
+
+    files = sorted(p.name for p in resources.files("posenc.explorer").joinpath("js").iterdir() if p.name.endswith(".js"))
+    assert sorted(explorer.JS_FILES) == files
+    script = explorer.script()
+    assert all(f"// ---- {name}\n" in script for name in files)

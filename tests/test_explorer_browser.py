@@ -1,0 +1,325 @@
+"""The explorer page in a real browser: Debian's chromium, driven by selenium and chromium-driver.
+
+One headless session for the whole module, the network switched off, the page opened from
+``file://``. The key numbers are compared with ``posenc show``'s for parameters drawn at random
+(seeded) over every scheme the page draws and every RoPE scaling type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import shutil
+from contextlib import redirect_stdout
+from urllib.parse import quote
+
+import pytest
+
+from posenc import analysis, explorer, scaling
+from posenc.cli import main
+from posenc.commands.inspect import _spec
+
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("explorer")]
+
+
+def _executables() -> tuple[str, str]:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        selenium = None
+    if exe is None or driver is None or selenium is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium, chromium-driver or selenium is missing in CI; `make chromium` installs the "
+                        "Debian packages and the test extra selenium")
+        pytest.skip("needs Debian's chromium and chromium-driver (`make chromium`) and selenium; CI does not skip")
+    return exe, driver
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    exe, driver_path = _executables()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    path = explorer.write(tmp_path_factory.mktemp("explorer"))
+    options = webdriver.ChromeOptions()
+    options.binary_location = exe
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1500,1400",
+                 "--disable-background-networking", "--disable-component-update", "--no-first-run"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
+            "offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
+        driver.get(path.as_uri())
+        driver.uri = path.as_uri()
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _renders(d) -> int:
+    return int(d.execute_script("return document.documentElement.dataset.renders || '0'"))
+
+
+def _wait_render(d, before: int) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(d, 20).until(lambda x: _renders(x) > before)
+
+
+def _console_errors(d) -> list[str]:
+    return [e["message"] for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+
+
+def _key_numbers(d) -> list[list[str]]:
+    return d.execute_script(
+        "return Array.from(document.querySelectorAll('#key-numbers tbody tr'))"
+        ".map(function (r) { return Array.from(r.cells).map(function (c) { return c.textContent; }); })")
+
+
+def _canvas(d, fig: str) -> str:
+    return d.execute_script(f"return document.querySelector('#{fig} canvas').toDataURL()")
+
+
+def _show(spec: str, length: int, dim: int, heads: int) -> list[list[str]]:
+    """What ``posenc show SPEC --length L --dim D --heads H`` prints, as rows."""
+    full = _spec(spec, argparse.Namespace(dim=dim, heads=heads, length=length))
+    return [list(r) for r in analysis.key_numbers(full, length=length, dim=dim, num_heads=heads)]
+
+
+def _goto(d, spec: str, length: int, dim: int, heads: int) -> None:
+    before = _renders(d)
+    d.execute_script("location.hash = arguments[0]",
+                     f"spec={quote(spec, safe='')}&length={length}&dim={dim}&heads={heads}")
+    _wait_render(d, before)
+
+
+def _draw(rng: random.Random, scheme: str, scaling_type: str | None) -> tuple[str, int, int, int]:
+    """A SPEC and sizes drawn at random: odd lengths, partial rotary, every parameter of the scaling."""
+    length = rng.choice([2, 3, 11, 64, 217, 500])
+    dim = rng.choice([2, 6, 8, 16, 30, 64])
+    heads = rng.randint(1, 12)
+    num = lambda lo, hi: repr(round(rng.uniform(lo, hi), rng.randint(0, 4)))  # noqa: E731
+    parts = []
+    if scheme == "sinusoidal":
+        parts.append(f"base={num(2, 1e5)}")
+    if scheme == "rope":
+        rd = dim
+        if rng.random() < 0.5 and dim > 2:
+            rd = 2 * rng.randint(1, dim // 2)
+            parts.append(f"rotary_dim={rd}")
+        parts += [f"base={rng.choice(['10000', '500000', num(2, 1e5)])}", rng.choice(["layout=half", "layout=interleaved"])]
+        if scaling_type:
+            parts.append(f"scaling={scaling_type}")
+            extra = {"factor": num(1, 32), "original_max_positions": str(rng.choice([16, 50, 100, 4096])),
+                     "beta_fast": num(16, 64), "beta_slow": num(0.5, 2), "mscale": num(0, 2), "truncate": "false",
+                     "low_freq_factor": num(0.5, 1.5), "high_freq_factor": num(2, 8), "scale_base": num(64, 1024),
+                     "gamma": num(0.1, 1), "short_factor": "[" + ",".join(num(1, 2) for _ in range(rd // 2)) + "]",
+                     "long_factor": "[" + ",".join(num(1, 40) for _ in range(rd // 2)) + "]"}
+            import inspect
+
+            for key, p in inspect.signature(scaling.SCALINGS[scaling_type]).parameters.items():
+                if key in extra and (p.default is inspect.Parameter.empty or rng.random() < 0.5):
+                    parts.append(f"{key}={extra[key]}")
+    if scheme == "kerple":
+        parts += [rng.choice(["variant=log", "variant=power"]), f"eps={num(0.001, 0.9)}"]
+    if scheme == "t5":
+        bidi = rng.random() < 0.5
+        nb = rng.randint(4, 40)
+        half = nb // 2 if bidi else nb
+        parts += [f"bidirectional={str(bidi).lower()}", f"num_buckets={nb}",
+                  f"max_distance={rng.randint(half // 2 + 1, 200)}", f"init_std={num(0.1, 2)}"]
+    return scheme + (":" + ",".join(parts) if parts else ""), length, dim, heads
+
+
+def test_opens_offline_from_file_and_draws_every_figure(page):
+    d = page
+    assert d.current_url.startswith("file://")
+    assert _renders(d) >= 1 and d.find_element("id", "spec").get_attribute("value") == "sinusoidal"
+    assert "#spec=sinusoidal&length=128&dim=64&heads=8" in d.current_url  # the state is written on load
+    for fig in ("fig-table", "fig-similarity", "fig-wavelengths", "fig-order"):
+        blank = d.execute_script(
+            f"var c = document.querySelector('#{fig} canvas'), x = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            "for (var i = 0; i < x.length; i += 4) if (x[i] < 200) return false; return true;")
+        assert not blank, fig
+    assert _key_numbers(d)[0] == ["scheme", "sinusoidal"]
+    assert _console_errors(d) == []
+    # the Content-Security-Policy refuses every fetch, and the console check sees it
+    d.execute_script("fetch('https://example.invalid/x').catch(function () {})")
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    errors = WebDriverWait(d, 10).until(lambda x: _console_errors(x) or None)
+    assert any("Content Security Policy" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_key_numbers_equal_posenc_show_for_random_parameters(page, seed):
+    rng = random.Random(seed)
+    draws = [(s, None) for s in ("nope", "sinusoidal", "alibi", "kerple", "t5", "rope")]
+    draws += [("rope", t) for t in scaling.SCALINGS]
+    draws += [(rng.choice(["sinusoidal", "alibi", "kerple", "t5"]), None) for _ in range(4)]
+    for scheme, scaling_type in draws:
+        spec, length, dim, heads = _draw(rng, scheme, scaling_type)
+        _goto(page, spec, length, dim, heads)
+        assert page.find_element("id", "spec-error").text == "", spec
+        assert _key_numbers(page) == _show(spec, length, dim, heads), (spec, length, dim, heads)
+    # and the printed lines of `posenc show` itself, for the last draw
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["show", spec, "--length", str(length), "--dim", str(dim), "--heads", str(heads)]) == 0
+    rows = _key_numbers(page)
+    width = max(len(k) for k, _ in rows)
+    assert buf.getvalue().splitlines() == [f"{k.ljust(width)}  {v}" for k, v in rows]
+    assert _console_errors(page) == []
+
+
+def test_controls_redraw_and_write_the_url(page):
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    d = page
+    _goto(d, "rope", 128, 64, 8)
+    table, qk = _canvas(d, "fig-table"), _canvas(d, "fig-qk")
+    before = _renders(d)
+    d.find_element("id", "length-slider").send_keys(Keys.ARROW_RIGHT)  # the slider, by keyboard
+    _wait_render(d, before)
+    assert d.find_element("id", "length").get_attribute("value") == "129"
+    assert "length=129" in d.current_url and _canvas(d, "fig-table") != table and _canvas(d, "fig-qk") != qk
+    assert _key_numbers(d) == _show("rope", 129, 64, 8)
+
+    before = _renders(d)
+    Select(d.find_element("id", "param-scaling")).select_by_value("yarn")
+    _wait_render(d, before)
+    spec = d.find_element("id", "spec").get_attribute("value")
+    assert spec.startswith("rope:scaling=yarn,factor=4,original_max_positions=4096"), spec
+    assert "spec=" + quote(spec, safe="") in d.current_url
+    waves = _canvas(d, "fig-wavelengths")
+    before = _renders(d)
+    factor = d.find_element("id", "param-factor")
+    factor.clear()
+    factor.send_keys("8")
+    _wait_render(d, before)
+    assert "factor=8" in d.find_element("id", "spec").get_attribute("value") and _canvas(d, "fig-wavelengths") != waves
+    assert _key_numbers(d) == _show(d.find_element("id", "spec").get_attribute("value"), 129, 64, 8)
+
+    before = _renders(d)
+    Select(d.find_element("id", "scheme")).select_by_value("alibi")
+    _wait_render(d, before)
+    bias = _canvas(d, "fig-bias")
+    before = _renders(d)
+    heads = d.find_element("id", "heads")
+    heads.clear()
+    heads.send_keys("4")
+    _wait_render(d, before)
+    assert _canvas(d, "fig-bias") != bias and "heads=4" in d.current_url
+    # a reload of the written address shows the same view
+    url = d.current_url
+    d.get("about:blank")
+    d.get(url)
+    assert d.find_element("id", "spec").get_attribute("value") == "alibi"
+    assert _key_numbers(d) == _show("alibi", 129, 64, 4)
+    assert _console_errors(d) == []
+
+
+def test_bad_values_show_a_message_next_to_the_control(page):
+    d = page
+    _goto(d, "rope", 64, 16, 2)
+    good = _key_numbers(d)
+    for text, message in (("rope:base=-1", "base must be > 0.0, got -1.0"),
+                          ("rope:scaling=yarn,factor=4", "scaling 'yarn' needs 'original_max_positions'"),
+                          ("rope:foo=1", "unknown key 'foo' for scheme 'rope'"),
+                          ("rope:base=nan", "base=nan is not a finite number"),
+                          ("rope:base=[1,", "unclosed bracket"),
+                          ("learned", "use `posenc show learned`"),
+                          ("roep", "unknown scheme 'roep'")):
+        box = d.find_element("id", "spec")
+        box.clear()
+        box.send_keys(text)
+        assert message in d.find_element("id", "spec-error").text, text
+        assert box.get_attribute("aria-invalid") == "true"
+        assert _key_numbers(d) == good  # the last valid view stays
+    # a bad value typed into a parameter's own box: the message shows next to it too
+    _goto(d, "rope", 65, 16, 2)
+    base = d.find_element("id", "param-base")
+    base.send_keys("-5")
+    assert "base must be > 0.0, got -5.0" in d.find_element("id", "param-base-error").text
+    assert base.get_attribute("aria-invalid") == "true" and d.find_element("id", "spec-error").text
+    base.clear()
+    base.send_keys("500")
+    assert d.find_element("id", "param-base-error").text == "" and "base%3D500" in d.current_url
+    length = d.find_element("id", "length")
+    length.clear()
+    length.send_keys("1")
+    assert "--length must be an integer from 2 to 16384, got 1" in d.find_element("id", "length-error").text
+    # a bad address on load: a message, not a blank page
+    d.get(d.uri + "#spec=" + quote("rope:head_dim=7") + "&length=64&dim=16&heads=2")
+    assert "head_dim must be even" in d.find_element("id", "spec-error").text
+    assert d.find_element("id", "spec").get_attribute("value") == "rope:head_dim=7"
+    d.get(d.uri + "#spec=rope&length=x&dim=16&heads=2")
+    assert "--length must be an integer" in d.find_element("id", "length-error").text
+    assert _console_errors(d) == []
+
+
+def test_every_control_is_labelled_and_reachable_by_keyboard(page):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    d = page
+    _goto(d, "rope:scaling=linear,factor=2", 64, 16, 2)
+    controls = d.execute_script(
+        "return Array.from(document.querySelectorAll('input, select, textarea, button')).map(function (el) {"
+        " var label = el.labels && el.labels.length ? el.labels[0].textContent.trim() : (el.getAttribute('aria-label') || '');"
+        " return [el.id, label]; })")
+    assert len(controls) >= 12
+    assert all(i and label for i, label in controls), [c for c in controls if not (c[0] and c[1])]
+    d.execute_script("document.activeElement.blur(); window.scrollTo(0, 0)")
+    d.find_element("tag name", "body").click()
+    seen = []
+    for _ in range(len(controls) + 5):
+        ActionChains(d).send_keys(Keys.TAB).perform()
+        seen.append(d.execute_script("return document.activeElement.id"))
+    assert {i for i, _ in controls} <= set(seen), set(i for i, _ in controls) - set(seen)
+    # keyboard only: choose another scheme with the arrow keys
+    before = _renders(d)
+    d.find_element("id", "scheme").send_keys(Keys.ARROW_DOWN)
+    _wait_render(d, before)
+    assert d.find_element("id", "spec").get_attribute("value") != "rope:scaling=linear,factor=2"
+    assert _console_errors(d) == []
+
+
+def test_dog_bites_man_with_sentences_the_reader_types(page):
+    d = page
+    _goto(d, "nope", 16, 16, 2)
+    note = d.find_element("id", "order-note").text
+    assert "only a permutation" in note
+    a = d.find_element("id", "sentence-a")
+    a.clear()
+    a.send_keys("the cat sat on the mat")
+    b = d.find_element("id", "sentence-b")
+    b.clear()
+    b.send_keys("the mat sat on the cat")
+    assert "only a permutation" in d.find_element("id", "order-note").text  # NoPE: any reordering
+    _goto(d, "sinusoidal", 16, 16, 2)
+    assert "can tell the two orders apart" in d.find_element("id", "order-note").text
+    # ALiBi's bias depends only on |i − j|: a sentence and its reversal give the same outputs
+    # without a mask, until a start word breaks the symmetry (posenc demo order's caveat)
+    for text, box in (("dog bites man", a), ("man bites dog", b)):
+        box.clear()
+        box.send_keys(text)
+    _goto(d, "alibi", 16, 16, 2)
+    assert "B is A reversed" in d.find_element("id", "order-note").text
+    for text, box in (("<s> dog bites man", a), ("<s> man bites dog", b)):
+        box.clear()
+        box.send_keys(text)
+    assert "can tell the two orders apart" in d.find_element("id", "order-note").text
+    b.clear()
+    b.send_keys("a cat")
+    assert "share no word" in d.find_element("id", "order-error").text
+    assert _console_errors(d) == []
