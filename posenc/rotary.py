@@ -18,9 +18,10 @@ On CUDA, when Triton imports, ``posenc.rotary_triton``'s kernel runs instead (on
 in place or not, its backward the same kernel by ``−θ``).
 
 The plain expression (``_rotate_plain``) is kept for what the fused path does not cover (cos/sin
-that need a gradient, mixed dtypes, cos/sin that broadcast ``x`` to a bigger shape), for tiny
-tensors, and under ``torch.compile``, whose Inductor fuses it into a single pass anyway.
-``posenc bench`` measures both against a same-size copy and the peers.
+that need a gradient, mixed dtypes, cos/sin that broadcast ``x`` to a bigger shape) and under
+``torch.compile``, whose Inductor fuses it into a single pass anyway.
+``posenc bench`` measures them against a warm copy, a fresh copy and the peers; small "half"
+tensors (a decoding step) take the ``halves`` kernel (``HALF_FUSED_MIN_ELEMENTS``).
 """
 
 from __future__ import annotations
