@@ -173,8 +173,8 @@ def _kernel(x: torch.Tensor, rd: int, layout: str, out: torch.Tensor) -> str:
         return "inplace"
     if layout == "interleaved" and _complex_view(x, rd) is not None and _complex_view(out, rd) is not None:
         return "complex"
-    if layout == "half" and x.numel() < HALF_FUSED_MIN_ELEMENTS:
-        return "halves"
+    if layout == "half" and (x.numel() < HALF_FUSED_MIN_ELEMENTS or (x.element_size() < 4 and rd < x.shape[-1])):
+        return "halves"  # small, or bfloat16/float16 partial rotary (halves ÷ partner = 0.49 at 1x32x4096x128, rd 64)
     if x.element_size() >= 4 and layout == "half":
         return "addcmul"
     return "partner"
@@ -189,8 +189,10 @@ def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: 
     - ``complex``: interleaved float32/float64 pairs as complex numbers, one multiply (one pass,
       as fast as a copy);
     - ``addcmul``: half float32/float64, ``out = x·[cos, cos]`` then one ``addcmul_`` per half;
-    - ``halves``: half, small tensors (``HALF_FUSED_MIN_ELEMENTS``): ``o₁ = x₁·cos``,
-      ``o₁ −= x₂·sin``, ``o₂ = x₂·cos``, ``o₂ += x₁·sin`` (fewest ops: per-call overhead decides);
+    - ``halves``: half, small tensors (``HALF_FUSED_MIN_ELEMENTS``: fewest ops, per-call overhead
+      decides) and bfloat16/float16 partial rotary (measured 0.49× ``partner``, whose full-block
+      ops are strided there; 2.4× with full rotary, 1.06–1.3× for float32): ``o₁ = x₁·cos``,
+      ``o₁ −= x₂·sin``, ``o₂ = x₂·cos``, ``o₂ += x₁·sin``;
     - ``partner``: otherwise (bfloat16/float16, whose half-width strided kernels are slow on CPU),
       ``out = partner(x)·[−sin, sin] + x·[cos, cos]`` over the whole rotated block;
     - ``inplace`` (``out is x``): ``t = x₁·sin`` (half the rotated block), then
