@@ -29,6 +29,7 @@ _LAZY = {
     "shard_positions": "posenc.parallel",
     "context_parallel_attention": "posenc.parallel",
     "grid_positions": "posenc.positions",
+    "mrope_positions": "posenc.encodings.mrope",
 }
 
 __all__ = ["__version__", *_LAZY]

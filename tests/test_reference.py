@@ -257,7 +257,7 @@ def test_reference_rejects_bad_positions(call, real):
             call(np.array(["0", "1", "2"]))
     else:
         with pytest.raises(TypeError, match=r"positions must hold integers for scheme '(t5|learned)', got dtype "
-                                            r"float64; real-valued positions are accepted by: alibi, fire, kerple, rope"):
+                                            r"float64; real-valued positions are accepted by: alibi, fire, kerple, (mrope, )?rope"):
             call(np.array([0.0, 1.0, 2.0]))
     with pytest.raises(ValueError, match=r"positions must have shape \[L\] or \[B, L\], got shape \[1, 1, 3\]"):
         call(np.zeros((1, 1, 3), dtype=int))

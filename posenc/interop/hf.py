@@ -16,6 +16,14 @@ rope types: ``default``, ``linear``, ``dynamic`` (its original length is
 ``max_position_embeddings``), ``yarn``, ``longrope``, ``llama3``, the ones transformers'
 ``ROPE_INIT_FUNCTIONS`` and Llama-style models define. Values transformers only warns about
 (a factor below 1, LongRoPE lists of the wrong length, ...) raise ``ValueError`` here.
+
+**Multimodal RoPE** (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): a config whose rope parameters carry
+``mrope_section`` gives an ``mrope`` module, with ``sections_layout="interleaved"`` when
+``mrope_interleaved`` is true (Qwen3-VL's config.json) and ``"chunked"`` when it is false or
+absent. A config of one of these model types without ``mrope_section`` gets the sections and
+layout transformers' rotary class falls back to (``MROPE_DEFAULTS``). A config whose rope
+parameters live in ``text_config`` (the composite ``Qwen2VLConfig``/``Qwen3VLConfig``, Qwen3-VL's
+config.json) is read there. ``rope_type: "mrope"`` (Qwen2-VL's legacy name) is ``default``.
 """
 
 from __future__ import annotations
@@ -27,9 +35,18 @@ import torch
 from torch import nn
 
 from posenc._validate import check_float, check_int
+from posenc.positions import text_positions
 
 HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
-_ALIASES = {"su": "longrope"}  # LongRoPE's name in early Phi-3 configs
+_ALIASES = {"su": "longrope", "mrope": "default"}  # early Phi-3's LongRoPE; Qwen2-VL's legacy "type"
+MROPE_DEFAULTS = {
+    "qwen2_vl": ([16, 24, 24], "chunked"),
+    "qwen2_5_vl": ([16, 24, 24], "chunked"),
+    "qwen3_vl": ([24, 20, 20], "interleaved"),
+    "qwen3_vl_moe": ([24, 20, 20], "interleaved"),
+}
+"""model type -> (sections, sections_layout) that transformers' text rotary class of that model
+uses when the config has no ``mrope_section`` (and whether it interleaves them)."""
 _MISSING = object()
 
 
@@ -74,8 +91,45 @@ def _require(rp: Mapping[str, Any], rope_type: str, *keys: str) -> None:
                          f"rope_parameters (or rope_scaling); got keys {sorted(rp)}")
 
 
+def _model_type(config: Any) -> str:
+    """``qwen2_vl`` for ``qwen2_vl`` and ``qwen2_vl_text`` (a composite config's text part)."""
+    name = _get(config, "model_type", "")
+    name = name if isinstance(name, str) else ""
+    return name[: -len("_text")] if name.endswith("_text") else name
+
+
+def _text_config(config: Any) -> tuple[Any, str]:
+    """The config that holds the RoPE (``text_config`` of a composite vision-language config
+    without rope fields of its own) and the model type to read defaults by."""
+    own = any(_has(config, k) for k in ("rope_parameters", "rope_scaling", "rope_theta", "head_dim", "hidden_size"))
+    if not own and _has(config, "text_config"):
+        text = _get(config, "text_config")
+        return text, _model_type(text) or _model_type(config)
+    return config, _model_type(config)
+
+
+def _mrope_sections(rp: Mapping[str, Any], model_type: str) -> tuple[list[int], str] | None:
+    """``(sections, sections_layout)`` of a multimodal RoPE config, None for a 1D one."""
+    sections, interleaved = rp.get("mrope_section"), rp.get("mrope_interleaved")
+    if sections is None:
+        if model_type not in MROPE_DEFAULTS:
+            if interleaved is not None:
+                raise ValueError("the config sets mrope_interleaved but has no mrope_section; "
+                                 "give mrope_section, e.g. [24, 20, 20]")
+            return None
+        sections, default_layout = MROPE_DEFAULTS[model_type]
+    else:
+        default_layout = MROPE_DEFAULTS.get(model_type, (None, "chunked"))[1]
+    if interleaved is None:
+        return list(sections), default_layout
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"mrope_interleaved must be true or false, got {interleaved!r}")
+    return list(sections), "interleaved" if interleaved else "chunked"
+
+
 def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str = "half") -> dict[str, Any]:
-    """The posenc spec (``{"scheme": "rope", ...}``) of a transformers config's RoPE.
+    """The posenc spec (``{"scheme": "rope", ...}``, or ``"mrope"`` for a multimodal one) of a
+    transformers config's RoPE.
 
     Args:
         config: a transformers config object or its dict (``config.json``), new or legacy style.
@@ -83,6 +137,7 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str = "h
         layout: ``"half"`` (transformers' ``rotate_half``, the default) or ``"interleaved"``
             (GPT-J/GLM-style ``rotate_every_two``); the config does not say which.
     """
+    config, model_type = _text_config(config)
     rp = _rope_parameters(config, layer_type)
     rope_type = rp.get("rope_type") or rp.get("type") or "default"
     rope_type = _ALIASES.get(rope_type, rope_type)
@@ -159,12 +214,18 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str = "h
         _require(rp, rope_type, "factor", "low_freq_factor", "high_freq_factor")
         scaling = {"type": "llama3", "factor": rp["factor"], "original_max_positions": original,
                    "low_freq_factor": rp["low_freq_factor"], "high_freq_factor": rp["high_freq_factor"]}
+    multimodal = _mrope_sections(rp, model_type)
+    if multimodal is not None:
+        sections, sections_layout = multimodal
+        return {"scheme": "mrope", "head_dim": head_dim, "sections": sections, "base": float(base),
+                "rotary_dim": rotary_dim, "sections_layout": sections_layout, "layout": layout, "scaling": scaling}
     return {"scheme": "rope", "head_dim": head_dim, "base": float(base),
             "rotary_dim": rotary_dim, "layout": layout, "scaling": scaling}
 
 
 def from_hf(config: Any, *, layer_type: str | None = None, layout: str = "half"):
-    """The posenc ``rope`` module that reproduces a transformers model's rotary embedding.
+    """The posenc ``rope`` module (``mrope`` for Qwen2-VL/Qwen3-VL) that reproduces a
+    transformers model's rotary embedding.
 
     ``module.cos_sin(positions)`` times ``module.attention_factor`` equals the model's
     ``rotary_emb(x, position_ids)`` (first ``rotary_dim/2`` columns), with the angles computed
@@ -179,20 +240,24 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str = "half")
 
 
 class HFRotaryEmbedding(nn.Module):
-    """A posenc rope module with the interface of transformers' ``*RotaryEmbedding``.
+    """A posenc ``rope`` or ``mrope`` module with the interface of transformers' ``*RotaryEmbedding``.
 
-    ``forward(x, position_ids [B, L]) -> (cos, sin)``, each ``[B, L, rotary_dim]`` in ``x``'s
-    dtype, with the attention factor applied and each half-table repeated as transformers'
-    ``rotate_half`` expects (interleaved for an interleaved module). Assign it to the model's
-    ``rotary_emb`` to run the model on posenc's float64-exact tables::
+    ``forward(x, position_ids) -> (cos, sin)``, each ``[B, L, rotary_dim]`` in ``x``'s dtype, with
+    the attention factor applied and each half-table repeated as transformers' ``rotate_half``
+    expects (interleaved for an interleaved module). ``position_ids`` is ``[B, L]`` for ``rope``;
+    for ``mrope`` it is transformers' ``[3, B, L]`` (time, height, width: what Qwen2-VL's
+    ``get_rope_index`` returns) or ``[B, L]`` (text: three equal positions, as transformers
+    expands it). Assign it to the model's ``rotary_emb`` to run the model on posenc's
+    float64-exact tables::
 
         model.model.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))
+        model.model.language_model.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))  # Qwen2-VL
     """
 
     def __init__(self, rope: nn.Module) -> None:
         super().__init__()
-        if getattr(rope, "name", None) != "rope":
-            raise TypeError(f"HFRotaryEmbedding needs a posenc 'rope' module, got {type(rope).__name__}")
+        if getattr(rope, "name", None) not in ("rope", "mrope"):
+            raise TypeError(f"HFRotaryEmbedding needs a posenc 'rope' module (or 'mrope'), got {type(rope).__name__}")
         if rope.scaling.decay is not None:
             raise ValueError("xpos scales queries and keys differently; transformers' rotary interface "
                              "(one cos/sin for both) cannot express it")
@@ -202,8 +267,25 @@ class HFRotaryEmbedding(nn.Module):
     def attention_scaling(self) -> float:
         return self.rope.attention_factor
 
+    def _positions(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """transformers' position ids as the posenc module's positions (``[B, L, 3]`` for mrope)."""
+        if not isinstance(position_ids, torch.Tensor):
+            raise TypeError(f"position_ids must be a torch.Tensor, got {type(position_ids).__name__}")
+        if self.rope.name == "rope":
+            if position_ids.dim() == 3:
+                raise ValueError(f"position_ids of shape {list(position_ids.shape)} are multimodal ([3, B, L]); "
+                                 "this module is a 1D 'rope': build an 'mrope' one (from_hf of a Qwen2-VL/Qwen3-VL "
+                                 "config) or pass [B, L]")
+            return position_ids
+        if position_ids.dim() == 2:  # text: (B, L) -> (B, L, 3), as transformers expands it
+            return text_positions(position_ids, self.rope.axes)
+        if position_ids.dim() == 3 and position_ids.shape[0] == 3:
+            return position_ids.permute(1, 2, 0)  # (3, B, L) -> (B, L, 3)
+        raise ValueError(f"position_ids must have shape [3, B, L] (time, height, width) or [B, L] (text) for an "
+                         f"mrope module, got shape {list(position_ids.shape)}")
+
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.rope.cos_sin(position_ids, torch.float64)  # (B, L, R) float64
+        cos, sin = self.rope.cos_sin(self._positions(position_ids), torch.float64)  # (B, L, R) float64
         factor = self.rope.attention_factor
         if self.rope.layout == "half":
             cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)

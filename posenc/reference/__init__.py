@@ -30,6 +30,7 @@ from posenc.reference.transformer_xl import relative_sinusoid, transformer_xl
 from posenc.reference.kerple import kerple
 from posenc.reference.fire import fire, fire_input
 from posenc.reference.rope_mixed import rope_mixed, rope_mixed_angles
+from posenc.reference.mrope import default_sections, mrope, mrope_angles, mrope_axis_of_pair, mrope_positions
 
 __all__ += [
     "shaw", "shaw_attention", "shaw_index", "shaw_value",
@@ -37,6 +38,7 @@ __all__ += [
     "kerple",
     "fire", "fire_input",
     "rope_mixed", "rope_mixed_angles",
+    "default_sections", "mrope", "mrope_angles", "mrope_axis_of_pair", "mrope_positions",
 ]
 from posenc.reference.ssm import ssm, ssm_decay, ssm_scan
 
