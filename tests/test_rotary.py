@@ -12,7 +12,7 @@ import torch
 import posenc
 from posenc import reference as ref
 from posenc import rotary
-from conftest import DTYPES, assert_close
+from conftest import DTYPES, assert_close, module_args, reference_output, schemes_of_kind, small_module
 
 LENGTH = 217
 OFFSET = 1000
@@ -159,3 +159,18 @@ def test_bad_out_names_the_parameter():
     x, shifted = memory[:-1].view(2, 3, 5, 8), memory[1:].view(2, 3, 5, 8)  # one element apart
     with pytest.raises(ValueError, match="out must be x itself"):
         posenc.apply_rotary(x, cos, cos, out=shifted)
+
+
+@pytest.mark.parametrize("name", schemes_of_kind("rotary"))
+def test_every_rotary_module_takes_out_and_rotates_in_place(name):
+    """Every registered rotary scheme (one axis or several) writes into ``out=`` and rotates in
+    place, with the allocating call's result and the float64 reference's."""
+    m = small_module(name)
+    x, p = module_args(m, length=13, offset=5)
+    out = torch.full_like(x, float("nan"))
+    assert m(x, p, out=out, role="key") is out
+    assert_close(out, reference_output(m, (x, p)))
+    torch.testing.assert_close(out, m(x, p, role="key"))
+    inplace = x.clone()
+    assert m(inplace, p, out=inplace, role="key") is inplace
+    torch.testing.assert_close(inplace, out, rtol=0, atol=4 * torch.finfo(x.dtype).eps * float(x.abs().max()))
