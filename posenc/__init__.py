@@ -26,6 +26,8 @@ _LAZY = {
     "attention": "posenc.attn",
     "apply_rotary": "posenc.rotary",
     "from_hf": "posenc.interop.hf",
+    "shard_positions": "posenc.parallel",
+    "context_parallel_attention": "posenc.parallel",
     "grid_positions": "posenc.positions",
     "mrope_positions": "posenc.encodings.mrope",
 }

@@ -14,10 +14,14 @@ every fresh allocation (page faults). ``apply_rotary`` therefore writes into one
 - under autograd, a ``torch.autograd.Function`` whose backward is the same rotation by ``−θ``
   (the transpose), so training stores only cos and sin.
 
+On CUDA, when Triton imports, ``posenc.rotary_triton``'s kernel runs instead (one pass,
+in place or not, its backward the same kernel by ``−θ``).
+
 The plain expression (``_rotate_plain``) is kept for what the fused path does not cover (cos/sin
-that need a gradient, mixed dtypes, cos/sin that broadcast ``x`` to a bigger shape), for tiny
-tensors, and under ``torch.compile``, whose Inductor fuses it into a single pass anyway.
-``posenc bench`` measures both against a same-size copy and the peers.
+that need a gradient, mixed dtypes, cos/sin that broadcast ``x`` to a bigger shape) and under
+``torch.compile``, whose Inductor fuses it into a single pass anyway.
+``posenc bench`` measures them against a warm copy, a fresh copy and the peers; small "half"
+tensors (a decoding step) take the ``halves`` kernel (``HALF_FUSED_MIN_ELEMENTS``).
 """
 
 from __future__ import annotations
@@ -30,9 +34,12 @@ from posenc.reference import positions as _ref_positions
 
 LAYOUTS = ("half", "interleaved")
 _CHUNK, _LEVELS = _ref_positions.CHUNK_BITS, _ref_positions.LEVELS
-HALF_FUSED_MIN_ELEMENTS = 1 << 14
-"""Below this many elements (a decoding step), the plain expression's fewer Python-side steps
-win for the "half" layout (measured: 24 vs 30 µs at 1×32×1×128); the fused path wins above."""
+HALF_FUSED_MIN_ELEMENTS = 1 << 17
+"""Below this many elements (a decoding step), "half" tensors take the ``halves`` kernel (four
+half-width ops, no concatenated cos): measured, one thread, into a warm ``out``, halves ÷ the
+full-width ``addcmul``/``partner`` kernels = 0.66 (float32) / 0.73 (bfloat16) at 8×32×1×128
+(32768 elements), 1.01 / 1.15 at 8×32×8×128 (262144), 1.84 at 2M elements: the cross-over lies
+between, and 2^17 sits in it."""
 
 
 def _two_pi_parts() -> tuple[float, ...]:
@@ -126,8 +133,8 @@ def angles_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch
 
 def _pairs(t: torch.Tensor, rd: int, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The two members ``(a_i, b_i)`` of each rotated pair of ``t [..., D]``, as views ``[..., rd/2]``."""
-    if layout == "half":
-        return t[..., : rd // 2], t[..., rd // 2: rd]
+    if layout == "half":  # narrow: a fraction of the cost of t[..., a:b] (decoding steps see it)
+        return t.narrow(-1, 0, rd // 2), t.narrow(-1, rd // 2, rd // 2)
     return t[..., 0:rd:2], t[..., 1:rd:2]
 
 
@@ -156,25 +163,67 @@ def _complex_view(t: torch.Tensor, rd: int) -> torch.Tensor | None:
     return torch.view_as_complex(t[..., :rd].unflatten(-1, (-1, 2)))
 
 
-def _rotate_fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """The rotation written into one new tensor with the strides of ``x`` (no autograd).
+KERNELS = ("complex", "addcmul", "halves", "partner", "inplace")
+"""The eager kernels of ``_rotate_into``, named so that tests can check each one is reached."""
 
-    Three kernels, picked by measurement (``posenc bench``): interleaved float32/float64 pairs
-    as complex numbers; half float32/float64 as ``x·[cos, cos]`` then one ``addcmul_`` per half;
-    otherwise (bfloat16/float16, whose half-width strided kernels are slow on CPU)
-    ``partner(x)·[−sin, sin] + x·[cos, cos]`` over the whole rotated block.
+
+def _kernel(x: torch.Tensor, rd: int, layout: str, out: torch.Tensor) -> str:
+    """Which eager kernel ``_rotate_into`` runs (measured with ``posenc bench``, see the module docstring)."""
+    if out is x:
+        return "inplace"
+    if layout == "interleaved" and _complex_view(x, rd) is not None and _complex_view(out, rd) is not None:
+        return "complex"
+    if layout == "half" and (x.numel() < HALF_FUSED_MIN_ELEMENTS or (x.element_size() < 4 and rd < x.shape[-1])):
+        return "halves"  # small, or bfloat16/float16 partial rotary (halves ÷ partner = 0.49 at 1x32x4096x128, rd 64)
+    if x.element_size() >= 4 and layout == "half":
+        return "addcmul"
+    return "partner"
+
+
+def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
+                 out: torch.Tensor) -> torch.Tensor:
+    """The rotation written into ``out`` (``x`` itself, or memory that does not overlap it); no autograd.
+
+    Kernels, picked by measurement (``posenc bench``):
+
+    - ``complex``: interleaved float32/float64 pairs as complex numbers, one multiply (one pass,
+      as fast as a copy);
+    - ``addcmul``: half float32/float64, ``out = x·[cos, cos]`` then one ``addcmul_`` per half;
+    - ``halves``: half, small tensors (``HALF_FUSED_MIN_ELEMENTS``: fewest ops, per-call overhead
+      decides) and bfloat16/float16 partial rotary (measured 0.49× ``partner``, whose full-block
+      ops are strided there; 2.4× with full rotary, 1.06–1.3× for float32): ``o₁ = x₁·cos``,
+      ``o₁ −= x₂·sin``, ``o₂ = x₂·cos``, ``o₂ += x₁·sin``;
+    - ``partner``: otherwise (bfloat16/float16, whose half-width strided kernels are slow on CPU),
+      ``out = partner(x)·[−sin, sin] + x·[cos, cos]`` over the whole rotated block;
+    - ``inplace`` (``out is x``): ``t = x₁·sin`` (half the rotated block), then
+      ``x₁ ← x₁·cos − x₂·sin`` and ``x₂ ← x₂·cos + t``; complex pairs rotate in place directly.
     """
     rd = 2 * cos.shape[-1]
-    out = torch.empty_like(x)
-    if rd < x.shape[-1]:
-        out[..., rd:].copy_(x[..., rd:])
+    kernel = _kernel(x, rd, layout, out)
     x1, x2 = _pairs(x, rd, layout)
+    if kernel == "inplace":
+        xc = _complex_view(x, rd) if layout == "interleaved" else None
+        if xc is not None:
+            xc.mul_(torch.complex(cos, sin))
+            return x
+        t = x1 * sin
+        x1.mul_(cos).addcmul_(x2, sin, value=-1)  # x1 cos − x2 sin
+        x2.mul_(cos).add_(t)  # x2 cos + x1 sin
+        return x
+    d = x.shape[-1]
+    if rd < d:
+        out.narrow(-1, rd, d - rd).copy_(x.narrow(-1, rd, d - rd))
     o1, o2 = _pairs(out, rd, layout)
-    xr, o = x[..., :rd], out[..., :rd]
-    xc, oc = (_complex_view(x, rd), _complex_view(out, rd)) if layout == "interleaved" else (None, None)
-    if xc is not None and oc is not None:
-        torch.mul(xc, torch.complex(cos, sin), out=oc)  # (a + ib)(cos + i sin)
-    elif x.element_size() >= 4 and layout == "half":
+    if kernel == "halves":
+        torch.mul(x1, cos, out=o1)
+        o1.addcmul_(x2, sin, value=-1)
+        torch.mul(x2, cos, out=o2)
+        o2.addcmul_(x1, sin)
+        return out
+    xr, o = x.narrow(-1, 0, rd), out.narrow(-1, 0, rd)
+    if kernel == "complex":
+        torch.mul(_complex_view(x, rd), torch.complex(cos, sin), out=_complex_view(out, rd))  # (a + ib)(cos + i sin)
+    elif kernel == "addcmul":
         torch.mul(xr, _spread(cos, cos, layout), out=o)
         o1.addcmul_(x2, sin, value=-1)  # x1 cos − x2 sin
         o2.addcmul_(x1, sin)  # x2 cos + x1 sin
@@ -183,6 +232,11 @@ def _rotate_fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout:
         o2.copy_(x1)  # o = partner(x)
         o.mul_(_spread(-sin, sin, layout)).addcmul_(xr, _spread(cos, cos, layout))
     return out
+
+
+def _rotate_fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """The rotation written into one new tensor with the strides of ``x`` (no autograd)."""
+    return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
 
 
 class _Rotate(torch.autograd.Function):
@@ -212,21 +266,90 @@ def _fusable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     return all(c in (1, n) for c, n in zip(reversed(lead), reversed(xlead)))  # cos broadcasts into x
 
 
+def _plain_wins(x: torch.Tensor, layout: str) -> bool:
+    """Under ``torch.compile`` the plain expression is the faster one: Inductor fuses it into one pass."""
+    return torch.compiler.is_compiling()
+
+
+TRITON_ON_CPU = False
+"""CUDA tensors go through ``posenc.rotary_triton`` when Triton imports; the tests set this to send
+CPU tensors there too, under Triton's interpreter (``TRITON_INTERPRET=1``)."""
+_TRITON: object = None  # the posenc.rotary_triton module, False when Triton does not import
+
+
+def _triton_tables(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """The Triton module and cos/sin as its ``[Bc, L, R]`` tables, or None where the torch path runs:
+    another device, no Triton, under ``torch.compile``, or cos/sin of another shape than ``[L, R]``,
+    ``[1, L, R]`` or ``[B or 1, 1, L, R]`` for ``x [B, H, L, D]``."""
+    global _TRITON
+    if not (x.is_cuda or TRITON_ON_CPU) or x.dim() != 4 or x.stride(-1) != 1 or torch.compiler.is_compiling():
+        return None
+    if not _fusable(x, cos, sin):
+        return None
+    length = x.shape[2]
+    if cos.dim() == 4 and cos.shape[1] == 1 and cos.shape[2] == length:
+        cos, sin = cos[:, 0], sin[:, 0]  # (Bc, L, R)
+    elif not (cos.dim() in (2, 3) and cos.shape[-2] == length and (cos.dim() == 2 or cos.shape[0] == 1)):
+        return None
+    if _TRITON is None:
+        try:
+            from posenc import rotary_triton
+        except ImportError:  # no Triton: the torch path
+            _TRITON = False
+        else:
+            _TRITON = rotary_triton
+    return (_TRITON, cos, sin) if _TRITON else None
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    if (torch.compiler.is_compiling()  # Inductor fuses the plain expression into one pass
-            or (layout == "half" and x.numel() < HALF_FUSED_MIN_ELEMENTS) or not _fusable(x, cos, sin)):
+    triton = _triton_tables(x, cos, sin)
+    if triton is not None:
+        kernel, cos, sin = triton
+        return kernel.rotate(x, cos, sin, layout=layout)
+    if _plain_wins(x, layout) or not _fusable(x, cos, sin):
         return _rotate_plain(x, cos, sin, layout)
     if torch.is_grad_enabled() and x.requires_grad:
         return _Rotate.apply(x, cos, sin, layout)
     return _rotate_fused(x, cos, sin, layout)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half") -> torch.Tensor:
+def check_out(out: object, x: torch.Tensor) -> torch.Tensor:
+    """``out`` is ``x`` itself or a tensor of its shape, dtype and device whose memory does not overlap it."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor (or None), got {type(out).__name__}")
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"out must have the shape, dtype and device of x ({list(x.shape)}, {x.dtype}, {x.device}); "
+                         f"got {list(out.shape)}, {out.dtype}, {out.device}")
+    if out is not x and not torch.compiler.is_compiling() and out.numel() and _overlaps(out, x):
+        raise ValueError("out must be x itself (in place) or memory that does not overlap x; "
+                         f"got a different tensor sharing x's memory (shape {list(out.shape)}, "
+                         f"strides {list(out.stride())})")
+    return out
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte ranges spanned by ``a`` and ``b`` intersect (conservative)."""
+    def span(t):
+        start = t.data_ptr()
+        return start, start + t.element_size() * (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())))
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half",
+                 out: torch.Tensor | None = None) -> torch.Tensor:
     """Rotates the first ``rotary_dim = 2 * cos.shape[-1]`` dims of ``x [..., L, D]``.
 
     ``cos`` and ``sin`` ``[..., L, rotary_dim/2]`` broadcast against ``x[..., :rotary_dim/2]``;
     ``layout`` pairs ``(i, i + rotary_dim/2)`` ("half") or ``(2i, 2i+1)`` ("interleaved").
-    The remaining dims pass through unchanged.
+    The remaining dims pass through unchanged:
+
+        out[a_i] = x[a_i]·cos_i − x[b_i]·sin_i,   out[b_i] = x[b_i]·cos_i + x[a_i]·sin_i
+
+    ``out``: write the result there and return it (no allocation): a tensor of ``x``'s shape,
+    dtype and device that does not overlap ``x``, or ``x`` itself to rotate in place. Under
+    autograd the rotation is computed as usual and copied into ``out`` (so gradients flow; an
+    in-place rotation of a leaf that requires grad is refused by PyTorch as usual).
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
@@ -237,4 +360,21 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     if x.dim() == 0 or cos.shape != sin.shape or cos.dim() == 0 or 2 * cos.shape[-1] > x.shape[-1]:
         raise ValueError(f"cos and sin must have the same shape [..., L, rotary_dim/2] with rotary_dim <= "
                          f"x.shape[-1]; got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}")
-    return _rotate(x, cos, sin, layout)
+    return apply_rotary_unchecked(x, cos, sin, layout, None if out is None else check_out(out, x))
+
+
+def apply_rotary_unchecked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
+                   out: torch.Tensor | None) -> torch.Tensor:
+    """``apply_rotary`` without its argument checks, for callers that built cos/sin themselves (the
+    rotary modules: a decoding step is short enough for the checks to show) and checked ``out``."""
+    if out is None:
+        return _rotate(x, cos, sin, layout)
+    triton = _triton_tables(x, cos, sin)
+    if triton is not None:
+        kernel, cos, sin = triton
+        return kernel.rotate(x, cos, sin, layout=layout, out=out)
+    grad = torch.is_grad_enabled() and (x.requires_grad or out.requires_grad or cos.requires_grad
+                                        or sin.requires_grad)
+    if grad or _plain_wins(x, layout) or not _fusable(x, cos, sin):
+        return out.copy_(_rotate(x, cos, sin, layout))
+    return _rotate_into(x, cos, sin, layout, out)

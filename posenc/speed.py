@@ -1,15 +1,23 @@
 """Speed and memory benchmark behind ``posenc bench``.
 
 Performance is measured, never assumed: every number is a median over interleaved repeats,
-reported as a ratio, in the same run, to a same-size copy (``x.clone()``: reads and writes the
-same bytes, the memory roofline) and to the peers (transformers, rotary-embedding-torch).
+reported as a ratio, in the same run, to two baselines and to the peers (transformers,
+rotary-embedding-torch):
+
+- ``copy_``: ``out.copy_(x)`` into a warm preallocated tensor (the same bytes read and written,
+  no allocation: the memory roofline). ``apply_rotary(..., out=out)`` is divided by it.
+- ``clone``: ``x.clone()`` (a copy into fresh memory: for large tensors the allocation's page
+  faults cost several times the copy). The allocating ``apply_rotary`` is divided by it.
+
+Cases:
 
 - ``rotary``: posenc's rope module forward ``(x, positions)`` (cos/sin from float64 angles, or
   from the module's table of them where it keeps one), posenc's ``apply_rotary`` with cos/sin
-  precomputed (so the reader sees what the float64 angles cost), the cos/sin alone,
-  transformers' ``apply_rotary_pos_emb`` with cos/sin precomputed as transformers does,
-  rotary-embedding-torch's ``rotate_queries_or_keys`` (its cache warmed); forward and
-  forward+backward.
+  precomputed, allocating and into a warm ``out`` (so the reader sees what the float64 angles
+  and the allocation cost), the cos/sin alone, transformers' ``apply_rotary_pos_emb`` with
+  cos/sin precomputed as transformers does, rotary-embedding-torch's ``rotate_queries_or_keys``
+  (its cache warmed); forward and forward+backward. Plus a decoding step: one token per sequence
+  at a position offset (``Profile.decode``), where per-call overhead, not memory, decides.
 - ``attention``: ALiBi and T5 through ``posenc.attention`` (auto backend), a materialized bias
   map + SDPA, and plain causal SDPA (the floor). Each case runs in a fresh subprocess so that its
   peak RSS is its own (see ``peak_rss_gb``).
@@ -40,6 +48,8 @@ class Profile:
     """Sizes and repeats of one benchmark run."""
 
     shapes: tuple[tuple[int, int, int, int], ...]  # (B, H, L, D) of the rotary cases
+    # (B, H, L, D, offset) of the decoding-step cases: L tokens at positions offset..offset+L-1
+    decode: tuple[tuple[int, int, int, int, int], ...] = ((8, 32, 1, 128, 4095),)
     dtypes: tuple[str, ...] = DTYPES
     layouts: tuple[str, ...] = LAYOUTS
     partial: bool = True  # also rotary_dim = D/2
@@ -58,7 +68,7 @@ class Profile:
 PROFILES = {
     "full": Profile(shapes=((1, 32, 4096, 128), (4, 8, 1024, 64)), repeats=9,
                     lengths=(1024, 2048, 4096, 8192, 16384, 32768)),
-    "quick": Profile(shapes=((1, 32, 4096, 128), (4, 8, 1024, 64)), repeats=3, partial=False,
+    "quick": Profile(shapes=((1, 32, 4096, 128),), repeats=3,
                      lengths=(1024, 8192), materialize_max=1024),
 }
 
@@ -103,22 +113,25 @@ class RotaryCase:
     dtype: str
     layout: str
     rotary_dim: int
+    offset: int = 0  # positions are offset..offset+length-1
 
     @property
     def label(self) -> str:
         part = "" if self.rotary_dim == self.head_dim else f" rd={self.rotary_dim}"
+        at = f" @{self.offset}" if self.offset else ""
         dt = {"float32": "f32", "bfloat16": "bf16"}.get(self.dtype, self.dtype)
-        return f"{self.batch}x{self.heads}x{self.length}x{self.head_dim} {dt} {self.layout[:5]}{part}"
+        return f"{self.batch}x{self.heads}x{self.length}x{self.head_dim}{at} {dt} {self.layout[:5]}{part}"
 
 
 def rotary_cases(profile: Profile) -> list[RotaryCase]:
-    """Every shape x dtype x layout, with full and (if ``profile.partial``) half rotary_dim."""
+    """Every shape (then decoding step) x dtype x layout, with full and (if ``profile.partial``)
+    half rotary_dim."""
     cases = []
-    for b, h, length, d in profile.shapes:
+    for b, h, length, d, offset in [(*shape, 0) for shape in profile.shapes] + list(profile.decode):
         for dtype in profile.dtypes:
             for layout in profile.layouts:
                 for rd in (d, d // 2) if profile.partial else (d,):
-                    cases.append(RotaryCase(b, h, length, d, dtype, layout, rd))
+                    cases.append(RotaryCase(b, h, length, d, dtype, layout, rd, offset))
     return cases
 
 
@@ -147,34 +160,67 @@ def _hf_rotary(case: RotaryCase, x, positions):
     return run
 
 
+def _hf_step(case: RotaryCase, x, positions):
+    """A decoding step in transformers: ``LlamaRotaryEmbedding`` turns the position ids into cos/sin
+    (once per step, for q and k), then ``apply_rotary_pos_emb`` rotates q and k (``q = k = x``)."""
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    rd = case.rotary_dim
+    emb = LlamaRotaryEmbedding(config=LlamaConfig(hidden_size=case.heads * rd, num_attention_heads=case.heads,
+                                                  head_dim=rd))
+    position_ids = positions.expand(case.batch, -1)  # (B, L)
+
+    def run(t):
+        cos, sin = emb(t, position_ids)
+        if rd == t.shape[-1]:
+            return apply_rotary_pos_emb(t, t, cos, sin)
+        rot, rest = t[..., :rd], t[..., rd:]
+        q, k = apply_rotary_pos_emb(rot, rot, cos, sin)
+        return torch.cat((q, rest), dim=-1), torch.cat((k, rest), dim=-1)
+
+    return run
+
+
 def _ret_rotary(case: RotaryCase, x):
     """rotary-embedding-torch (interleaved pairs only), its frequency cache warmed by one call."""
     from rotary_embedding_torch import RotaryEmbedding
 
-    rope = RotaryEmbedding(dim=case.rotary_dim, cache_max_seq_len=max(8192, case.length))
-    rope.rotate_queries_or_keys(x)
-    return rope.rotate_queries_or_keys
+    rope = RotaryEmbedding(dim=case.rotary_dim, cache_max_seq_len=max(8192, case.offset + case.length))
+    rope.rotate_queries_or_keys(x, offset=case.offset)
+    return lambda t: rope.rotate_queries_or_keys(t, offset=case.offset)
 
 
-PAIRED = ("transformers",)  # candidates that rotate q and k in one call: timed on both, halved
+BASELINES = ("copy_", "clone")
+PAIRED = ("transformers", "transformers_step", "posenc_step")  # candidates that rotate q and k in one call: timed on both, halved
 
 
 def _rotary_candidates(case: RotaryCase, x, positions) -> tuple[dict[str, Callable], dict[str, str], Callable]:
     """Functions ``x -> out``, the reasons for missing peers, and posenc's cos/sin alone."""
+    import torch
+
     import posenc
     from posenc.rotary import apply_rotary
 
     pe = posenc.build({"scheme": "rope", "head_dim": case.head_dim, "rotary_dim": case.rotary_dim,
                        "layout": case.layout})
     cos, sin = pe.cos_sin(positions, x.dtype)  # (L, rd/2)
+    warm = torch.empty_like(x)  # one preallocated output, written by every call: no allocation
     fns: dict[str, Callable] = {
-        "copy": lambda t: t.clone(),
+        "copy_": lambda t: warm.copy_(t),
+        "clone": lambda t: t.clone(),
         "posenc": lambda t: pe(t, positions),
         "posenc_apply": lambda t: apply_rotary(t, cos, sin, layout=case.layout),
+        "posenc_out": lambda t: apply_rotary(t, cos, sin, layout=case.layout, out=warm),
     }
     missing: dict[str, str] = {}
+    if case.offset:  # a decoding step: the rope module on q and on k (each finds its own cos/sin)
+        fns["posenc_step"] = lambda t: (pe(t, positions), pe(t, positions))
     peers = {"transformers": ("half", lambda: _hf_rotary(case, x, positions)),
              "rotary_embedding_torch": ("interleaved", lambda: _ret_rotary(case, x))}
+    if case.offset:
+        peers["transformers_step"] = ("half", lambda: _hf_step(case, x, positions))
     for name, (layout, make) in peers.items():
         if case.layout != layout:
             missing[name] = f"n/a ({layout} layout only)"
@@ -205,13 +251,15 @@ def bench_rotary_case(case: RotaryCase, profile: Profile) -> dict:
     torch.manual_seed(0)
     dtype = getattr(torch, case.dtype)
     x = torch.randn(case.batch, case.heads, case.length, case.head_dim, dtype=dtype)  # (B, H, L, D)
-    positions = torch.arange(case.length)
+    positions = torch.arange(case.length) + case.offset
     fns, missing, cos_sin = _rotary_candidates(case, x, positions)
     forward = {n: (lambda f=f: f(x)) for n, f in fns.items()}
     forward["posenc_cos_sin"] = cos_sin
     xg, grad = x.detach().requires_grad_(True), torch.randn_like(x)
-    backward = {n: _forward_backward(f, xg, grad) for n, f in fns.items() if n != "copy"}
-    backward["copy"] = lambda: (x.clone(), grad.clone())  # the forward copy and the gradient's
+    backward = {n: _forward_backward(f, xg, grad) for n, f in fns.items() if n not in BASELINES + ("posenc_out",)}
+    warm_x, warm_g = torch.empty_like(x), torch.empty_like(x)
+    backward["copy_"] = lambda: (warm_x.copy_(x), warm_g.copy_(grad))  # the forward's and the gradient's
+    backward["clone"] = lambda: (x.clone(), grad.clone())
     times = {}
     for pass_, candidates in (("forward", forward), ("forward+backward", backward)):
         times[pass_] = time_interleaved(candidates, repeats=profile.repeats, min_sample_s=profile.min_sample_s)
@@ -221,7 +269,7 @@ def bench_rotary_case(case: RotaryCase, profile: Profile) -> dict:
     expect = fns["posenc"](x).float()
     diffs = {}
     for name, f in fns.items():
-        if name not in ("copy", "posenc"):
+        if name not in BASELINES + ("posenc",):
             out = f(x)
             diffs[name] = float(((out[0] if isinstance(out, tuple) else out).float() - expect).abs().max())
     return {"case": asdict(case), "label": case.label, "bytes": x.numel() * x.element_size(),
@@ -325,6 +373,7 @@ class Result:
     profile: str
     meta: dict = field(default_factory=dict)
     rotary: list[dict] = field(default_factory=list)
+    rotary_goals: dict = field(default_factory=dict)  # rotary_goals(rotary)
     attention: list[dict] = field(default_factory=list)
 
 
@@ -362,6 +411,7 @@ def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: i
             for case in rotary_cases(profile):
                 result.rotary.append(bench_rotary_case(case, profile))
                 say(f"{time.perf_counter() - start:6.1f} s  rotary {case.label}")
+            result.rotary_goals = rotary_goals(result.rotary)
         if "attention" in what:
             for spec in attention_specs(profile, threads):
                 result.attention.append(run_attention_case(spec))
@@ -383,22 +433,79 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def rotary_table(rows: list[dict]) -> str:
-    """One line per case and pass: times in ms, posenc as multiples of the copy and the peers."""
-    head = (f"{'case':<30} {'pass':<8} {'copy':>7} {'posenc':>7} {'apply':>7} {'cos/sin':>7} "
-            f"{'HF':>7} {'RET':>7} {'pe/copy':>7} {'pe/HF':>6} {'pe/RET':>6} {'ap/peer':>7} {'pe GB/s':>7}")
+    """One line per case and pass: times in ms, then the ratios the goals are stated in.
+
+    ``out/cp_`` = ``apply_rotary(out=)`` ÷ ``copy_`` into warm memory (the roofline);
+    ``ap/cl`` = allocating ``apply_rotary`` ÷ ``clone()`` (the cost of allocation);
+    ``HF/pe``, ``RET/pe`` = peer ÷ posenc's module forward (> 1: posenc is faster);
+    ``HFst/st`` = transformers' decoding step ÷ posenc's (per tensor; > 1: posenc is faster).
+    """
+    head = (f"{'case':<34} {'pass':<7} {'copy_':>7} {'clone':>7} {'out=':>7} {'apply':>7} {'module':>7} "
+            f"{'cos/sin':>7} {'HF':>7} {'RET':>7} {'step':>7} {'HFstep':>7} {'out/cp_':>7} {'ap/cl':>6} {'HF/pe':>6} "
+            f"{'RET/pe':>6} {'HFst/st':>7}")
     lines = [head, "-" * len(head)]
     for row in rows:
         for pass_, t in row["seconds"].items():
             short = "fwd" if pass_ == "forward" else "fwd+bwd"
-            moved = row["bytes"] * (2 if pass_ == "forward" else 4)
-            pe, hf, ret = t.get("posenc"), t.get("transformers"), t.get("rotary_embedding_torch")
-            peer = hf if hf is not None else ret
-            gbs = "-" if pe is None else f"{moved / pe / 1e9:.1f}"
+            pe = t.get("posenc")
             lines.append(
-                f"{row['label']:<30} {short:<8} {_ms(t.get('copy')):>7} {_ms(pe):>7} {_ms(t.get('posenc_apply')):>7} "
-                f"{_ms(t.get('posenc_cos_sin')):>7} {_ms(hf):>7} {_ms(ret):>7} {_ratio(pe, t.get('copy')):>7} "
-                f"{_ratio(pe, hf):>6} {_ratio(pe, ret):>6} {_ratio(t.get('posenc_apply'), peer):>7} {gbs:>7}")
+                f"{row['label']:<34} {short:<7} {_ms(t.get('copy_')):>7} {_ms(t.get('clone')):>7} "
+                f"{_ms(t.get('posenc_out')):>7} {_ms(t.get('posenc_apply')):>7} {_ms(pe):>7} "
+                f"{_ms(t.get('posenc_cos_sin')):>7} {_ms(t.get('transformers')):>7} "
+                f"{_ms(t.get('rotary_embedding_torch')):>7} {_ms(t.get('posenc_step')):>7} "
+                f"{_ms(t.get('transformers_step')):>7} {_ratio(t.get('posenc_out'), t.get('copy_')):>7} "
+                f"{_ratio(t.get('posenc_apply'), t.get('clone')):>6} {_ratio(t.get('transformers'), pe):>6} "
+                f"{_ratio(t.get('rotary_embedding_torch'), pe):>6} "
+                f"{_ratio(t.get('transformers_step'), t.get('posenc_step')):>7}")
     return "\n".join(lines)
+
+
+ROTARY_GOALS = {
+    # name: (numerator, denominator, bound, "<=" or ">=", which cases, what it says)
+    "out_vs_copy_": ("posenc_out", "copy_", 1.5, "<=", "prefill",
+                     "apply_rotary(out=) within 1.5x of copy_ into warm memory"),
+    "alloc_vs_clone": ("posenc_apply", "clone", 1.2, "<=", "prefill",
+                       "allocating apply_rotary within 1.2x of clone()"),
+    "vs_transformers": ("transformers", "posenc", 2.0, ">=", "prefill",
+                        "rope module at least 2x faster than transformers' apply_rotary_pos_emb"),
+    "decode_vs_transformers": ("transformers_step", "posenc_step", 1.0, ">=", "decode",
+                               "decoding step (q and k, cos/sin from positions): posenc no slower than "
+                               "transformers"),
+}
+
+
+def rotary_goals(rows: list[dict]) -> dict[str, dict]:
+    """Each goal of ``ROTARY_GOALS`` on the forward pass: the worst ratio over its cases and whether it holds."""
+    goals = {}
+    for name, (num, den, bound, sense, cases, what) in ROTARY_GOALS.items():
+        ratios = {}
+        for row in rows:
+            if (row["case"]["offset"] > 0) != (cases == "decode"):
+                continue
+            t = row["seconds"]["forward"]
+            if t.get(num) is not None and t.get(den) is not None:
+                ratios[row["label"]] = t[num] / t[den]
+        if not ratios:
+            goals[name] = {"what": what, "measured": False}
+            continue
+        worst = (max if sense == "<=" else min)(ratios, key=ratios.get)
+        ok = [r <= bound if sense == "<=" else r >= bound for r in ratios.values()]
+        goals[name] = {"what": what, "measured": True, "met": all(ok), "cases_met": sum(ok),
+                       "cases": len(ok), "worst_case": worst, "worst_ratio": ratios[worst],
+                       "ratio": f"{num} / {den}", "bound": f"{sense} {bound}"}
+    return goals
+
+
+def rotary_goal_lines(rows: list[dict]) -> list[str]:
+    lines = []
+    for g in rotary_goals(rows).values():
+        if not g["measured"]:
+            lines.append(f"goal: {g['what']}: not measured in this profile")
+            continue
+        lines.append(f"goal: {g['what']}: {'met' if g['met'] else 'NOT met'} ({g['cases_met']} of {g['cases']} "
+                     f"cases within; forward; {g['ratio']} {g['bound']}; worst {g['worst_ratio']:.2f} at "
+                     f"{g['worst_case']})")
+    return lines
 
 
 def attention_table(rows: list[dict]) -> str:
@@ -427,9 +534,15 @@ def report(result: Result) -> str:
         parts.append("warning: the load exceeds the CPUs; other processes compete, so compare the "
                      "ratios within this run, not the times")
     if result.rotary:
-        parts += ["", "Rotary, median ms per tensor (HF = transformers apply_rotary_pos_emb, RET = "
-                  "rotary-embedding-torch; pe/X = posenc time / X time, < 1 is faster):",
-                  rotary_table(result.rotary)]
+        parts += ["", "Rotary, median ms per tensor. Baselines: copy_ = out.copy_(x) into a warm preallocated "
+                  "tensor (the roofline: out= is divided by it), clone = x.clone() (fresh memory: the "
+                  "allocating apply is divided by it). out= / apply = posenc.apply_rotary into a warm "
+                  "tensor / allocating, cos/sin given; module = the rope module from positions; HF = "
+                  "transformers apply_rotary_pos_emb (cos/sin precomputed), RET = rotary-embedding-torch; "
+                  "HF/pe > 1: posenc's module is faster; step / HFstep = a decoding step's rotary work "
+                  "per tensor (posenc: the module on q and k; transformers: LlamaRotaryEmbedding from "
+                  "position ids, then apply_rotary_pos_emb on q and k):",
+                  rotary_table(result.rotary), *rotary_goal_lines(result.rotary)]
         missing = {f"{k}: {v}" for r in result.rotary for k, v in r["missing"].items() if "n/a" not in v}
         parts += [f"missing peer: {m}" for m in sorted(missing)]
     if result.attention:

@@ -10,8 +10,8 @@ import pytest
 from posenc import speed
 from posenc.cli import main
 
-TINY = speed.Profile(shapes=((1, 2, 17, 8),), partial=True, repeats=1, min_sample_s=0.0,
-                     lengths=(48,), schemes=("alibi",), materialize_max=0)
+TINY = speed.Profile(shapes=((1, 2, 17, 8),), decode=((2, 2, 1, 8, 40),), partial=True, repeats=1,
+                     min_sample_s=0.0, lengths=(48,), schemes=("alibi",), materialize_max=0)
 
 
 @pytest.fixture
@@ -23,18 +23,30 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
     path = tmp_path / "out" / "bench.json"
     assert main(["bench", "--quick", "--threads", "1", "--json", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "Rotary" in out and "Attention" in out and "pe/copy" in out and "goal (L=32768" in out
+    assert "Rotary" in out and "Attention" in out and "out/cp_" in out and "goal (L=32768" in out
+    assert "copy_ = out.copy_(x) into a warm preallocated tensor" in out and "clone = x.clone()" in out
 
     data = json.loads(path.read_text())
     assert data["profile"] == "quick" and data["meta"]["torch_threads"] == 1
-    assert len(data["rotary"]) == len(speed.rotary_cases(TINY)) == 8  # 2 dtypes x 2 layouts x 2 rotary dims
+    # (prefill + decoding step) x 2 dtypes x 2 layouts x 2 rotary dims
+    assert len(data["rotary"]) == len(speed.rotary_cases(TINY)) == 16
+    assert sum(row["case"]["offset"] == 40 for row in data["rotary"]) == 8
     for row in data["rotary"]:
         assert set(row["seconds"]) == {"forward", "forward+backward"}
+        assert {"copy_", "clone", "posenc", "posenc_apply", "posenc_out"} <= set(row["seconds"]["forward"])
+        assert {"copy_", "clone", "posenc", "posenc_apply"} <= set(row["seconds"]["forward+backward"])
         for times in row["seconds"].values():
-            assert {"copy", "posenc", "posenc_apply"} <= set(times)
             assert all(t > 0 for t in times.values())
+        assert max(row["max_abs_diff_vs_posenc"].values()) < 0.1  # every candidate rotates the same way
         peer = "transformers" if row["case"]["layout"] == "half" else "rotary_embedding_torch"
         assert peer in row["seconds"]["forward"] or "not installed" in row["missing"][peer]
+
+    goals = data["rotary_goals"]
+    assert set(goals) == set(speed.ROTARY_GOALS)
+    for name, goal in goals.items():
+        assert goal["measured"] == ("transformers" not in speed.ROTARY_GOALS[name][0]
+                                    or "transformers" in data["rotary"][0]["seconds"]["forward"])
+    assert out.count("goal: ") == len(speed.ROTARY_GOALS)
 
     methods = {(r["scheme"], r["method"]) for r in data["attention"]}
     assert methods == {("none", "sdpa_floor"), ("alibi", "posenc")}

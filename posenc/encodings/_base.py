@@ -130,17 +130,19 @@ class AdditiveEncoding(PositionalEncoding):
 
 
 class RotaryEncoding(PositionalEncoding):
-    """Base of the ``rotary`` kind: ``module(x, positions, *, role=None) -> x`` rotated, for
-    ``x [B, H, L, D]``; ``cos_sin(positions, dtype)`` gives the unscaled cos and sin of the angles.
+    """Base of the ``rotary`` kind: ``module(x, positions, *, role=None, out=None) -> x`` rotated,
+    for ``x [B, H, L, D]``; ``cos_sin(positions, dtype)`` gives the unscaled cos and sin of the angles.
 
     Every rotary call takes ``role`` ("query", "key" or None); ``posenc.attention`` passes it
-    (only xPos needs it).
+    (only xPos needs it). ``out`` is ``posenc.apply_rotary``'s: a preallocated result, or ``x``
+    itself to rotate in place.
     """
 
     head_dim: int
     ROLES = (None, "query", "key")
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32):

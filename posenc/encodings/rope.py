@@ -63,7 +63,7 @@ import torch
 from posenc import reference as ref
 from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.registry import register
-from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary
+from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary_unchecked, check_out
 from posenc.encodings._base import RotaryEncoding
 from posenc.limits import Axes, Dim, check_memory
 
@@ -242,12 +242,14 @@ class RoPE(RotaryEncoding):
         sign = 1.0 if role == "query" else -1.0
         return torch.exp(sign * positions.to(torch.float64).unsqueeze(-1) * self._decay.to(positions.device))
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
         """Rotates ``x [B, H, L, D]`` at ``positions [L]`` or ``[B, L]``; same shape and dtype.
 
         The rotated dims are multiplied by ``attention_factor``, so rotating both q and k
         reproduces transformers, whose cos and sin carry the factor. ``role`` ("query" or
-        "key") matters only for xPos, where it is required.
+        "key") matters only for xPos, where it is required. ``out``: as in ``posenc.apply_rotary``, a
+        preallocated result (no allocation), or ``x`` itself to rotate in place.
         """
         x, positions = self.check_call(x, positions, role)
         if self.scaling.decay is None:
@@ -260,15 +262,26 @@ class RoPE(RotaryEncoding):
             cos, sin = (cos * scale).to(x.dtype), (sin * scale).to(x.dtype)
         if cos.dim() == 3:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, L, R)
+        out = None if out is None else check_out(out, x)
         if self.axes_dims is None or self.layout == "interleaved":  # the slices' pairs line up with the whole's
-            return apply_rotary(x, cos, sin, layout=self.layout)
-        parts, start, pair = [], 0, 0  # "half": each axis's slice pairs (i, i + d_a/2) of its own
+            return apply_rotary_unchecked(x, cos, sin, self.layout, out)
+        if out is None:
+            parts, start, pair = [], 0, 0  # "half": each axis's slice pairs (i, i + d_a/2) of its own
+            for d in self.axes_dims:
+                sl = slice(pair, pair + d // 2)
+                parts.append(apply_rotary_unchecked(x[..., start:start + d], cos[..., sl], sin[..., sl], "half", None))
+                start, pair = start + d, pair + d // 2
+            parts.append(x[..., start:])
+            return torch.cat(parts, dim=-1)
+        start, pair = 0, 0  # into out (or in place: each slice is its own in-place rotation)
         for d in self.axes_dims:
             sl = slice(pair, pair + d // 2)
-            parts.append(apply_rotary(x[..., start:start + d], cos[..., sl], sin[..., sl], layout="half"))
+            xs = x[..., start:start + d]
+            apply_rotary_unchecked(xs, cos[..., sl], sin[..., sl], "half", xs if out is x else out[..., start:start + d])
             start, pair = start + d, pair + d // 2
-        parts.append(x[..., start:])
-        return torch.cat(parts, dim=-1)
+        if out is not x and start < x.shape[-1]:
+            out[..., start:].copy_(x[..., start:])
+        return out
 
     def reference(self, x, positions, *, role: str | None = None):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""

@@ -73,13 +73,15 @@ class RoPEMixed(RotaryEncoding):
         phi = self._angles(self.check_positions("positions", positions).to(self.freqs.device))
         return torch.cos(phi).to(dtype), torch.sin(phi).to(dtype)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None) -> torch.Tensor:
-        """Rotates ``x [B, H, L, D]`` at ``positions [L, 2]`` or ``[B, L, 2]``; same shape and dtype."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rotates ``x [B, H, L, D]`` at ``positions [L, 2]`` or ``[B, L, 2]``; same shape and dtype.
+        ``out``: as in ``posenc.apply_rotary`` (a preallocated result, or ``x`` to rotate in place)."""
         x, positions = self.check_call(x, positions, role)
         if x.shape[1] != self.num_heads:
             raise ValueError(f"x must have num_heads={self.num_heads} heads, got shape {list(x.shape)}")
         phi = self._angles(positions)  # (H, L, R) or (B, H, L, R)
-        return apply_rotary(x, torch.cos(phi).to(x.dtype), torch.sin(phi).to(x.dtype), layout=self.layout)
+        return apply_rotary(x, torch.cos(phi).to(x.dtype), torch.sin(phi).to(x.dtype), layout=self.layout, out=out)
 
     def reference(self, x, positions, *, role: str | None = None):
         return ref.rope_mixed(x, positions, self.freqs.detach().double().cpu().numpy(), layout=self.layout)
