@@ -329,7 +329,9 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
 
     block_mask = None
     if causal or docs is not None:
-        shift = torch.tensor(lk - lq, device=q.device)  # a tensor: an int here would be compiled in
+        shift = lk - lq
+        if not torch.compiler.is_compiling():  # a tensor, so that our compile does not specialize on it
+            shift = torch.tensor(shift, device=q.device)  # (the caller's compile takes only inputs in a mask_mod)
         kdoc = None if docs is None else docs.expand(b, lk).contiguous()  # (B, Lk)
 
         def mask_mod(bi, hi, qi, ki):
@@ -338,7 +340,12 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
                 allowed = allowed & (kdoc[bi, qi + shift] == kdoc[bi, ki])
             return allowed
 
-        block_mask = _block_mask(b, lq, lk, docs, mask_mod, causal=causal, device=q.device)
+        if torch.compiler.is_compiling():  # the caller's compile fuses create_block_mask (no [Lq, Lk] mask)
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            block_mask = create_block_mask(mask_mod, None if docs is None else b, None, lq, lk, device=q.device)
+        else:
+            block_mask = _block_mask(b, lq, lk, docs, mask_mod, causal=causal, device=q.device)
     # CPU FlexAttention has no backward; elsewhere keep the caller's grad mode (never force it on)
     grad = torch.no_grad() if q.device.type == "cpu" else contextlib.nullcontext()
     if torch.compiler.is_compiling():  # the caller's compile captures flex_attention
