@@ -15,7 +15,7 @@ at 0 in each document.
 
 **FlexAttention policy.** The flex backend compiles ``flex_attention`` once per structural case
 (scheme, causal, documents, device) with dynamic lengths, each case with its own recompile
-budget, so a loop over many lengths never recompiles per length. Scores and the bias added to
+budget (``FLEX_RECOMPILES``), so a loop over many lengths never recompiles per length. Scores and the bias added to
 them are float32 whatever the input dtype (inputs are upcast; the output takes the input dtype
 again), as on the other backends. Dynamo, past its recompile limit, would run ``flex_attention``
 eagerly, which builds the whole ``[B, H, Lq, Lk]`` score tensor; posenc never lets that happen:
@@ -45,6 +45,11 @@ MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) 
 CHUNK_ELEMENTS = 1 << 23  # scores per query chunk on the chunked path
 FLEX_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # flex runs these in float32; CPU flex has no float64
 FLEX_BLOCK = 128  # FlexAttention's block size (create_block_mask's default BLOCK_SIZE)
+# Compiles allowed per structural case (dynamo's own limit is 8 per code object). A case compiles
+# once statically, then with dynamic lengths; dynamo still specializes sizes of 1 (a decoding step,
+# one 128-token block) and equal lengths (Lq == Lk): lengths 64..1000 with and without decoding
+# steps took 6 compiles of one case, the later ones ~2 s each from Inductor's cache.
+FLEX_RECOMPILES = 16
 
 
 class FlexFallbackWarning(UserWarning):
@@ -205,7 +210,8 @@ def _choose_backend(backend: str, q, k, v, pe) -> str:
 
 def _allowed(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, device):
     """Which keys queries ``start..stop-1`` may see: ``[c, Lk]`` or ``[1 or B, 1, c, Lk]``; None if all."""
-    allowed = _causal_allowed(lq, lk, device)[start:stop] if causal else None  # (c, Lk)
+    rows = torch.arange(start, stop, device=device).unsqueeze(-1)  # (c, 1): only this chunk's rows
+    allowed = torch.arange(lk, device=device) <= rows + (lk - lq) if causal else None  # (c, Lk)
     if docs is not None:
         shift = lk - lq
         same = docs[:, None, start + shift:stop + shift, None] == docs[:, None, None, :]  # (1 or B, 1, c, Lk)
@@ -360,7 +366,7 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
     from torch._inductor.exc import InductorError
 
     try:  # past the recompile limit raise, rather than run flex_attention eagerly (a whole score map)
-        with grad, torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        with grad, torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=FLEX_RECOMPILES):
             out = run(q, k, v, score_mod, block_mask, scale)
     except FailOnRecompileLimitHit:
         _flex_unavailable(key, "dynamo's recompile limit is reached")
