@@ -81,7 +81,7 @@ def main() -> None:
         # without a bias (a new case) with a budget of one compile, at two lengths.
         posenc.attn.FLEX_RECOMPILES = 1
         late = len(caught)
-        for lengths in ([40, 30, 50], [60, 39], [7, 20, 3]):
+        for lengths in ([100, 60, 40], [128, 39], [70, 90, 3]):
             pack = posenc.packing(lengths)
             n = len(pack.positions)
             q, k, v = (torch.randn(1, HEADS, n, DIM) for _ in range(3))
