@@ -46,8 +46,9 @@ class T5Bias(BiasEncoding):
 
     def score_fn(self):
         m = self.max_distance
-        weight, lut = self.weight, self.bucket_lut  # read in the score itself: under torch.compile, FlexAttention
-        # takes a score_mod's tensors only as graph inputs (parameters, buffers), not as tensors computed from them
+        # The table is read in the score itself: under torch.compile, FlexAttention takes a
+        # score_mod's tensors only as graph inputs (parameters, buffers), not tensors computed from them.
+        weight, lut = self.weight, self.bucket_lut  # (buckets, H), (2M+1,)
 
         def bias(h, q_pos, k_pos):
             return weight[lut[(k_pos - q_pos).clamp(-m, m) + m], h]
