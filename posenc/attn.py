@@ -266,10 +266,12 @@ _FLEX: dict[tuple, object] = {}  # structural case -> its compiled flex_attentio
 
 
 def _compiled_flex(key: tuple):
-    """``torch.compile(flex_attention, dynamic=True)`` for one structural case, or None.
+    """``torch.compile(flex_attention)`` for one structural case, or None (use chunked).
 
-    Dynamo keeps its compiled graphs, and counts recompiles against its limit, per code object;
-    each case gets its own copy of ``_flex_call``'s code, so cases never share one budget."""
+    Dynamo compiles the first call's shapes, then on the next length recompiles with dynamic
+    lengths (``dynamic=True`` from the start fails to lower T5's table gathers, torch 2.13). It
+    keeps its graphs, and counts recompiles against its limit, per code object; each case gets its
+    own copy of ``_flex_call``'s code, so cases never share one budget."""
     if key not in _FLEX:
         if not torch._dynamo.is_dynamo_supported():
             _flex_unavailable(key, "torch.compile is not supported on this platform")
