@@ -14,6 +14,7 @@ alone gives. Document ids are non-decreasing along the row (documents are contig
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,9 +56,9 @@ def _as_int_list(name: str, values: Any) -> list[int]:
         raise TypeError(f"{name} must be a list of integers, got {type(values).__name__}")
     out = list(values)
     for i, x in enumerate(out):
-        if isinstance(x, bool) or not isinstance(x, int):
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral):
             raise TypeError(f"{name}[{i}] must be an integer, got {x!r} ({type(x).__name__})")
-    return out
+    return [int(x) for x in out]
 
 
 def packing(doc_lengths: Any = None, *, cu_seqlens: Any = None, device: Any = None) -> Packing:
