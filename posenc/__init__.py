@@ -24,6 +24,7 @@ _LAZY = {
     "register": "posenc.registry",
     "KINDS": "posenc.registry",
     "attention": "posenc.attn",
+    "packing": "posenc.documents",
     "apply_rotary": "posenc.rotary",
     "from_hf": "posenc.interop.hf",
     "shard_positions": "posenc.parallel",

@@ -1,6 +1,6 @@
 """``posenc.attention``: scaled dot-product attention that applies any built scheme.
 
-    attention(q, k, v, pe, q_positions=..., k_positions=..., causal=...)
+    attention(q, k, v, pe, q_positions=..., k_positions=..., causal=..., document_ids=...)
 
 - ``rotary``: rotates q at q_positions and k at k_positions, then SDPA;
 - ``bias``: adds ``pe(q_positions, k_positions)`` to the scores. Small maps are materialized;
@@ -9,6 +9,21 @@
 - ``relative``: adds ``pe(q, k, q_positions, k_positions)`` (and Shaw's value term), in chunks;
 - ``none``: plain SDPA. ``additive`` encodings belong to the token embeddings, not here.
 
+**Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
+query sees only the keys of its own document, on every backend, and default positions restart
+at 0 in each document.
+
+**FlexAttention policy.** The flex backend compiles ``flex_attention`` once per structural case
+(scheme, causal, documents, device) with dynamic lengths, each case with its own recompile
+budget (``FLEX_RECOMPILES``), so a loop over many lengths never recompiles per length. Scores and the bias added to
+them are float32 whatever the input dtype (inputs are upcast; the output takes the input dtype
+again), as on the other backends. Dynamo, past its recompile limit, would run ``flex_attention``
+eagerly, which builds the whole ``[B, H, Lq, Lk]`` score tensor; posenc never lets that happen:
+when compiling is unavailable, fails, or a case runs out of recompiles, the call (and later calls
+of that case) runs on the chunked backend, exact and bounded in memory, with one
+``FlexFallbackWarning``. Under the caller's own ``torch.compile`` the flex path calls
+``flex_attention`` directly and the caller's compile captures it.
+
 Notation used for tensor shapes: B batch, H heads, Lq/Lk query/key lengths, D head dim.
 """
 
@@ -16,6 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import types
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +44,17 @@ from posenc.positions import as_working, text_positions
 BACKENDS = ("auto", "materialize", "flex", "chunked")
 MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
 CHUNK_ELEMENTS = 1 << 23  # scores per query chunk on the chunked path
+FLEX_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # flex runs these in float32; CPU flex has no float64
+FLEX_BLOCK = 128  # FlexAttention's block size (create_block_mask's default BLOCK_SIZE)
+# Compiles allowed per structural case (dynamo's own limit is 8 per code object). A case compiles
+# once statically, then with dynamic lengths; dynamo still specializes sizes of 1 (a decoding step,
+# one 128-token block) and equal lengths (Lq == Lk): lengths 64..1000 with and without decoding
+# steps took 6 compiles of one case, the later ones ~2 s each from Inductor's cache.
+FLEX_RECOMPILES = 16
+
+
+class FlexFallbackWarning(UserWarning):
+    """The flex backend could not compile a case and ran it on the chunked backend (still exact)."""
 
 
 def _default_positions(lq: int, lk: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,6 +69,17 @@ def _causal_allowed(lq: int, lk: int, device) -> torch.Tensor:
     return torch.arange(lk, device=device) <= torch.arange(lq, device=device).unsqueeze(-1) + (lk - lq)
 
 
+def _check_documents(document_ids, b: int, lq: int, lk: int, device) -> torch.Tensor:
+    """``document_ids [Lk]`` or ``[B, Lk]``, non-decreasing along L -> ``[1 or B, Lk]`` int64."""
+    from posenc.documents import check_document_ids
+
+    docs = check_document_ids("document_ids", document_ids).to(device)
+    check_batch("document_ids", docs, b, lk)
+    if lq > lk:
+        raise ValueError(f"document_ids needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    return docs.long().view(-1, lk)
+
+
 def _sdpa(q, k, v, *, causal: bool, scale, mask=None):
     lq, lk = q.shape[-2], k.shape[-2]
     if causal and mask is None and lq == lk:
@@ -51,25 +90,35 @@ def _sdpa(q, k, v, *, causal: bool, scale, mask=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
+def _needs_grad(q, k, v, pe) -> bool:
+    params = () if pe is None else tuple(pe.parameters())
+    return torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *params))
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
               q_positions: torch.Tensor | None = None, k_positions: torch.Tensor | None = None,
-              causal: bool = False, scale: float | None = None, backend: str = "auto") -> torch.Tensor:
+              causal: bool = False, scale: float | None = None, backend: str = "auto",
+              document_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of ``q [B, H, Lq, D]`` over ``k, v [B, H, Lk, D]`` with positional encoding ``pe``.
 
     Args:
         pe: a module from ``posenc.build`` (or None, the same as ``nope``).
         q_positions, k_positions: ``[L]`` or ``[B, L]`` (``[L, A]``/``[B, L, A]`` for a ``pe``
             with ``A`` axes; see ``posenc.positions``). By default keys are at ``0..Lk-1`` and
-            queries at the last ``Lq`` of them, as when decoding with a KV cache (on every axis).
+            queries at the last ``Lq`` of them, as when decoding with a KV cache (on every axis;
+            with ``document_ids``: restarting at 0 in each document).
         causal: query ``i`` sees key ``j`` only when ``j <= i + (Lk - Lq)``.
         scale: multiplies ``q·k``; ``1/√D`` by default.
-        backend: for bias and relative kinds, ``"materialize"`` the whole score bias,
-            ``"flex"`` (FlexAttention ``score_mod``; bias kind, forward only on CPU),
-            ``"chunked"`` (query blocks), or ``"auto"`` (materialize when small, else flex
-            when no gradient is needed, else chunked).
+        backend: for bias and relative kinds (and any kind with ``document_ids``),
+            ``"materialize"`` the whole score bias, ``"flex"`` (FlexAttention ``score_mod``; bias
+            kind, forward only on CPU, float16/bfloat16/float32), ``"chunked"`` (query blocks),
+            or ``"auto"`` (materialize when small, else flex when no gradient is needed and the
+            dtype allows, else chunked).
+        document_ids: integer ``[Lk]`` or ``[B, Lk]``, non-decreasing: the document of each key
+            (queries are the last ``Lq`` keys). A query sees only keys of its own document.
 
     Returns:
-        ``[B, H, Lq, D]`` in the dtype of ``q``.
+        ``[B, H, Lq, Dv]`` in the dtype of ``q``.
     """
     q = check_tensor("q", q, ndim=4)
     k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
@@ -88,8 +137,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     if causal and lq > lk:
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
     axes, check = getattr(pe, "axes", 1), getattr(pe, "check_positions", check_positions)  # the pe's positions model
+    docs = None if document_ids is None else _check_documents(document_ids, b, lq, lk, q.device)
     if q_positions is None or k_positions is None:
-        dq, dk = _default_positions(lq, lk, q.device)
+        if docs is None:
+            dq, dk = _default_positions(lq, lk, q.device)
+        else:
+            from posenc.documents import positions_in_documents
+
+            dk = positions_in_documents(docs)  # (1 or B, Lk)
+            dq = dk[:, lk - lq:]
         dq, dk = text_positions(dq, axes), text_positions(dk, axes)  # several axes: the same on each
     q_positions = dq if q_positions is None else check("q_positions", q_positions).to(q.device)
     k_positions = dk if k_positions is None else check("k_positions", k_positions).to(q.device)
@@ -97,42 +153,83 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     check_batch("k_positions", k_positions, b, lk, axes=axes)
 
     kind = "none" if pe is None else getattr(pe, "kind", None)
-    if kind == "none":
-        return _sdpa(q, k, v, causal=causal, scale=scale)
-    if kind == "rotary":  # keys first: a length-dependent scaling then rotates q at the keys' length
-        k = pe(k, k_positions, role="key")
-        return _sdpa(pe(q, q_positions, role="query"), k, v, causal=causal, scale=scale)
     if kind == "additive":
         raise ValueError(f"pe {pe.name!r} is additive: add pe(positions) to the token embeddings before the "
                          "q/k/v projections; attention() applies rotary, bias and relative kinds")
-    if kind not in ("bias", "relative"):
+    if kind not in ("none", "rotary", "bias", "relative"):
         raise TypeError(f"pe must be a module from posenc.build (with a kind), got {type(pe).__name__}")
     if kind == "bias" and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
+    if getattr(pe, "value_term", None) is not None and v.shape[-1] != pe.head_dim:
+        raise ValueError(f"pe {pe.name!r} adds value embeddings of head_dim={pe.head_dim} to the output, so v must "
+                         f"have last dimension {pe.head_dim}, got {v.shape[-1]} (shape {list(v.shape)})")
+    if kind == "rotary":  # one length for q and k (length-dependent scalings), then keys first
+        observe = getattr(pe, "observe", None)
+        if observe is not None:
+            observe(q_positions)
+        k = pe(k, k_positions, role="key")
+        q = pe(q, q_positions, role="query")
+    if lq == 0 or lk == 0:  # no scores to bias: what SDPA gives (empty, or zeros over no keys)
+        return _sdpa(q, k, v, causal=False, scale=scale)
+    if kind in ("none", "rotary"):
+        if docs is None:
+            return _sdpa(q, k, v, causal=causal, scale=scale)
+        pe = None  # the document mask is the only term on the scores: dispatched like a bias
 
-    if backend == "auto":
-        needs_grad = torch.is_grad_enabled() and any(
-            t.requires_grad for t in (q, k, v, *pe.parameters()))
-        if b * h * lq * lk <= MATERIALIZE_ELEMENTS:
-            backend = "materialize"
-        elif kind == "bias" and pe.flex_ok and not needs_grad:
-            backend = "flex"
-        else:
-            backend = "chunked"
+    backend = _choose_backend(backend, q, k, v, pe)
+    if backend == "flex" and docs is not None and lk < FLEX_BLOCK:
+        # compiled CPU FlexAttention with a document mask_mod is wrong when all keys fit in one
+        # block (torch 2.13: error 0.24 at Lk = 120, exact at 128, 256, 311); chunked is exact
+        backend = "chunked"
     if backend == "flex":
-        if kind != "bias" or not pe.flex_ok:
+        out = _flex(q, k, v, pe, q_positions, k_positions, docs, causal=causal, scale=scale)
+        if out is not None:
+            return out
+        backend = "chunked"  # compiling was unavailable for this case (warned once)
+    chunk = lq if backend == "materialize" else max(1, CHUNK_ELEMENTS // (b * h * lk))
+    return _chunked(q, k, v, pe, q_positions, k_positions, docs, causal=causal, scale=scale, chunk=chunk)
+
+
+def _flex_ok(pe) -> bool:
+    return pe is None or (pe.kind == "bias" and pe.flex_ok)
+
+
+def _choose_backend(backend: str, q, k, v, pe) -> str:
+    """``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype and grad mode."""
+    b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    needs_grad = _needs_grad(q, k, v, pe)
+    if backend == "auto":
+        if b * h * lq * lk <= MATERIALIZE_ELEMENTS:
+            return "materialize"
+        if _flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES:
+            return "flex"
+        return "chunked"
+    if backend == "flex":
+        if not _flex_ok(pe):
             raise ValueError(f"backend='flex' needs a bias scheme with an elementwise score; {pe.name!r} is not one")
-        if q.device.type == "cpu" and torch.is_grad_enabled() and any(
-                t.requires_grad for t in (q, k, v, *pe.parameters())):
+        if q.dtype not in FLEX_DTYPES:
+            raise TypeError(f"backend='flex' takes q, k, v of dtype {', '.join(map(str, FLEX_DTYPES))}; got "
+                            f"{q.dtype} (use backend='chunked' or 'materialize', or 'auto' which picks one)")
+        if q.device.type == "cpu" and needs_grad:
             raise ValueError("backend='flex' has no backward on CPU; use backend='chunked' or "
                              "'materialize' when gradients are needed (or wrap the call in torch.no_grad())")
-        return _flex(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale)
-    chunk = lq if backend == "materialize" else max(1, CHUNK_ELEMENTS // (b * h * lk))
-    return _chunked(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale, chunk=chunk)
+    return backend
 
 
-def _chunked(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: float, chunk: int):
-    """Exact attention over query blocks of ``chunk`` rows; scores in float32 at least."""
+def _allowed(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, device):
+    """Which keys queries ``start..stop-1`` may see: ``[c, Lk]`` or ``[1 or B, 1, c, Lk]``; None if all."""
+    rows = torch.arange(start, stop, device=device).unsqueeze(-1)  # (c, 1): only this chunk's rows
+    allowed = torch.arange(lk, device=device) <= rows + (lk - lq) if causal else None  # (c, Lk)
+    if docs is not None:
+        shift = lk - lq
+        same = docs[:, None, start + shift:stop + shift, None] == docs[:, None, None, :]  # (1 or B, 1, c, Lk)
+        allowed = same if allowed is None else same & allowed
+    return allowed
+
+
+def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, *, causal: bool, scale: float, chunk: int):
+    """Exact attention over query blocks of ``chunk`` rows; scores in float32 at least.
+    ``pe`` None: no bias, only the causal and document masks."""
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     q, k, v = q.to(work), k.to(work), v.to(work)
@@ -142,15 +239,17 @@ def _chunked(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: floa
         stop = min(start + chunk, lq)
         qp = q_positions[..., start:stop]
         qc = q[:, :, start:stop]  # (B, H, c, D)
-        if isinstance(pe, BiasEncoding):  # float64 map cast once to the score dtype, not the module's
+        if pe is None:
+            bias = None
+        elif isinstance(pe, BiasEncoding):  # float64 map cast once to the score dtype, not the module's
             bias = pe(qp, k_positions, dtype=work)  # (H, c, Lk) or (B, H, c, Lk)
         elif pe.kind == "bias":
             bias = pe(qp, k_positions).to(work)
         else:
             bias = pe(qc, k, qp, k_positions).to(work)  # (B, H, c, Lk)
-        if causal:
-            allowed = _causal_allowed(lq, lk, q.device)[start:stop]  # (c, Lk)
-            bias = bias.masked_fill(~allowed, float("-inf"))
+        allowed = _allowed(lq, lk, start, stop, docs, causal=causal, device=q.device)
+        if allowed is not None:
+            bias = allowed if bias is None else torch.where(allowed, bias, float("-inf"))
         if getattr(pe, "value_term", None) is None:
             outs.append(F.scaled_dot_product_attention(qc, k, v, attn_mask=bias, scale=scale))
         else:  # Shaw: the output also mixes relative value embeddings with the same weights
@@ -159,51 +258,130 @@ def _chunked(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: floa
     return torch.cat(outs, dim=2).to(dtype)
 
 
-_FLEX = None
+# -- FlexAttention ----------------------------------------------------------------------------
+
+def _flex_call(q, k, v, score_mod, block_mask, scale):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
-def _compiled_flex():
-    global _FLEX
-    if _FLEX is None:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        _FLEX = torch.compile(flex_attention, dynamic=False)
-    return _FLEX
+_FLEX: dict[tuple, object] = {}  # structural case -> its compiled flex_attention (None: use chunked)
 
 
-_BLOCK_MASK = None
+def _compiled_flex(key: tuple):
+    """``torch.compile(flex_attention)`` for one structural case, or None (use chunked).
+
+    Dynamo compiles the first call's shapes, then on the next length recompiles with dynamic
+    lengths (``dynamic=True`` from the start fails to lower T5's table gathers, torch 2.13). It
+    keeps its graphs, and counts recompiles against its limit, per code object; each case gets its
+    own copy of ``_flex_call``'s code, so cases never share one budget."""
+    if key not in _FLEX:
+        if not torch._dynamo.is_dynamo_supported():
+            _flex_unavailable(key, "torch.compile is not supported on this platform")
+        else:
+            code = _flex_call.__code__.replace(co_name=f"_flex_call_{len(_FLEX)}")
+            fn = types.FunctionType(code, _flex_call.__globals__, code.co_name)
+            _FLEX[key] = torch.compile(fn, dynamic=None)
+    return _FLEX[key]
 
 
-def _compiled_block_mask():
-    """``torch.compile(create_block_mask)``: never materializes the ``[Lq, Lk]`` mask (what the
-    deprecated ``_compile=True`` flag did)."""
-    global _BLOCK_MASK
-    if _BLOCK_MASK is None:
-        from torch.nn.attention.flex_attention import create_block_mask
-
-        _BLOCK_MASK = torch.compile(create_block_mask)
-    return _BLOCK_MASK
+def _flex_unavailable(key: tuple, why: str) -> None:
+    _FLEX[key] = None
+    warnings.warn(f"posenc.attention: FlexAttention is unavailable for {key} ({why}); this case runs on "
+                  "the chunked backend from now on (exact, memory bounded)", FlexFallbackWarning, stacklevel=4)
 
 
-def _flex(q, k, v, pe, q_positions, k_positions, *, causal: bool, scale: float):
-    """FlexAttention: the bias is computed score by score in ``score_mod``; never a whole map."""
+def _block_mask(b: int, lq: int, lk: int, docs, mask_mod, *, causal: bool, device):
+    """The ``BlockMask`` of the causal and/or document mask, built from ``FLEX_BLOCK`` blocks directly:
+    ``[nq, nk]`` block tables, never the ``[Lq, Lk]`` mask (nor a compile of create_block_mask)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    n = FLEX_BLOCK
+    nq, nk = -(-lq // n), -(-lk // n)
+    q_first = torch.arange(nq, device=device) * n  # (nq,) first query row of each block
+    q_last = (q_first + n - 1).clamp(max=lq - 1)
+    k_first = torch.arange(nk, device=device) * n  # (nk,)
+    k_last = (k_first + n - 1).clamp(max=lk - 1)
+    some = torch.ones(1, nq, nk, dtype=torch.bool, device=device)  # a block with at least one allowed pair
+    every = torch.ones(1, nq, nk, dtype=torch.bool, device=device)  # a block whose pairs are all allowed
+    shift = lk - lq
+    if causal:
+        some = some & (k_first <= q_last[:, None] + shift)
+        every = every & (k_last <= q_first[:, None] + shift)
+    if docs is not None:  # non-decreasing ids: a block's first and last rows hold its smallest and largest
+        q_lo, q_hi = docs[:, q_first + shift], docs[:, q_last + shift]  # (1 or B, nq)
+        k_lo, k_hi = docs[:, k_first], docs[:, k_last]  # (1 or B, nk)
+        some = some & (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
+        every = every & ((q_lo == q_hi)[:, :, None] & (k_lo == k_hi)[:, None, :]
+                         & (q_lo[:, :, None] == k_lo[:, None, :]))
+    partial = some & ~every
+
+    def table(m):  # (Bm, nq, nk) -> the count and the indices (allowed first) of each row's blocks
+        m = m.unsqueeze(1)  # (Bm, 1, nq, nk)
+        index = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return m.sum(-1, dtype=torch.int32), index
+
+    return BlockMask.from_kv_blocks(*table(partial), *table(every), BLOCK_SIZE=n, mask_mod=mask_mod,
+                                    seq_lengths=(lq, lk))
+
+
+def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: float):
+    """FlexAttention: the bias is computed score by score in ``score_mod``, never a whole map; the
+    masks are a block mask with a ``mask_mod``. None when compiling is unavailable for this case."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    dtype = q.dtype
+    q, k, v = q.float(), k.float(), v.float()  # scores and bias in float32 (a float16 bias overflows)
     b, lq, lk = q.shape[0], q.shape[2], k.shape[2]
-    qpos = as_working(q_positions).expand(b, lq).contiguous()  # (B, Lq): int64, or float64 if real
-    kpos = as_working(k_positions).expand(b, lk).contiguous()  # (B, Lk)
+    score_mod = None
+    if pe is not None:
+        qpos = as_working(q_positions).expand(b, lq).contiguous()  # (B, Lq): int64, or float64 if real
+        kpos = as_working(k_positions).expand(b, lk).contiguous()  # (B, Lk)
+        bias = pe.score_fn()
 
-    bias = pe.score_fn()
-
-    def score_mod(score, bi, hi, qi, ki):
-        return score + bias(hi, qpos[bi, qi], kpos[bi, ki]).to(score.dtype)
+        def score_mod(score, bi, hi, qi, ki):
+            return score + bias(hi, qpos[bi, qi], kpos[bi, ki]).to(torch.float32)
 
     block_mask = None
-    if causal:
+    if causal or docs is not None:
         shift = lk - lq
+        if not torch.compiler.is_compiling():  # a tensor, so that our compile does not specialize on it
+            shift = torch.tensor(shift, device=q.device)  # (the caller's compile takes only inputs in a mask_mod)
+        kdoc = None if docs is None else docs.expand(b, lk).contiguous()  # (B, Lk)
 
         def mask_mod(bi, hi, qi, ki):
-            return ki <= qi + shift
+            allowed = ki <= qi + shift if causal else ki >= 0
+            if kdoc is not None:
+                allowed = allowed & (kdoc[bi, qi + shift] == kdoc[bi, ki])
+            return allowed
 
-        block_mask = _compiled_block_mask()(mask_mod, None, None, lq, lk, device=q.device)
+        if torch.compiler.is_compiling():  # the caller's compile fuses create_block_mask (no [Lq, Lk] mask)
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            block_mask = create_block_mask(mask_mod, None if docs is None else b, None, lq, lk, device=q.device)
+        else:
+            block_mask = _block_mask(b, lq, lk, docs, mask_mod, causal=causal, device=q.device)
     # CPU FlexAttention has no backward; elsewhere keep the caller's grad mode (never force it on)
-    with torch.no_grad() if q.device.type == "cpu" else contextlib.nullcontext():
-        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    grad = torch.no_grad() if q.device.type == "cpu" else contextlib.nullcontext()
+    if torch.compiler.is_compiling():  # the caller's compile captures flex_attention
+        with grad:
+            out = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        return out.to(dtype)
+    key = (None if pe is None else pe.name, causal, docs is not None, q.device.type)
+    run = _compiled_flex(key)
+    if run is None:
+        return None
+    from torch._dynamo.exc import BackendCompilerFailed, FailOnRecompileLimitHit
+    from torch._inductor.exc import InductorError
+
+    try:  # past the recompile limit raise, rather than run flex_attention eagerly (a whole score map)
+        with grad, torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=FLEX_RECOMPILES):
+            out = run(q, k, v, score_mod, block_mask, scale)
+    except FailOnRecompileLimitHit:
+        _flex_unavailable(key, "dynamo's recompile limit is reached")
+        return None
+    except (BackendCompilerFailed, InductorError) as error:
+        _flex_unavailable(key, f"compiling failed: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
+        return None
+    return out.to(dtype)

@@ -199,8 +199,10 @@ class BiasEncoding(PositionalEncoding):
     Subclasses define ``score_fn()``, which returns an elementwise function
     ``bias(h, q_pos, k_pos)`` of broadcastable position tensors (int64, or float64 for real positions) (head index, query position, key
     position). The same function serves ``forward`` (a whole ``[H, Lq, Lk]`` map) and
-    FlexAttention's ``score_mod`` (one score at a time), so the two paths cannot drift. Learned
-    tables are gathered once in ``score_fn`` (outside the per-score function).
+    FlexAttention's ``score_mod`` (one score at a time), so the two paths cannot drift. The
+    function reads parameters and buffers themselves (gathering by index inside it), never tensors
+    computed from them in ``score_fn``: under the caller's ``torch.compile``, FlexAttention takes
+    only graph inputs in a ``score_mod``.
     """
 
     num_heads: int

@@ -52,21 +52,24 @@ class Fire(BiasEncoding):
         return c, (self.L_multiplier.to(torch.float64) * self.L_threshold).abs()
 
     def score_fn(self):
-        c, L = self.interpolation()
-        w1 = self.mlp[0].weight.to(torch.float64).flatten()  # (hidden,)
-        b1 = self.mlp[0].bias.to(torch.float64)  # (hidden,)
-        w2 = self.mlp[2].weight.to(torch.float64)  # (H, hidden)
-        b2 = self.mlp[2].bias.to(torch.float64)  # (H,)
-        hidden = self.hidden
+        # Parameters are read (and cast) in the score itself: under torch.compile, FlexAttention
+        # takes a score_mod's tensors only as graph inputs, not as tensors computed from them.
+        first, second = self.mlp[0], self.mlp[2]
+        hidden, interpolation = self.hidden, self.interpolation
+        f64 = torch.float64
 
         def bias(h, q_pos, k_pos):
-            d = (q_pos - k_pos).abs().to(torch.float64)
-            x = torch.log1p(c * d) / (torch.log1p(c * torch.maximum(q_pos.to(torch.float64), L)) + EPS)
+            c, L = interpolation()
+            d = (q_pos - k_pos).abs().to(f64)
+            x = torch.log1p(c * d) / (torch.log1p(c * torch.maximum(q_pos.to(f64), L)) + EPS)
             if x.dim() == 0:  # one score (FlexAttention's score_mod, which lowers only elementwise code)
-                out = b2[h]
+                out = second.bias[h].to(f64)
                 for u in range(hidden):  # the MLP unrolled over its hidden units
-                    out = out + w2[h, u] * torch.relu(x * w1[u] + b1[u])
+                    w1, b1 = first.weight[u, 0].to(f64), first.bias[u].to(f64)
+                    out = out + second.weight[h, u].to(f64) * torch.relu(x * w1 + b1)
                 return out
+            w1, b1 = first.weight.to(f64).flatten(), first.bias.to(f64)  # (hidden,) each
+            w2, b2 = second.weight.to(f64), second.bias.to(f64)  # (H, hidden), (H,)
             heads = torch.relu(x.unsqueeze(-1) * w1 + b1) @ w2.t() + b2  # (..., H): the MLP once per pair
             shape = torch.broadcast_shapes(h.shape, x.shape)
             return heads.expand(*shape, -1).gather(-1, h.expand(shape).unsqueeze(-1)).squeeze(-1)

@@ -49,11 +49,15 @@ class Kerple(BiasEncoding):
         return self.r1.clamp(min=self.eps), self.r2.clamp(min=self.eps, max=r2_max)
 
     def score_fn(self):
-        r1, r2 = (r.to(torch.float64) for r in self.rates())  # (H,) each, gathered outside the closure
+        # The parameters are gathered and clamped in the score itself (as rates() does): under
+        # torch.compile, FlexAttention takes a score_mod's tensors only as graph inputs.
+        r1, r2, eps = self.r1, self.r2, self.eps
+        r2_max = 2.0 if self.variant == "power" else None
         kernel = KERNELS[self.variant]
 
         def bias(h, q_pos, k_pos):
-            return -r1[h] * kernel((q_pos - k_pos).abs().to(torch.float64), r2[h])
+            a, b = r1[h].clamp(min=eps).to(torch.float64), r2[h].clamp(min=eps, max=r2_max).to(torch.float64)
+            return -a * kernel((q_pos - k_pos).abs().to(torch.float64), b)
 
         return bias
 

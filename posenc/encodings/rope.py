@@ -28,8 +28,9 @@ own positions, then uses the frequencies at ``seen_length``. So:
 - ``seen_length`` only grows (until ``reset_length()``): a short call after a long one keeps the
   long frequencies, unlike transformers, which switches back below the original length;
 - the frequencies of a call never depend on what comes later, so keys that were rotated and
-  cached are never rotated again with another base by posenc; ``posenc.attention`` rotates the
-  keys before the queries so that both use the same length;
+  cached are never rotated again with another base by posenc; ``posenc.attention`` first
+  ``observe``s the query positions, then rotates keys and queries, so both use the same length
+  (the largest of the two);
 - up to ``original_max_positions``, ``dynamic`` and ``longrope`` are static and incremental
   decoding (one token at a time, rotated keys in a cache) equals the full pass. Past it, a full
   pass of length ``L`` rotates every position with the frequencies at ``L``, while decoding
@@ -184,6 +185,9 @@ class RoPE(RotaryEncoding):
         if rule is None:
             return self.inv_freq, "static"
         if positions.numel():
+            if (not torch.compiler.is_compiling() and self._seen_length.is_inference()
+                    and not torch.is_inference_mode_enabled()):  # built under inference_mode, used outside it
+                self._seen_length = self._seen_length.clone()  # an ordinary tensor from now on
             needed = positions.max().to(device=self._seen_length.device, dtype=torch.int64) + 1
             self._seen_length.copy_(torch.maximum(self._seen_length, needed))
         freq = self._frequencies_at(self._seen_length)
@@ -193,6 +197,13 @@ class RoPE(RotaryEncoding):
         if length <= rule.switch:
             return freq, "short"
         return freq, ("long" if rule.exponent is None else None)
+
+    def observe(self, positions: torch.Tensor) -> None:
+        """Raises ``seen_length`` to cover ``positions`` and rotates nothing (a no-op for static
+        scalings). ``posenc.attention`` observes the query positions before rotating the keys, so
+        that q and k of one call use the frequencies of one length."""
+        if self.scaling.by_length is not None:
+            self._observe(check_positions("positions", positions).to(self._seen_length.device))
 
     # -- cos and sin ----------------------------------------------------------------------------
     def _apply(self, fn, recurse=True):  # .to()/.cuda()/.half(): the tables are rebuilt on use

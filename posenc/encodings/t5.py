@@ -49,10 +49,12 @@ class T5Bias(BiasEncoding):
 
     def score_fn(self):
         m = self.max_distance
-        table = self.weight[self.bucket_lut].t()  # (H, 2M+1): the bias of each head at each clamped distance
+        # The table is read in the score itself: under torch.compile, FlexAttention takes a
+        # score_mod's tensors only as graph inputs (parameters, buffers), not tensors computed from them.
+        weight, lut = self.weight, self.bucket_lut  # (buckets, H), (2M+1,)
 
         def bias(h, q_pos, k_pos):
-            return table[h, (k_pos - q_pos).clamp(-m, m) + m]
+            return weight[lut[(k_pos - q_pos).clamp(-m, m) + m], h]
 
         return bias
 

@@ -1,0 +1,125 @@
+"""Packed documents: several documents in one row, positions restarting in each.
+
+    pack = posenc.packing([3, 2, 4])            # or posenc.packing(cu_seqlens=[0, 3, 5, 9])
+    pack.positions      # [0 1 2 0 1 0 1 2 3]   position inside its document
+    pack.document_ids   # [0 0 0 1 1 2 2 2 2]   document of each token
+    pack.cu_seqlens     # [0 3 5 9] int32       document boundaries, as flash-attn's varlen calls take them
+    posenc.attention(q, k, v, pe, q_positions=pack.positions, k_positions=pack.positions,
+                     document_ids=pack.document_ids, causal=True)
+
+A query attends only to keys of its own document (on every backend of ``posenc.attention``), and
+every scheme sees the per-document positions, so a packed row gives what running each document
+alone gives. Document ids are non-decreasing along the row (documents are contiguous).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from posenc.encodings._base import INDEX_DTYPES
+
+
+@dataclass(frozen=True)
+class Packing:
+    """The layout of documents packed into one row of ``L`` tokens.
+
+    Attributes:
+        positions: ``[L]`` int64, the position of each token inside its document (0 at its start).
+        document_ids: ``[L]`` int64, the index of each token's document (0, 1, ...).
+        cu_seqlens: ``[N + 1]`` int32, cumulative document lengths starting at 0 (flash-attn's
+            ``cu_seqlens``: document ``n`` is tokens ``cu_seqlens[n]:cu_seqlens[n + 1]``).
+        max_seqlen: the longest document (flash-attn's ``max_seqlen``).
+    """
+
+    positions: torch.Tensor
+    document_ids: torch.Tensor
+    cu_seqlens: torch.Tensor
+    max_seqlen: int
+
+    @property
+    def lengths(self) -> list[int]:
+        """The length of each document."""
+        return self.cu_seqlens.diff().tolist()
+
+
+def _as_int_list(name: str, values: Any) -> list[int]:
+    if isinstance(values, torch.Tensor):
+        if values.dtype not in INDEX_DTYPES or values.dim() != 1:
+            raise TypeError(f"{name} must be a 1-D integer tensor or a list of integers, "
+                            f"got a {values.dtype} tensor of shape {list(values.shape)}")
+        return values.tolist()
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list of integers, got {type(values).__name__}")
+    out = list(values)
+    for i, x in enumerate(out):
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+            raise TypeError(f"{name}[{i}] must be an integer, got {x!r} ({type(x).__name__})")
+    return [int(x) for x in out]
+
+
+def packing(doc_lengths: Any = None, *, cu_seqlens: Any = None, device: Any = None) -> Packing:
+    """The positions, document ids and ``cu_seqlens`` of documents packed into one row.
+
+    Args:
+        doc_lengths: the length of each document, in order (positive integers).
+        cu_seqlens: instead of ``doc_lengths``: ``[0, l0, l0 + l1, ...]``, strictly increasing.
+        device: where the tensors are made (default: the CPU).
+    """
+    if (doc_lengths is None) == (cu_seqlens is None):
+        raise TypeError("packing takes doc_lengths or cu_seqlens=..., exactly one of them")
+    if cu_seqlens is not None:
+        cu = _as_int_list("cu_seqlens", cu_seqlens)
+        if len(cu) < 2 or cu[0] != 0:
+            raise ValueError(f"cu_seqlens must start at 0 and have at least two entries (one document), got {cu}")
+        lengths = [b - a for a, b in zip(cu, cu[1:])]
+        for i, n in enumerate(lengths):
+            if n <= 0:
+                raise ValueError(f"cu_seqlens must be strictly increasing (no empty documents), got "
+                                 f"cu_seqlens[{i}]={cu[i]} and cu_seqlens[{i + 1}]={cu[i + 1]}")
+    else:
+        lengths = _as_int_list("doc_lengths", doc_lengths)
+        if not lengths:
+            raise ValueError("doc_lengths must name at least one document, got []")
+        for i, n in enumerate(lengths):
+            if n <= 0:
+                raise ValueError(f"doc_lengths[{i}] must be >= 1 (documents cannot be empty), got {n}")
+    counts = torch.tensor(lengths, dtype=torch.int64, device=device)  # (N,)
+    document_ids = torch.repeat_interleave(torch.arange(len(lengths), device=device), counts)  # (L,)
+    cu = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # (N + 1,)
+    if int(cu[-1]) >= 2 ** 31:
+        raise ValueError(f"the packed row has {int(cu[-1])} tokens; cu_seqlens (int32) holds at most 2**31 - 1")
+    positions = torch.arange(int(cu[-1]), device=device) - cu[:-1][document_ids]  # (L,)
+    return Packing(positions=positions, document_ids=document_ids, cu_seqlens=cu.to(torch.int32),
+                   max_seqlen=max(lengths))
+
+
+def check_document_ids(name: str, ids: Any) -> torch.Tensor:
+    """Document ids: an integer tensor ``[L]`` or ``[B, L]``, non-decreasing along ``L``."""
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be an integer torch.Tensor of shape [L] or [B, L] "
+                        f"(e.g. posenc.packing(...).document_ids), got {type(ids).__name__}")
+    if ids.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {ids.dtype}")
+    if ids.dim() not in (1, 2):
+        raise ValueError(f"{name} must have shape [L] or [B, L], got shape {list(ids.shape)}")
+    if not torch.compiler.is_compiling() and ids.shape[-1] > 1:
+        step = ids[..., 1:].long() - ids[..., :-1].long()
+        if bool((step < 0).any()):
+            where = (step < 0).nonzero()[0].tolist()
+            raise ValueError(f"{name} must be non-decreasing along L (each document contiguous), got a "
+                             f"decrease after index {where}")
+    return ids
+
+
+def positions_in_documents(document_ids: torch.Tensor) -> torch.Tensor:
+    """``[..., L]`` non-decreasing ids -> the position of each token in its document, ``[..., L]``."""
+    ids = document_ids.long()
+    index = torch.arange(ids.shape[-1], device=ids.device).expand_as(ids)  # (..., L)
+    starts = torch.ones_like(ids, dtype=torch.bool)
+    starts[..., 1:] = ids[..., 1:] != ids[..., :-1]  # a document starts here
+    first = torch.where(starts, index, torch.zeros_like(index)).cummax(-1).values  # start of each token's document
+    return index - first
