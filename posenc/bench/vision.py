@@ -54,7 +54,9 @@ NUM_CLASSES = 10
 
 IMAGE_VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "none": ({"scheme": "nope"}, "grid"),
-    "learned grid (resized)": ({"scheme": "learned"}, "resize"),
+    # init_std 0.5, near the sinusoidal table's rms (1/√2): at the default 0.02 the table had barely
+    # grown after 300 steps (46% at 8×8, measured) where the other variants reached ~90%; at 0.5, 88% in 200
+    "learned grid (resized)": ({"scheme": "learned", "init_std": 0.5}, "resize"),
     "2D sinusoidal": ({"scheme": "sinusoidal", "axes": 2}, "grid"),
     "2D sinusoidal (rescaled)": ({"scheme": "sinusoidal", "axes": 2}, "rescaled"),
     "axial RoPE": ({"scheme": "rope", "axes": 2}, "grid"),
