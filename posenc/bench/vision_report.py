@@ -212,7 +212,7 @@ def image_section(page: Page, records: list[dict[str, Any]]) -> list[Verdict]:
 # -- time ----------------------------------------------------------------------------------------
 
 def _when(rate: float, seconds: float) -> str:
-    return f"{rate:g} fps, {seconds:g} s"
+    return f"{rate:g} fps for {seconds:g} s"
 
 
 def time_verdicts(t: AccuracyTable, train_rate: float, train_seconds: float) -> tuple[list[Verdict], list[str]]:
@@ -243,6 +243,13 @@ def time_verdicts(t: AccuracyTable, train_rate: float, train_seconds: float) -> 
                 text += f"; frame indices do better at {', '.join(no)}"
             if flat:
                 text += f"; no clear difference at {', '.join(flat)}"
+            longer = [(r, s) for r, s in conditions if r == train_rate and s > train_seconds]
+            held = [f"{t.get(label, (r, s, 'index')).accuracy:.2f} at {_when(r, s)}" for r, s in longer
+                    if t.get(label, (r, s, "index")) is not None]
+            trained = t.get(label, (train_rate, train_seconds, "index"))
+            if held and trained is not None:  # at the training rate the two are the same positions
+                text += (f". Longer clips at the training rate (the same positions either way): accuracy "
+                         f"{', '.join(held)}, against {trained.accuracy:.2f} as trained")
             answers.append(text + ".")
     return out, answers
 
