@@ -53,10 +53,13 @@ def test_image_and_time_records(records):
 
 def test_a_one_axis_scheme_is_recorded_as_cannot_run(tmp_path):
     path = tmp_path / "t5.jsonl"
-    assert main(["extrapolate", *ARGS, "--part", "image", "--scheme", "t5", "--out", str(path)]) == 0
-    (rec,) = load(path).values()
+    assert main(["extrapolate", *ARGS, "--part", "image", "--scheme", "t5", "--scheme", "sinusoidal:axes=2",
+                 "--out", str(path)]) == 0
+    rec, two = load(path).values()
     assert rec["part"] == "image" and rec["label"] == "t5" and rec["spec"]["scheme"] == "t5"
     assert "one-axis" in rec["cannot_run"] and "(row, col)" in rec["cannot_run"] and rec["eval"] == []
+    # a two-axis spec that is no LM scheme runs in the image part alone (it is not resolved for lm or tasks)
+    assert two["label"] == "sinusoidal (axes=2)" and two["spec"]["axes"] == 2 and len(two["eval"]) == 2
 
 
 def test_unknown_part_exits_2_with_one_line(capsys):
