@@ -157,7 +157,7 @@ def image_verdicts(t: AccuracyTable, train: int) -> list[Verdict]:
 def image_figure(t: AccuracyTable, train: int):
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 3.8), layout="constrained")
+    fig = Figure(figsize=(8, 3.8), layout="constrained")
     ax = fig.subplots()
     for i, label in enumerate(t.labels):
         pts = [(s, t.get(label, s)) for s in t.columns]
@@ -172,7 +172,7 @@ def image_figure(t: AccuracyTable, train: int):
     ax.set_ylabel("accuracy (95% interval)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the axes, off the data
     return fig
 
 
@@ -257,7 +257,7 @@ def time_verdicts(t: AccuracyTable, train_rate: float, train_seconds: float) -> 
 def time_figure(t: AccuracyTable, conditions: list[tuple[float, float]]):
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7.2, 3.8), layout="constrained")
+    fig = Figure(figsize=(8.8, 3.8), layout="constrained")
     ax = fig.subplots()
     xs = list(range(len(conditions)))
     for i, label in enumerate(t.labels):
@@ -275,7 +275,7 @@ def time_figure(t: AccuracyTable, conditions: list[tuple[float, float]]):
     ax.set_ylabel("accuracy (95% interval)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the axes, off the data
     return fig
 
 
