@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _expected_runs() -> int:
     per_seed = len(SMOKE.schemes) * 2 + len(SMOKE.scaling.types) * 2 + 1  # lm + tasks, zero-shot + fine-tune + control
     per_seed += len(SMOKE.hybrid)  # the hybrid's lm rows beside the transformer's
+    per_seed += len(SMOKE.image.variants) + len(SMOKE.time.schemes)  # --part image, --part time
     return per_seed * len(SMOKE.seeds)
 
 
@@ -48,9 +49,13 @@ def test_smoke_writes_every_result_once(smoke_results):
     assert hybrid == [f"hybrid {s}" for s in SMOKE.hybrid] and all(r["arch"] == "transformer" for r in records
                                                                    if r["label"] not in hybrid)
     lengths = SMOKE.lm.lengths()
+    assert parts.count("image") == len(SMOKE.image.variants) and parts.count("time") == len(SMOKE.time.schemes)
     for r in records:
         if r["part"] == "tasks":
             assert {row["task"] for row in r["eval"]} == set(SMOKE.tasks.tasks)
+            continue
+        if r["part"] in ("image", "time"):  # checked in tests/test_bench_vision.py
+            assert r["eval"] and all(0 <= row["accuracy"] <= 1 for row in r["eval"])
             continue
         rows = {(row["mode"], row["length"]): row for row in r["eval"]}
         assert set(rows) == {(m, t) for m in ("nonoverlap", "sliding") for t in lengths}
@@ -109,6 +114,8 @@ def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, smoke_results):
     fresh = load(smoke_results)
     for key, rec in load(path).items():
         assert [row.get("nll") for row in rec["eval"]] == [row.get("nll") for row in fresh[key]["eval"]]
+        assert [row.get("bits") for row in rec["eval"]] == [row.get("bits") for row in fresh[key]["eval"]]
+    assert {"image", "time"} <= {rec["part"] for rec in load(path).values()}  # the new parts resumed too
 
 
 @pytest.mark.xdist_group("extrapolate")
@@ -121,16 +128,20 @@ def test_arch_hybrid_runs_every_part_and_resumes_by_arch(tmp_path, smoke_results
     assert main(["extrapolate", *SERIAL, "--arch", "hybrid", "--out", str(path)]) == 0
     records = list(load(path).values())
     assert len(records) == _expected_runs() - len(SMOKE.hybrid)  # the same plan, every run a hybrid
+    # image and time have their own bidirectional model, the same for every --arch (the same runs, keys)
+    own = [r for r in records if r["part"] in ("image", "time")]
+    assert own and {r["arch"] for r in own} == {"transformer"} and {r["key"] for r in own} <= set(load(smoke_results))
+    records = [r for r in records if r not in own]
     assert {r["arch"] for r in records} == {"hybrid"} and all(r["label"].startswith("hybrid ") for r in records)
     assert {r["part"] for r in records} == {"lm", "scaling", "tasks"}
     beside = {k for k, r in load(smoke_results).items() if r["arch"] == "hybrid"}
     assert beside and beside <= set(load(path)) and len(beside) == len(SMOKE.hybrid)
     capsys.readouterr()
     assert main(["extrapolate", *SERIAL, "--arch", "hybrid", "--out", str(path)]) == 0
-    assert f"{len(records)} already in" in capsys.readouterr().err
+    assert f"{len(records) + len(own)} already in" in capsys.readouterr().err
     assert main(["extrapolate", *SERIAL, "--part", "lm", "--scheme", "nope", "--out", str(path)]) == 0
     assert "2 runs, 1 already in" in capsys.readouterr().err  # transformer nope is new, hybrid nope is not
-    assert [r["arch"] for r in load(path).values()].count("transformer") == 1
+    assert [r["arch"] for r in load(path).values() if r["part"] == "lm"].count("transformer") == 1
     # an older file: the transformer records without "arch" resume as they are
     old = tmp_path / "old.jsonl"
     old.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "arch"}) + "\n"

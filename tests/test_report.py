@@ -14,7 +14,7 @@ import pytest
 from posenc.cli import main
 
 FIGURES = ("sinusoidal_heatmap", "sinusoidal_fingerprints", "similarity", "score_vs_distance", "rope_decay",
-           "alibi_bias", "t5_bias", "perplexity", "rope_scalings", "task_accuracy")
+           "alibi_bias", "t5_bias", "perplexity", "rope_scalings", "task_accuracy", "image_accuracy", "time_accuracy")
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +35,8 @@ def test_report_is_self_contained(report):
         assert re.search(rf'<img src="data:image/png;base64,[A-Za-z0-9+/=]{{200,}}" alt="{name}">', text), name
         assert (report.parent / "figures" / f"{name}.png").stat().st_size > 1000
     for heading in ("Summary", "dog bites man", "Language modelling", "Recurrence instead of position",
-                    "RoPE scalings", "Algorithmic tasks", "Hardware, versions"):
+                    "RoPE scalings", "Algorithmic tasks", "Images: train small, test large (resolution)",
+                    "Time: frame indices or seconds", "Heo et al. 2024", "Hardware, versions"):
         assert heading in text, heading
     assert "cannot run" in text  # the learned table past its length
     assert "hybrid nope" in text and "Lieber et al. 2024 (Jamba)" in text and "Position at training length" in text

@@ -114,8 +114,11 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
     lm_settings = settings_hash({"lm": profile.lm, "corpus": corpus_sha})
     sc_settings = settings_hash({"lm": profile.lm, "scaling": profile.scaling, "corpus": corpus_sha})
     task_settings = settings_hash({"tasks": profile.tasks})
-    lm_specs = [resolve_scheme(s, profile.lm.model, max_positions=profile.lm.train_length) for s in schemes]
-    task_specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile)) for s in schemes]
+    # resolved (and checked) only for the parts that run: a two-axis --scheme for --part image is no LM scheme
+    lm_specs = [resolve_scheme(s, profile.lm.model, max_positions=profile.lm.train_length) for s in schemes
+                if {"lm", "scaling"} & set(profile.parts)]
+    task_specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile)) for s in schemes
+                  if "tasks" in profile.parts]
     custom = list(schemes) != [s for s in profile.schemes if s in registry.schemes()]  # the user's --scheme
     image_settings, time_settings = settings_hash({"image": profile.image}), settings_hash({"time": profile.time})
     image_items = vision.image_items(profile.image, schemes if custom else None) if "image" in profile.parts else []

@@ -21,7 +21,7 @@ from typing import Any
 
 import posenc
 from posenc.bench import figures as F
-from posenc.bench import findings, stats
+from posenc.bench import findings, stats, vision_report
 from posenc.bench.demos import demonstrations
 from posenc.bench.page import Page, e, status
 from posenc.bench.page import table as html_table
@@ -291,6 +291,8 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
     verdicts += hybrid_verdicts
     verdicts += _scaling_section(body, by_part["lm"], by_part["scaling"])
     verdicts += _task_section(body, by_part["tasks"])
+    verdicts += vision_report.image_section(body, [r for r in records if r["part"] == "image"])
+    verdicts += vision_report.time_section(body, [r for r in records if r["part"] == "time"])
     meta["render_seconds"] = time.perf_counter() - meta["render_start"]
     meta["wall_seconds"] = time.perf_counter() - meta["start"]
     _environment_section(body, profile, records, meta)
