@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import posenc
+from posenc.positions import text_positions
 import posenc.attn
 from conftest import schemes_of_kind, small_module
 
@@ -35,7 +36,7 @@ def _packed_vs_separate(pe, *, causal, backend, explicit, dtype=torch.float64):
     docs = torch.stack([p.document_ids for p in packs])  # (2, L)
     kw = {}
     if explicit:
-        pos = torch.stack([p.positions for p in packs])
+        pos = text_positions(torch.stack([p.positions for p in packs]), getattr(pe, "axes", 1))  # (2, L[, A])
         kw = {"q_positions": pos, "k_positions": pos}
     out = posenc.attention(q, k, v, pe, causal=causal, backend=backend, document_ids=docs, **kw)
     for row, pack in enumerate(packs):

@@ -203,7 +203,7 @@ class RoPE(RotaryEncoding):
         scalings). ``posenc.attention`` observes the query positions before rotating the keys, so
         that q and k of one call use the frequencies of one length."""
         if self.scaling.by_length is not None:
-            self._observe(check_positions("positions", positions).to(self._seen_length.device))
+            self._observe(self.check_positions("positions", positions).to(self._seen_length.device))
 
     # -- cos and sin ----------------------------------------------------------------------------
     def _apply(self, fn, recurse=True):  # .to()/.cuda()/.half(): the tables are rebuilt on use
