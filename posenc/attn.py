@@ -21,9 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from posenc._validate import check_choice, check_float
+from posenc.blockwise import blockwise_attention
 from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor
 
-BACKENDS = ("auto", "materialize", "flex", "chunked")
+BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
 MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
 CHUNK_ELEMENTS = 1 << 23  # scores per query chunk on the chunked path
 
@@ -63,8 +64,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         scale: multiplies ``q·k``; ``1/√D`` by default.
         backend: for bias and relative kinds, ``"materialize"`` the whole score bias,
             ``"flex"`` (FlexAttention ``score_mod``; bias kind, forward only on CPU),
-            ``"chunked"`` (query blocks), or ``"auto"`` (materialize when small, else flex
-            when no gradient is needed, else chunked).
+            ``"chunked"`` (query blocks), ``"blockwise"`` (``posenc.blockwise``: query and key
+            blocks with an online softmax, and a backward that recomputes them; trains at long
+            context), or ``"auto"`` (materialize when small, else flex when no gradient is
+            needed, else blockwise).
 
     Returns:
         ``[B, H, Lq, D]`` in the dtype of ``q``.
@@ -114,7 +117,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         elif kind == "bias" and pe.flex_ok and not needs_grad:
             backend = "flex"
         else:
-            backend = "chunked"
+            backend = "blockwise"
+    if backend == "blockwise":
+        return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale)
     if backend == "flex":
         if kind != "bias" or not pe.flex_ok:
             raise ValueError(f"backend='flex' needs a bias scheme with an elementwise score; {pe.name!r} is not one")
