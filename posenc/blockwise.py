@@ -58,6 +58,7 @@ from posenc.encodings._base import BiasEncoding
 # 8 heads, head_dim 64, causal ALiBi fwd+bwd on 2 cores: see posenc.speed's attention cases.
 BLOCK_Q = 256
 BLOCK_K = 512
+FUSED_BLOCK_Q = 512  # query rows per call of SDPA's fused kernel (Toeplitz forward): causal wastes ~c/2 rows' keys
 
 
 class _Bias:
@@ -66,18 +67,49 @@ class _Bias:
     ``q``/``k`` are the block's (work dtype) queries and keys, used by relative schemes only. The
     bias kind's ``score_fn`` is made once per pass (it gathers learned tables outside the
     elementwise function); call ``prepare()`` under the grad mode the pass needs.
+
+    Toeplitz mode (``self.table`` is set): a bias scheme that depends on ``k − q`` only
+    (``translation_invariant``) at contiguous positions ``qpos = q0 + i``, ``kpos = k0 + j`` has
+    ``b_ij = f(j − i + k0 − q0)``: one float64 table ``u[e] = f(e − (Lq − 1) + k0 − q0)`` over
+    ``e = j − i + Lq − 1 ∈ [0, Lq + Lk − 1)``, with causal's ``−∞`` folded in (``j > i + Lk − Lq``
+    is ``e ≥ Lk``). A block whose query rows are taken in reverse order (``r = qe − 1 − i``) reads
+    ``u[ks + (Lq − qe) + r + c]`` at row ``r``, column ``c``: a view of ``u`` with strides
+    ``(T, 1, 1)`` over ``[H, c, n]``, never materialized, which SDPA's fused CPU kernel takes as
+    its ``attn_mask``. The gradient of ``u`` is the block's ``ds`` summed along those
+    anti-diagonals (``r + c`` constant).
     """
 
-    def __init__(self, pe, q_positions: torch.Tensor, k_positions: torch.Tensor, work: torch.dtype) -> None:
-        self.pe, self.work = pe, work
+    def __init__(self, pe, q_positions: torch.Tensor, k_positions: torch.Tensor, work: torch.dtype, *,
+                 causal: bool, lq: int, lk: int) -> None:
+        self.pe, self.work, self.causal, self.lq, self.lk = pe, work, causal, lq, lk
         self.relative = pe.kind == "relative"
+        self.value_fn = getattr(pe, "value_term", None)
         self.qpos, self.kpos = q_positions.long(), k_positions.long()  # (L) or (B, L)
-        self.fn = None
+        self.fn = self.table = None
+        # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only
+        self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
+                         and _contiguous(self.qpos) and _contiguous(self.kpos))
 
     def prepare(self) -> None:
-        if isinstance(self.pe, BiasEncoding):
-            self.fn = self.pe.score_fn()
-            self.heads = torch.arange(self.pe.num_heads, device=self.qpos.device).view(-1, 1, 1)  # (H, 1, 1)
+        if not isinstance(self.pe, BiasEncoding):
+            return
+        self.fn = self.pe.score_fn()
+        self.heads = torch.arange(self.pe.num_heads, device=self.qpos.device).view(-1, 1, 1)  # (H, 1, 1)
+        if self.toeplitz:
+            lq, lk = self.lq, self.lk
+            e = torch.arange(lq + lk - 1, device=self.qpos.device)  # (T,)
+            d = e - (lq - 1) + (self.kpos.reshape(-1)[0] - self.qpos.reshape(-1)[0])  # k − q at each e
+            base = (-d.min()).clamp(min=0)  # evaluate at non-negative positions (base, base + d)
+            u = self.fn(self.heads.view(-1, 1), base.view(1), base + d)  # (H, T) float64
+            if self.causal:
+                u = u.masked_fill(e >= lk, float("-inf"))
+            self.table = u.to(self.work).contiguous()
+
+    def view(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
+        """Toeplitz mode: ``[1, H, c, n]`` bias of query rows ``qe − 1 … qs`` (reversed) and keys ``ks … ke − 1``."""
+        h, t = self.table.shape
+        return self.table.as_strided((1, h, qe - qs, ke - ks), (0, t, 1, 1),
+                                     self.table.storage_offset() + ks + self.lq - qe)
 
     def __call__(self, qs: int, qe: int, ks: int, ke: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         qp, kp = self.qpos[..., qs:qe], self.kpos[..., ks:ke]
@@ -89,9 +121,29 @@ class _Bias:
 
     def value_term(self, p: torch.Tensor, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor | None:
         """Shaw's ``Σ_j p_ij a^V_ij`` for the block's weights ``p [B, H, c, n]``; None for other schemes."""
-        if getattr(self.pe, "value_term", None) is None:
+        if self.value_fn is None:
             return None
-        return self.pe.value_term(p, self.qpos[..., qs:qe], self.kpos[..., ks:ke])
+        return self.value_fn(p, self.qpos[..., qs:qe], self.kpos[..., ks:ke])
+
+
+def _contiguous(positions: torch.Tensor) -> bool:
+    """Positions ``[L]`` or ``[1, L]`` that step by exactly 1."""
+    if positions.dim() == 2 and positions.shape[0] != 1:
+        return False
+    flat = positions.reshape(-1)
+    return flat.numel() < 2 or bool((flat[1:] - flat[:-1] == 1).all())
+
+
+def _antidiagonal_sums(x: torch.Tensor) -> torch.Tensor:
+    """``[..., R, N] -> [..., R + N − 1]``: entry ``m`` sums ``x[..., r, c]`` over ``r + c = m``.
+
+    Padding each row with ``R`` zeros and reading the flat buffer with rows of ``N + R − 1``
+    shifts row ``r`` right by ``r`` (element ``(r, c)`` sits at flat ``r(N + R) + c = r(N + R − 1)
+    + (r + c)``); the column sums are then the anti-diagonal sums.
+    """
+    r, n = x.shape[-2:]
+    padded = torch.nn.functional.pad(x, (0, r)).flatten(-2)  # (..., R(N+R))
+    return padded[..., : r * (n + r - 1)].unflatten(-1, (r, n + r - 1)).sum(-2)
 
 
 def _key_end(qe: int, lk: int, shift: int, causal: bool) -> int:
@@ -108,8 +160,28 @@ def _masked(s: torch.Tensor, qs: int, ks: int, shift: int) -> torch.Tensor:
     return s.masked_fill(torch.arange(ks, ks + n, device=s.device) > rows, float("-inf"))
 
 
+def _forward_toeplitz(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int):
+    """Toeplitz mode: SDPA's fused CPU kernel per query block (rows reversed), the bias a view."""
+    b, h, lq, _ = q.shape
+    lk = k.shape[2]
+    shift = lk - lq
+    out = q.new_empty(b, h, lq, v.shape[-1])
+    lse = q.new_empty(b, h, lq)
+    for qs in range(0, lq, block_q):
+        qe = min(qs + block_q, lq)
+        kend = _key_end(qe, lk, shift, causal)
+        o, m = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q[:, :, qs:qe].flip(2), k[:, :, :kend], v[:, :, :kend], 0.0, False,
+            attn_mask=bias.view(qs, qe, 0, kend), scale=scale)  # (B, H, c, Dv), (B, H, c), rows reversed
+        out[:, :, qs:qe] = o.flip(2)
+        lse[:, :, qs:qe] = m.flip(2)
+    return out, lse
+
+
 def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, block_k: int):
     """Online softmax over key blocks: ``o [B, H, Lq, Dv]`` and ``lse [B, H, Lq]``."""
+    if bias.toeplitz:
+        return _forward_toeplitz(q, k, v, bias, causal=causal, scale=scale, block_q=FUSED_BLOCK_Q)
     b, h, lq, _ = q.shape
     lk, dv = k.shape[2], v.shape[-1]
     shift = lk - lq
@@ -124,7 +196,7 @@ def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, 
         for ks in range(0, _key_end(qe, lk, shift, causal), block_k):
             ke = min(ks + block_k, _key_end(qe, lk, shift, causal))
             s = torch.matmul(qb_scaled, kt[..., ks:ke])  # (B, H, c, n)
-            s = s + bias(qs, qe, ks, ke, qb, k[:, :, ks:ke])
+            s += bias(qs, qe, ks, ke, qb, k[:, :, ks:ke])
             if causal:
                 s = _masked(s, qs, ks, shift)
             block_max = s.amax(-1, keepdim=True)  # (B, H, c, 1)
@@ -173,29 +245,41 @@ class _BlockwiseAttention(torch.autograd.Function):
         b, h, lq, _ = q.shape
         lk = k.shape[2]
         shift = lk - lq
+        rev = bias.toeplitz  # rows reversed: the bias is a view of one table, causal folded in
         dout = dout.contiguous()
         delta = (dout * out).sum(-1, keepdim=True)  # (B, H, Lq, 1): rowsum(dO ∘ O)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dparams = [torch.zeros_like(p) for p in params]
         # The bias needs its graph when its inputs want a gradient: parameters, or q/k (relative).
         with_graph = bool(params) or (bias.relative and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]))
-        has_value_term = getattr(bias.pe, "value_term", None) is not None
+        has_value_term = bias.value_fn is not None
         with torch.enable_grad() if with_graph or has_value_term else torch.no_grad():
             bias.prepare()
+        dtable = torch.zeros_like(bias.table) if rev and with_graph else None  # (H, T)
+
+        def add(grads, start=0):
+            for acc, g in zip(dparams, grads[start:start + len(params)]):
+                if g is not None:
+                    acc += g
+
         for qs in range(0, lq, block_q):
             qe = min(qs + block_q, lq)
-            qb = q[:, :, qs:qe]  # (B, H, c, D)
+            flip = (lambda t: t.flip(2)) if rev else (lambda t: t)
+            qb = flip(q[:, :, qs:qe])  # (B, H, c, D)
             qb_scaled = qb * scale
-            dob = dout[:, :, qs:qe]  # (B, H, c, Dv)
-            lse_b = lse[:, :, qs:qe].unsqueeze(-1)  # (B, H, c, 1)
-            delta_b = delta[:, :, qs:qe]
+            dob = flip(dout[:, :, qs:qe])  # (B, H, c, Dv)
+            lse_b = flip(lse[:, :, qs:qe].unsqueeze(-1))  # (B, H, c, 1)
+            delta_b = flip(delta[:, :, qs:qe])
             dqb = torch.zeros_like(qb)
             kend = _key_end(qe, lk, shift, causal)
             for ks in range(0, kend, block_k):
                 ke = min(ks + block_k, kend)
                 kb, vb = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H, n, D), (B, H, n, Dv)
                 graph_inputs = list(params)
-                if with_graph:
+                bias_b = None
+                if rev:
+                    bias_value = bias.view(qs, qe, ks, ke).detach()
+                elif with_graph:
                     with torch.enable_grad():
                         if bias.relative:
                             qb_leaf, kb_leaf = qb.detach().requires_grad_(), kb.detach().requires_grad_()
@@ -207,7 +291,7 @@ class _BlockwiseAttention(torch.autograd.Function):
                 else:
                     bias_value = bias(qs, qe, ks, ke, qb, kb)
                 s = torch.matmul(qb_scaled, kb.transpose(-1, -2)) + bias_value  # (B, H, c, n)
-                if causal:
+                if causal and not rev:
                     s = _masked(s, qs, ks, shift)
                 p = s.sub_(lse_b).exp_()  # softmax weights of the block, in place of s
                 dv[:, :, ks:ke] += torch.matmul(p.transpose(-1, -2), dob)
@@ -216,28 +300,29 @@ class _BlockwiseAttention(torch.autograd.Function):
                     with torch.enable_grad():
                         p_leaf = p.detach().requires_grad_()
                         term = bias.value_term(p_leaf, qs, qe, ks, ke)
-                        wanted = [p_leaf, *params]
-                        grads = torch.autograd.grad(term, wanted, dob, allow_unused=True, retain_graph=True)
+                        grads = torch.autograd.grad(term, [p_leaf, *params], dob, allow_unused=True,
+                                                    retain_graph=True)
                     dp = dp + grads[0]
-                    for acc, g in zip(dparams, grads[1:]):
-                        if g is not None:
-                            acc += g
+                    add(grads, 1)
                 ds = p.mul_(dp.sub_(delta_b))  # (B, H, c, n): p ∘ (dp − δ), in place of p
                 dqb += torch.matmul(ds, kb) * scale
                 dk[:, :, ks:ke] += torch.matmul(ds.transpose(-1, -2), qb_scaled)
-                if with_graph:
+                if dtable is not None:  # view at offset ks + Lq − qe: anti-diagonal r + c reads u[offset + r + c]
+                    offset = ks + lq - qe
+                    dtable[:, offset:offset + (qe - qs) + (ke - ks) - 1] += _antidiagonal_sums(ds.sum(0))
+                elif bias_b is not None:  # score_fn's tables serve every block: keep the graph
                     grads = torch.autograd.grad(bias_b, graph_inputs, ds.sum_to_size(bias_b.shape),
-                                                allow_unused=True, retain_graph=True)  # score_fn's tables serve every block
-                    for acc, g in zip(dparams, grads[:len(params)]):
-                        if g is not None:
-                            acc += g
+                                                allow_unused=True, retain_graph=True)
+                    add(grads)
                     if bias.relative:
                         gq, gk = grads[len(params):]
                         if gq is not None:
                             dqb += gq
                         if gk is not None:
                             dk[:, :, ks:ke] += gk
-            dq[:, :, qs:qe] = dqb
+            dq[:, :, qs:qe] = flip(dqb)
+        if dtable is not None and params:
+            add(torch.autograd.grad(bias.table, params, dtable, allow_unused=True))
         needs = ctx.needs_input_grad
         return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, None,
                 *(g if needs[4 + i] else None for i, g in enumerate(dparams)))
@@ -252,7 +337,8 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     params = [p for p in pe.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
-    args = {"bias": _Bias(pe, q_positions, k_positions, work), "causal": causal, "scale": scale,
+    bias = _Bias(pe, q_positions, k_positions, work, causal=causal, lq=q.shape[2], lk=k.shape[2])
+    args = {"bias": bias, "causal": causal, "scale": scale,
             "block_q": block_q, "block_k": block_k}
     out = _BlockwiseAttention.apply(q.to(work), k.to(work), v.to(work), args, *params)
     return out.to(dtype)

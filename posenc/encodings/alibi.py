@@ -20,6 +20,8 @@ from posenc.encodings._base import BiasEncoding
 class ALiBi(BiasEncoding):
     """Linear distance penalty with the paper's per-head slopes (any head count)."""
 
+    translation_invariant = True  # a function of k − q only
+
     def __init__(self, *, num_heads: int) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)

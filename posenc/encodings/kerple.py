@@ -31,6 +31,8 @@ KERNELS = {  # the distance kernel of each variant, on float64 distances d and e
 class Kerple(BiasEncoding):
     """Learned logarithmic or power distance penalty per head (KERPLE)."""
 
+    translation_invariant = True  # a function of k − q only
+
     def __init__(self, *, num_heads: int, variant: str = "log", eps: float = 1e-2) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)

@@ -22,6 +22,8 @@ from posenc.encodings._base import BiasEncoding
 class T5Bias(BiasEncoding):
     """Learned per-head bias on log-spaced buckets of relative distance (T5)."""
 
+    translation_invariant = True  # a function of k − q only
+
     def __init__(self, *, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
                  bidirectional: bool = True, init_std: float = 0.5) -> None:
         super().__init__()
