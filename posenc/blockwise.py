@@ -329,8 +329,7 @@ class _BlockwiseAttention(torch.autograd.Function):
 
 
 def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q_positions: torch.Tensor,
-                        k_positions: torch.Tensor, *, causal: bool, scale: float,
-                        block_q: int = BLOCK_Q, block_k: int = BLOCK_K) -> torch.Tensor:
+                        k_positions: torch.Tensor, *, causal: bool, scale: float) -> torch.Tensor:
     """Exact attention of ``q [B, H, Lq, D]`` over ``k, v [B, H, Lk, D|Dv]`` with the bias or
     relative scheme ``pe``, block by block (see the module docstring); checked inputs, as
     ``posenc.attention`` passes them. Scores in float32 at least; returns q's dtype."""
@@ -339,6 +338,6 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q
     params = [p for p in pe.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
     bias = _Bias(pe, q_positions, k_positions, work, causal=causal, lq=q.shape[2], lk=k.shape[2])
     args = {"bias": bias, "causal": causal, "scale": scale,
-            "block_q": block_q, "block_k": block_k}
+            "block_q": BLOCK_Q, "block_k": BLOCK_K}
     out = _BlockwiseAttention.apply(q.to(work), k.to(work), v.to(work), args, *params)
     return out.to(dtype)
