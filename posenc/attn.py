@@ -4,9 +4,9 @@
 
 - ``rotary``: rotates q at q_positions and k at k_positions, then SDPA;
 - ``bias``: adds ``pe(q_positions, k_positions)`` to the scores. Small maps are materialized;
-  long ones run through FlexAttention with a ``score_mod`` (forward only on CPU), or in query
-  chunks, so ``[H, Lq, Lk]`` never exists whole;
-- ``relative``: adds ``pe(q, k, q_positions, k_positions)`` (and Shaw's value term), in chunks;
+  long ones run through FlexAttention with a ``score_mod`` (forward only on CPU), or block by
+  block (``posenc.blockwise``, with its backward), so ``[H, Lq, Lk]`` never exists whole;
+- ``relative``: adds ``pe(q, k, q_positions, k_positions)`` (and Shaw's value term), in blocks;
 - ``none``: plain SDPA. ``additive`` encodings belong to the token embeddings, not here.
 
 Notation used for tensor shapes: B batch, H heads, Lq/Lk query/key lengths, D head dim.
