@@ -52,10 +52,12 @@ import torch
 
 from posenc.encodings._base import BiasEncoding
 
-# Block of 256 queries x 512 keys: 1M scores (4 MB in float32) per head-batch of 8 heads, small
-# enough for FIRE's float64 MLP temporaries (256·512·hidden 32·8 bytes = 34 MB each) and large
-# enough that the per-block Python and autograd overhead stays a few percent. Measured at L=8192,
-# 8 heads, head_dim 64, causal ALiBi fwd+bwd on 2 cores: see posenc.speed's attention cases.
+# Blocks of 256 queries x 512 keys: 8 heads' scores are 4 MB in float32 and the largest float64
+# temporary (a bias block) 8 MB, under glibc's 32 MB mmap threshold, so every block reuses warm
+# heap memory. On this 2-core machine a fresh 34 MB float64 result cost 135 ms (page faults)
+# against 14 ms for the same op into warm memory, which made FIRE's per-pair MLP blocks 6x
+# slower at 256x512 than at 64x128. FIRE's (piecewise-linear) bias now costs the same per pair at
+# 128x256 and 256x512 (0.53 us, on a loaded machine); the larger block spends less in Python.
 BLOCK_Q = 256
 BLOCK_K = 512
 FUSED_BLOCK_Q = 512  # query rows per call of SDPA's fused kernel (Toeplitz forward): causal wastes ~c/2 rows' keys
@@ -218,6 +220,30 @@ def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, 
     return out, lse
 
 
+def _backward_toeplitz(dout, q, k, v, out, lse, bias: _Bias, *, causal: bool, scale: float, block_q: int):
+    """Toeplitz mode without parameters to train: SDPA's fused CPU backward per query block, given
+    the saved ``o`` and ``lse`` (the global ones, so each block's ``p`` and ``δ`` are the true
+    softmax's), rows reversed as in the forward; the blocks' ``dk, dv`` add up."""
+    lq, lk = q.shape[2], k.shape[2]
+    shift = lk - lq
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dout = dout.contiguous()
+    with torch.no_grad():
+        bias.prepare()
+    for qs in range(0, lq, block_q):
+        qe = min(qs + block_q, lq)
+        kend = _key_end(qe, lk, shift, causal)
+        rows = slice(qs, qe)
+        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dout[:, :, rows].flip(2), q[:, :, rows].flip(2), k[:, :, :kend], v[:, :, :kend],
+            out[:, :, rows].flip(2), lse[:, :, rows].flip(2), 0.0, False,
+            attn_mask=bias.view(qs, qe, 0, kend), scale=scale)
+        dq[:, :, rows] = gq.flip(2)
+        dk[:, :, :kend] += gk
+        dv[:, :, :kend] += gv
+    return dq, dk, dv
+
+
 class _BlockwiseAttention(torch.autograd.Function):
     """``o = softmax(scale · q kᵀ + bias) v`` (plus Shaw's value term) saving only ``o`` and ``lse``.
 
@@ -241,6 +267,9 @@ class _BlockwiseAttention(torch.autograd.Function):
         q, k, v, out, lse, *params = ctx.saved_tensors
         args = ctx.args
         bias: _Bias = args["bias"]
+        if bias.toeplitz and not params:  # nothing to learn in the bias: SDPA's fused backward per block
+            return (*_backward_toeplitz(dout, q, k, v, out, lse, bias, causal=args["causal"], scale=args["scale"],
+                                        block_q=FUSED_BLOCK_Q), None)
         causal, scale, block_q, block_k = args["causal"], args["scale"], args["block_q"], args["block_k"]
         b, h, lq, _ = q.shape
         lk = k.shape[2]
