@@ -35,6 +35,12 @@ KERPLE's r1/r2, FIRE's MLP, c and L; Transformer-XL's W_R, u, v and Shaw's w^K),
 for a relative scheme, one block at a time. Shaw's value term adds ``dO_i · a^V_ij`` to ``dp``
 and its own gradient to w^V, both from ``autograd.grad`` of the block's value term.
 
+Translation-invariant biases (ALiBi, T5, KERPLE) at contiguous positions are one table read
+through strided views (see ``_Bias``): the forward is SDPA's fused CPU kernel per query block with
+the view as its mask, and when the bias has nothing to train (ALiBi) so is the backward
+(``_scaled_dot_product_flash_attention_for_cpu_backward``, given the global ``o`` and ``lse``);
+otherwise the backward is the loop above, whose ``ds`` sums along diagonals into the table.
+
 Memory: besides q, k, v, o, lse and the gradients, one block of scores and its bias (``B·H·
 BLOCK_Q·BLOCK_K`` elements, with the scheme's temporaries for that block) lives at a time.
 Causal attention skips the key blocks entirely above the diagonal and masks only those that cross
