@@ -114,7 +114,7 @@ class _Bias:
             self.table = u.to(self.work).contiguous()
 
     def view(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
-        """Toeplitz mode: ``[1, H, c, n]`` bias of query rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``."""
+        """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``."""
         h, t = self.table.shape
         return self.table.as_strided((1, h, qe - qs, ke - ks), (0, t, 1, 1),
                                      self.table.storage_offset() + ks + self.lq - qe)
