@@ -66,6 +66,9 @@ def test_goal_lines_judge_the_numbers():
     assert "goal (fwd+bwd L=8192, peak under 2.0 GB): NOT met: alibi 0.50, fire 2.50" in lines
     assert "goal (fwd+bwd L=8192, ALiBi under 22.0 s): met: alibi 21.00" in lines
     assert "goal (fwd L=32768, under 2.0x causal SDPA): not measured" in lines
+    long = [{"pass": "forward", "method": "posenc", "scheme": "alibi", "length": 32768, "peak_rss_gb": 0.7},
+            {"pass": "forward+backward", "method": "posenc", "scheme": "alibi", "length": 32768, "peak_rss_gb": 1.6}]
+    assert speed.goal_line(long).endswith("met: alibi 0.70 GB")  # the forward goal reads forward rows only
 
 
 @pytest.mark.parametrize("argv", [["--what", "rotary,flops"], ["--what", ","], ["--threads", "0"],
