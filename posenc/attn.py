@@ -4,9 +4,9 @@
 
 - ``rotary``: rotates q at q_positions and k at k_positions, then SDPA;
 - ``bias``: adds ``pe(q_positions, k_positions)`` to the scores. Small maps are materialized;
-  long ones run through FlexAttention with a ``score_mod`` (forward only on CPU), or in query
-  chunks, so ``[H, Lq, Lk]`` never exists whole;
-- ``relative``: adds ``pe(q, k, q_positions, k_positions)`` (and Shaw's value term), in chunks;
+  long ones run through FlexAttention with a ``score_mod`` (forward only on CPU), or block by
+  block (``posenc.blockwise``, with its backward), so ``[H, Lq, Lk]`` never exists whole;
+- ``relative``: adds ``pe(q, k, q_positions, k_positions)`` (and Shaw's value term), in blocks;
 - ``none``: plain SDPA. ``additive`` encodings belong to the token embeddings, not here.
 
 **Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
@@ -38,10 +38,11 @@ import torch
 import torch.nn.functional as F
 
 from posenc._validate import check_choice, check_float
+from posenc.blockwise import blockwise_attention
 from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor
 from posenc.positions import as_working, text_positions
 
-BACKENDS = ("auto", "materialize", "flex", "chunked")
+BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
 MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
 CHUNK_ELEMENTS = 1 << 23  # scores per query chunk on the chunked path
 FLEX_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # flex runs these in float32; CPU flex has no float64
@@ -112,8 +113,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         backend: for bias and relative kinds (and any kind with ``document_ids``),
             ``"materialize"`` the whole score bias, ``"flex"`` (FlexAttention ``score_mod``; bias
             kind, forward only on CPU, float16/bfloat16/float32), ``"chunked"`` (query blocks),
+            ``"blockwise"`` (``posenc.blockwise``: query and key blocks with an online softmax,
+            and a backward that recomputes them; trains at long context; no ``document_ids``),
             or ``"auto"`` (materialize when small, else flex when no gradient is needed and the
-            dtype allows, else chunked).
+            dtype allows, else blockwise, or chunked with ``document_ids``).
         document_ids: integer ``[Lk]`` or ``[B, Lk]``, non-decreasing: the document of each key
             (queries are the last ``Lq`` keys). A query sees only keys of its own document.
 
@@ -176,11 +179,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             return _sdpa(q, k, v, causal=causal, scale=scale)
         pe = None  # the document mask is the only term on the scores: dispatched like a bias
 
-    backend = _choose_backend(backend, q, k, v, pe)
+    backend = _choose_backend(backend, q, k, v, pe, docs)
     if backend == "flex" and docs is not None and lk < FLEX_BLOCK:
         # compiled CPU FlexAttention with a document mask_mod is wrong when all keys fit in one
         # block (torch 2.13: error 0.24 at Lk = 120, exact at 128, 256, 311); chunked is exact
         backend = "chunked"
+    if backend == "blockwise":
+        if docs is not None:
+            raise ValueError("backend='blockwise' does not take document_ids yet; use backend='chunked' "
+                             "(or 'auto', which picks it) for packed documents")
+        return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale)
     if backend == "flex":
         out = _flex(q, k, v, pe, q_positions, k_positions, docs, causal=causal, scale=scale)
         if out is not None:
@@ -194,7 +202,7 @@ def _flex_ok(pe) -> bool:
     return pe is None or (pe.kind == "bias" and pe.flex_ok)
 
 
-def _choose_backend(backend: str, q, k, v, pe) -> str:
+def _choose_backend(backend: str, q, k, v, pe, docs=None) -> str:
     """``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype and grad mode."""
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     needs_grad = _needs_grad(q, k, v, pe)
@@ -203,7 +211,7 @@ def _choose_backend(backend: str, q, k, v, pe) -> str:
             return "materialize"
         if _flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES:
             return "flex"
-        return "chunked"
+        return "chunked" if docs is not None or pe is None else "blockwise"
     if backend == "flex":
         if not _flex_ok(pe):
             raise ValueError(f"backend='flex' needs a bias scheme with an elementwise score; {pe.name!r} is not one")

@@ -18,9 +18,12 @@ Cases:
   cos/sin precomputed as transformers does, rotary-embedding-torch's ``rotate_queries_or_keys``
   (its cache warmed); forward and forward+backward. Plus a decoding step: one token per sequence
   at a position offset (``Profile.decode``), where per-call overhead, not memory, decides.
-- ``attention``: ALiBi and T5 through ``posenc.attention`` (auto backend), a materialized bias
-  map + SDPA, and plain causal SDPA (the floor). Each case runs in a fresh subprocess so that its
-  peak RSS is its own (see ``peak_rss_gb``).
+- ``attention``: the bias schemes through ``posenc.attention`` (auto backend, and
+  ``backend="blockwise"``), a materialized bias map + SDPA, and plain causal SDPA (the floor);
+  forward, and (up to ``train_max``) forward+backward with gradients for q, k, v and the scheme's
+  parameters. Each case runs in a fresh subprocess, its address space capped at
+  ``memory_cap_gb`` (``RLIMIT_AS``), so that its peak RSS is its own (see ``peak_rss_gb``) and a
+  case that would exhaust a shared machine fails alone.
 
 Peers are imported lazily here; a missing peer is reported as such and the benchmark goes on.
 Notation used for tensor shapes: B batch, H heads, L length, D head dim.
@@ -63,13 +66,21 @@ class Profile:
     # at L=8192 (13 bytes per score); 16384 would need ~28 GB. 8192 is safe on 24 GB.
     materialize_max: int = 8192
     attention_repeats: int = 1  # posenc (flex) calls timed after the first, which compiles
+    # forward+backward cases (issue 10's training goals) at the lengths up to train_max
+    train_schemes: tuple[str, ...] = ("alibi", "t5", "kerple", "fire")
+    train_max: int = 32768
+    # Address-space cap of each attention case: the largest planned case (a materialized map at
+    # 8192) peaked at 6.9 GB RSS; 12 GB leaves room for torch's virtual reservations and for the
+    # other jobs of a shared 24 GB machine.
+    memory_cap_gb: float = 12.0
 
 
 PROFILES = {
     "full": Profile(shapes=((1, 32, 4096, 128), (4, 8, 1024, 64)), repeats=9,
-                    lengths=(1024, 2048, 4096, 8192, 16384, 32768)),
+                    lengths=(1024, 2048, 4096, 8192, 16384, 32768), schemes=("alibi", "t5", "kerple", "fire"),
+                    train_max=8192),
     "quick": Profile(shapes=((1, 32, 4096, 128),), repeats=3,
-                     lengths=(1024, 8192), materialize_max=1024),
+                     lengths=(1024, 8192), materialize_max=1024, train_schemes=("alibi", "fire"), train_max=1024),
 }
 
 
@@ -300,6 +311,11 @@ def peak_rss_gb() -> float:
 
 def attention_child(spec: dict) -> dict:
     """Runs one attention case in this (fresh) process: seconds and peak RSS in GiB."""
+    if spec.get("memory_cap_gb"):
+        import resource
+
+        cap = int(spec["memory_cap_gb"] * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     import torch
 
     import posenc
@@ -309,26 +325,34 @@ def attention_child(spec: dict) -> dict:
     after_import = peak_rss_gb()
     torch.manual_seed(0)
     h, length, d = spec["heads"], spec["length"], spec["head_dim"]
-    q, k, v = (torch.randn(1, h, length, d) for _ in range(3))  # (B, H, L, D)
+    train = spec.get("pass", "forward") == "forward+backward"
+    q, k, v = (torch.randn(1, h, length, d, requires_grad=train) for _ in range(3))  # (B, H, L, D)
+    grad = torch.randn(1, h, length, d) if train else None
     after_inputs = peak_rss_gb()
     if spec["method"] == "sdpa_floor":
-        def call():
+        def forward():
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     else:
         pe = posenc.build({"scheme": spec["scheme"], "num_heads": h})
-        backend = "auto" if spec["method"] == "posenc" else "materialize"
+        backend = {"posenc": "auto", "blockwise": "blockwise"}.get(spec["method"], "materialize")
 
-        def call():
+        def forward():
             return posenc.attention(q, k, v, pe, causal=True, backend=backend)
+
+    def call():
+        if not train:
+            with torch.no_grad():
+                return forward()
+        forward().backward(grad)  # gradients of q, k, v and the scheme's parameters
 
     times = []
     with torch.no_grad():
         for n in spec.get("warm_lengths", ()):  # dynamo's cache warmed by other shapes first, as in a loop
             posenc.attention(q[:, :, :n], k[:, :, :n], v[:, :, :n], pe, causal=True, backend="flex")
-        for _ in range(1 + spec["repeats"]):
-            t0 = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - t0)
+    for _ in range(1 + spec["repeats"]):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
     return {"first_s": times[0], "seconds": statistics.median(times[1:] or times),
             "rss_after_import_gb": after_import, "rss_after_inputs_gb": after_inputs,
             "peak_rss_gb": peak_rss_gb()}
@@ -350,25 +374,39 @@ def run_attention_case(spec: dict, timeout: float = 900.0) -> dict:
 
 
 WARM_LENGTHS = tuple(range(64, 64 + 9 * 13, 13))  # 9 distinct lengths: past dynamo's limit of 8 per code object
+TRAIN_LIMIT = 32768  # forward+backward cases at lengths given explicitly: up to the goals' largest
 
 
-def attention_specs(profile: Profile, threads: int | None = None) -> list[dict]:
-    """The floor, then each scheme through posenc and (where it fits) a materialized map.
+def attention_specs(profile: Profile, threads: int | None = None, *, lengths: tuple[int, ...] | None = None,
+                    schemes: tuple[str, ...] | None = None) -> list[dict]:
+    """The floor, then each scheme through posenc (auto, and blockwise) and (where it fits) a
+    materialized map; forward, then forward+backward at the lengths up to ``train_max``.
 
-    posenc's auto backend is FlexAttention at these sizes. Each posenc case first calls it at
-    the ``WARM_LENGTHS`` (more distinct lengths than dynamo's recompile limit, as a training loop
-    with variable lengths would), then times its own length: the first call, and the median of
+    ``lengths``/``schemes`` replace the profile's (``posenc bench --lengths/--schemes``); given
+    lengths get forward+backward cases up to ``TRAIN_LIMIT``. posenc's
+    auto backend for a forward is FlexAttention at these sizes: each such case first calls it at the
+    ``WARM_LENGTHS`` (more distinct lengths than dynamo's recompile limit, as a training loop with
+    variable lengths would), then times its own length: the first call, and the median of
     ``attention_repeats`` later calls; the others have nothing to compile and are timed once.
     """
     specs = []
-    base = {"heads": profile.heads, "head_dim": profile.head_dim, "repeats": 0, "threads": threads}
-    for length in profile.lengths:
-        specs.append({**base, "scheme": "none", "method": "sdpa_floor", "length": length})
-        for scheme in profile.schemes:
-            specs.append({**base, "scheme": scheme, "method": "posenc", "length": length,
-                          "repeats": profile.attention_repeats, "warm_lengths": WARM_LENGTHS})
+    base = {"heads": profile.heads, "head_dim": profile.head_dim, "repeats": 0, "threads": threads,
+            "memory_cap_gb": profile.memory_cap_gb}
+    for length in profile.lengths if lengths is None else lengths:
+        fwd = {**base, "pass": "forward", "length": length}
+        specs.append({**fwd, "scheme": "none", "method": "sdpa_floor"})
+        for scheme in profile.schemes if schemes is None else schemes:
+            specs.append({**fwd, "scheme": scheme, "method": "posenc", "repeats": profile.attention_repeats,
+                          "warm_lengths": WARM_LENGTHS})
+            specs.append({**fwd, "scheme": scheme, "method": "blockwise"})
             if length <= profile.materialize_max:
-                specs.append({**base, "scheme": scheme, "method": "materialized", "length": length})
+                specs.append({**fwd, "scheme": scheme, "method": "materialized"})
+        if length > (profile.train_max if lengths is None else TRAIN_LIMIT):
+            continue
+        train = {**base, "pass": "forward+backward", "length": length}
+        specs.append({**train, "scheme": "none", "method": "sdpa_floor"})
+        for scheme in profile.train_schemes if schemes is None else schemes:
+            specs.append({**train, "scheme": scheme, "method": "posenc"})  # auto: blockwise at length
     return specs
 
 
@@ -400,9 +438,11 @@ def environment() -> dict:
 
 
 def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: int | None = None,
-        progress: Callable[[str], None] | None = None) -> Result:
+        progress: Callable[[str], None] | None = None, lengths: tuple[int, ...] | None = None,
+        schemes: tuple[str, ...] | None = None) -> Result:
     """Runs the benchmark. ``threads`` sets torch's intra-op threads (default: torch's own);
-    ``progress`` gets one line per finished case."""
+    ``progress`` gets one line per finished case; ``lengths``/``schemes`` replace the profile's
+    attention lengths and schemes."""
     import torch
 
     profile = PROFILES[profile_name]
@@ -419,10 +459,10 @@ def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: i
                 say(f"{time.perf_counter() - start:6.1f} s  rotary {case.label}")
             result.rotary_goals = rotary_goals(result.rotary)
         if "attention" in what:
-            for spec in attention_specs(profile, threads):
+            for spec in attention_specs(profile, threads, lengths=lengths, schemes=schemes):
                 result.attention.append(run_attention_case(spec))
-                say(f"{time.perf_counter() - start:6.1f} s  attention {spec['scheme']} {spec['method']} "
-                    f"L={spec['length']}")
+                say(f"{time.perf_counter() - start:6.1f} s  attention {spec['pass']} {spec['scheme']} "
+                    f"{spec['method']} L={spec['length']}")
     finally:
         torch.set_num_threads(before)
     result.meta["load_avg_end"] = list(os.getloadavg())
@@ -514,19 +554,24 @@ def rotary_goal_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _pass(row: dict) -> str:
+    return row.get("pass", "forward")
+
+
 def attention_table(rows: list[dict]) -> str:
-    """One line per scheme, method and length: time, first call, peak RSS and its baselines."""
-    head = (f"{'scheme':<6} {'method':<12} {'L':>6} {'time s':>8} {'1st s':>7} {'peak GB':>8} "
+    """One line per pass, scheme, method and length: time, first call, peak RSS and its baselines."""
+    head = (f"{'pass':<7} {'scheme':<6} {'method':<12} {'L':>6} {'time s':>8} {'1st s':>7} {'peak GB':>8} "
             f"{'import GB':>9} {'inputs GB':>9} {'x floor':>7}")
     lines = [head, "-" * len(head)]
-    floor = {r["length"]: r.get("seconds") for r in rows if r["method"] == "sdpa_floor"}
+    floor = {(_pass(r), r["length"]): r.get("seconds") for r in rows if r["method"] == "sdpa_floor"}
     for r in rows:
+        short = "fwd" if _pass(r) == "forward" else "fwd+bwd"
         if "error" in r:
-            lines.append(f"{r['scheme']:<6} {r['method']:<12} {r['length']:>6} error: {r['error']}")
+            lines.append(f"{short:<7} {r['scheme']:<6} {r['method']:<12} {r['length']:>6} error: {r['error']}")
             continue
-        lines.append(f"{r['scheme']:<6} {r['method']:<12} {r['length']:>6} {r['seconds']:>8.3f} {r['first_s']:>7.2f} "
-                     f"{r['peak_rss_gb']:>8.2f} {r['rss_after_import_gb']:>9.2f} {r['rss_after_inputs_gb']:>9.2f} "
-                     f"{_ratio(r['seconds'], floor.get(r['length'])):>7}")
+        lines.append(f"{short:<7} {r['scheme']:<6} {r['method']:<12} {r['length']:>6} {r['seconds']:>8.3f} "
+                     f"{r['first_s']:>7.2f} {r['peak_rss_gb']:>8.2f} {r['rss_after_import_gb']:>9.2f} "
+                     f"{r['rss_after_inputs_gb']:>9.2f} {_ratio(r['seconds'], floor.get((_pass(r), r['length']))):>7}")
     return "\n".join(lines)
 
 
@@ -552,10 +597,12 @@ def report(result: Result) -> str:
         missing = {f"{k}: {v}" for r in result.rotary for k, v in r["missing"].items() if "n/a" not in v}
         parts += [f"missing peer: {m}" for m in sorted(missing)]
     if result.attention:
-        parts += ["", "Attention, causal float32, B=1, fresh process per case (peak = VmHWM, with the "
-                  "interpreter and q/k/v; posenc: flex after 9 calls at other lengths, time after its first call):",
+        parts += ["", "Attention, causal float32, B=1, 8 heads, head_dim 64, fresh process per case (peak = "
+                  "VmHWM, with the interpreter and q/k/v; fwd posenc: auto (flex) after 9 calls at other lengths, "
+                  "time after its compiling first call; fwd+bwd posenc: auto (blockwise), gradients of q, k, v and "
+                  "the parameters):",
                   attention_table(result.attention)]
-        parts += [goal_line(result.attention)]
+        parts += [goal_line(result.attention), *training_goal_lines(result.attention)]
     return "\n".join(parts)
 
 
@@ -565,9 +612,50 @@ GOAL_LENGTH, GOAL_PEAK_GB = 32768, 1.5
 def goal_line(rows: list[dict]) -> str:
     """The issue's goal: ALiBi and T5 forward at L=32768 under 1.5 GB peak RSS on CPU."""
     peaks = {r["scheme"]: r.get("peak_rss_gb") for r in rows
-             if r["method"] == "posenc" and r["length"] == GOAL_LENGTH}
+             if r["method"] == "posenc" and r["length"] == GOAL_LENGTH and _pass(r) == "forward"}
     if not peaks:
         return f"goal (L={GOAL_LENGTH} under {GOAL_PEAK_GB} GB): not measured in this profile"
     met = all(p is not None and p < GOAL_PEAK_GB for p in peaks.values())
     shown = ", ".join(f"{k} {'error' if p is None else f'{p:.2f} GB'}" for k, p in peaks.items())
     return f"goal (L={GOAL_LENGTH} under {GOAL_PEAK_GB} GB peak): {'met' if met else 'NOT met'}: {shown}"
+
+
+# Issue 10's goals: (pass, length, what, bound); a bound on the peak in GB, on seconds, or on the
+# time as a multiple of the floor (causal SDPA without a bias, same pass and length).
+TRAINING_GOALS = (
+    ("forward+backward", 8192, "peak_gb", 2.0),
+    ("forward+backward", 32768, "peak_gb", 4.0),
+    ("forward+backward", 8192, "alibi_seconds", 22.0),
+    ("forward", 131072, "peak_gb", 3.0),
+    ("forward", 32768, "x_floor", 2.0),
+)
+
+
+def training_goal_lines(rows: list[dict]) -> list[str]:
+    """One line per goal of issue 10 (bias attention that trains at length; long forward): met,
+    NOT met, or not measured, with the numbers. A forward goal counts the faster of posenc's
+    methods (auto, blockwise) per scheme; fwd+bwd counts posenc's auto."""
+    lines = []
+    for pass_, length, what, bound in TRAINING_GOALS:
+        cases = [r for r in rows if _pass(r) == pass_ and r["length"] == length
+                 and r["method"] in (("posenc", "blockwise") if pass_ == "forward" else ("posenc",))]
+        if what == "alibi_seconds":
+            cases = [r for r in cases if r["scheme"] == "alibi"]
+        label = f"goal ({'fwd' if pass_ == 'forward' else 'fwd+bwd'} L={length}, " + {
+            "peak_gb": f"peak under {bound} GB", "alibi_seconds": f"ALiBi under {bound} s",
+            "x_floor": f"under {bound}x causal SDPA"}[what] + ")"
+        if not cases:
+            lines.append(f"{label}: not measured in this run")
+            continue
+        floor = next((r.get("seconds") for r in rows if r["method"] == "sdpa_floor" and _pass(r) == pass_
+                      and r["length"] == length), None)
+        best: dict[str, float | None] = {}
+        for r in cases:
+            value = {"peak_gb": r.get("peak_rss_gb"), "alibi_seconds": r.get("seconds"),
+                     "x_floor": None if floor is None or "seconds" not in r else r["seconds"] / floor}[what]
+            old = best.get(r["scheme"])
+            best[r["scheme"]] = value if old is None else (old if value is None else min(old, value))
+        met = all(x is not None and x <= bound for x in best.values())
+        shown = ", ".join(f"{k} {'error' if x is None else f'{x:.2f}'}" for k, x in best.items())
+        lines.append(f"{label}: {'met' if met else 'NOT met'}: {shown}")
+    return lines

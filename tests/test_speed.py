@@ -11,7 +11,7 @@ from posenc import speed
 from posenc.cli import main
 
 TINY = speed.Profile(shapes=((1, 2, 17, 8),), decode=((2, 2, 1, 8, 40),), partial=True, repeats=1,
-                     min_sample_s=0.0, lengths=(48,), schemes=("alibi",), materialize_max=0)
+                     min_sample_s=0.0, lengths=(48,), schemes=("alibi",), materialize_max=0, train_schemes=("fire",))
 
 
 @pytest.fixture
@@ -48,15 +48,43 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
                                     or "transformers" in data["rotary"][0]["seconds"]["forward"])
     assert out.count("goal: ") == len(speed.ROTARY_GOALS)
 
-    methods = {(r["scheme"], r["method"]) for r in data["attention"]}
-    assert methods == {("none", "sdpa_floor"), ("alibi", "posenc")}
+    methods = {(r["pass"], r["scheme"], r["method"]) for r in data["attention"]}
+    assert methods == {("forward", "none", "sdpa_floor"), ("forward", "alibi", "posenc"),
+                       ("forward", "alibi", "blockwise"), ("forward+backward", "none", "sdpa_floor"),
+                       ("forward+backward", "fire", "posenc")}
+    assert "goal (fwd+bwd L=8192, peak under 2.0 GB): not measured" in out
     for r in data["attention"]:
         assert "error" not in r, r
         assert 0 < r["rss_after_import_gb"] <= r["rss_after_inputs_gb"] <= r["peak_rss_gb"]
         assert r["seconds"] > 0
 
 
-@pytest.mark.parametrize("argv", [["--what", "rotary,flops"], ["--what", ","], ["--threads", "0"]])
+def test_bench_lengths_and_schemes_replace_the_profiles(tiny, capsys):
+    specs = speed.attention_specs(TINY, lengths=(40, 50000), schemes=("kerple",))
+    cases = {(s["pass"], s["length"], s["scheme"], s["method"]) for s in specs}
+    assert ("forward+backward", 40, "kerple", "posenc") in cases and ("forward", 50000, "kerple", "blockwise") in cases
+    assert not any(s["pass"] == "forward+backward" and s["length"] == 50000 for s in specs)  # over TRAIN_LIMIT
+    assert all(s["memory_cap_gb"] == TINY.memory_cap_gb for s in specs)
+
+
+def test_goal_lines_judge_the_numbers():
+    rows = [{"pass": "forward+backward", "method": "sdpa_floor", "scheme": "none", "length": 8192, "seconds": 5.0,
+             "peak_rss_gb": 0.3},
+            {"pass": "forward+backward", "method": "posenc", "scheme": "alibi", "length": 8192, "seconds": 21.0,
+             "peak_rss_gb": 0.5},
+            {"pass": "forward+backward", "method": "posenc", "scheme": "fire", "length": 8192, "seconds": 90.0,
+             "peak_rss_gb": 2.5}]
+    lines = "\n".join(speed.training_goal_lines(rows))
+    assert "goal (fwd+bwd L=8192, peak under 2.0 GB): NOT met: alibi 0.50, fire 2.50" in lines
+    assert "goal (fwd+bwd L=8192, ALiBi under 22.0 s): met: alibi 21.00" in lines
+    assert "goal (fwd L=32768, under 2.0x causal SDPA): not measured" in lines
+    long = [{"pass": "forward", "method": "posenc", "scheme": "alibi", "length": 32768, "peak_rss_gb": 0.7},
+            {"pass": "forward+backward", "method": "posenc", "scheme": "alibi", "length": 32768, "peak_rss_gb": 1.6}]
+    assert speed.goal_line(long).endswith("met: alibi 0.70 GB")  # the forward goal reads forward rows only
+
+
+@pytest.mark.parametrize("argv", [["--what", "rotary,flops"], ["--what", ","], ["--threads", "0"],
+                                  ["--lengths", "8192,x"], ["--lengths", "8"], ["--schemes", "alibi,rope"]])
 def test_bench_bad_arguments_exit_2_with_one_line(argv, capsys):
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err.strip()

@@ -21,11 +21,33 @@ def _what(value: str) -> tuple[str, ...]:
     return parts
 
 
+def _lengths(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and 16 <= int(p) <= 1 << 20 for p in parts):
+        raise CLIError(f"--lengths must be a comma-separated list of integers from 16 to {1 << 20}; got {value!r}")
+    return tuple(int(p) for p in parts)
+
+
+def _schemes(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    from posenc import registry
+
+    allowed = [n for n in registry.schemes() if registry.get(n).kind == "bias"]
+    parts = tuple(p.strip() for p in value.split(",") if p.strip())
+    if not parts or any(p not in allowed for p in parts):
+        raise CLIError(f"--schemes must be a comma-separated list of {', '.join(allowed)}; got {value!r}")
+    return parts
+
+
 def bench(args: argparse.Namespace) -> int:
     """Runs the benchmark, prints the tables, writes the JSON if asked."""
     from posenc import speed
 
     what = _what(args.what)
+    lengths, schemes = _lengths(args.lengths), _schemes(args.schemes)
     if args.json is not None and Path(args.json).is_dir():
         raise CLIError(f"--json must be a file path, got the directory {args.json!r}")
     if args.threads is not None and args.threads < 1:
@@ -35,7 +57,8 @@ def bench(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
     result = speed.run(what, "quick" if args.quick else "full", threads=args.threads,
-                       progress=lambda line: print(f"  done: {line}", file=sys.stderr, flush=True))
+                       progress=lambda line: print(f"  done: {line}", file=sys.stderr, flush=True),
+                       lengths=lengths, schemes=schemes)
     print(speed.report(result))
     if args.json is not None:
         path = Path(args.json)
@@ -54,6 +77,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="FILE", help="also write every measurement to FILE as JSON")
     p.add_argument("--what", default="rotary,attention", metavar="LIST",
                    help="comma-separated: rotary, attention (default: both)")
+    p.add_argument("--lengths", metavar="LIST",
+                   help="attention lengths, comma-separated (default: the profile's); each also gets a "
+                        "forward+backward case up to 32768")
+    p.add_argument("--schemes", metavar="LIST",
+                   help="attention bias schemes, comma-separated: alibi, t5, kerple, fire (default: the profile's)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="torch intra-op threads (default: torch's own); 1 is steadier on a busy machine")
     p.set_defaults(func=bench)

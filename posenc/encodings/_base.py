@@ -207,6 +207,9 @@ class BiasEncoding(PositionalEncoding):
 
     num_heads: int
     flex_ok: bool = True  # score_fn() can run inside FlexAttention's score_mod
+    # The bias depends on k_pos - q_pos only, so at contiguous positions it is a Toeplitz map of
+    # one table over the differences (posenc.blockwise reads blocks as views of it).
+    translation_invariant: bool = False
 
     def score_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError

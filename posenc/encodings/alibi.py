@@ -23,6 +23,8 @@ class ALiBi(BiasEncoding):
 
     real_positions = True  # a function of the distance: real-valued positions are accepted
 
+    translation_invariant = True  # a function of k − q only
+
     def __init__(self, *, num_heads: Heads) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)

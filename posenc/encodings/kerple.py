@@ -34,6 +34,8 @@ class Kerple(BiasEncoding):
 
     real_positions = True  # a function of the distance: real-valued positions are accepted
 
+    translation_invariant = True  # a function of k − q only
+
     def __init__(self, *, num_heads: Heads, variant: str = "log", eps: float = 1e-2) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, min=1)

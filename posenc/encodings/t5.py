@@ -23,6 +23,8 @@ from posenc.limits import Buckets, Distance, Heads, check_memory
 class T5Bias(BiasEncoding):
     """Learned per-head bias on log-spaced buckets of relative distance (T5)."""
 
+    translation_invariant = True  # a function of k − q only
+
     def __init__(self, *, num_heads: Heads, num_buckets: Buckets = 32, max_distance: Distance = 128,
                  bidirectional: bool = True, init_std: float = 0.5) -> None:
         super().__init__()

@@ -1,0 +1,378 @@
+"""Blockwise attention with a positional bias: exact, trainable, and never an ``[Lq, Lk]`` map.
+
+``posenc.attention(..., backend="blockwise")`` (and ``"auto"`` when gradients are needed and the
+map is large). It serves every bias scheme (``pe(q_positions, k_positions)``: ALiBi, T5, KERPLE,
+FIRE) and every relative scheme (``pe(q, k, q_positions, k_positions)``: Transformer-XL, Shaw
+with its value term), and its gradients reach q, k, v and the scheme's parameters.
+
+Forward: the online softmax (Milakov & Gimelshein 2018, arXiv:1805.02867; FlashAttention, Dao et
+al. 2022, arXiv:2205.14135). Query rows ``i`` of a block visit the key blocks ``J_1, J_2, ...``
+in turn; with scores ``s_ij = scale · q_i·k_j + b_ij`` (``b`` the bias block, ``−∞`` where causal
+masks) the running maximum, normaliser and unnormalised output after block ``t`` are
+
+    m_i ← max(m_i, max_{j∈J_t} s_ij)
+    l_i ← e^{m_i^old − m_i} l_i + Σ_{j∈J_t} e^{s_ij − m_i}
+    a_i ← e^{m_i^old − m_i} a_i + Σ_{j∈J_t} e^{s_ij − m_i} v'_ij
+
+and at the end ``o_i = a_i / l_i`` and ``lse_i = m_i + log l_i``. By induction ``l_i = Σ_j
+e^{s_ij − m_i}`` over the keys seen so far, so ``o_i = Σ_j p_ij v'_ij`` with ``p_ij = e^{s_ij −
+lse_i}``, the softmax, exactly. ``v'_ij = v_j`` except for Shaw, where ``v'_ij = v_j + a^V_ij``:
+its value term is linear in the weights, so it takes the unnormalised ``e^{s − m}`` as ``v``
+does. Only ``o`` and ``lse`` are saved (``[B, H, Lq, Dv]`` and ``[B, H, Lq]``).
+
+Backward: recomputing ``s`` and ``p = e^{s − lse}`` block by block gives every gradient. With
+``dO`` the output's gradient, ``dp_ij = dO_i · v'_ij`` and, since ``o_i = Σ_j p_ij v'_ij`` under
+the softmax ``p_i = softmax(s_i)``,
+
+    ds_ij = p_ij (dp_ij − Σ_j' p_ij' dp_ij') = p_ij (dp_ij − dO_i · o_i)
+
+because ``Σ_j' p_ij' dp_ij' = dO_i · Σ_j' p_ij' v'_ij' = dO_i · o_i``: the row term ``δ_i =
+rowsum(dO ∘ O)`` is computed once, before the loop, from the saved output. Then ``dv_j += Σ_i
+p_ij dO_i``, ``dq_i += scale Σ_j ds_ij k_j``, ``dk_j += scale Σ_i ds_ij q_i``, and the bias gets
+``ds`` itself (``∂s/∂b = 1``): the block's bias is recomputed under ``enable_grad`` and
+``torch.autograd.grad(b, inputs, ds)`` carries ``ds`` into the scheme's parameters (T5's table,
+KERPLE's r1/r2, FIRE's MLP, c and L; Transformer-XL's W_R, u, v and Shaw's w^K), and into q and k
+for a relative scheme, one block at a time. Shaw's value term adds ``dO_i · a^V_ij`` to ``dp``
+and its own gradient to w^V, both from ``autograd.grad`` of the block's value term.
+
+Translation-invariant biases (ALiBi, T5, KERPLE) at contiguous positions are one table read
+through strided views (see ``_Bias``): the forward is SDPA's fused CPU kernel per query block with
+the view as its mask, and when the bias has nothing to train (ALiBi) so is the backward
+(``_scaled_dot_product_flash_attention_for_cpu_backward``, given the global ``o`` and ``lse``);
+otherwise the backward is the loop above, whose ``ds`` sums along diagonals into the table.
+
+Memory: besides q, k, v, o, lse and the gradients, one block of scores and its bias (``B·H·
+BLOCK_Q·BLOCK_K`` elements, with the scheme's temporaries for that block) lives at a time.
+Causal attention skips the key blocks entirely above the diagonal and masks only those that cross
+it. The bias is computed per block by the scheme's own ``score_fn`` (the function that also
+builds the full map and FlexAttention's ``score_mod``), in float64 and then cast, so the three
+paths cannot drift.
+
+Notation used for tensor shapes: B batch, H heads, Lq/Lk query/key lengths, D head dim, Dv value
+head dim, c/n the rows/columns of a block.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc.encodings._base import BiasEncoding
+
+# Blocks of 256 queries x 512 keys: 8 heads' scores are 4 MB in float32 and the largest float64
+# temporary (a bias block) 8 MB, under glibc's 32 MB mmap threshold, so every block reuses warm
+# heap memory. On this 2-core machine a fresh 34 MB float64 result cost 135 ms (page faults)
+# against 14 ms for the same op into warm memory, which made FIRE's per-pair MLP blocks 6x
+# slower at 256x512 than at 64x128. FIRE's (piecewise-linear) bias now costs the same per pair at
+# 128x256 and 256x512 (0.53 us, on a loaded machine); the larger block spends less in Python.
+BLOCK_Q = 256
+BLOCK_K = 512
+FUSED_BLOCK_Q = 512  # query rows per call of SDPA's fused kernel (Toeplitz forward): causal wastes ~c/2 rows' keys
+
+
+class _Bias:
+    """The bias of one block, ``bias(qs, qe, ks, ke, q, k)``, broadcastable to ``[B, H, c, n]``.
+
+    ``q``/``k`` are the block's (work dtype) queries and keys, used by relative schemes only. The
+    bias kind's ``score_fn`` is made once per pass (it gathers learned tables outside the
+    elementwise function); call ``prepare()`` under the grad mode the pass needs.
+
+    Toeplitz mode (``self.table`` is set): a bias scheme that depends on ``k − q`` only
+    (``translation_invariant``) at contiguous positions ``qpos = q0 + i``, ``kpos = k0 + j`` has
+    ``b_ij = f(j − i + k0 − q0)``: one float64 table ``u[e] = f(e − (Lq − 1) + k0 − q0)`` over
+    ``e = j − i + Lq − 1 ∈ [0, Lq + Lk − 1)``, with causal's ``−∞`` folded in (``j > i + Lk − Lq``
+    is ``e ≥ Lk``). A block whose query rows are taken in reverse order (``r = qe − 1 − i``) reads
+    ``u[ks + (Lq − qe) + r + c]`` at row ``r``, column ``c``: a view of ``u`` with strides
+    ``(T, 1, 1)`` over ``[H, c, n]``, never materialized, which SDPA's fused CPU kernel takes as
+    its ``attn_mask``. The gradient of ``u`` is the block's ``ds`` summed along those
+    anti-diagonals (``r + c`` constant).
+    """
+
+    def __init__(self, pe, q_positions: torch.Tensor, k_positions: torch.Tensor, work: torch.dtype, *,
+                 causal: bool, lq: int, lk: int) -> None:
+        self.pe, self.work, self.causal, self.lq, self.lk = pe, work, causal, lq, lk
+        self.relative = pe.kind == "relative"
+        self.value_fn = getattr(pe, "value_term", None)
+        self.qpos, self.kpos = q_positions.long(), k_positions.long()  # (L) or (B, L)
+        self.fn = self.table = None
+        # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only
+        self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
+                         and _contiguous(self.qpos) and _contiguous(self.kpos))
+
+    def prepare(self) -> None:
+        if not isinstance(self.pe, BiasEncoding):
+            return
+        self.fn = self.pe.score_fn()
+        self.heads = torch.arange(self.pe.num_heads, device=self.qpos.device).view(-1, 1, 1)  # (H, 1, 1)
+        if self.toeplitz:
+            lq, lk = self.lq, self.lk
+            e = torch.arange(lq + lk - 1, device=self.qpos.device)  # (T,)
+            d = e - (lq - 1) + (self.kpos.reshape(-1)[0] - self.qpos.reshape(-1)[0])  # k − q at each e
+            base = (-d.min()).clamp(min=0)  # evaluate at non-negative positions (base, base + d)
+            u = self.fn(self.heads.view(-1, 1), base.view(1), base + d)  # (H, T) float64
+            if self.causal:
+                u = u.masked_fill(e >= lk, float("-inf"))
+            self.table = u.to(self.work).contiguous()
+
+    def view(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
+        """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``."""
+        h, t = self.table.shape
+        return self.table.as_strided((1, h, qe - qs, ke - ks), (0, t, 1, 1),
+                                     self.table.storage_offset() + ks + self.lq - qe)
+
+    def __call__(self, qs: int, qe: int, ks: int, ke: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        qp, kp = self.qpos[..., qs:qe], self.kpos[..., ks:ke]
+        if self.relative:
+            return self.pe(q, k, qp, kp).to(self.work)  # (B, H, c, n)
+        if self.fn is not None:  # float64 bias, cast once to the score dtype (not the module's)
+            return self.fn(self.heads, qp.unsqueeze(-1).unsqueeze(-3), kp.unsqueeze(-2).unsqueeze(-3)).to(self.work)
+        return self.pe(qp, kp).to(self.work)  # (H, c, n) or (B, H, c, n)
+
+    def value_term(self, p: torch.Tensor, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor | None:
+        """Shaw's ``Σ_j p_ij a^V_ij`` for the block's weights ``p [B, H, c, n]``; None for other schemes."""
+        if self.value_fn is None:
+            return None
+        return self.value_fn(p, self.qpos[..., qs:qe], self.kpos[..., ks:ke])
+
+
+def _contiguous(positions: torch.Tensor) -> bool:
+    """Positions ``[L]`` or ``[1, L]`` that step by exactly 1."""
+    if positions.dim() == 2 and positions.shape[0] != 1:
+        return False
+    flat = positions.reshape(-1)
+    return flat.numel() < 2 or bool((flat[1:] - flat[:-1] == 1).all())
+
+
+def _antidiagonal_sums(x: torch.Tensor) -> torch.Tensor:
+    """``[..., R, N] -> [..., R + N − 1]``: entry ``m`` sums ``x[..., r, c]`` over ``r + c = m``.
+
+    Padding each row with ``R`` zeros and reading the flat buffer with rows of ``N + R − 1``
+    shifts row ``r`` right by ``r`` (element ``(r, c)`` sits at flat ``r(N + R) + c = r(N + R − 1)
+    + (r + c)``); the column sums are then the anti-diagonal sums.
+    """
+    r, n = x.shape[-2:]
+    padded = torch.nn.functional.pad(x, (0, r)).flatten(-2)  # (..., R(N+R))
+    return padded[..., : r * (n + r - 1)].unflatten(-1, (r, n + r - 1)).sum(-2)
+
+
+def _key_end(qe: int, lk: int, shift: int, causal: bool) -> int:
+    """One past the last key a query block ending at row ``qe`` may see."""
+    return min(lk, qe + shift) if causal else lk
+
+
+def _masked(s: torch.Tensor, qs: int, ks: int, shift: int) -> torch.Tensor:
+    """``s [..., c, n]`` with ``−∞`` where key ``ks + j`` is after query ``qs + i`` (``j > i + shift``)."""
+    c, n = s.shape[-2:]
+    if ks + n - 1 <= qs + shift:  # the whole block is on or below the diagonal
+        return s
+    rows = torch.arange(qs, qs + c, device=s.device).unsqueeze(-1) + shift  # (c, 1)
+    return s.masked_fill(torch.arange(ks, ks + n, device=s.device) > rows, float("-inf"))
+
+
+def _forward_toeplitz(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int):
+    """Toeplitz mode: SDPA's fused CPU kernel per query block (rows reversed), the bias a view."""
+    b, h, lq, _ = q.shape
+    lk = k.shape[2]
+    shift = lk - lq
+    out = q.new_empty(b, h, lq, v.shape[-1])
+    lse = q.new_empty(b, h, lq)
+    for qs in range(0, lq, block_q):
+        qe = min(qs + block_q, lq)
+        kend = _key_end(qe, lk, shift, causal)
+        o, m = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q[:, :, qs:qe].flip(2), k[:, :, :kend], v[:, :, :kend], 0.0, False,
+            attn_mask=bias.view(qs, qe, 0, kend), scale=scale)  # (B, H, c, Dv), (B, H, c), rows reversed
+        out[:, :, qs:qe] = o.flip(2)
+        lse[:, :, qs:qe] = m.flip(2)
+    return out, lse
+
+
+def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, block_k: int):
+    """Online softmax over key blocks: ``o [B, H, Lq, Dv]`` and ``lse [B, H, Lq]``."""
+    if bias.toeplitz:
+        return _forward_toeplitz(q, k, v, bias, causal=causal, scale=scale, block_q=FUSED_BLOCK_Q)
+    b, h, lq, _ = q.shape
+    lk, dv = k.shape[2], v.shape[-1]
+    shift = lk - lq
+    out = q.new_empty(b, h, lq, dv)
+    lse = q.new_empty(b, h, lq)
+    kt = k.transpose(-1, -2)  # (B, H, D, Lk)
+    for qs in range(0, lq, block_q):
+        qe = min(qs + block_q, lq)
+        qb = q[:, :, qs:qe]  # (B, H, c, D)
+        qb_scaled = qb * scale
+        m = l = acc = None
+        for ks in range(0, _key_end(qe, lk, shift, causal), block_k):
+            ke = min(ks + block_k, _key_end(qe, lk, shift, causal))
+            s = torch.matmul(qb_scaled, kt[..., ks:ke])  # (B, H, c, n)
+            s += bias(qs, qe, ks, ke, qb, k[:, :, ks:ke])
+            if causal:
+                s = _masked(s, qs, ks, shift)
+            block_max = s.amax(-1, keepdim=True)  # (B, H, c, 1)
+            m_new = block_max if m is None else torch.maximum(m, block_max)
+            p = s.sub_(m_new).exp_()  # e^{s - m}, in place of s
+            pv = torch.matmul(p, v[:, :, ks:ke])  # (B, H, c, Dv)
+            extra = bias.value_term(p, qs, qe, ks, ke)
+            if extra is not None:
+                pv = pv + extra
+            if m is None:
+                l, acc = p.sum(-1, keepdim=True), pv
+            else:
+                alpha = torch.exp(m - m_new)  # (B, H, c, 1)
+                l = l * alpha + p.sum(-1, keepdim=True)
+                acc = acc * alpha + pv
+            m = m_new
+        out[:, :, qs:qe] = acc / l
+        lse[:, :, qs:qe] = (m + torch.log(l)).squeeze(-1)
+    return out, lse
+
+
+def _backward_toeplitz(dout, q, k, v, out, lse, bias: _Bias, *, causal: bool, scale: float, block_q: int):
+    """Toeplitz mode without parameters to train: SDPA's fused CPU backward per query block, given
+    the saved ``o`` and ``lse`` (the global ones, so each block's ``p`` and ``δ`` are the true
+    softmax's), rows reversed as in the forward; the blocks' ``dk, dv`` add up."""
+    lq, lk = q.shape[2], k.shape[2]
+    shift = lk - lq
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dout = dout.contiguous()
+    with torch.no_grad():
+        bias.prepare()
+    for qs in range(0, lq, block_q):
+        qe = min(qs + block_q, lq)
+        kend = _key_end(qe, lk, shift, causal)
+        rows = slice(qs, qe)
+        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dout[:, :, rows].flip(2), q[:, :, rows].flip(2), k[:, :, :kend], v[:, :, :kend],
+            out[:, :, rows].flip(2), lse[:, :, rows].flip(2), 0.0, False,
+            attn_mask=bias.view(qs, qe, 0, kend), scale=scale)
+        dq[:, :, rows] = gq.flip(2)
+        dk[:, :, :kend] += gk
+        dv[:, :, :kend] += gv
+    return dq, dk, dv
+
+
+class _BlockwiseAttention(torch.autograd.Function):
+    """``o = softmax(scale · q kᵀ + bias) v`` (plus Shaw's value term) saving only ``o`` and ``lse``.
+
+    ``apply(q, k, v, ctx_args, *params)``: ``params`` are the scheme's parameters that require a
+    gradient, listed so that autograd routes theirs here; the module itself rides in ``ctx_args``.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, args: dict, *params):
+        bias = args["bias"]
+        bias.prepare()
+        out, lse = _forward(q, k, v, bias, causal=args["causal"], scale=args["scale"],
+                            block_q=args["block_q"], block_k=args["block_k"])
+        ctx.save_for_backward(q, k, v, out, lse, *params)
+        ctx.args = args
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse, *params = ctx.saved_tensors
+        args = ctx.args
+        bias: _Bias = args["bias"]
+        if bias.toeplitz and not params:  # nothing to learn in the bias: SDPA's fused backward per block
+            return (*_backward_toeplitz(dout, q, k, v, out, lse, bias, causal=args["causal"], scale=args["scale"],
+                                        block_q=FUSED_BLOCK_Q), None)
+        causal, scale, block_q, block_k = args["causal"], args["scale"], args["block_q"], args["block_k"]
+        b, h, lq, _ = q.shape
+        lk = k.shape[2]
+        shift = lk - lq
+        rev = bias.toeplitz  # rows reversed: the bias is a view of one table, causal folded in
+        dout = dout.contiguous()
+        delta = (dout * out).sum(-1, keepdim=True)  # (B, H, Lq, 1): rowsum(dO ∘ O)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dparams = [torch.zeros_like(p) for p in params]
+        # The bias needs its graph when its inputs want a gradient: parameters, or q/k (relative).
+        with_graph = bool(params) or (bias.relative and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]))
+        has_value_term = bias.value_fn is not None
+        with torch.enable_grad() if with_graph or has_value_term else torch.no_grad():
+            bias.prepare()
+        dtable = torch.zeros_like(bias.table) if rev and with_graph else None  # (H, T)
+
+        def add(grads, start=0):
+            for acc, g in zip(dparams, grads[start:start + len(params)]):
+                if g is not None:
+                    acc += g
+
+        for qs in range(0, lq, block_q):
+            qe = min(qs + block_q, lq)
+            flip = (lambda t: t.flip(2)) if rev else (lambda t: t)
+            qb = flip(q[:, :, qs:qe])  # (B, H, c, D)
+            qb_scaled = qb * scale
+            dob = flip(dout[:, :, qs:qe])  # (B, H, c, Dv)
+            lse_b = flip(lse[:, :, qs:qe].unsqueeze(-1))  # (B, H, c, 1)
+            delta_b = flip(delta[:, :, qs:qe])
+            dqb = torch.zeros_like(qb)
+            kend = _key_end(qe, lk, shift, causal)
+            for ks in range(0, kend, block_k):
+                ke = min(ks + block_k, kend)
+                kb, vb = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H, n, D), (B, H, n, Dv)
+                graph_inputs = list(params)
+                bias_b = None
+                if rev:
+                    bias_value = bias.view(qs, qe, ks, ke).detach()
+                elif with_graph:
+                    with torch.enable_grad():
+                        if bias.relative:
+                            qb_leaf, kb_leaf = qb.detach().requires_grad_(), kb.detach().requires_grad_()
+                            graph_inputs += [qb_leaf, kb_leaf]
+                            bias_b = bias(qs, qe, ks, ke, qb_leaf, kb_leaf)
+                        else:
+                            bias_b = bias(qs, qe, ks, ke, qb, kb)
+                    bias_value = bias_b.detach()
+                else:
+                    bias_value = bias(qs, qe, ks, ke, qb, kb)
+                s = torch.matmul(qb_scaled, kb.transpose(-1, -2)) + bias_value  # (B, H, c, n)
+                if causal and not rev:
+                    s = _masked(s, qs, ks, shift)
+                p = s.sub_(lse_b).exp_()  # softmax weights of the block, in place of s
+                dv[:, :, ks:ke] += torch.matmul(p.transpose(-1, -2), dob)
+                dp = torch.matmul(dob, vb.transpose(-1, -2))  # (B, H, c, n)
+                if has_value_term:  # dp += dO_i · a^V_ij, and w^V's gradient, from the block's value term
+                    with torch.enable_grad():
+                        p_leaf = p.detach().requires_grad_()
+                        term = bias.value_term(p_leaf, qs, qe, ks, ke)
+                        grads = torch.autograd.grad(term, [p_leaf, *params], dob, allow_unused=True,
+                                                    retain_graph=True)
+                    dp = dp + grads[0]
+                    add(grads, 1)
+                ds = p.mul_(dp.sub_(delta_b))  # (B, H, c, n): p ∘ (dp − δ), in place of p
+                dqb += torch.matmul(ds, kb) * scale
+                dk[:, :, ks:ke] += torch.matmul(ds.transpose(-1, -2), qb_scaled)
+                if dtable is not None:  # view at offset ks + Lq − qe: anti-diagonal r + c reads u[offset + r + c]
+                    offset = ks + lq - qe
+                    dtable[:, offset:offset + (qe - qs) + (ke - ks) - 1] += _antidiagonal_sums(ds.sum(0))
+                elif bias_b is not None:  # score_fn's tables serve every block: keep the graph
+                    grads = torch.autograd.grad(bias_b, graph_inputs, ds.sum_to_size(bias_b.shape),
+                                                allow_unused=True, retain_graph=True)
+                    add(grads)
+                    if bias.relative:
+                        gq, gk = grads[len(params):]
+                        if gq is not None:
+                            dqb += gq
+                        if gk is not None:
+                            dk[:, :, ks:ke] += gk
+            dq[:, :, qs:qe] = flip(dqb)
+        if dtable is not None and params:
+            add(torch.autograd.grad(bias.table, params, dtable, allow_unused=True))
+        needs = ctx.needs_input_grad
+        return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, None,
+                *(g if needs[4 + i] else None for i, g in enumerate(dparams)))
+
+
+def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q_positions: torch.Tensor,
+                        k_positions: torch.Tensor, *, causal: bool, scale: float) -> torch.Tensor:
+    """Exact attention of ``q [B, H, Lq, D]`` over ``k, v [B, H, Lk, D|Dv]`` with the bias or
+    relative scheme ``pe``, block by block (see the module docstring); checked inputs, as
+    ``posenc.attention`` passes them. Scores in float32 at least; returns q's dtype."""
+    dtype = q.dtype
+    work = torch.promote_types(dtype, torch.float32)
+    params = [p for p in pe.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
+    bias = _Bias(pe, q_positions, k_positions, work, causal=causal, lq=q.shape[2], lk=k.shape[2])
+    args = {"bias": bias, "causal": causal, "scale": scale,
+            "block_q": BLOCK_Q, "block_k": BLOCK_K}
+    out = _BlockwiseAttention.apply(q.to(work), k.to(work), v.to(work), args, *params)
+    return out.to(dtype)
