@@ -16,7 +16,7 @@ from typing import Any
 from posenc.bench.model import GPTConfig
 from posenc.bench.tasks import TASKS
 
-BENCH_VERSION = 1  # bump when the protocol changes, so old results are not reused
+BENCH_VERSION = 2  # bump when the protocol changes, so old results are not reused
 PARTS = ("lm", "scaling", "tasks")
 """``lm``: language modelling per scheme; ``scaling``: RoPE scalings on the trained RoPE model;
 ``tasks``: algorithmic tasks and passkey retrieval per scheme."""
@@ -41,7 +41,8 @@ class LMSettings:
     train_length: int = 64  # L: training window
     multipliers: tuple[float, ...] = (1, 1.5, 2, 4, 8, 16)  # evaluation lengths = L x these
     heldout_tokens: int = 32768  # the held-out stream (rounded down to a multiple of every length)
-    corpus_bytes: int = 2_000_000  # read this much of the corpus
+    corpus_bytes: int = 2_000_000  # draw this much of the corpus (whole documents, ``posenc.bench.data``)
+    data_seed: int = 0  # the draw of documents, so the split: the same for every training seed
     eval_tokens: int = 16384  # tokens per evaluation forward pass (batch = eval_tokens // length)
 
     def lengths(self) -> list[int]:

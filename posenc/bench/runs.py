@@ -236,6 +236,8 @@ def execute(ctx: Context, run: Run) -> dict[str, Any]:
     t0 = time.perf_counter()
     body = RUNNERS[run.part](ctx, run)
     corpus = {"source": ctx.corpus_source, "sha256": ctx.corpus_sha} if ctx.corpus_sha else None
+    if corpus is not None and run.part != "tasks" and ctx.data is not None and ctx.data.info:
+        corpus["split"] = {k: v for k, v in ctx.data.info.items() if k not in ("source", "heldout_names")}
     return {"key": run.key, "profile": ctx.profile.name, "part": run.part, "label": run.label,
             "scheme": run.spec["scheme"], "spec": run.spec, "seed": run.seed, "settings": run.settings,
             "corpus": corpus, **body, "seconds": round(time.perf_counter() - t0, 2),
