@@ -8,7 +8,8 @@ time with ``sysconfig``; nothing is downloaded), or any text file the user names
 every result's key, so results from different corpora never mix.
 
 Documents and the split (``load_corpus``, ``split``): the standard library's documents are its
-files; a user's file is cut into documents of about ``DOC_BYTES`` bytes at line ends. Documents
+files; a user's file is cut into documents of about ``DOC_BYTES`` bytes at line ends (a 64th of
+the file when that is smaller, at least 256 bytes). Documents
 are drawn in an order fixed by a seed from across the whole corpus (not its first bytes), and
 each drawn document is dropped when it is an exact copy of one already kept (same SHA-256) or a
 near copy (at least ``NEAR_SHARE`` of its sampled 64-byte strings occur in the documents already
@@ -229,7 +230,8 @@ def load_corpus(path: str | None, *, max_bytes: int, seed: int = 0) -> Corpus:
                 data = f.read(READ_FACTOR * max_bytes)
         except OSError as e:
             raise ValueError(f"cannot read corpus file {str(p)!r}: {e.strerror or e}") from None
-        named = [(f"{p.name}@{a}", (a, b)) for a, b in _cuts(data, DOC_BYTES)]
+        size = min(DOC_BYTES, max(256, len(data) // 64))  # a small file still gives enough documents
+        named = [(f"{p.name}@{a}", (a, b)) for a, b in _cuts(data, size)]
         return _draw(named, lambda ab: data[ab[0]:ab[1]], max_bytes=max_bytes, seed=seed, source=str(p),
                      doc_cap=doc_cap)
     files = stdlib_files()
