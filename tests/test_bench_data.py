@@ -186,3 +186,20 @@ def test_batches_mask_only_the_answer_and_eval_examples_are_fixed():
     x, y = T.eval_batch("sort", 5, count=4, seed=0), T.eval_batch("sort", 5, count=4, seed=0)
     assert torch.equal(x.tokens, y.tokens)
     assert not torch.equal(x.tokens, T.eval_batch("sort", 5, count=4, seed=1).tokens)
+
+
+def test_posenc_data_prints_the_split_and_its_contamination(capsys, tmp_path):
+    import json
+
+    from posenc.cli import main
+
+    assert main(["data", "--profile", "smoke", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["profile"] == "smoke" and info["documents_heldout"] >= HELDOUT_DOCS
+    assert 0.0 <= info["overlap_32"] <= 1.0 and info["overlap_128"] <= 0.01
+    assert info["bytes_heldout"] == 257 and info["bytes_train"] > 3 * 257
+    assert main(["data", "--profile", "smoke"]) == 0
+    assert "overlap_128" in capsys.readouterr().out
+    assert main(["data", "--corpus", str(tmp_path / "missing.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing.txt" in err

@@ -135,7 +135,7 @@ def _headline(lm_recs: list[dict[str, Any]]) -> str:
 def _scale_note(profile: Profile, lm_records: list[dict[str, Any]]) -> str:
     lm = profile.lm
     counts = sorted(set(_params(lm_records).values()))
-    params = (f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,} by scheme") if counts else None
+    params = (f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,}, by scheme") if counts else None
     tokens = lm.train.steps * lm.train.batch_size * lm.train_length
     return (f'<p class="note">Scale: a {lm.model.n_layer}-layer decoder, width {lm.model.n_embd}, '
             f"{lm.model.n_head} heads ({params or '?'} parameters), trained for {lm.train.steps} steps of "
