@@ -1,5 +1,6 @@
 """Benchmark profiles: how big, how long, which schemes. ``smoke`` (tests, seconds), ``quick``
-(``make report``: minutes on 2 CPU cores, one seed), ``full`` (three seeds, bigger, longer).
+(``make report``: minutes on 2 CPU cores, one seed, so its verdicts are marked indicative),
+``full`` (three seeds, the fewest behind a verdict that is not indicative; bigger, longer).
 
 Every setting that changes a number is in these dataclasses; their hash is part of each
 result's key, so changing a setting re-runs what it affects and nothing else.
@@ -114,8 +115,9 @@ PROFILES: dict[str, Profile] = {
         tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=2, n_head=4, n_embd=64),
                            train=TrainConfig(steps=1500, batch_size=64, lr=3e-3), max_size=6,
                            test_sizes=(6, 8, 10, 12, 18), eval_examples=150),
-        description="one seed, a 2-layer width-64 model trained at 32 bytes: about 3.5 minutes on 2 idle CPU "
-                    "cores (measured), well under 10 on a busy one",
+        description="one seed (its verdicts are indicative: the spread between training runs is not measured), "
+                    "a 2-layer width-64 model trained at 32 bytes: about 3.5 minutes on 2 idle CPU cores "
+                    "(measured), well under 10 on a busy one",
     ),
     "full": Profile(
         name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
