@@ -268,6 +268,18 @@ class LMData:
         return self.heldout.numel() - 1
 
 
+def _piece(data: bytes, size: int) -> bytes:
+    """``size`` bytes of ``data`` from a line start at an offset fixed by its content (so the
+    held-out stream is not made of file openings: licences, docstrings and imports)."""
+    room = len(data) - size
+    if room <= 0:
+        return data
+    at = int.from_bytes(hashlib.sha256(data).digest()[:8], "little") % (room + 1)
+    nl = data.rfind(b"\n", 0, at)
+    at = nl + 1 if nl >= 0 else 0
+    return data[at:at + size]
+
+
 def split(corpus: Corpus, *, heldout_tokens: int, lengths: list[int]) -> LMData:
     """Held-out stream from the first documents drawn, training text from the rest.
 
@@ -293,7 +305,7 @@ def split(corpus: Corpus, *, heldout_tokens: int, lengths: list[int]) -> LMData:
     for i, doc in enumerate(corpus.documents):
         if need <= 0:
             break
-        piece = doc.data[:min(cap, need)]
+        piece = _piece(doc.data, min(cap, need))
         if len(piece) >= HASH_K and _contains(shared, substring_hashes(piece, HASH_K)).mean() > MAX_SHARED:
             continue  # has a near copy elsewhere in the corpus: training only
         held.append(piece)

@@ -184,8 +184,7 @@ def task_verdicts(table: TaskTable) -> tuple[list[Verdict], dict[str, float], li
     labels = [lab for lab in KAZEMNEJAD_MRR if lab in table.labels()]
     tasks = learned_tasks(table)
     cells = task_cells(table, tasks)
-    beyond = sorted({s for _, s in cells})
-    mrr = mean_reciprocal_rank(table, labels, min_size=min(beyond), tasks=tasks) if cells and labels else {}
+    mrr = mean_reciprocal_rank(table, labels, cells=cells) if cells and labels else {}
     order = list(KAZEMNEJAD_MRR)
     out = []
     for better, worse in zip(order, order[1:]):

@@ -283,7 +283,7 @@ def _task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[findings.
                  "generalisation and are left out of the ranking and the verdicts below.</p>")
     if mrr:
         rows = [[e(k), f"{findings.KAZEMNEJAD_MRR[k]:.2f}", f"{v:.2f}"] for k, v in mrr.items()]
-        page.add(f"<h3>Mean reciprocal rank past the training sizes ({', '.join(learned)})</h3>"
+        page.add(f"<h3>Mean reciprocal rank on the cells beyond the trained positions ({', '.join(learned)})</h3>"
                  + html_table(["scheme", "Kazemnejad et al. 2023", "measured"], rows)
                  + "<p class=muted>Their absolute-position scheme is represented by sinusoidal (a learned table "
                    "cannot run past its length).</p>")

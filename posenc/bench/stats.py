@@ -368,19 +368,22 @@ def learned_tasks(table: TaskTable, *, threshold: float = 0.5) -> list[str]:
     return out
 
 
-def mean_reciprocal_rank(table: TaskTable, labels: list[str], *, min_size: int,
-                         tasks: list[str] | None = None) -> dict[str, float]:
-    """Kazemnejad et al.'s summary: for every task and every size ``>= min_size``, rank ``labels``
-    by exact-match accuracy (1 = best; tied schemes share the best rank of their group; a
-    scheme that cannot run scores 0), and average ``1 / rank`` per scheme."""
+def mean_reciprocal_rank(table: TaskTable, labels: list[str], *, min_size: int = 0,
+                         tasks: list[str] | None = None,
+                         cells: list[tuple[str, int]] | None = None) -> dict[str, float]:
+    """Kazemnejad et al.'s summary: for every ``(task, size)`` cell (``cells``, or every task at
+    every size ``>= min_size``), rank ``labels`` by exact-match accuracy (1 = best; tied schemes
+    share the best rank of their group; a scheme that cannot run scores 0), and average
+    ``1 / rank`` per scheme."""
+    if cells is None:
+        cells = [(t, s) for t in (table.tasks if tasks is None else tasks) for s in table.sizes if s >= min_size]
     scores: dict[str, list[float]] = {lab: [] for lab in labels}
-    for task in table.tasks if tasks is None else tasks:
-        for size in (s for s in table.sizes if s >= min_size):
-            acc = {}
-            for lab in labels:
-                est = table.estimate(lab, task, size)
-                acc[lab] = est.mean if est is not None else 0.0
-            for lab in labels:
-                rank = 1 + sum(1 for other in labels if acc[other] > acc[lab])
-                scores[lab].append(1.0 / rank)
+    for task, size in cells:
+        acc = {}
+        for lab in labels:
+            est = table.estimate(lab, task, size)
+            acc[lab] = est.mean if est is not None else 0.0
+        for lab in labels:
+            rank = 1 + sum(1 for other in labels if acc[other] > acc[lab])
+            scores[lab].append(1.0 / rank)
     return {lab: float(np.mean(v)) if v else float("nan") for lab, v in scores.items()}
