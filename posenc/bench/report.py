@@ -135,7 +135,9 @@ def _headline(lm_recs: list[dict[str, Any]]) -> str:
 def _scale_note(profile: Profile, lm_records: list[dict[str, Any]]) -> str:
     lm = profile.lm
     counts = sorted(set(_params(lm_records).values()))
-    params = (f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,}, by scheme") if counts else None
+    params = None
+    if counts:
+        params = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,}, by scheme"
     tokens = lm.train.steps * lm.train.batch_size * lm.train_length
     return (f'<p class="note">Scale: a {lm.model.n_layer}-layer decoder, width {lm.model.n_embd}, '
             f"{lm.model.n_head} heads ({params or '?'} parameters), trained for {lm.train.steps} steps of "
@@ -236,7 +238,7 @@ def _yarn_note(sc_recs: list[dict[str, Any]]) -> str:
     plow, phigh = yarn_correction_range(d, base, L, 32.0, 1.0)
     return (f"<p class=muted>YaRN here: beta_fast = {betas['beta_fast']:.3g}, beta_slow = {betas['beta_slow']:.3g} "
             f"(rotations over L₀ = {L}), sized so its ramp runs from pair {low} to pair {high} of {d // 2}, the same "
-            f"share of the pairs as the paper's 32/1 at head_dim 128 and L₀ = 4096 (pairs 20–46 of 64). The paper's "
+            "share of the pairs as the paper's 32/1 at head_dim 128 and L₀ = 4096 (pairs 20–46 of 64). The paper's "
             f"32/1 would ramp from pair {plow} to {phigh} here and interpolate every later pair exactly as linear "
             "does. Even so, with so few pairs, \"YaRN beats linear\" tests YaRN's split of the frequencies and its "
             "attention temperature together.</p>")
