@@ -11,7 +11,8 @@ import torch
 
 from posenc.bench import stats
 from posenc.bench import tasks as T
-from posenc.bench.data import Corpus, lcm_lengths, load_corpus, split, stdlib_files, windows
+from posenc.bench.data import (DOC_BYTES, HELDOUT_DOCS, Corpus, Document, lcm_lengths, load_corpus, overlap, split,
+                               stdlib_files, substring_hashes, windows)
 from posenc.bench.distributed import Dist
 from posenc.bench.evaluate import lm_block_nll
 from posenc.bench.model import GPTConfig, TinyGPT, token_nll
@@ -45,13 +46,69 @@ def test_sliding_windows_give_every_later_target_half_a_window_of_context():
         windows(100, 32, "nonoverlap")
 
 
-def test_split_holds_out_a_multiple_of_every_length_and_keeps_the_rest_for_training():
-    data = bytes(range(256)) * 40
-    lm = split(Corpus(data, "test"), heldout_tokens=1000, lengths=[16, 24, 32])
+def _random_docs(count: int, size: int, seed: int) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    return [bytes(rng.integers(97, 123, size, dtype=np.uint8)) for _ in range(count)]
+
+
+def test_split_holds_out_a_multiple_of_every_length_and_keeps_documents_on_one_side():
+    docs = _random_docs(40, 300, 0)
+    corpus = Corpus(tuple(Document(f"d{i}", d) for i, d in enumerate(docs)), "test")
+    lm = split(corpus, heldout_tokens=1000, lengths=[16, 24, 32])
     assert lm.n_heldout == 960  # the largest multiple of lcm(16, 24, 32) = 96 below 1000
-    assert bytes(lm.train.tolist()) + bytes(lm.heldout.tolist()) == data
+    held, train = bytes(lm.heldout.tolist()), bytes(lm.train.tolist())
+    names = lm.info["heldout_names"]
+    assert lm.info["documents_heldout"] == len(names) >= HELDOUT_DOCS  # at most 1/8 of the stream per document
+    for i, d in enumerate(docs):
+        assert (f"d{i}" in names) != (d in train), i  # every document on exactly one side
+    pieces = [held[i:i + 121] for i in range(0, 961, 121)]  # ceil(961 / 8) = 121 bytes from each document
+    assert all(p in docs[int(n[1:])] for p, n in zip(pieces, names))
+    assert lm.info["bytes_train"] == len(train) and lm.info["overlap_128"] == 0.0
     with pytest.raises(ValueError, match="need at least"):
-        split(Corpus(data[:2000], "small"), heldout_tokens=1000, lengths=[16, 24, 32])
+        split(Corpus.from_bytes(b"x" * 2000, "small"), heldout_tokens=1000, lengths=[16, 24, 32])
+
+
+def test_overlap_counts_every_heldout_string_found_in_training():
+    """Against a brute-force set of substrings."""
+    rng = np.random.default_rng(1)
+    train = bytes(rng.integers(97, 100, 3000, dtype=np.uint8))  # 3 letters: many short repeats
+    held = train[500:700] + bytes(rng.integers(97, 100, 300, dtype=np.uint8))
+    for k in (4, 32, 128):
+        seen = {train[i:i + k] for i in range(len(train) - k + 1)}
+        expect = np.mean([held[i:i + k] in seen for i in range(len(held) - k + 1)])
+        assert overlap(held, train, k) == pytest.approx(expect, abs=1e-12), k
+    held = train[500:700] + b"Z" * 300  # no Z in training: only the 73 strings inside the copy match
+    assert overlap(held, train, 128) == pytest.approx((200 - 127) / (500 - 127))
+    with pytest.raises(ValueError, match="power of 2"):
+        substring_hashes(b"abc", 3)
+
+
+def test_draw_drops_copies_and_keeps_near_copies_out_of_the_heldout_stream(tmp_path):
+    """A generated corpus with an exact copy, a near copy (one byte changed) and a document sharing
+    20% of its bytes with another: the first two are dropped, the third is kept but never held out."""
+    docs = _random_docs(60, DOC_BYTES - 1, 2)
+    near = bytearray(docs[3])
+    near[100] ^= 1
+    shared = docs[5][:800] + _random_docs(1, DOC_BYTES - 801, 3)[0]  # 20% of it is docs[5]
+    text = b"\n".join([*docs, docs[1], bytes(near), shared]) + b"\n"
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(text)
+    corpus = load_corpus(str(path), max_bytes=len(text), seed=0)
+    assert corpus.dropped_exact == 1 and corpus.dropped_near == 1
+    assert len(corpus.documents) == 61
+    again = load_corpus(str(path), max_bytes=len(text), seed=0)
+    other = load_corpus(str(path), max_bytes=len(text), seed=1)
+    assert again.sha256 == corpus.sha256 != other.sha256  # the draw is fixed by the seed
+    lm = split(corpus, heldout_tokens=8000, lengths=[16, 32])
+    assert lm.info["overlap_128"] == 0.0
+    tail = {d.name for d in corpus.documents[-5:]}
+    assert set(lm.info["heldout_names"]) - tail, "held-out documents come from across the file, not its end"
+    assert {docs[5], shared} <= {d.data[:-1] for d in corpus.documents}  # 20% shared is not a near copy
+    # drawn first, the pair sharing 800 bytes still goes to training: it would contaminate the stream
+    first = Corpus(tuple(Document(f"d{i}", d) for i, d in enumerate([docs[5], shared, *docs[7:20]])), "t")
+    lm = split(first, heldout_tokens=8000, lengths=[16, 32])
+    assert lm.info["heldout_names"][:2] == ["d2", "d3"] and lm.info["overlap_128"] == 0.0
+    assert overlap(docs[5], shared, 128) > 0.15
 
 
 def test_block_nll_equals_the_direct_computation():
@@ -59,7 +116,7 @@ def test_block_nll_equals_the_direct_computation():
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(n_layer=1, n_head=2, n_embd=16), {"scheme": "alibi", "num_heads": 2}).eval()
     g = torch.Generator().manual_seed(0)
-    corpus = Corpus(bytes(torch.randint(0, 256, (4000,), generator=g).tolist()), "random")
+    corpus = Corpus.from_bytes(bytes(torch.randint(0, 256, (4000,), generator=g).tolist()), "random", doc_bytes=64)
     lm = split(corpus, heldout_tokens=256, lengths=[16, 32])
     for mode, length in (("nonoverlap", 16), ("sliding", 32)):
         blocks = lm_block_nll(model, lm, length, mode, eval_tokens=64, dist=Dist())
@@ -76,7 +133,7 @@ def test_block_nll_equals_the_direct_computation():
 def test_paired_difference_removes_the_texts_variation():
     """Blocks of very different difficulty: a constant gap between two schemes is measured exactly."""
     base = np.array([float(i % 7) for i in range(20)])
-    table = stats.LMTable({"a": {"nonoverlap": {8: [base]}}, "b": {"nonoverlap": {8: [base + 0.1]}}}, {}, [8], 8)
+    table = stats.LMTable({"a": {"nonoverlap": {8: {0: base}}}, "b": {"nonoverlap": {8: {0: base + 0.1}}}}, {}, [8], 8)
     d = table.diff(("a", 8), ("b", 8))
     assert abs(d.mean + 0.1) < 1e-12 and d.se < 1e-12
     assert table.estimate("a", "nonoverlap", 8).se > 0.3  # the unpaired spread is large
@@ -87,7 +144,7 @@ def test_paired_difference_removes_the_texts_variation():
 def test_stdlib_corpus_is_found_and_a_missing_file_is_named():
     assert stdlib_files(), "the standard library's sources should be present"
     c = load_corpus(None, max_bytes=10_000)
-    assert len(c) == 10_000 and c.source.startswith("stdlib:")
+    assert len(c) >= 10_000 and c.source.startswith("stdlib:")
     with pytest.raises(FileNotFoundError, match="nope.txt"):
         load_corpus("/nonexistent/nope.txt", max_bytes=10)
 
@@ -130,3 +187,20 @@ def test_batches_mask_only_the_answer_and_eval_examples_are_fixed():
     x, y = T.eval_batch("sort", 5, count=4, seed=0), T.eval_batch("sort", 5, count=4, seed=0)
     assert torch.equal(x.tokens, y.tokens)
     assert not torch.equal(x.tokens, T.eval_batch("sort", 5, count=4, seed=1).tokens)
+
+
+def test_posenc_data_prints_the_split_and_its_contamination(capsys, tmp_path):
+    import json
+
+    from posenc.cli import main
+
+    assert main(["data", "--profile", "smoke", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["profile"] == "smoke" and info["documents_heldout"] >= HELDOUT_DOCS
+    assert 0.0 <= info["overlap_32"] <= 1.0 and info["overlap_128"] <= 0.01
+    assert info["bytes_heldout"] == 257 and info["bytes_train"] > 3 * 257
+    assert main(["data", "--profile", "smoke"]) == 0
+    assert "overlap_128" in capsys.readouterr().out
+    assert main(["data", "--corpus", str(tmp_path / "missing.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing.txt" in err

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from posenc.bench.profiles import PROFILES
@@ -153,7 +154,9 @@ def test_arch_hybrid_runs_every_part_and_resumes_by_arch(tmp_path, smoke_results
 @pytest.mark.xdist_group("extrapolate")
 def test_own_schemes_and_corpus(tmp_path):
     corpus = tmp_path / "text.txt"
-    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    words = "the quick brown fox jumps over lazy dog and cat runs far".split()
+    rng = np.random.default_rng(0)  # varied text: a sentence repeated has no clean split (all near copies)
+    corpus.write_text(" ".join(words[i] for i in rng.integers(0, len(words), 2000)))
     path = tmp_path / "own.jsonl"
     assert main(["extrapolate", *SERIAL, "--out", str(path), "--part", "lm", "--corpus", str(corpus),
                  "--scheme", "rope:base=500", "--scheme", '{"scheme": "kerple", "variant": "power"}']) == 0

@@ -45,6 +45,13 @@ def test_report_is_self_contained(report):
 
 
 @pytest.mark.xdist_group("report")
+def test_report_shows_the_method_contamination_and_nll_by_position(report):
+    page = report.read_text()
+    for needle in ('id="nll-by-position"', 'id="contamination"', "overlap_128 = ", 'id="method"', "Holm",
+                   "indicative, one seed", "<th>parameters</th>"):
+        assert needle in page, needle
+
+
 def test_second_report_reuses_every_result(report, capsys):
     lines = (report.parent / "results.jsonl").read_bytes()
     assert main(["report", "--profile", "smoke", "--out", str(report.parent), "--jobs", "1", "--no-progress"]) == 0

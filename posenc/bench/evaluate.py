@@ -62,16 +62,24 @@ def lm_block_nll(model: TinyGPT, data: LMData, length: int, mode: str, *, eval_t
 
 @torch.no_grad()
 def task_scores(model: TinyGPT, task: str, size: int, *, count: int, dist: Dist, batch: int = 64) -> dict[str, float]:
-    """Exact matches (``correct`` of ``count``) and the fraction of answer tokens right
-    (``token_acc``) on the ``count`` fixed examples of ``task`` at ``size``."""
+    """Exact matches (``correct`` of ``count``), the fraction of answer tokens right
+    (``token_acc``) and which examples were right (``hits``: "0"/"1" per example, so two schemes
+    can be compared example by example) on the ``count`` fixed examples of ``task`` at ``size``."""
     model.eval()
     b = T.eval_batch(task, size, count=count, seed=0)
     tokens, mask = b.tokens[dist.rank::dist.world], b.mask[dist.rank::dist.world]
     sums = torch.zeros(3, dtype=torch.float64)  # exact matches, right answer tokens, answer tokens
+    exact = torch.zeros(tokens.shape[0], dtype=torch.bool)  # (count / world,): this rank's examples
     for i in range(0, tokens.shape[0], batch):
         x = tokens[i:i + batch].to(dist.device)
         m = mask[i:i + batch].to(dist.device)
         hit = model(x[:, :-1]).argmax(-1) == x[:, 1:]  # (b, T)
-        sums += torch.stack([(hit | ~m).all(dim=1).sum(), (hit & m).sum(), m.sum()]).double().cpu()
+        right = (hit | ~m).all(dim=1)  # (b,)
+        exact[i:i + batch] = right.cpu()
+        sums += torch.stack([right.sum(), (hit & m).sum(), m.sum()]).double().cpu()
     sums = all_sum(sums, dist)
-    return {"correct": int(sums[0]), "count": count, "token_acc": round(float(sums[1] / sums[2]), 5)}
+    every = torch.zeros(count, dtype=torch.float64)
+    every[dist.rank::dist.world] = exact.double()
+    every = all_sum(every, dist)  # (count,): example i right, in the fixed order of ``eval_batch``
+    return {"correct": int(sums[0]), "count": count, "token_acc": round(float(sums[1] / sums[2]), 5),
+            "hits": "".join("1" if v > 0.5 else "0" for v in every.tolist())}

@@ -48,7 +48,7 @@ def _lm_data(profile: Profile, corpus: str | None):
     """The corpus split for language modelling (None when no part needs it), its source and hash."""
     if "lm" not in profile.parts and "scaling" not in profile.parts:
         return None, "", ""
-    text = load_corpus(corpus, max_bytes=profile.lm.corpus_bytes)
+    text = load_corpus(corpus, max_bytes=profile.lm.corpus_bytes, seed=profile.lm.data_seed)
     data = split(text, heldout_tokens=profile.lm.heldout_tokens, lengths=profile.lm.lengths())
     return data, text.source, text.sha256
 

@@ -102,6 +102,35 @@ def scaling(lm: LMTable, sc: LMTable, labels: dict[tuple[str, str], str], *, bas
     return fig
 
 
+def by_position(table: LMTable, labels: list[str] | None = None) -> Figure:
+    """Perplexity of the same held-out bytes by their position within the window (``LMTable.buckets``)."""
+    labels = labels or table.labels()
+    buckets = table.buckets()
+    L = table.train_length
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.subplots()
+    xs = list(range(len(buckets)))
+    for label in labels:
+        pts = [(x, table.position(label, b)) for x, b in zip(xs, buckets)]
+        pts = [(x, est) for x, est in pts if est is not None]
+        if not pts:
+            continue
+        ys = [est.ppl for _, est in pts]
+        lo = [est.ppl - est.ppl_interval()[0] for _, est in pts]
+        hi = [est.ppl_interval()[1] - est.ppl for _, est in pts]
+        ax.errorbar([x for x, _ in pts], ys, yerr=[lo, hi], marker="o", ms=3, lw=1.3, capsize=2, label=label,
+                    color=colour(label, labels))
+    ax.set_xticks(xs)
+    ax.set_xticklabels([b.name(L) for b in buckets], fontsize=8)
+    ax.axvline(1.5, color="0.6", ls="--", lw=0.8)
+    _log_y(ax)
+    ax.set_xlabel("positions within the window (same bytes in every column)")
+    ax.set_ylabel("perplexity per byte (95% interval)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
 def accuracy(table: TaskTable, labels: list[str] | None = None) -> Figure:
     """Exact-match accuracy by size, one panel per task; the dashed line is the largest trained size."""
     labels = labels or table.labels()

@@ -1,16 +1,31 @@
 """The papers' claims, checked against what this run measured (never assumed).
 
-Each claim is a direction ("A is lower/higher than B") from a paper. A verdict compares the
-paired difference with its standard error (``posenc.bench.stats``): ``agrees`` when the
-difference has the paper's sign and exceeds 2 SE, ``disagrees`` when it has the opposite sign and
-exceeds 2 SE, ``no clear difference`` otherwise, ``not measured`` when a scheme is missing.
+Each claim is a direction ("A is lower/higher than B") or a bound ("A is at most B + margin")
+from a paper. Each verdict has a test and a two-sided p-value (``posenc.bench.stats``): paired
+t-tests on block NLLs for perplexity (Student's t over seeds, the normal with one seed), McNemar's
+exact test on the same examples for the tasks. The family is every verdict of the report that has
+a p-value (language modelling, RoPE scalings and tasks together); ``adjust`` applies Holm's
+correction over it at ``ALPHA`` = 0.05. A verdict ``agrees`` when its Holm-adjusted p is below
+0.05 and the measured difference has the paper's direction, ``disagrees`` when it is below 0.05
+and has the opposite one, ``no clear difference`` otherwise, ``not measured`` when a scheme is
+missing. Behind fewer than ``MIN_SEEDS`` seeds a verdict is marked "indicative": the spread
+between training runs is then not in its error.
+
+"Does not degrade" claims are non-inferiority tests with a stated margin: the NLL of the same
+held-out bytes at positions 8L–16L of a 16L window against positions L/2–L of an L window (the
+trained positions with the most context); it ``agrees`` when the increase is significantly below
+``MARGIN`` nats (perplexity within 2%). Whole-window perplexities at different lengths differ in
+context as well as in positions, so they are compared across schemes at one length only.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
-from posenc.bench.stats import LMTable, TaskTable, learned_tasks, mean_reciprocal_rank
+from posenc.bench.stats import (ALPHA, Estimate, LMTable, TaskTable, holm, learned_tasks, mcnemar_exact,
+                                mean_reciprocal_rank)
 
 PRESS = "Press et al. 2022"  # ALiBi; WikiText-103, trained at 512, tested to 15512 (~30L)
 KAZEMNEJAD = "Kazemnejad et al. 2023"  # algorithmic tasks, train sizes <= 20, test to 40
@@ -19,6 +34,8 @@ SETTINGS = {PRESS: "WikiText-103, 247M parameters, trained at 512 tokens, tested
 KAZEMNEJAD_MRR = {"nope": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
 """Their mean reciprocal ranks; their absolute scheme runs past the training length, so the
 sinusoidal one stands for it here (a learned table cannot run there at all)."""
+MARGIN = math.log(1.02)  # non-inferiority margin of "does not degrade": perplexity at most 2% higher
+MIN_SEEDS = 3  # fewer seeds behind a verdict: "indicative"
 
 
 @dataclass(frozen=True)
@@ -27,12 +44,39 @@ class Verdict:
     claim: str  # what the paper found, in words
     measured: str  # what this run measured, in words
     status: str  # agrees / disagrees / no clear difference / not measured
+    p: float | None = None  # two-sided p-value of the test (None: no test, e.g. "cannot run")
+    direction: int = 0  # +1: the estimate lies on the paper's side; −1: on the other
+    seeds: int = 0  # seeds behind the verdict
+    p_holm: float | None = None  # after Holm's correction over the report's family (``adjust``)
+
+    @property
+    def indicative(self) -> bool:
+        return self.p is not None and self.seeds < MIN_SEEDS
 
 
-def _status(delta: float, se: float, *, expect_negative: bool) -> str:
-    if abs(delta) <= 2 * se:
+def _decide(p: float, direction: int, alpha: float = ALPHA) -> str:
+    if p >= alpha or direction == 0:
         return "no clear difference"
-    return "agrees" if (delta < 0) == expect_negative else "disagrees"
+    return "agrees" if direction > 0 else "disagrees"
+
+
+def adjust(verdicts: list[Verdict], alpha: float = ALPHA) -> list[Verdict]:
+    """Holm's correction over every verdict with a p-value; statuses re-decided on the adjusted p."""
+    tested = [i for i, v in enumerate(verdicts) if v.p is not None]
+    adjusted = holm([verdicts[i].p for i in tested])
+    out = list(verdicts)
+    for i, q in zip(tested, adjusted):
+        out[i] = dataclasses.replace(verdicts[i], p_holm=q, status=_decide(q, verdicts[i].direction, alpha))
+    return out
+
+
+def _tested(source: str, claim: str, measured: str, d: Estimate, *, expect_negative: bool,
+            null: float = 0.0) -> Verdict:
+    p = d.p_value(null)
+    direction = 1 if (d.mean < null) == expect_negative else -1
+    if d.mean == null:
+        direction = 0
+    return Verdict(source, claim, measured, _decide(p, direction), p, direction, d.seeds)
 
 
 def _ppl_claim(table: LMTable, source: str, claim: str, lower: tuple[str, int], higher: tuple[str, int],
@@ -44,7 +88,24 @@ def _ppl_claim(table: LMTable, source: str, claim: str, lower: tuple[str, int], 
     a, b = table.estimate(*lower[:1], mode, lower[1]), table.estimate(*higher[:1], mode, higher[1])
     measured = (f"{lower[0]} @{lower[1]}: {a.ppl:.2f} vs {higher[0]} @{higher[1]}: {b.ppl:.2f} "
                 f"(ΔNLL {d.mean:+.4f} ± {d.se:.4f} nats/token)")
-    return Verdict(source, claim, measured, _status(d.mean, d.se, expect_negative=True))
+    return _tested(source, claim, measured, d, expect_negative=True)
+
+
+def _position_claim(table: LMTable, source: str, claim: str, label: str, *, degrades: bool) -> Verdict:
+    """NLL at positions 8L–16L (the last bucket) against L/2–L on the same bytes: ``degrades`` is
+    a directional claim (higher past L); otherwise non-inferiority within ``MARGIN``."""
+    buckets = table.buckets()
+    near, far = buckets[1], buckets[-1]
+    d = table.position_diff((label, far), (label, near)) if far.lo >= table.train_length else None
+    if d is None:
+        return Verdict(source, claim, "not measured (a scheme or length is missing)", "not measured")
+    L = table.train_length
+    a, b = table.position(label, far), table.position(label, near)
+    what = (f"{label}, same bytes at positions {far.name(L)}: {a.ppl:.2f} vs {near.name(L)}: {b.ppl:.2f} "
+            f"(ΔNLL {d.mean:+.4f} ± {d.se:.4f}")
+    if degrades:
+        return _tested(source, claim, what + ")", d, expect_negative=False)
+    return _tested(source, claim, what + f"; margin {MARGIN:.4f})", d, expect_negative=True, null=MARGIN)
 
 
 def lm_verdicts(table: LMTable) -> list[Verdict]:
@@ -52,11 +113,13 @@ def lm_verdicts(table: LMTable) -> list[Verdict]:
     long = max(table.lengths) if table.lengths else L
     x = f"{long // L}L" if L else "long"
     return [
-        _ppl_claim(table, PRESS, f"ALiBi does not degrade past L: 19.73 at L → 18.31 at 30L (here {x})",
-                   ("alibi", long), ("alibi", L)),
-        _ppl_claim(table, PRESS, f"sinusoidal degrades: 20.05 at L → 406 at 30L (here {x})",
-                   ("sinusoidal", L), ("sinusoidal", long)),
-        _ppl_claim(table, PRESS, f"rotary degrades: 20.07 at L → 79.25 at 30L (here {x})", ("rope", L), ("rope", long)),
+        _position_claim(table, PRESS, "ALiBi does not degrade past L: 19.73 at L → 18.31 at 30L "
+                        f"(here: positions past L within a {x} window, non-inferiority, margin 2% perplexity)",
+                        "alibi", degrades=False),
+        _position_claim(table, PRESS, f"sinusoidal degrades: 20.05 at L → 406 at 30L (here: positions past L "
+                        f"within a {x} window)", "sinusoidal", degrades=True),
+        _position_claim(table, PRESS, f"rotary degrades: 20.07 at L → 79.25 at 30L (here: positions past L "
+                        f"within a {x} window)", "rope", degrades=True),
         _ppl_claim(table, PRESS, f"at {x}, ALiBi beats sinusoidal", ("alibi", long), ("sinusoidal", long)),
         _ppl_claim(table, PRESS, f"at {x}, ALiBi beats rotary", ("alibi", long), ("rope", long)),
         _ppl_claim(table, PRESS, f"at {x}, rotary beats sinusoidal (79.25 vs 406 at 30L)",
@@ -108,32 +171,37 @@ def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str]
     return out
 
 
+def task_cells(table: TaskTable, tasks: list[str]) -> list[tuple[str, int]]:
+    """The cells the task verdicts use: ``tasks`` at the sizes whose sequences are longer than
+    every training sequence (positions never trained)."""
+    return [(t, s) for t in tasks for s in table.sizes if table.beyond(t, s)]
+
+
 def task_verdicts(table: TaskTable) -> tuple[list[Verdict], dict[str, float], list[str]]:
-    """Kazemnejad et al.'s order on sizes past training, the measured mean reciprocal ranks, and
-    the tasks they are computed on (those some scheme learned in distribution)."""
+    """Kazemnejad et al.'s order on cells beyond the trained positions (McNemar's exact test on
+    the same examples, pooled over those cells and the seeds), the measured mean reciprocal
+    ranks, and the tasks they are computed on (those some scheme learned in distribution)."""
     labels = [lab for lab in KAZEMNEJAD_MRR if lab in table.labels()]
-    ood = [s for s in table.sizes if s > table.max_size]
     tasks = learned_tasks(table)
-    mrr = mean_reciprocal_rank(table, labels, min_size=min(ood), tasks=tasks) if ood and labels and tasks else {}
+    cells = task_cells(table, tasks)
+    mrr = mean_reciprocal_rank(table, labels, cells=cells) if cells and labels else {}
     order = list(KAZEMNEJAD_MRR)
     out = []
     for better, worse in zip(order, order[1:]):
         claim = f"{better} generalises better than {worse} (MRR {KAZEMNEJAD_MRR[better]} vs {KAZEMNEJAD_MRR[worse]})"
-        if better not in labels or worse not in labels or not ood or not tasks:
-            out.append(Verdict(KAZEMNEJAD, claim, "not measured (no task learned, or a scheme missing)",
-                               "not measured"))
+        counts = table.discordant(better, worse, cells) if better in labels and worse in labels and cells else None
+        if counts is None or counts[2] == 0:
+            out.append(Verdict(KAZEMNEJAD, claim, "not measured (no task learned, no cell beyond the trained "
+                                                  "positions, or a scheme missing)", "not measured"))
             continue
-        diff, var, cells = 0.0, 0.0, 0
-        for task in tasks:
-            for size in ood:
-                a, b = table.estimate(better, task, size), table.estimate(worse, task, size)
-                diff += (a.mean if a else 0.0) - (b.mean if b else 0.0)
-                var += (a.se**2 if a else 0.0) + (b.se**2 if b else 0.0)
-                cells += 1
-        diff, se = diff / cells, var**0.5 / cells
-        measured = (f"mean exact match past training {diff:+.3f} ± {se:.3f}; "
+        b, c, n = counts
+        p = mcnemar_exact(b, c)
+        seeds = min(len(table.runs[lab][t][s]) for lab in (better, worse) for t, s in cells)
+        measured = (f"exact match on {n} paired examples beyond the trained positions: {better} alone right "
+                    f"{b}, {worse} alone right {c} (difference {(b - c) / n:+.3f}); "
                     f"MRR {mrr.get(better, float('nan')):.2f} vs {mrr.get(worse, float('nan')):.2f}")
-        out.append(Verdict(KAZEMNEJAD, claim, measured, _status(diff, se, expect_negative=False)))
+        direction = (b > c) - (b < c)
+        out.append(Verdict(KAZEMNEJAD, claim, measured, _decide(p, direction), p, direction, seeds))
     return out, mrr, tasks
 
 

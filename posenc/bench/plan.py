@@ -3,6 +3,17 @@
 A run's key hashes (profile, part, full scheme spec, variant, seed, settings hash), so the same
 arguments give the same keys and a finished run is recognised in the results file. User schemes
 are SPEC strings (``posenc.spec``); the sizes they leave out come from the benchmark's model.
+
+Settings that decide an outcome follow the training length ``L`` (the longest training
+sequence) when the spec leaves them out (``fit_to_training``):
+- T5: ``max_distance = L/2`` and ``num_buckets`` the largest (at most T5's 32) for which every
+  bucket is reached by a distance below ``L``, so every bucket is trained and every distance past
+  ``L`` falls into the trained last bucket (T5's 32 buckets up to 128 at L = 32 left the buckets
+  for distances of 35 and more at their random initialisation);
+- FIRE: ``L_threshold = L``, so its ``max(L, i)`` normalisation engages past the training length;
+- YaRN (``yarn_betas``): ``beta_fast``/``beta_slow`` put the ends of the ramp at the same share of
+  the rotary pairs as the paper's LLaMA setting (pairs 20 and 46 of 64 at L₀ = 4096); the paper's
+  32/1 at head_dim 16 and L₀ = 32 would interpolate 6 of 8 pairs exactly as linear does.
 """
 
 from __future__ import annotations
@@ -10,9 +21,12 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from posenc import registry
 from posenc.bench import tasks as T
@@ -41,6 +55,7 @@ def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions:
     label = given["scheme"] if plain else S.label(filled)
     if "bidirectional" in registry.get(given["scheme"]).params and "bidirectional" not in given:
         filled["bidirectional"] = False
+    filled.update(fit_to_training(given, max_positions))
     full = registry.normalize_spec(filled)
     rows = full.get("max_positions")
     if isinstance(rows, int) and rows < max_positions:
@@ -48,6 +63,47 @@ def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions:
                          f"({max_positions} positions); leave it out to use {max_positions}")
     build_pe(full, cfg)  # fails now, with the sizes named, rather than when its run starts
     return label, full
+
+
+def fit_to_training(given: dict[str, Any], length: int) -> dict[str, Any]:
+    """The settings of ``given``'s scheme that follow the training length (see the module
+    docstring), for the keys the spec leaves out."""
+    from posenc import reference as ref
+
+    out: dict[str, Any] = {}
+    if given["scheme"] == "t5" and "num_buckets" not in given and "max_distance" not in given:
+        bidirectional = bool(given.get("bidirectional", False))
+        distance = max(length // 2, 2)
+        reached = -np.arange(length) if not bidirectional else np.arange(-length + 1, length)
+        buckets = 32
+        while buckets > (4 if bidirectional else 2):
+            half = buckets // 2 if bidirectional else buckets
+            if distance >= half // 2 + 1 and np.unique(ref.t5_bucket(reached, num_buckets=buckets,
+                                                                    max_distance=distance,
+                                                                    bidirectional=bidirectional)).size == buckets:
+                break
+            buckets -= 1
+        out.update(num_buckets=buckets, max_distance=distance)
+    if given["scheme"] == "fire" and "L_threshold" not in given:
+        out["L_threshold"] = float(length)
+    return out
+
+
+def yarn_betas(head_dim: int, base: float, original: int) -> dict[str, float]:
+    """``beta_fast``/``beta_slow`` that start and end YaRN's ramp at pairs ``round(20/64 · d/2)``
+    and ``round(46/64 · d/2)`` of ``d/2``, as the paper's 32/1 do at d = 128, L₀ = 4096, base 10⁴.
+
+    Pair ``i`` completes ``L₀/(2π) · base^(−2i/d)`` rotations over ``L₀``; the betas are those
+    of pairs ``low + 1/2`` and ``high − 1/2``, which YaRN floors and ceils to ``low`` and ``high``.
+    """
+    pairs = head_dim // 2
+
+    def rotations(i: float) -> float:
+        return original / (2 * math.pi) * base ** (-2 * i / head_dim)
+
+    low, high = round(20 / 64 * pairs), round(46 / 64 * pairs)
+    high = max(high, low + 1)
+    return {"beta_fast": rotations(low + 0.5), "beta_slow": rotations(high - 0.5)}
 
 
 def available_schemes(names: tuple[str, ...], log: Log) -> tuple[str, ...]:
@@ -92,14 +148,18 @@ def task_max_positions(profile: Profile) -> int:
     return max(T.seq_len(t, profile.tasks.max_size) for t in profile.tasks.tasks)
 
 
-def scaling_dict(kind: str, factor: float, original: int) -> dict[str, Any]:
-    """``{"type": kind, "factor": factor}`` plus ``original_max_positions`` where the type takes it."""
+def scaling_dict(kind: str, factor: float, original: int, *, head_dim: int | None = None,
+                 base: float = 10000.0) -> dict[str, Any]:
+    """``{"type": kind, "factor": factor}`` plus ``original_max_positions`` where the type takes it,
+    and YaRN's betas sized to ``head_dim`` and ``original`` when ``head_dim`` is given."""
     from posenc import scaling
 
     params = inspect.signature(scaling.SCALINGS[kind]).parameters
     out: dict[str, Any] = {"type": kind, "factor": float(factor)}
     if "original_max_positions" in params:
         out["original_max_positions"] = int(original)
+    if kind == "yarn" and head_dim is not None:
+        out.update(yarn_betas(head_dim, base, original))
     return out
 
 

@@ -26,7 +26,7 @@ from posenc.bench.data import LMData, sample_batch
 from posenc.bench.distributed import Dist, available_cpus, broadcast
 from posenc.bench.evaluate import cannot_run, lm_block_nll, task_scores
 from posenc.bench.model import TinyGPT
-from posenc.bench.plan import Log, Run, scaling_dict
+from posenc.bench.plan import Log, Run, scaling_dict, task_max_positions
 from posenc.bench.profiles import Profile, settings_hash
 from posenc.bench.train import train
 
@@ -177,7 +177,8 @@ def run_scaling(ctx: Context, run: Run) -> dict[str, Any]:
     def scaled(factor: float) -> dict[str, Any]:
         if kind == "none" or factor <= 1:
             return copy.deepcopy(run.spec)
-        return {**run.spec, "scaling": scaling_dict(kind, factor, L)}
+        return {**run.spec, "scaling": scaling_dict(kind, factor, L, head_dim=run.spec.get("head_dim"),
+                                                    base=run.spec.get("base", 10000.0))}
 
     record: dict[str, Any] = {"train_length": L, "variant": run.variant}
     if mode == "zero-shot":
@@ -213,11 +214,13 @@ def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
     losses = _train(ctx, model, ts.train, next_batch, f"tasks {run.label}")
     t1 = time.perf_counter()
     rows: list[dict[str, Any]] = []
+    trained = task_max_positions(ctx.profile)  # one model learns every task: its longest training sequence
     for task in ts.tasks:
         for size in ts.sizes():
             mult = round(size / ts.max_size, 4)
             length = T.seq_len(task, size)
-            row: dict[str, Any] = {"task": task, "size": size, "mult": mult, "length": length}
+            row: dict[str, Any] = {"task": task, "size": size, "mult": mult, "length": length,
+                                   "beyond_trained": length > trained}
             reason = cannot_run(model, length)
             if reason is not None:
                 row["cannot_run"] = reason
@@ -225,7 +228,7 @@ def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
                 row.update(task_scores(model, task, size, count=ts.eval_examples, dist=ctx.dist))
             rows.append(row)
     return {"train_loss": _curve(losses), "train_seconds": round(t1 - t0, 2), "params": model.num_params(),
-            "max_size": ts.max_size, "eval": rows}
+            "max_size": ts.max_size, "trained_positions": trained, "eval": rows}
 
 
 def run_image(ctx: Context, run: Run) -> dict[str, Any]:
@@ -248,6 +251,8 @@ def execute(ctx: Context, run: Run) -> dict[str, Any]:
     t0 = time.perf_counter()
     body = RUNNERS[run.part](ctx, run)
     corpus = {"source": ctx.corpus_source, "sha256": ctx.corpus_sha} if ctx.corpus_sha else None
+    if corpus is not None and run.part != "tasks" and ctx.data is not None and ctx.data.info:
+        corpus["split"] = {k: v for k, v in ctx.data.info.items() if k not in ("source", "heldout_names")}
     return {"key": run.key, "profile": ctx.profile.name, "part": run.part, "label": run.label,
             "scheme": run.spec["scheme"], "spec": run.spec, "arch": run.arch, "seed": run.seed,
             "settings": run.settings,

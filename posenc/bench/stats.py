@@ -1,29 +1,135 @@
-"""Uncertainty of the benchmark's numbers.
+"""Uncertainty of the benchmark's numbers, and the tests behind its verdicts.
 
 Perplexity: the held-out stream is cut into ``B`` fixed blocks (``posenc.bench.data``); a run
-stores the mean NLL of every block at every length. With one seed the standard error of the
-mean NLL is the spread over blocks, ``sd(blocks) / √B``; with several seeds the spread of the
-seeds' means is added, ``SE² = SE_blocks² + sd(seeds)² / S``. A difference between two schemes
-(or two lengths) is computed block by block on the same tokens (a paired difference), which
-removes the variation of the text itself. Perplexity = ``exp(mean NLL)``; its 95% interval is
-``exp(mean ± 1.96 SE)``.
+stores the mean NLL of every block at every length. Neighbouring blocks are correlated (they
+continue the same document: lag-1 autocorrelation up to 0.7 was measured), so the standard error
+of a mean over blocks is the Newey–West (HAC) one, ``hac_se``: the block variance plus twice
+the Bartlett-weighted autocovariances up to lag ``K = ⌊4(B/100)^(2/9)⌋``, never below the plain
+``sd/√B``. With several seeds the spread of the seeds' means is added,
+``SE² = SE_blocks² + sd(seeds)² / S``, and intervals and p-values use Student's t with
+``S − 1`` degrees of freedom (the normal with one seed). A difference between two schemes, two
+lengths or two positions is computed block by block on the same tokens and the same seed (seeds
+are paired by their id, never by record order), which removes the variation of the text.
+Perplexity = ``exp(mean NLL)``; its 95% interval is ``exp(mean ± t·SE)``.
 
-Accuracy: the binomial standard error ``√(p(1−p)/n)`` over the ``n`` examples (all seeds
-pooled), plus the seed spread when there are several seeds.
+Accuracy: exact match pooled over seeds; its standard error is the Agresti–Coull one
+``√(p̃(1−p̃)/(n+4))``, ``p̃ = (correct+2)/(n+4)`` (not 0 at 0% or 100%), plus the seed spread.
+Two schemes are compared on the same examples with McNemar's exact test (``mcnemar_exact``):
+only the examples one scheme gets right and the other wrong count.
+
+Multiple comparisons: the report's verdicts are one family, Holm-corrected (``holm``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-Z95 = 1.96
+Z95 = 1.959963984540054  # the normal's 97.5% quantile
+ALPHA = 0.05  # family-wise error rate of the report's verdicts (Holm)
 
+
+# -- distributions (closed forms, no SciPy) ----------------------------------------------------
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """``P(|T| >= |t|)`` for Student's t with ``df`` degrees of freedom (``inf``: the normal).
+
+    Integer ``df`` by the closed forms (Abramowitz & Stegun 26.7.3/26.7.4), with
+    ``θ = atan(|t|/√df)``: ``P(|T| < t) = sin θ · Σ_{k<df/2} a_k cos^{2k} θ`` for even ``df``
+    (``a_0 = 1``, ``a_k = a_{k−1}(2k−1)/(2k)``), and
+    ``(2/π)(θ + sin θ cos θ · Σ_{k<(df−1)/2} b_k cos^{2k} θ)`` for odd ``df``
+    (``b_0 = 1``, ``b_k = b_{k−1}·2k/(2k+1)``).
+    """
+    t = abs(float(t))
+    if math.isinf(df):
+        return math.erfc(t / math.sqrt(2))
+    n = int(df)
+    if n != df or n < 1:
+        raise ValueError(f"df must be a positive integer or inf, got {df}")
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(t / math.sqrt(n))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if n % 2 == 0:
+        term, total = 1.0, 1.0
+        for k in range(1, n // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        inside = s * total
+    else:
+        total = 0.0
+        if n > 1:
+            term, total = 1.0, 1.0
+            for k in range(1, (n - 1) // 2):
+                term *= c2 * 2 * k / (2 * k + 1)
+                total += term
+        inside = 2 / math.pi * (theta + s * math.cos(theta) * total)
+    return min(1.0, max(0.0, 1.0 - inside))
+
+
+def t_critical(df: float, level: float = 0.95) -> float:
+    """The two-sided ``level`` quantile of Student's t (12.706 at df 1, 4.303 at 2, 1.960 at inf)."""
+    if math.isinf(df):
+        return Z95 if level == 0.95 else _bisect(lambda z: math.erfc(z / math.sqrt(2)), 1 - level)
+    return _bisect(lambda t: t_two_sided_p(t, df), 1 - level)
+
+
+def _bisect(p_of, target: float) -> float:
+    lo, hi = 0.0, 1e6
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if p_of(mid) > target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979), in the input order.
+
+    Sorted ascending, ``p̃_(i) = max_{j<=i} min(1, (m − j + 1)·p_(j))``; rejecting where
+    ``p̃ < α`` keeps the family-wise error rate at ``α``.
+    """
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        out[i] = running
+    return out
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """McNemar's exact two-sided p-value from the discordant counts ``b`` (A right, B wrong) and
+    ``c`` (A wrong, B right): ``min(1, 2·P(X <= min(b, c)))``, ``X ~ Binomial(b + c, 1/2)``."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def hac_se(x: np.ndarray) -> float:
+    """Newey–West standard error of the mean of a series (Bartlett kernel, lag ``⌊4(B/100)^(2/9)⌋``),
+    floored at the independent one ``sd/√B``."""
+    x = np.asarray(x, dtype=np.float64)
+    b = x.size
+    if b < 2:
+        return 0.0
+    d = x - x.mean()
+    lags = min(b - 1, int(4 * (b / 100) ** (2 / 9)))
+    var = float(d @ d) / b
+    for k in range(1, lags + 1):
+        var += 2 * (1 - k / (lags + 1)) * float(d[k:] @ d[:-k]) / b
+    iid = float(x.std(ddof=1)) / math.sqrt(b)
+    return max(iid, math.sqrt(max(var, 0.0) * b / (b - 1)) / math.sqrt(b))
+
+
+# -- estimates ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Estimate:
@@ -33,29 +139,67 @@ class Estimate:
     seed_sd: float = 0.0  # sd of the per-seed values (0 with one seed)
 
     @property
+    def df(self) -> float:
+        """Degrees of freedom of the t behind intervals and p-values (inf: the normal)."""
+        return float(self.seeds - 1) if self.seeds > 1 else math.inf
+
+    @property
     def ppl(self) -> float:
         return math.exp(min(self.mean, 700.0))
 
+    def interval(self, level: float = 0.95) -> tuple[float, float]:
+        half = t_critical(self.df, level) * self.se
+        return self.mean - half, self.mean + half
+
     def ppl_interval(self) -> tuple[float, float]:
-        return (math.exp(min(self.mean - Z95 * self.se, 700.0)), math.exp(min(self.mean + Z95 * self.se, 700.0)))
+        lo, hi = self.interval()
+        return math.exp(min(lo, 700.0)), math.exp(min(hi, 700.0))
+
+    def p_value(self, null: float = 0.0) -> float:
+        """Two-sided p-value of ``mean = null``."""
+        if self.se == 0:
+            return 0.0 if self.mean != null else 1.0
+        return t_two_sided_p((self.mean - null) / self.se, self.df)
 
 
-def _combine(per_seed_blocks: list[np.ndarray]) -> Estimate:
-    """Blocks ``[S][B]`` -> mean over seeds and blocks, with block and seed standard errors."""
-    arr = np.asarray(per_seed_blocks, dtype=np.float64)  # (S, B)
+Seeds = dict[int, np.ndarray]  # seed id -> block means
+
+
+def combine(per_seed: Seeds, *, skip_blocks: int = 0) -> Estimate:
+    """Blocks ``{seed: [B]}`` -> mean over seeds and blocks, with block (HAC) and seed errors."""
+    arr = np.asarray([per_seed[s] for s in sorted(per_seed)], dtype=np.float64)[:, skip_blocks:]  # (S, B)
     blocks = arr.mean(axis=0)  # (B,)
-    se_blocks = float(blocks.std(ddof=1) / math.sqrt(blocks.size)) if blocks.size > 1 else 0.0
+    se_blocks = hac_se(blocks)
     seed_means = arr.mean(axis=1)  # (S,)
     seed_sd = float(seed_means.std(ddof=1)) if seed_means.size > 1 else 0.0
     se = math.sqrt(se_blocks**2 + seed_sd**2 / seed_means.size)
     return Estimate(float(blocks.mean()), se, int(seed_means.size), seed_sd)
 
 
+def paired(a: Seeds, b: Seeds) -> Seeds | None:
+    """``a − b`` block by block for the seeds both have (paired by seed id); None if none."""
+    common = sorted(set(a) & set(b))
+    return {s: np.asarray(a[s]) - np.asarray(b[s]) for s in common} if common else None
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Targets at window positions ``lo..hi−1`` (context ``lo..hi−1`` tokens), from one evaluation."""
+
+    lo: int
+    hi: int
+    mode: str
+    length: int
+
+    def name(self, train_length: int) -> str:
+        return f"{self.lo / train_length:g}L–{self.hi / train_length:g}L"
+
+
 @dataclass
 class LMTable:
-    """``blocks[label][mode][length]`` = per-seed block NLL arrays; ``cannot[label][length]`` = reason."""
+    """``blocks[label][mode][length]`` = ``{seed: block NLLs}``; ``cannot[label][length]`` = reason."""
 
-    blocks: dict[str, dict[str, dict[int, list[np.ndarray]]]]
+    blocks: dict[str, dict[str, dict[int, Seeds]]]
     cannot: dict[str, dict[int, str]]
     lengths: list[int]
     train_length: int
@@ -63,21 +207,43 @@ class LMTable:
     def labels(self) -> list[str]:
         return list(dict.fromkeys([*self.blocks, *self.cannot]))
 
+    def seeds(self, label: str, mode: str, length: int) -> Seeds | None:
+        return self.blocks.get(label, {}).get(mode, {}).get(length) or None
+
     def estimate(self, label: str, mode: str, length: int) -> Estimate | None:
-        runs = self.blocks.get(label, {}).get(mode, {}).get(length)
-        return _combine(runs) if runs else None
+        runs = self.seeds(label, mode, length)
+        return combine(runs) if runs else None
 
     def diff(self, a: tuple[str, int], b: tuple[str, int], mode: str = "nonoverlap") -> Estimate | None:
         """Paired ``NLL(a) − NLL(b)`` for ``(label, length)`` pairs, on the same tokens and seeds."""
-        ra = self.blocks.get(a[0], {}).get(mode, {}).get(a[1])
-        rb = self.blocks.get(b[0], {}).get(mode, {}).get(b[1])
-        if not ra or not rb or len(ra) != len(rb):
-            return None
-        return _combine([x - y for x, y in zip(ra, rb)])
+        ra, rb = self.seeds(a[0], mode, a[1]), self.seeds(b[0], mode, b[1])
+        d = paired(ra, rb) if ra and rb else None
+        return combine(d) if d else None
+
+    # -- NLL by position within the window ----------------------------------------------------
+    def buckets(self) -> list[Bucket]:
+        """Position buckets with the same targets: ``0–L`` (non-overlapping windows of L),
+        ``L/2–L`` (sliding windows of L) and ``T/2–T`` for every length ``T >= 2L`` (sliding
+        windows of T: every target scored once, at a position in the window's last half)."""
+        L = self.train_length
+        out = [Bucket(0, L, "nonoverlap", L), Bucket(L // 2, L, "sliding", L)]
+        return out + [Bucket(t // 2, t, "sliding", t) for t in self.lengths if t >= 2 * L]
+
+    def position(self, label: str, bucket: Bucket) -> Estimate | None:
+        """NLL of the targets at positions ``bucket.lo..hi−1``; the first block (whose targets sit
+        at smaller positions in every evaluation) is left out, so every bucket scores the same
+        targets."""
+        runs = self.seeds(label, bucket.mode, bucket.length)
+        return combine(runs, skip_blocks=1) if runs and len(next(iter(runs.values()))) > 2 else None
+
+    def position_diff(self, a: tuple[str, Bucket], b: tuple[str, Bucket]) -> Estimate | None:
+        ra, rb = self.seeds(a[0], a[1].mode, a[1].length), self.seeds(b[0], b[1].mode, b[1].length)
+        d = paired(ra, rb) if ra and rb else None
+        return combine(d, skip_blocks=1) if d and len(next(iter(d.values()))) > 2 else None
 
 
 def lm_table(records: Iterable[dict[str, Any]]) -> LMTable:
-    blocks: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))  # label -> mode -> length -> [S]
+    blocks: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))  # label -> mode -> length -> seed
     cannot: dict[str, dict[int, str]] = defaultdict(dict)
     lengths: set[int] = set()
     train_length = 0
@@ -88,36 +254,72 @@ def lm_table(records: Iterable[dict[str, Any]]) -> LMTable:
             if "cannot_run" in row:
                 cannot[rec["label"]][row["length"]] = row["cannot_run"]
             else:
-                blocks[rec["label"]][row["mode"]][row["length"]].append(np.asarray(row["block_nll"]))
+                blocks[rec["label"]][row["mode"]][row["length"]][rec.get("seed", 0)] = np.asarray(row["block_nll"])
     return LMTable({k: {m: dict(v) for m, v in d.items()} for k, d in blocks.items()}, dict(cannot),
                    sorted(lengths), train_length)
 
 
+# -- tasks -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cell:
+    correct: int
+    count: int
+    hits: str | None = None  # "0"/"1" per example (the same examples for every scheme and seed)
+
+
 @dataclass
 class TaskTable:
-    """``runs[label][task][size]`` = per-seed (correct, count); ``token[...]`` = per-seed token accuracy."""
+    """``runs[label][task][size]`` = ``{seed: Cell}``; ``token[...]`` = per-seed token accuracy;
+    ``trained_positions``: the longest training sequence (0 when unknown)."""
 
-    runs: dict[str, dict[str, dict[int, list[tuple[int, int]]]]]
+    runs: dict[str, dict[str, dict[int, dict[int, Cell]]]]
     token: dict[str, dict[str, dict[int, list[float]]]]
     cannot: dict[str, dict[str, dict[int, str]]]
     sizes: list[int]
     tasks: list[str]
     max_size: int
+    lengths: dict[tuple[str, int], int] | None = None  # (task, size) -> sequence length
+    trained_positions: int = 0
 
     def labels(self) -> list[str]:
         return list(dict.fromkeys([*self.runs, *self.cannot]))
+
+    def beyond(self, task: str, size: int) -> bool:
+        """Whether the cell's sequences are longer than every training sequence (positions never
+        trained); without the lengths, whether the size is past the training sizes."""
+        if self.lengths and self.trained_positions and (task, size) in self.lengths:
+            return self.lengths[(task, size)] > self.trained_positions
+        return size > self.max_size
 
     def estimate(self, label: str, task: str, size: int) -> Estimate | None:
         runs = self.runs.get(label, {}).get(task, {}).get(size)
         if not runs:
             return None
-        correct = sum(c for c, _ in runs)
-        count = sum(n for _, n in runs)
+        correct = sum(c.correct for c in runs.values())
+        count = sum(c.count for c in runs.values())
         p = correct / count
-        per_seed = np.array([c / n for c, n in runs])
+        tilde = (correct + 2) / (count + 4)  # Agresti–Coull: not 0 at 0% or 100%
+        per_seed = np.array([c.correct / c.count for c in runs.values()])
         seed_sd = float(per_seed.std(ddof=1)) if per_seed.size > 1 else 0.0
-        se = math.sqrt(p * (1 - p) / count + seed_sd**2 / per_seed.size)
+        se = math.sqrt(tilde * (1 - tilde) / (count + 4) + seed_sd**2 / per_seed.size)
         return Estimate(p, se, int(per_seed.size), seed_sd)
+
+    def discordant(self, a: str, b: str, cells: list[tuple[str, int]]) -> tuple[int, int, int] | None:
+        """McNemar's counts over ``cells``, examples paired by seed id and index: ``(a right and b
+        wrong, a wrong and b right, pairs)``; None when a cell lacks per-example results."""
+        only_a = only_b = pairs = 0
+        for task, size in cells:
+            ra = self.runs.get(a, {}).get(task, {}).get(size, {})
+            rb = self.runs.get(b, {}).get(task, {}).get(size, {})
+            for seed in sorted(set(ra) & set(rb)):
+                ha, hb = ra[seed].hits, rb[seed].hits
+                if ha is None or hb is None or len(ha) != len(hb):
+                    return None
+                only_a += sum(x == "1" and y == "0" for x, y in zip(ha, hb))
+                only_b += sum(x == "0" and y == "1" for x, y in zip(ha, hb))
+                pairs += len(ha)
+        return only_a, only_b, pairs
 
     def token_acc(self, label: str, task: str, size: int) -> float | None:
         values = self.token.get(label, {}).get(task, {}).get(size)
@@ -125,29 +327,33 @@ class TaskTable:
 
 
 def task_table(records: Iterable[dict[str, Any]]) -> TaskTable:
-    runs: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    runs: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
     token: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     cannot: dict = defaultdict(lambda: defaultdict(dict))
     sizes: set[int] = set()
     tasks: list[str] = []
-    max_size = 0
+    lengths: dict[tuple[str, int], int] = {}
+    max_size = trained = 0
     for rec in records:
         max_size = rec.get("max_size", max_size)
+        trained = rec.get("trained_positions", trained)
         for row in rec.get("eval", []):
             sizes.add(row["size"])
+            if "length" in row:
+                lengths[(row["task"], row["size"])] = row["length"]
             if row["task"] not in tasks:
                 tasks.append(row["task"])
             if "cannot_run" in row:
                 cannot[rec["label"]][row["task"]][row["size"]] = row["cannot_run"]
             else:
-                runs[rec["label"]][row["task"]][row["size"]].append((row["correct"], row["count"]))
+                runs[rec["label"]][row["task"]][row["size"]][rec.get("seed", 0)] = Cell(
+                    row["correct"], row["count"], row.get("hits"))
                 token[rec["label"]][row["task"]][row["size"]].append(row["token_acc"])
 
     def plain(d: dict) -> dict:
         return {k: {t: dict(s) for t, s in v.items()} for k, v in d.items()}
 
-    return TaskTable(plain(runs), plain(token),
-                     plain(cannot), sorted(sizes), tasks, max_size)
+    return TaskTable(plain(runs), plain(token), plain(cannot), sorted(sizes), tasks, max_size, lengths, trained)
 
 
 def learned_tasks(table: TaskTable, *, threshold: float = 0.5) -> list[str]:
@@ -162,19 +368,22 @@ def learned_tasks(table: TaskTable, *, threshold: float = 0.5) -> list[str]:
     return out
 
 
-def mean_reciprocal_rank(table: TaskTable, labels: list[str], *, min_size: int,
-                         tasks: list[str] | None = None) -> dict[str, float]:
-    """Kazemnejad et al.'s summary: for every task and every size ``>= min_size``, rank ``labels``
-    by exact-match accuracy (1 = best; tied schemes share the best rank of their group; a
-    scheme that cannot run scores 0), and average ``1 / rank`` per scheme."""
+def mean_reciprocal_rank(table: TaskTable, labels: list[str], *, min_size: int = 0,
+                         tasks: list[str] | None = None,
+                         cells: list[tuple[str, int]] | None = None) -> dict[str, float]:
+    """Kazemnejad et al.'s summary: for every ``(task, size)`` cell (``cells``, or every task at
+    every size ``>= min_size``), rank ``labels`` by exact-match accuracy (1 = best; tied schemes
+    share the best rank of their group; a scheme that cannot run scores 0), and average
+    ``1 / rank`` per scheme."""
+    if cells is None:
+        cells = [(t, s) for t in (table.tasks if tasks is None else tasks) for s in table.sizes if s >= min_size]
     scores: dict[str, list[float]] = {lab: [] for lab in labels}
-    for task in table.tasks if tasks is None else tasks:
-        for size in (s for s in table.sizes if s >= min_size):
-            acc = {}
-            for lab in labels:
-                est = table.estimate(lab, task, size)
-                acc[lab] = est.mean if est is not None else 0.0
-            for lab in labels:
-                rank = 1 + sum(1 for other in labels if acc[other] > acc[lab])
-                scores[lab].append(1.0 / rank)
+    for task, size in cells:
+        acc = {}
+        for lab in labels:
+            est = table.estimate(lab, task, size)
+            acc[lab] = est.mean if est is not None else 0.0
+        for lab in labels:
+            rank = 1 + sum(1 for other in labels if acc[other] > acc[lab])
+            scores[lab].append(1.0 / rank)
     return {lab: float(np.mean(v)) if v else float("nan") for lab, v in scores.items()}

@@ -1,0 +1,113 @@
+"""The benchmark's statistics against closed forms: Student's t, Holm's correction, McNemar's
+exact test, Newey–West errors, seeds paired by id, and the verdicts built on them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from posenc.bench import findings, stats
+
+
+@pytest.mark.parametrize("df, crit", [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706),
+                                      (10, 2.2281), (30, 2.0423), (math.inf, 1.9600)])
+def test_t_critical_values_match_the_table(df, crit):
+    assert stats.t_critical(df) == pytest.approx(crit, abs=5e-5)
+
+
+def test_t_p_values_match_closed_forms():
+    assert stats.t_two_sided_p(1.0, 1) == pytest.approx(0.5)  # Cauchy: 1 − 2·atan(1)/π
+    assert stats.t_two_sided_p(2.0, 2) == pytest.approx(1 - 2 / math.sqrt(6))  # df 2: 1 − t/√(t²+2)
+    assert stats.t_two_sided_p(2.0, 3) == pytest.approx(0.139326, abs=1e-6)
+    assert stats.t_two_sided_p(1.959964, math.inf) == pytest.approx(0.05, abs=1e-6)
+    assert stats.t_two_sided_p(0.0, 4) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="df"):
+        stats.t_two_sided_p(1.0, 2.5)
+
+
+def test_holm_on_known_p_values():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> 4·0.005, 3·0.01, 2·0.03, max(0.06, 1·0.04): step-down, monotone
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert stats.holm([0.02]) == [0.02] and stats.holm([]) == []
+
+
+def test_mcnemar_exact_on_known_tables():
+    assert stats.mcnemar_exact(1, 9) == pytest.approx(2 * (1 + 10) / 2**10)  # 0.0215
+    assert stats.mcnemar_exact(9, 1) == stats.mcnemar_exact(1, 9)
+    assert stats.mcnemar_exact(0, 5) == pytest.approx(2 / 32)
+    assert stats.mcnemar_exact(4, 4) == 1.0 and stats.mcnemar_exact(0, 0) == 1.0
+
+
+def test_newey_west_widens_the_error_of_correlated_blocks():
+    rng = np.random.default_rng(0)
+    iid = rng.normal(size=400)
+    assert stats.hac_se(iid) == pytest.approx(iid.std(ddof=1) / 20, rel=0.15)
+    ar = np.zeros(400)  # AR(1), ρ = 0.7: the long-run sd is √((1+ρ)/(1−ρ)) ≈ 2.4 times the iid one
+    for i in range(1, 400):
+        ar[i] = 0.7 * ar[i - 1] + rng.normal()
+    ratio = stats.hac_se(ar) / (ar.std(ddof=1) / 20)
+    assert 1.6 < ratio < 2.6, ratio
+
+
+def _lm_record(label, seed, blocks, length=8):
+    return {"label": label, "seed": seed, "train_length": length,
+            "eval": [{"mode": "nonoverlap", "length": length, "nll": float(np.mean(blocks)), "block_nll": blocks}]}
+
+
+def test_seeds_are_paired_by_id_not_by_record_order():
+    a = [_lm_record("a", s, [1.0 + s, 1.0 + s, 1.1 + s]) for s in (0, 1, 2)]
+    b = [_lm_record("b", s, [0.9 + s, 0.9 + s, 1.0 + s]) for s in (2, 0, 1)]  # another order
+    d = stats.lm_table(a + b).diff(("a", 8), ("b", 8))
+    assert d.mean == pytest.approx(0.1) and d.se == pytest.approx(0.0, abs=1e-12) and d.seeds == 3
+    est = stats.lm_table(a).estimate("a", "nonoverlap", 8)
+    assert est.df == 2 and est.seed_sd == pytest.approx(1.0)
+    lo, hi = est.interval()
+    assert hi - est.mean == pytest.approx(stats.t_critical(2) * est.se)
+
+
+def _task_record(label, hits_by_size, seed=0):
+    rows = [{"task": "copy", "size": s, "length": 2 * s + 3, "correct": h.count("1"), "count": len(h),
+             "token_acc": 0.5, "hits": h} for s, h in hits_by_size.items()]
+    return {"label": label, "seed": seed, "max_size": 2, "trained_positions": 9, "eval": rows}
+
+
+def test_task_verdicts_use_cells_beyond_trained_positions_and_mcnemar():
+    right = "1" * 20
+    # size 3: length 9, within the trained positions (not used); size 4: length 11, beyond
+    nope = _task_record("nope", {2: right, 3: "0" * 20, 4: "1" * 12 + "0" * 8})
+    t5 = _task_record("t5", {2: right, 3: right, 4: "1" * 2 + "0" * 18})
+    table = stats.task_table([nope, t5])
+    assert not table.beyond("copy", 3) and table.beyond("copy", 4)
+    assert table.discordant("nope", "t5", [("copy", 4)]) == (10, 0, 20)
+    verdicts, _, tasks = findings.task_verdicts(table)
+    first = verdicts[0]
+    assert tasks == ["copy"] and first.p == pytest.approx(stats.mcnemar_exact(10, 0))
+    assert first.status == "agrees" and first.direction == 1  # size 3, where t5 wins, is left out
+    assert table.estimate("nope", "copy", 3).se > 0  # no zero error at 0%
+
+
+def test_holm_decides_the_verdicts_of_the_family():
+    v = [findings.Verdict("s", "c", "m", "agrees", p=0.03, direction=1, seeds=3),
+         findings.Verdict("s", "c", "m", "agrees", p=0.01, direction=1, seeds=3),
+         findings.Verdict("s", "c", "m", "disagrees", p=0.001, direction=-1, seeds=1),
+         findings.Verdict("s", "c", "m", "agrees")]  # no test: left as it is
+    out = findings.adjust(v)
+    assert [x.p_holm for x in out[:3]] == pytest.approx([0.03, 0.02, 0.003])  # 1·0.03, 2·0.01, 3·0.001
+    assert [x.status for x in out] == ["agrees", "agrees", "disagrees", "agrees"]
+    out = findings.adjust([*v[:3], findings.Verdict("s", "c", "m", "x", p=0.3, direction=1, seeds=3)])  # 2·0.03
+    assert [x.status for x in out] == ["no clear difference", "agrees", "disagrees", "no clear difference"]
+    assert out[2].indicative and not out[1].indicative
+
+
+def test_non_inferiority_needs_the_increase_below_the_margin():
+    L = 8
+    base = np.array([1.0, 1.2, 0.9, 1.1, 1.0, 1.3])
+    rows = lambda shift: [{"mode": m, "length": t, "block_nll": list(base + (shift if t == 4 * L else 0))}  # noqa: E731
+                          for m in ("nonoverlap", "sliding") for t in (L, 2 * L, 4 * L)]
+    for shift, expect in ((0.0, "agrees"), (0.2, "disagrees")):
+        rec = {"label": "alibi", "seed": 0, "train_length": L, "eval": rows(shift)}
+        v = findings.lm_verdicts(stats.lm_table([rec]))[0]
+        assert v.status == expect, (shift, v)
