@@ -15,7 +15,8 @@ from posenc.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = ["extrapolate", "--profile", "smoke", "--threads", "1", "--jobs", "1", "--no-progress",
-        "--scheme", "rope", "--scheme", "t5"]  # lm, RoPE scalings (fine-tunes) and the masked task loss
+        "--scheme", "rope", "--scheme", "t5",  # lm, RoPE scalings (fine-tunes) and the masked task loss
+        "--part", "lm", "--part", "scaling", "--part", "tasks"]  # the parts DDP spreads (image/time run whole)
 
 
 @pytest.mark.slow
