@@ -72,7 +72,8 @@ def schema() -> dict[str, Any]:
     import inspect
 
     from posenc import demo, registry, scaling
-    from posenc.analysis import FINGERPRINT_RTOL
+    from posenc.analysis import FINGERPRINT_RTOL, GRID_QUANTITY
+    from posenc.commands.inspect import MAX_GRID
     from posenc.limits import MAX_CELLS, MAX_DIM, MAX_FIT_WORK, MAX_HEADS, MAX_LENGTH, MAX_PAIR_WORK
     from posenc.spec import SIZE_PARAMS
 
@@ -100,6 +101,7 @@ def schema() -> dict[str, Any]:
         "bounds": {"length": [2, MAX_LENGTH], "dim": [2, MAX_DIM], "heads": [1, MAX_HEADS]},
         "defaults": {"spec": "sinusoidal", "length": 128, "dim": 64, "heads": 8},
         "fingerprint_rtol": FINGERPRINT_RTOL,
+        "grid": {"default": [14, 14], "max": MAX_GRID, "quantity": GRID_QUANTITY},  # `posenc show --grid/--patch`
         "demo": {"d_model": demo.D_MODEL, "num_heads": demo.NUM_HEADS},  # the sizes of `posenc demo order`
     }
 
