@@ -4,7 +4,8 @@ The page (``index.html``, no fetches, a Content-Security-Policy that forbids the
 1 MB) holds its own float64 JavaScript port of the deterministic schemes' references
 (``posenc.reference``, the RoPE scalings of ``posenc.scaling``), a strict port of the SPEC
 parser (``posenc.spec``) and a table ``id="key-numbers"`` that prints, row for row, what
-``posenc show SPEC --length L --dim D --heads H`` prints (``posenc.analysis.key_numbers``).
+``posenc show SPEC --length L --dim D --heads H`` prints (``posenc.analysis.key_numbers``; for a
+grid scheme, ``axes >= 2``, what ``posenc show SPEC --grid HxW --patch R,C`` prints, with its map).
 
 The script is ``js/*.js``, one job per file, joined in ``JS_FILES`` order into one function scope:
 
