@@ -89,15 +89,18 @@ def schema() -> dict[str, Any]:
         scalings[name] = [[k, _typed(registry.REQUIRED if p.default is inspect.Parameter.empty else p.default)]
                           for k, p in params.items() if k not in ("inv_freq", "head_dim", "base")]
     size_bounds: dict[str, float] = {}  # the command line's bounds (posenc.limits) on the page's schemes' sizes
+    size_what: dict[str, str] = {}  # what each counts, as Limit.check names it
     for name in PAGE_SCHEMES:
         for key, lim in registry.get(name).limits.items():
-            size_bounds[key] = min(size_bounds.get(key, lim.max), lim.max)
+            if lim.max < size_bounds.get(key, float("inf")):
+                size_bounds[key], size_what[key] = lim.max, lim.what
     return {
         "schemes": schemes,
         "all_schemes": registry.schemes(),
         "scalings": scalings,
         "size_params": list(SIZE_PARAMS),
         "size_bounds": size_bounds,
+        "size_what": size_what,
         "work_bounds": {"cells": MAX_CELLS, "pairs": MAX_PAIR_WORK, "fit": MAX_FIT_WORK},
         "bounds": {"length": [2, MAX_LENGTH], "dim": [2, MAX_DIM], "heads": [1, MAX_HEADS]},
         "defaults": {"spec": "sinusoidal", "length": 128, "dim": 64, "heads": 8},
