@@ -80,7 +80,8 @@ function figGrid(m, full, L, view) {  // analysis.grid_map, drawn as plot.show d
   title(g, NAMES[full.get('scheme')] + ' (axes=' + m.axes + '), ' + H + ' × ' + W + ' patches: signal with patch (' + pr + ', ' + pc + ')');
   heat(ctx, X, T, w, h, H, W, function (r, c) { return v[r * W + c]; }, -1, 1, DIVERGING);
   ctx.strokeStyle = '#222'; ctx.strokeRect(X, T, w, h);
-  ctx.lineWidth = 2; ctx.strokeStyle = '#000'; ctx.strokeRect(X + pc * side, T + pr * side, side, side); ctx.lineWidth = 1;
+  ctx.lineWidth = 2; ctx.strokeStyle = '#000'; ctx.strokeRect(X + pc * side, T + pr * side, side, side);  // the chosen patch:
+  ctx.strokeStyle = '#fff'; ctx.strokeRect(X + pc * side + 2, T + pr * side + 2, side - 4, side - 4); ctx.lineWidth = 1;  // black and white, seen on any colour
   ctx.fillStyle = '#222'; ctx.textAlign = 'center';
   ticks(0, W - 1, 6).forEach(function (c) { ctx.fillText(nice(c), X + (c + 0.5) * side, T + h + 14); });
   ctx.fillText('column c', X + w / 2, T + h + 30); ctx.textAlign = 'right';
