@@ -11,6 +11,7 @@ import argparse
 import io
 import os
 import random
+import re
 import shutil
 from contextlib import redirect_stdout
 from urllib.parse import quote
@@ -322,4 +323,63 @@ def test_dog_bites_man_with_sentences_the_reader_types(page):
     b.clear()
     b.send_keys("a cat")
     assert "share no word" in d.find_element("id", "order-error").text
+    assert _console_errors(d) == []
+
+
+def _show_printed(*argv: str) -> list[list[str]]:
+    """The rows ``posenc show ARGV`` prints (label, two spaces, value)."""
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["show", *argv]) == 0
+    return [re.split(r" {2,}", line, maxsplit=1) for line in buf.getvalue().splitlines()]
+
+
+def test_grid_schemes_draw_each_patch_against_the_chosen_patch(page):
+    import numpy as np
+    from selenium.webdriver.common.keys import Keys
+
+    d = page
+    before = _renders(d)
+    d.execute_script("location.hash = arguments[0]", "spec=rope%3Aaxes%3D2%2Caxes_dims%3D%5B8%2C16%5D&length=64"
+                     "&dim=32&heads=2&grid=5x7&patch=1,2")
+    _wait_render(d, before)
+    assert d.find_element("id", "spec-error").text == ""
+    assert not d.find_element("id", "fig-grid").get_attribute("hidden")
+    spec = "rope:axes=2,axes_dims=[8,16]"
+    # the key numbers are `posenc show SPEC --grid 5x7 --patch 1,2` (the rows it prints, as it prints them)
+    assert _key_numbers(d) == _show_printed(spec, "--grid", "5x7", "--patch", "1,2", "--length", "64",
+                                            "--dim", "32", "--heads", "2")
+    # every drawn value is analysis.grid_map's float64 value
+    full = _spec(spec, argparse.Namespace(dim=32, heads=2, length=64))
+    page_values = d.execute_script(
+        "var x = posencExplorer, s = x.fullSpec(x.parseSpec(arguments[0]), {length: 64, dim: 32, heads: 2});"
+        "return x.gridValues(s, 5, 7, 1, 2)", spec)
+    want = analysis.grid_map(full, grid=(5, 7), patch=(1, 2), dim=32, num_heads=2).values
+    np.testing.assert_allclose(np.reshape(page_values, (5, 7)), want, rtol=1e-9, atol=1e-12)
+    # the patch slider, by keyboard, moves the patch: the figure redraws, the address follows
+    grid = _canvas(d, "fig-grid")
+    before = _renders(d)
+    d.find_element("id", "patch-col-slider").send_keys(Keys.ARROW_RIGHT)
+    _wait_render(d, before)
+    assert d.find_element("id", "patch").get_attribute("value") == "1,3" and "grid=5x7&patch=1,3" in d.current_url
+    assert _canvas(d, "fig-grid") != grid
+    shown = _key_numbers(d)
+    url = d.current_url  # a reload of the written address shows the same grid view
+    d.get("about:blank")
+    d.get(url)
+    assert d.find_element("id", "patch").get_attribute("value") == "1,3" and _key_numbers(d) == shown
+    assert shown[3][1].startswith("5 × 7 patches, signal with patch (1, 3)")
+    # sinusoidal with two axes, the default grid (14 × 14, the centre), as `posenc show` prints it
+    _goto(d, "sinusoidal:axes=2", 128, 48, 8)
+    assert _key_numbers(d) == _show_printed("sinusoidal:axes=2", "--dim", "48")
+    assert d.find_element("id", "fig-table").get_attribute("hidden")  # the 1D figures give way to the grid map
+    # a patch outside the grid: a message next to the control, the last valid view stays
+    patch = d.find_element("id", "patch")
+    patch.clear()
+    patch.send_keys("14,0")
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(d, 10).until(lambda x: x.find_element("id", "patch-error").text)
+    assert d.find_element("id", "patch-error").text == "patch must lie inside the grid 14×14, got (14, 0)"
+    patch.clear()
     assert _console_errors(d) == []

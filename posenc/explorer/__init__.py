@@ -4,7 +4,8 @@ The page (``index.html``, no fetches, a Content-Security-Policy that forbids the
 1 MB) holds its own float64 JavaScript port of the deterministic schemes' references
 (``posenc.reference``, the RoPE scalings of ``posenc.scaling``), a strict port of the SPEC
 parser (``posenc.spec``) and a table ``id="key-numbers"`` that prints, row for row, what
-``posenc show SPEC --length L --dim D --heads H`` prints (``posenc.analysis.key_numbers``).
+``posenc show SPEC --length L --dim D --heads H`` prints (``posenc.analysis.key_numbers``; for a
+grid scheme, ``axes >= 2``, what ``posenc show SPEC --grid HxW --patch R,C`` prints, with its map).
 
 The script is ``js/*.js``, one job per file, joined in ``JS_FILES`` order into one function scope:
 
@@ -72,7 +73,8 @@ def schema() -> dict[str, Any]:
     import inspect
 
     from posenc import demo, registry, scaling
-    from posenc.analysis import FINGERPRINT_RTOL
+    from posenc.analysis import FINGERPRINT_RTOL, GRID_QUANTITY
+    from posenc.commands.inspect import MAX_GRID
     from posenc.limits import MAX_CELLS, MAX_DIM, MAX_FIT_WORK, MAX_HEADS, MAX_LENGTH, MAX_PAIR_WORK
     from posenc.spec import SIZE_PARAMS
 
@@ -87,19 +89,23 @@ def schema() -> dict[str, Any]:
         scalings[name] = [[k, _typed(registry.REQUIRED if p.default is inspect.Parameter.empty else p.default)]
                           for k, p in params.items() if k not in ("inv_freq", "head_dim", "base")]
     size_bounds: dict[str, float] = {}  # the command line's bounds (posenc.limits) on the page's schemes' sizes
+    size_what: dict[str, str] = {}  # what each counts, as Limit.check names it
     for name in PAGE_SCHEMES:
         for key, lim in registry.get(name).limits.items():
-            size_bounds[key] = min(size_bounds.get(key, lim.max), lim.max)
+            if lim.max < size_bounds.get(key, float("inf")):
+                size_bounds[key], size_what[key] = lim.max, lim.what
     return {
         "schemes": schemes,
         "all_schemes": registry.schemes(),
         "scalings": scalings,
         "size_params": list(SIZE_PARAMS),
         "size_bounds": size_bounds,
+        "size_what": size_what,
         "work_bounds": {"cells": MAX_CELLS, "pairs": MAX_PAIR_WORK, "fit": MAX_FIT_WORK},
         "bounds": {"length": [2, MAX_LENGTH], "dim": [2, MAX_DIM], "heads": [1, MAX_HEADS]},
         "defaults": {"spec": "sinusoidal", "length": 128, "dim": 64, "heads": 8},
         "fingerprint_rtol": FINGERPRINT_RTOL,
+        "grid": {"default": [14, 14], "max": MAX_GRID, "quantity": GRID_QUANTITY},  # `posenc show --grid/--patch`
         "demo": {"d_model": demo.D_MODEL, "num_heads": demo.NUM_HEADS},  # the sizes of `posenc demo order`
     }
 

@@ -1,8 +1,10 @@
 // The figures, one function each; a figure that does not apply to the scheme's kind is hidden.
 var NAMES = {nope: 'NoPE', sinusoidal: 'sinusoidal', rope: 'RoPE', alibi: 'ALiBi', kerple: 'KERPLE', t5: 'T5'};
 var FIGURE_NAMES = {'fig-table': 'the table', 'fig-similarity': 'similarity vs distance', 'fig-qk': 'q·k vs distance',
-                    'fig-wavelengths': 'wavelengths', 'fig-bias': 'bias maps'};
+                    'fig-wavelengths': 'wavelengths', 'fig-bias': 'bias maps', 'fig-grid': 'the grid map'};
+function gridOnly(id, m) { return notApplicable(id, 'a grid scheme (axes=' + m.axes + '): see each patch\'s signal on the grid'); }
 function figTable(m, full, L) {
+  if (m.axes > 1) return gridOnly('fig-table', m);
   if (m.kind !== 'additive' && m.kind !== 'rotary') return notApplicable('fig-table', 'no position table: ' + NAMES[full.get('scheme')] + ' is a ' + m.kind + ' scheme');
   var g = canvasOf('fig-table'), ctx = g.ctx, X = 54, T = 26, w = g.W - X - 90, h = g.H - T - 40;
   var row = m.kind === 'rotary' ? m.tableAt(L) : m.row, cache = {};
@@ -18,12 +20,14 @@ function figTable(m, full, L) {
 }
 function seq(n) { var a = new Array(n); for (var i = 0; i < n; i++) a[i] = i; return a; }
 function figSimilarity(m, full, L) {
+  if (m.axes > 1) return gridOnly('fig-similarity', m);
   if (m.kind !== 'additive' && m.kind !== 'rotary') return notApplicable('fig-similarity', 'no vectors to compare: ' + NAMES[full.get('scheme')] + ' is a ' + m.kind + ' scheme');
   var sim = analyse(m, L).sim;
   lineChart('fig-similarity', [{x: seq(L), y: sim, label: 'cos(PE(p), PE(p + r))'}],
     {title: 'cosine similarity vs distance', xlabel: 'distance r', ylabel: 'cosine similarity'});
 }
 function figQK(m, full, L) {
+  if (m.axes > 1) return gridOnly('fig-qk', m);
   if (m.kind !== 'rotary') return notApplicable('fig-qk', 'q·k vs distance is for rotary schemes (choose rope)');
   var an = analyse(m, L), sc = an.score, b = an.bound, b0 = b[0];
   lineChart('fig-qk', [{x: seq(L), y: sc, label: 'q·k / D (q = k = 1)'}, {x: seq(L), y: b.map(function (v) { return v / b0; }), label: 'RoFormer bound, ÷ its value at r = 0', dash: [6, 3]}],
@@ -67,4 +71,22 @@ function figBias(m, full, L) {
   }
   colourBar(ctx, g.W - 88, T + 14, g.H - T - 40, lo, hi, stops, 'bias');
   g.c.setAttribute('aria-label', 'bias maps of ' + shown + ' heads over ' + n + ' positions, from ' + nice(lo) + ' to ' + nice(hi));
+}
+function figGrid(m, full, L, view) {  // analysis.grid_map, drawn as plot.show draws it for --grid
+  if (!(m.axes > 1)) return notApplicable('fig-grid', 'the grid map is for schemes with several axes (e.g. sinusoidal:axes=2, rope:axes=2)');
+  var g = canvasOf('fig-grid'), ctx = g.ctx, H = view.grid[0], W = view.grid[1], pr = view.patch[0], pc = view.patch[1];
+  var v = gridValues(m, H, W, pr, pc), T = 30, X = 54, side = Math.min((g.W - X - 100) / W, (g.H - T - 44) / H);
+  var w = side * W, h = side * H;
+  title(g, NAMES[full.get('scheme')] + ' (axes=' + m.axes + '), ' + H + ' × ' + W + ' patches: signal with patch (' + pr + ', ' + pc + ')');
+  heat(ctx, X, T, w, h, H, W, function (r, c) { return v[r * W + c]; }, -1, 1, DIVERGING);
+  ctx.strokeStyle = '#222'; ctx.strokeRect(X, T, w, h);
+  ctx.lineWidth = 2; ctx.strokeStyle = '#000'; ctx.strokeRect(X + pc * side, T + pr * side, side, side);  // the chosen patch:
+  ctx.strokeStyle = '#fff'; ctx.strokeRect(X + pc * side + 2, T + pr * side + 2, side - 4, side - 4); ctx.lineWidth = 1;  // black and white, seen on any colour
+  ctx.fillStyle = '#222'; ctx.textAlign = 'center';
+  ticks(0, W - 1, 6).forEach(function (c) { ctx.fillText(nice(c), X + (c + 0.5) * side, T + h + 14); });
+  ctx.fillText('column c', X + w / 2, T + h + 30); ctx.textAlign = 'right';
+  ticks(0, H - 1, 6).forEach(function (r) { ctx.fillText(nice(r), X - 4, T + (r + 0.5) * side + 4); });
+  ctx.save(); ctx.translate(13, T + h / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = 'center'; ctx.fillText('row r', 0, 0); ctx.restore();
+  colourBar(ctx, X + w + 12, T, h, -1, 1, DIVERGING, SCHEMA.grid.quantity[m.kind].replace(' (mean over heads)', ''));
+  g.c.setAttribute('aria-label', 'heatmap of ' + H + ' by ' + W + ' patches: ' + SCHEMA.grid.quantity[m.kind] + ' with patch (' + pr + ', ' + pc + '), from -1 (blue) to 1 (red)');
 }

@@ -53,12 +53,22 @@ function analysePass(m, L) {
   while (!(d[q] <= best * (1 + rtol))) q++;
   return {closest: {d: best, p: 0, q: q}, sim: sim, residual: worst / (scale || 1), score: score, bound: bound};
 }
-function keyNumbers(full, L, m) {  // m: the model of full, when the caller has built it
+function defaultView() { var g = SCHEMA.grid['default']; return {grid: g, patch: [Math.floor(g[0] / 2), Math.floor(g[1] / 2)]}; }
+// posenc show SPEC --grid HxW --patch R,C for a grid scheme: analysis.grid_numbers(grid_map(...))
+function gridNumbers(m, view) {
+  var h = view.grid[0], w = view.grid[1], r = view.patch[0], c = view.patch[1], v = gridValues(m, h, w, r, c);
+  var far = [r >= h / 2 ? 0 : h - 1, c >= w / 2 ? 0 : w - 1];
+  var picks = [['itself', [r, c]], ['right', [r, c + 1]], ['below', [r + 1, c]], ['far corner', far]].filter(function (p) { return p[1][0] < h && p[1][1] < w; });
+  return [['grid', h + ' × ' + w + ' patches, signal with patch (' + r + ', ' + c + '): ' + SCHEMA.grid.quantity[m.kind]],
+          ['signal at ' + picks.map(function (p) { return p[0]; }).join(', '), picks.map(function (p) { return fmtG(v[p[1][0] * w + p[1][1]], 3); }).join(', ')]];
+}
+function keyNumbers(full, L, m, view) {  // m: the model of full, when the caller has built it; view: {grid, patch} of a grid scheme
   m = m || build(full);
   var out = [];
   var specText = [];
   full.forEach(function (v, k) { if (k !== 'scheme') specText.push(k + '=' + pyStr(v)); });
   out.push(['scheme', full.get('scheme')], ['kind', m.kind], ['spec', specText.join(', ') || '(no parameters)']);
+  if (m.axes > 1) return out.concat(gridNumbers(m, view || defaultView()));
   var scan;
   if (m.kind === 'additive' || m.kind === 'rotary') {
     scan = analyse(m, L);

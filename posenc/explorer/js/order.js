@@ -46,6 +46,7 @@ function figOrder(full) {
   else if (a.length > 40 || b.length > 40) msg = 'at most 40 words per sentence';
   var m;
   if (!msg) { try { m = demoModel(full); } catch (e) { if (!(e instanceof SpecError)) throw e; msg = 'this scheme cannot be built at the demonstration\'s sizes (head_dim 8): ' + e.message; } }
+  if (!msg && m.axes > 1) msg = 'the demonstration reads words at positions 0, 1, 2, ...; a grid scheme (axes=' + m.axes + ') takes (row, column) positions: choose axes=1';
   var common = a.filter(function (w, i) { return b.indexOf(w) >= 0 && a.indexOf(w) === i; });
   if (!msg && !common.length) msg = 'the sentences share no word: use the same words in another order';
   errEl.textContent = msg;

@@ -1,7 +1,7 @@
 // A new scheme is one function here (plus its name in PAGE_SCHEMES, posenc/explorer/__init__.py):
 // it validates the spec as the module's __init__ does and returns a model of one of the kinds
-// below; the key numbers and figures dispatch on the kind. A new kind (e.g. multi-axis, grid
-// positions) adds its own figure function in figures.js and its rows in keyNumbers (numbers.js).
+// below; the key numbers and figures dispatch on the kind. A grid scheme (axes >= 2, gridModel) is
+// additive or rotary with `axes` set: its figure is figGrid and its rows gridNumbers (numbers.js).
 // A model has: kind ('none' | 'additive' | 'rotary' | 'bias'), and by kind
 //   additive, rotary: width, row(p) -> Float64Array (the table's row at position p, [L, width]),
 //                     invFreq (θ the scheme registers), and an isometry: row(p) = R(p)·row(0);
@@ -25,11 +25,58 @@ function t5Bucket(r, nb, md, bidi) {  // reference.t5_bucket for one relative di
   return bucket + Math.min(large, nb - 1);
 }
 function tableModel(width, invFreq, row) { return {width: width, invFreq: invFreq, row: row}; }
+// rope.check_axes_dims: one even size per axis, summing to rotary_dim (default: an equal split)
+function axesDims(v, axes, rotaryDim, D) {
+  if (v === null) {
+    var rd = rotaryDim === null ? D : rotaryDim;
+    if (rd % (2 * axes)) fail('rotary_dim must be divisible by 2·axes = ' + 2 * axes + ' for an equal split over the axes, got rotary_dim=' + rd + ' with axes=' + axes + '; or give axes_dims=[...] (even sizes summing to rotary_dim)');
+    return new Array(axes).fill(rd / axes);
+  }
+  if (!Array.isArray(v)) fail('axes_dims must be a list of ' + axes + ' even sizes, got ' + pyRepr(v) + ' (' + pyType(v) + ')');
+  if (v.length !== axes) fail('axes_dims must have one size per axis (axes=' + axes + '), got ' + v.length + ': ' + pyRepr(v));
+  var dims = v.map(function (x, i) { return checkEven('axes_dims[' + i + ']', checkInt('axes_dims[' + i + ']', x, 2)); });
+  var total = dims.reduce(function (a, b) { return a + b; }, 0), shown = '[' + dims.join(', ') + ']';
+  if (rotaryDim !== null && total !== rotaryDim) fail('axes_dims must sum to rotary_dim=' + rotaryDim + ', got ' + shown + ' (sum ' + total + ')');
+  if (total > D) fail('axes_dims must sum to at most head_dim=' + D + ', got ' + shown + ' (sum ' + total + ')');
+  return dims;
+}
+// A grid scheme (axes >= 2): axis a owns dims[a] dims, a 1D sinusoidal / rope of that size with its
+// own spectrum base^(-2i/dims[a]) (reference.sinusoidal with axes, reference.rope_axial). A patch
+// (r, c) of an H × W grid sits at (0, .., 0, r, c) (analysis.grid_positions_for). Its signal with
+// the patch at q, analysis.grid_map, in closed form (both sums are exact identities):
+//   additive: cosine similarity; each axis's block is [sin, cos] pairs of norm² dims[a]/2, so
+//             cos(PE(p), PE(q)) = Σ_pairs cos((p_a − q_a) θ_i) / (width/2);
+//   rotary:   q·k / D with q = k = 1: a pair (1, 1) rotated by φ and by ψ has dot 2cos(φ − ψ), the
+//             width − rd dims past the rotated ones add 1 each: (2 Σ_pairs cos((p_a − q_a) θ_i) + width − rd) / width;
+//             the same for every head and layout, so the mean over heads is this.
+function gridModel(kind, axes, width, dims, base, rd) {
+  var theta = [], axis = [];
+  dims.forEach(function (n, a) { for (var i = 0; i < n / 2; i++) { theta.push(powCR(base, -(2 * i) / n)); axis.push(a); } });
+  var inv = Float64Array.from(theta);
+  var m = {kind: kind, axes: axes, axesDims: dims, width: width, rotaryDim: rd, headDim: width, invFreq: inv, attentionFactor: 1, decay: null};
+  m.spectrum = function () { return {before: inv, after: inv, context: null, extended: null, type: null}; };
+  m.signal = function (p, q) {  // p, q: [axes] positions
+    var s = 0;
+    for (var i = 0; i < theta.length; i++) s += Math.cos((p[axis[i]] - q[axis[i]]) * theta[i]);
+    return kind === 'additive' ? s / (width / 2) : (2 * s + width - rd) / width;
+  };
+  return m;
+}
+// analysis.grid_map: values[r][c] = the signal of patch (r, c) with the patch (pr, pc), row-major
+function gridValues(m, h, w, pr, pc) {
+  var pos = function (r, c) { var p = new Array(m.axes).fill(0); p[m.axes - 2] = r; p[m.axes - 1] = c; return p; };
+  var me = pos(pr, pc), out = new Float64Array(h * w);
+  for (var r = 0; r < h; r++) for (var c = 0; c < w; c++) out[r * w + c] = m.signal(pos(r, c), me);
+  return out;
+}
 var SCHEMES = {
   nope: function () { return {kind: 'none'}; },
   sinusoidal: function (s) {  // Vaswani et al. 2017: PE(p, 2i) = sin(p θ_i), PE(p, 2i+1) = cos(p θ_i)
     var d = checkEven('d_model', checkInt('d_model', s.get('d_model'), 2));
     var base = checkFloat('base', s.get('base'), {min: 0, minOpen: true});
+    var axes = checkInt('axes', s.get('axes'), 1, 8);
+    if (d % (2 * axes)) fail('d_model must be divisible by 2·axes = ' + 2 * axes + ' (each axis takes an even share of the dims), got d_model=' + d + ' with axes=' + axes);
+    if (axes > 1) return gridModel('additive', axes, d, new Array(axes).fill(d / axes), base, d);
     var inv = range(d / 2, function (i) { return powCR(base, -(2 * i) / d); });
     var m = tableModel(d, inv, function (p) {
       var out = new Float64Array(d);
@@ -42,10 +89,16 @@ var SCHEMES = {
   rope: function (s) {  // RoFormer: pairs rotated by m θ_i, θ_i = base^(-2i/rotary_dim), then a scaling
     var D = checkEven('head_dim', checkInt('head_dim', s.get('head_dim'), 2));
     var base = checkFloat('base', s.get('base'), {min: 0, minOpen: true});
+    var axes = checkInt('axes', s.get('axes'), 1, 8);
     var rd = s.get('rotary_dim') === null ? D : checkInt('rotary_dim', s.get('rotary_dim'), 2);
+    if (axes === 1 && s.get('axes_dims') !== null) fail('axes_dims is for axial rope (axes >= 2), got axes_dims=' + pyRepr(s.get('axes_dims')) + ' with axes=1');
+    var dims = axes > 1 ? axesDims(s.get('axes_dims'), axes, s.get('rotary_dim') === null ? null : rd, D) : null;
+    if (dims) rd = dims.reduce(function (a, b) { return a + b; }, 0);
     if (rd > D) fail('rotary_dim must be <= head_dim=' + D + ', got ' + rd);
     checkEven('rotary_dim', rd);
     checkChoice('layout', s.get('layout'), ['half', 'interleaved']);
+    if (axes > 1 && s.get('scaling') !== null) fail('scaling applies to one-axis rope; axial rope (axes=' + axes + ') takes scaling=None, got scaling=' + pyRepr(s.get('scaling')));
+    if (axes > 1) return gridModel('rotary', axes, D, dims, base, rd);
     var before = ropeInvFreq(rd, base), sc = resolveScaling(s.get('scaling'), before, D, base);
     var m = {kind: 'rotary', headDim: D, rotaryDim: rd, invFreq: sc.inv, attentionFactor: sc.af, decay: sc.decay,
              width: rd, scaling: sc};

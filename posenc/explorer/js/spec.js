@@ -175,8 +175,10 @@ function fullSpec(given, sizes) {
   var fill = {d_model: sizes.dim, head_dim: sizes.dim, num_heads: sizes.heads, max_positions: sizes.length};
   sch.params.forEach(function (d, k) { if (d === REQUIRED && !out.has(k) && fill[k] !== undefined) out.set(k, pyInt(String(fill[k]))); });
   Object.keys(SCHEMA.size_bounds).forEach(function (k) {
-    var v = out.get(k);
-    if (isInt(v) && v.v > SCHEMA.size_bounds[k]) fail(k + ' must be at most ' + SCHEMA.size_bounds[k] + ' on the command line, got ' + v.s);
+    var v = out.get(k), list = Array.isArray(v);  // posenc.limits.Limit.check: a list, every entry
+    (list ? v : [v]).forEach(function (x, i) {
+      if (isNum(x) && x.v > SCHEMA.size_bounds[k]) fail((list ? k + '[' + i + ']' : k) + ' must be at most ' + SCHEMA.size_bounds[k] + ' on the command line (' + SCHEMA.size_what[k] + '), got ' + (isInt(x) ? x.s : fmtG(x.v, 6)));
+    });
   });
   checkWork(sch, out, sizes);
   var unknown = [];

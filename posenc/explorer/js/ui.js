@@ -1,4 +1,5 @@
-// Controls, the URL fragment state (#spec=SPEC&length=L&dim=D&heads=H) and error messages.
+// Controls, the URL fragment state (#spec=SPEC&length=L&dim=D&heads=H, and for a grid scheme
+// &grid=HxW&patch=R,C as `posenc show --grid/--patch` takes them) and error messages.
 var $ = function (id) { return document.getElementById(id); };
 var SIZE = ['length', 'dim', 'heads'];
 var state = {spec: null, full: null, sizes: null};
@@ -16,6 +17,23 @@ function readSize(name) {
   var v = Number(text);
   if (v < b[0] || v > b[1]) throw new SpecError(label + ' must be an integer from ' + b[0] + ' to ' + b[1] + ', got ' + v, name);
   return v;
+}
+// `posenc show --grid HxW --patch R,C` (commands/inspect._pair, analysis.grid_map's check); null patch: the centre
+function readPair(name, sep, low) {
+  var text = $(name).value, parts = text.toLowerCase().split(sep), hi = SCHEMA.grid.max;
+  if (parts.length !== 2 || !parts.every(function (p) { return /^\s*[+-]?\d+\s*$/.test(p); }))
+    throw new SpecError('--' + name + ' must be two integers as A' + sep + 'B (e.g. 14' + sep + '14), got ' + strRepr(text), name);
+  var v = parts.map(Number);
+  if (!v.every(function (x) { return x >= low && x <= hi; })) throw new SpecError('--' + name + ' sizes must be integers from ' + low + ' to ' + hi + ', got ' + strRepr(text), name);
+  return v;
+}
+function readView() {
+  var grid = readPair('grid', 'x', 1), patch = [Math.floor(grid[0] / 2), Math.floor(grid[1] / 2)];
+  if (pyStrip($('patch').value)) {
+    patch = readPair('patch', ',', 0);
+    if (!(patch[0] < grid[0] && patch[1] < grid[1])) throw new SpecError('patch must lie inside the grid ' + grid[0] + '×' + grid[1] + ', got (' + patch[0] + ', ' + patch[1] + ')', 'patch');
+  }
+  return {grid: grid, patch: patch};
 }
 function schemeOptions() {
   var sel = $('scheme');
@@ -126,14 +144,14 @@ function readSizeSafe(name) { try { return readSize(name); } catch (e) { return 
 var renders = 0, lastGood = null;
 function update(opt) {
   opt = opt || {};
-  var sizes = {}, bad = false, given = null, full = null, specMessage = '';
+  var sizes = {}, bad = false, given = null, full = null, specMessage = '', model = null, view = null;
   SIZE.forEach(function (n) {
     try { sizes[n] = readSize(n); setError(n, ''); $(n + '-slider').value = Math.min(sizes[n], Number($(n + '-slider').max)); }
     catch (e) { if (!(e instanceof SpecError)) throw e; setError(n, e.message); bad = true; }
   });
   try {
     given = parseSpec($('spec').value);
-    if (!bad) { full = fullSpec(given, sizes); build(full); }
+    if (!bad) { full = fullSpec(given, sizes); model = build(full); }
     setError('spec', '');
   } catch (e) {
     if (!(e instanceof SpecError)) throw e;
@@ -147,16 +165,26 @@ function update(opt) {
     if (changed) paramControls(given);
   }
   paramError(specMessage);
+  setError('grid', ''); setError('patch', '');
+  try { view = readView(); } catch (e) {
+    if (!(e instanceof SpecError)) throw e;
+    setError(e.control, e.message);
+    if (model && model.axes > 1) bad = true;  // the grid controls matter for grid schemes only
+  }
+  if (view) {
+    $('patch-row-slider').max = view.grid[0] - 1; $('patch-col-slider').max = view.grid[1] - 1;
+    $('patch-row-slider').value = view.patch[0]; $('patch-col-slider').value = view.patch[1];
+  }
   if (bad) {
     $('status').textContent = lastGood ? 'Fix the value marked in red; the figures and numbers show the last valid view.' : 'Fix the value marked in red.';
     document.documentElement.setAttribute('data-valid', '0');
     return;
   }
-  state.full = full; state.sizes = sizes;
-  var token = ++pending, width = build(full).width || 0;
+  state.full = full; state.sizes = sizes; state.view = model.axes > 1 ? view : null;
+  var token = ++pending, width = model.width || 0;
   if (width * sizes.length <= BIG) {
     $('status').textContent = '';
-    render(full, sizes);
+    render(full, sizes, state.view);
     writeHash();
     return;
   }
@@ -164,21 +192,22 @@ function update(opt) {
   $('status').textContent = 'Computing ' + sizes.length + ' positions × ' + width + ' dimensions…';
   setTimeout(function () {
     if (token !== pending) return;  // a newer change supersedes this one
-    render(full, sizes);
+    render(full, sizes, state.view);
     $('status').textContent = '';
     writeHash();
   }, 30);
 }
 var pending = 0, BIG = 1 << 21;  // about 0.1 s of cos/sin in V8 (measured: 16384 × 4096 takes ~9 s)
-function render(full, sizes) {
+function render(full, sizes, view) {
   var L = sizes.length, m = build(full);
-  var numbers = keyNumbers(full, L, m), body = document.querySelector('#key-numbers tbody');
+  var numbers = keyNumbers(full, L, m, view), body = document.querySelector('#key-numbers tbody');
   body.textContent = '';
   numbers.forEach(function (kv) { var tr = document.createElement('tr'); kv.forEach(function (c) { var td = document.createElement('td'); td.textContent = c; tr.appendChild(td); }); body.appendChild(tr); });
-  $('show-command').textContent = 'posenc show ' + shellQuote(pyStrip($('spec').value)) + ' --length ' + L + ' --dim ' + sizes.dim + ' --heads ' + sizes.heads;
-  var figs = [['fig-table', figTable], ['fig-similarity', figSimilarity], ['fig-qk', figQK], ['fig-wavelengths', figWavelengths], ['fig-bias', figBias]];
+  $('show-command').textContent = 'posenc show ' + shellQuote(pyStrip($('spec').value)) +
+    (view ? ' --grid ' + view.grid.join('x') + ' --patch ' + view.patch.join(',') : '') + ' --length ' + L + ' --dim ' + sizes.dim + ' --heads ' + sizes.heads;
+  var figs = [['fig-table', figTable], ['fig-similarity', figSimilarity], ['fig-qk', figQK], ['fig-wavelengths', figWavelengths], ['fig-bias', figBias], ['fig-grid', figGrid]];
   notShown = [];
-  figs.forEach(function (f) { f[1](m, full, L); });
+  figs.forEach(function (f) { f[1](m, full, L, view); });
   $('not-shown').textContent = notShown.length ? 'Not drawn for ' + NAMES[full.get('scheme')] + ' (' + m.kind + '): ' + notShown.join(', ') + '.' : '';
   figOrder(full);
   lastGood = {full: full, sizes: sizes};
@@ -190,20 +219,22 @@ function shellQuote(s) { return /^[A-Za-z0-9_:=,.\-+]+$/.test(s) ? s : "'" + s.r
 var written = null;
 function writeHash() {
   var h = '#spec=' + encodeURIComponent(pyStrip($('spec').value)) + SIZE.map(function (n) { return '&' + n + '=' + encodeURIComponent(pyStrip($(n).value)); }).join('');
+  if (state.view) h += '&grid=' + state.view.grid.join('x') + (pyStrip($('patch').value) ? '&patch=' + state.view.patch.join(',') : '');
   if (location.hash === h) return;
   written = h;
   try { history.replaceState(null, '', h); } catch (e) { location.hash = h; }
 }
 function readHash() {
-  var vals = {spec: SCHEMA.defaults.spec, length: String(SCHEMA.defaults.length), dim: String(SCHEMA.defaults.dim), heads: String(SCHEMA.defaults.heads)}, problem = '';
+  var vals = {spec: SCHEMA.defaults.spec, length: String(SCHEMA.defaults.length), dim: String(SCHEMA.defaults.dim), heads: String(SCHEMA.defaults.heads),
+              grid: SCHEMA.grid['default'].join('x'), patch: ''}, problem = '';
   location.hash.replace(/^#/, '').split('&').forEach(function (part) {
     if (!part) return;
     var eq = part.indexOf('='), k = eq < 0 ? part : part.slice(0, eq), v = eq < 0 ? '' : part.slice(eq + 1);
-    if (!(k in vals)) { problem = 'the address has an unknown field ' + strRepr(k) + ' (allowed: spec, length, dim, heads)'; return; }
+    if (!(k in vals)) { problem = 'the address has an unknown field ' + strRepr(k) + ' (allowed: spec, length, dim, heads, grid, patch)'; return; }
     try { vals[k] = decodeURIComponent(v); } catch (e) { problem = 'the address field ' + k + ' is not valid URL encoding'; }
   });
   $('spec').value = vals.spec;
-  SIZE.forEach(function (n) { $(n).value = vals[n]; });
+  SIZE.concat(['grid', 'patch']).forEach(function (n) { $(n).value = vals[n]; });
   update({fromSpec: true});
   if (problem) $('status').textContent = problem + '. ' + $('status').textContent;
 }
@@ -215,11 +246,16 @@ function init() {
     $(n).addEventListener('input', function () { update(); });
     $(n + '-slider').addEventListener('input', function () { $(n).value = $(n + '-slider').value; update(); });
   });
+  ['grid', 'patch'].forEach(function (n) { $(n).addEventListener('input', function () { update(); }); });
+  ['patch-row-slider', 'patch-col-slider'].forEach(function (n) {
+    $(n).addEventListener('input', function () { $('patch').value = $('patch-row-slider').value + ',' + $('patch-col-slider').value; update(); });
+  });
   ['sentence-a', 'sentence-b'].forEach(function (id) { $(id).addEventListener('input', function () { if (lastGood) figOrder(lastGood.full); }); });
   window.addEventListener('hashchange', function () { if (location.hash !== written) readHash(); });
   readHash();
 }
 // what the browser tests (and a console) can call: the same functions the page uses
 globalThis.posencExplorer = {parseSpec: parseSpec, fullSpec: fullSpec, keyNumbers: keyNumbers, pyRepr: pyRepr,
-                             fmtF: fmtF, fmtE: fmtE, fmtG: fmtG, floatRepr: floatRepr, SpecError: SpecError};
+                             fmtF: fmtF, fmtE: fmtE, fmtG: fmtG, floatRepr: floatRepr, SpecError: SpecError,
+                             gridValues: function (full, h, w, r, c) { return Array.from(gridValues(build(full), h, w, r, c)); }};
 if (typeof document !== 'undefined' && document.getElementById('controls')) init();
