@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from posenc.bench.findings import Verdict
+from posenc.bench.findings import Verdict, _tested
+from posenc.bench.stats import t_two_sided_p
 from posenc.bench.page import Page, e, status
 from posenc.bench.page import table as html_table
 
@@ -39,6 +40,12 @@ class Diff:
     se: float
     n: int  # examples
     seeds: int
+
+    def p_value(self, null: float = 0.0) -> float:
+        """Two-sided p-value of ``mean = null`` (t with seeds − 1 degrees of freedom, normal for one seed)."""
+        if self.se == 0:
+            return 0.0 if self.mean != null else 1.0
+        return t_two_sided_p((self.mean - null) / self.se, float(self.seeds - 1) if self.seeds > 1 else math.inf)
 
 
 def paired(a: list[str], b: list[str]) -> Diff | None:
@@ -105,15 +112,17 @@ def _cell(c: Cell | None, reason: str | None) -> str:
     return f"{c.accuracy:.3f} <span class=muted>± {c.se:.3f}</span>"
 
 
-def _claim(source: str, claim: str, d: Diff | None, what: str, *, higher_is: str = "agrees") -> Verdict:
-    """``d`` = paired (expected better − expected worse): agrees beyond +2 SE, disagrees beyond −2 SE."""
+def _claim(source: str, claim: str, d: Diff | None, what: str) -> Verdict:
+    """``d`` = paired (expected better − expected worse), tested against 0 (its p-value joins the
+    report's Holm family): agrees when significantly positive, disagrees when significantly negative."""
     if d is None:
         return Verdict(source, claim, f"not measured ({what} missing or cannot run)", "not measured")
     measured = f"{what}: Δaccuracy {d.mean:+.3f} ± {d.se:.3f} (paired over {d.n} examples, {d.seeds} seed(s))"
-    if abs(d.mean) <= 2 * d.se:
-        return Verdict(source, claim, measured, "no clear difference")
-    return Verdict(source, claim, measured, higher_is if d.mean > 0 else
-                   ("disagrees" if higher_is == "agrees" else "agrees"))
+    return _tested(source, claim, measured, d, expect_negative=False)
+
+
+ACCURACY_MARGIN = 0.02
+"""Non-inferiority margin of "holds its accuracy": a drop of at most 2 accuracy points."""
 
 
 # -- images --------------------------------------------------------------------------------------
@@ -139,7 +148,8 @@ def image_verdicts(t: AccuracyTable, train: int) -> list[Verdict]:
         claim = f"at higher resolution ({at}×{at} tokens, trained at {train}×{train}), {better} beats {worse}"
         out.append(_claim(HEO, claim, t.diff((better, at), (worse, at)), f"{better} − {worse} at {at}"))
     for label in (MIXED, AXIAL):
-        claim = f"{label} holds its accuracy from {train}×{train} to {at}×{at} (drops by no more than 2 SE)"
+        claim = (f"{label} holds its accuracy from {train}×{train} to {at}×{at} (non-inferiority: drops by less "
+                 f"than {ACCURACY_MARGIN} accuracy)")
         d, base = t.diff((label, at), (label, train)), t.get(label, train)
         if d is None or base is None:
             out.append(Verdict(HEO, claim, f"not measured ({label} missing)", "not measured"))
@@ -150,7 +160,8 @@ def image_verdicts(t: AccuracyTable, train: int) -> list[Verdict]:
             continue
         measured = (f"{label} at {at} − at {train}: Δaccuracy {d.mean:+.3f} ± {d.se:.3f} "
                     f"(paired over {d.n} images, {d.seeds} seed(s))")
-        out.append(Verdict(HEO, claim, measured, "disagrees" if d.mean < -2 * d.se else "agrees"))
+        out.append(_tested(HEO, claim, measured + f"; margin {ACCURACY_MARGIN}", d, expect_negative=False,
+                           null=-ACCURACY_MARGIN))
     return out
 
 
