@@ -336,6 +336,16 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+def check_rotation_args(layout: str, x, cos, sin) -> None:
+    """The layout is known and ``x``, ``cos``, ``sin`` are floating-point tensors (every rotation's entry check)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
+                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+
+
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half",
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """Rotates the first ``rotary_dim = 2 * cos.shape[-1]`` dims of ``x [..., L, D]``.
@@ -351,12 +361,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     autograd the rotation is computed as usual and copied into ``out`` (so gradients flow; an
     in-place rotation of a leaf that requires grad is refused by PyTorch as usual).
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
-                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+    check_rotation_args(layout, x, cos, sin)
     if x.dim() == 0 or cos.shape != sin.shape or cos.dim() == 0 or 2 * cos.shape[-1] > x.shape[-1]:
         raise ValueError(f"cos and sin must have the same shape [..., L, rotary_dim/2] with rotary_dim <= "
                          f"x.shape[-1]; got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}")

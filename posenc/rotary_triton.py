@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from posenc.rotary import LAYOUTS
+from posenc.rotary import check_rotation_args
 
 BLOCK_L = 16  # tokens per program: with R = 64 a program moves 16 x 128 elements of x
 
@@ -145,12 +145,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str
 
     Gradients flow to ``x`` (never to cos/sin, which must not require grad).
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
-                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+    check_rotation_args(layout, x, cos, sin)
     packed = cu_seqlens is not None
     if x.dim() != (3 if packed else 4):
         raise ValueError(f"x must be [T, H, D] with cu_seqlens or [B, H, L, D] without; got shape {list(x.shape)}")
