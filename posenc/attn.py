@@ -194,7 +194,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         if out is not None:
             return out
         backend = "chunked"  # compiling was unavailable for this case (warned once)
-    chunk = lq if backend == "materialize" else max(1, CHUNK_ELEMENTS // (b * h * lk))
+    chunk = lq if backend == "materialize" else max(1, CHUNK_ELEMENTS // max(1, b * h * lk))
     return _chunked(q, k, v, pe, q_positions, k_positions, docs, causal=causal, scale=scale, chunk=chunk)
 
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 import torch
 
 from posenc.encodings._base import BiasEncoding
+from posenc.positions import as_working
 
 # Blocks of 256 queries x 512 keys: 8 heads' scores are 4 MB in float32 and the largest float64
 # temporary (a bias block) 8 MB, under glibc's 32 MB mmap threshold, so every block reuses warm
@@ -92,10 +93,13 @@ class _Bias:
         self.pe, self.work, self.causal, self.lq, self.lk = pe, work, causal, lq, lk
         self.relative = pe.kind == "relative"
         self.value_fn = getattr(pe, "value_term", None)
-        self.qpos, self.kpos = q_positions.long(), k_positions.long()  # (L) or (B, L)
+        # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
+        self.qpos, self.kpos = as_working(q_positions), as_working(k_positions)
         self.fn = self.table = None
-        # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only
+        # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only; the table of
+        # differences needs integer positions
         self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
+                         and not self.qpos.is_floating_point() and not self.kpos.is_floating_point()
                          and _contiguous(self.qpos) and _contiguous(self.kpos))
 
     def prepare(self) -> None:

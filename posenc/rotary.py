@@ -284,7 +284,7 @@ def _triton_tables(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     global _TRITON
     if not (x.is_cuda or TRITON_ON_CPU) or x.dim() != 4 or x.stride(-1) != 1 or torch.compiler.is_compiling():
         return None
-    if not _fusable(x, cos, sin):
+    if not _fusable(x, cos, sin) or x.dtype == torch.float64:  # the kernel computes in float32
         return None
     length = x.shape[2]
     if cos.dim() == 4 and cos.shape[1] == 1 and cos.shape[2] == length:

@@ -145,3 +145,19 @@ def test_antidiagonal_sums():
         for c in range(7):
             want[:, r + c] += x[:, r, c]
     torch.testing.assert_close(bw._antidiagonal_sums(x), want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", [n for n in SCHEMES if getattr(small_module(n), "real_positions", False)])
+def test_real_positions_are_never_rounded(name, tiny_blocks):
+    """Real-valued positions (half steps: contiguous once rounded) take the per-block path at their value."""
+    pe = small_module(name).double()
+    kp = torch.arange(23, dtype=torch.float64) * 0.5 + 0.25
+    _compare(pe, lq=23, lk=23, causal=True, q_positions=kp, k_positions=kp, toeplitz=False)
+
+
+def test_empty_batch_on_every_backend():
+    pe = small_module("alibi")
+    h, d = heads_dim(pe)
+    q = torch.randn(0, h, 4, d)
+    for backend in ("materialize", "chunked", "blockwise"):
+        assert posenc.attention(q, q, q, pe, backend=backend).shape == (0, h, 4, d)

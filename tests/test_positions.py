@@ -415,3 +415,9 @@ def test_learned_grid_resized_copy():
         resize_grid(torch.zeros(17, 6), [4, 4], [2, 2])
     with pytest.raises(ValueError, match="resized\\(\\) needs a grid table"):
         small_module("learned").resized([2, 2])
+
+
+def test_a_learned_grid_needs_two_axes():
+    """``grid=[N]`` would read ``[L]`` positions as one grid point: refused, pointing to max_positions."""
+    with pytest.raises(ValueError, match=r"grid must have at least two sizes .* max_positions=N"):
+        posenc.build({"scheme": "learned", "d_model": 4, "grid": [5]})

@@ -125,3 +125,11 @@ def test_bad_arguments_name_the_parameter(kernel):
         kernel.rotate(x, cos, sin, layout="neox")
     with pytest.raises(ValueError, match="cos and sin must not require grad"):
         kernel.rotate(x, cos.requires_grad_(True), sin)
+
+
+def test_float64_stays_on_the_exact_torch_path(kernel):
+    """The kernel computes in float32: float64 inputs keep the torch rotation (exact in float64)."""
+    x = torch.randn(1, 2, 8, 16, dtype=torch.float64)
+    cos, sin = torch.rand(8, 8, dtype=torch.float64), torch.rand(8, 8, dtype=torch.float64)
+    assert rotary._triton_tables(x, cos, sin) is None
+    assert rotary._triton_tables(x.float(), cos.float(), sin.float()) is not None  # float32: the kernel

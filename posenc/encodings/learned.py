@@ -27,6 +27,9 @@ from posenc.limits import Dim, Rows, check_memory
 def check_grid(name: str, grid) -> list[int]:
     if isinstance(grid, (str, bytes)) or not isinstance(grid, (list, tuple)) or not grid:
         raise TypeError(f"{name} must be a list of sizes such as [H, W], got {grid!r} ({type(grid).__name__})")
+    if len(grid) < 2:
+        raise ValueError(f"{name} must have at least two sizes such as [H, W], got {list(grid)}; "
+                         "a table of one axis is max_positions=N")
     return [check_int(f"{name}[{i}]", g, min=1) for i, g in enumerate(grid)]
 
 
