@@ -4,7 +4,7 @@ Each claim is a direction ("A is lower/higher than B") or a bound ("A is at most
 from a paper. Each verdict has a test and a two-sided p-value (``posenc.bench.stats``): paired
 t-tests on block NLLs for perplexity (Student's t over seeds, the normal with one seed), McNemar's
 exact test on the same examples for the tasks. The family is every verdict of the report that has
-a p-value (language modelling, RoPE scalings and tasks together); ``adjust`` applies Holm's
+a p-value (language modelling, RoPE scalings, tasks, the hybrid, images and time together); ``adjust`` applies Holm's
 correction over it at ``ALPHA`` = 0.05. A verdict ``agrees`` when its Holm-adjusted p is below
 0.05 and the measured difference has the paper's direction, ``disagrees`` when it is below 0.05
 and has the opposite one, ``no clear difference`` otherwise, ``not measured`` when a scheme is
@@ -225,16 +225,23 @@ class Trend:
     se: float
 
     @property
-    def degrades(self) -> bool | None:
-        """True: worse at the longest length by more than 2 SE; False: not worse by more than 2 SE."""
+    def degrades(self) -> bool:
+        """True: worse at the far positions by more than 2 SE; False: not worse by more than 2 SE."""
         return self.delta > 2 * self.se
 
 
-def trend(table: LMTable, label: str, mode: str = "nonoverlap") -> Trend | None:
-    L, long = table.train_length, max(table.lengths, default=0)
-    d = table.diff((label, long), (label, L), mode)
-    a, b = table.estimate(label, mode, L), table.estimate(label, mode, long)
-    if d is None or a is None or b is None or long <= L:
+def trend(table: LMTable, label: str) -> Trend | None:
+    """The same bytes at the last position bucket (8L–16L at quick) against L/2–L, as the Press
+    verdicts compare them (``_position_claim``): context held equal, only the positions differ."""
+    buckets = table.buckets()
+    if len(buckets) < 3:
+        return None
+    near, far = buckets[1], buckets[-1]
+    if far.lo < table.train_length:
+        return None
+    d = table.position_diff((label, far), (label, near))
+    a, b = table.position(label, near), table.position(label, far)
+    if d is None or a is None or b is None:
         return None
     return Trend(label, a.ppl, b.ppl, d.mean, d.se)
 
@@ -263,13 +270,14 @@ def hybrid_answers(table: LMTable) -> list[str]:
     L = table.train_length
     mine = trend(table, HYBRID_NOPE)
     if mine is not None:
-        long = max(table.lengths)
         peers = {p: t for p in PEERS if (t := trend(table, p)) is not None}
         same = [p for p, t in peers.items() if t.degrades == mine.degrades]
         other = [p for p in peers if p not in same]
         how = "degrades past L" if mine.degrades else "does not degrade past L"
-        text = (f"Extrapolation: the NoPE hybrid {how} (perplexity {mine.ppl_at_l:.2f} at {L} → {mine.ppl_long:.2f} "
-                f"at {long}, ΔNLL {mine.delta:+.4f} ± {mine.se:.4f}; degrading means worse by more than 2 SE)")
+        buckets = table.buckets()
+        text = (f"Extrapolation: the NoPE hybrid {how} (the same bytes at positions {buckets[-1].name(L)}: perplexity "
+                f"{mine.ppl_long:.2f} vs {mine.ppl_at_l:.2f} at {buckets[1].name(L)}, ΔNLL {mine.delta:+.4f} ± "
+                f"{mine.se:.4f}; degrading means worse by more than 2 SE)")
         def named(labels: list[str]) -> str:
             return ", ".join(f"{p} ({peers[p].delta:+.4f})" for p in labels)
 
@@ -285,6 +293,8 @@ def hybrid_answers(table: LMTable) -> list[str]:
             verdict = "yes: the NoPE hybrid is better than the RoPE hybrid by more than 2 SE"
         else:
             verdict = "yes, within 2 SE: RoPE adds nothing measurable to the hybrid at L"
+        v = hybrid_verdicts(table)[0]
+        verdict += f" (Jamba's claim as a non-inferiority test with a 2% margin, before Holm: {v.status})"
         text = f"Position at training length: {verdict} (ΔNLL NoPE − RoPE hybrid {d.mean:+.4f} ± {d.se:.4f})"
         t = table.diff(("nope", L), ("rope", L))
         if t is not None:

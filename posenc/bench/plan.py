@@ -61,7 +61,10 @@ def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions:
     if isinstance(rows, int) and rows < max_positions:
         raise ValueError(f"{label}: max_positions={rows} is shorter than the training sequences "
                          f"({max_positions} positions); leave it out to use {max_positions}")
-    build_pe(full, cfg)  # fails now, with the sizes named, rather than when its run starts
+    pe = build_pe(full, cfg)  # fails now, with the sizes named, rather than when its run starts
+    if getattr(pe, "axes", 1) != 1:
+        raise ValueError(f"{label} has axes={pe.axes}: text and task tokens have one position each; a scheme "
+                         "with several axes runs in --part image (two axes)")
     return label, full
 
 
@@ -184,6 +187,9 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
     image_items = vision.image_items(profile.image, schemes if custom else None) if "image" in profile.parts else []
     time_items = vision.time_items(profile.time, schemes if custom else None) if "time" in profile.parts else []
     arch = profile.arch
+    if arch != "transformer" and {"image", "time"} & set(profile.parts):
+        log(f"note: --arch {arch} applies to lm, scaling and tasks; the image and time parts use their own "
+            "bidirectional transformer")
     hybrid = profile.hybrid if arch == "transformer" else ()
     for part, cfg in (("lm", profile.lm.model), ("tasks", profile.tasks.model)):
         if part in profile.parts:

@@ -92,8 +92,9 @@ def _verdicts(verdicts: list[findings.Verdict]) -> str:
     sources = [src for src in findings.SETTINGS if any(v.source == src for v in verdicts)]
     where = "".join(f"<li>{e(src)}: {e(findings.SETTINGS[src])}</li>" for src in sources)
     tested = sum(v.p is not None for v in verdicts)
+    members = ", ".join(dict.fromkeys(v.source for v in verdicts if v.p is not None)) or "none"
     family = (f"<p class=muted>p: the test's two-sided p-value → Holm-adjusted over the family of the {tested} "
-              "verdicts with a test on this page (language modelling, RoPE scalings and tasks together); a "
+              f"verdicts with a test on this page, all parts together (their sources: {e(members)}); a "
               f"verdict needs an adjusted p below {findings.ALPHA}. Behind fewer than {findings.MIN_SEEDS} "
               "seeds a verdict is indicative: the spread between training runs is not in its error.</p>")
     return ((f"<ul class=muted>{where}</ul>" if where else "") + family
@@ -139,6 +140,10 @@ def _scale_note(profile: Profile, lm_records: list[dict[str, Any]]) -> str:
     if counts:
         params = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,}, by scheme"
     tokens = lm.train.steps * lm.train.batch_size * lm.train_length
+    if not lm_records:  # no language modelling in this report: its model's scale says nothing here
+        return ('<p class="note">These are the numbers this small run measured, not a reproduction of the papers: a '
+                "claim is marked as agreeing only when its test, Holm-corrected over the page's verdicts, has p below "
+                "0.05, and any disagreement is listed, not hidden.</p>")
     return (f'<p class="note">Scale: a {lm.model.n_layer}-layer decoder, width {lm.model.n_embd}, '
             f"{lm.model.n_head} heads ({params or '?'} parameters), trained for {lm.train.steps} steps of "
             f"{lm.train.batch_size} × {lm.train_length} bytes ({tokens:,} training tokens), {len(profile.seeds)} "
@@ -202,8 +207,9 @@ def _hybrid_section(page: Page, lm_recs: list[dict[str, Any]]) -> tuple[list[fin
     page.add("<p>The <b>hybrid</b> rows replace every other attention block of the same decoder with an "
              "<code>ssm</code> block (a diagonal linear state-space layer, S4D/Mamba-style, then the same MLP), as "
              "Jamba interleaves Mamba and attention layers; the positional scheme acts in the remaining attention "
-             f"blocks only. {e(_why_recurrent())}. Below, a scheme <i>degrades</i> when its NLL at the longest "
-             "length exceeds its NLL at L by more than two standard errors (paired, block by block).</p>")
+             f"blocks only. {e(_why_recurrent())}. Below, a scheme <i>degrades</i> when the NLL of the same bytes "
+             "at the farthest positions exceeds their NLL at positions L/2–L by more than two standard errors "
+             "(paired, block by block; context held equal, as in the claims of section 1).</p>")
     labels = [lab for lab in (findings.HYBRID_NOPE, findings.HYBRID_ROPE, "nope", *findings.PEERS)
               if lab in table.labels()]
     labels += [lab for lab in dict.fromkeys(r["label"] for r in hybrid) if lab not in labels]
@@ -216,7 +222,10 @@ def _hybrid_section(page: Page, lm_recs: list[dict[str, Any]]) -> tuple[list[fin
             continue
         rows.append([e(lab), f"{t.ppl_at_l:.2f}", f"{t.ppl_long:.2f}", f"{t.delta:+.4f} ± {t.se:.4f}",
                      "degrades" if t.degrades else "does not degrade"])
-    page.add(html_table(["scheme", f"ppl at L = {L}", f"ppl at {long}", "ΔNLL (long − L) ± SE", "past L"], rows))
+    buckets = table.buckets()
+    near, far = (buckets[1].name(L), buckets[-1].name(L)) if len(buckets) > 2 else ("L/2–L", "far")
+    page.add(html_table(["scheme", f"ppl at positions {near}", f"ppl at positions {far}",
+                         f"ΔNLL ({far} − {near}) ± SE", "past L"], rows))
     answers = findings.hybrid_answers(table)
     page.add("".join(f"<p><b>{e(a)}</b></p>" for a in answers))
     return findings.hybrid_verdicts(table), answers
@@ -430,7 +439,11 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
     meta["render_seconds"] = time.perf_counter() - meta["render_start"]
     meta["wall_seconds"] = time.perf_counter() - meta["start"]
     _environment_section(body, profile, records, meta)
-    page.add("<h2>1. Summary: the papers' claims against this run</h2>" + _scale_note(profile, by_part["lm"])
+    arch_note = ("" if profile.arch == "transformer" else
+                 f'<p class="note">Every run here is a <b>{e(profile.arch)}</b> (--arch {e(profile.arch)}): the '
+                 "papers' claims about transformers name plain scheme labels, so they show as not measured; the "
+                 "scaling claims and Jamba's are measured on these runs.</p>")
+    page.add("<h2>1. Summary: the papers' claims against this run</h2>" + arch_note + _scale_note(profile, by_part["lm"])
              + _headline(by_part["lm"]) + "".join(f"<p>{e(a)}</p>" for a in answers)
              + _verdicts(verdicts) + _honesty(verdicts) + _method(profile))
     page.parts += body.parts

@@ -9,10 +9,11 @@ import json
 def cmd_data(args: argparse.Namespace) -> int:
     from posenc.bench.data import load_corpus, split
     from posenc.bench.profiles import get_profile
+    from posenc.commands.bench import _corpus
 
     profile = get_profile(args.profile)
     lm = profile.lm
-    corpus = load_corpus(args.corpus, max_bytes=lm.corpus_bytes, seed=lm.data_seed)
+    corpus = load_corpus(_corpus(args.corpus), max_bytes=lm.corpus_bytes, seed=lm.data_seed)  # checked as extrapolate does
     info = split(corpus, heldout_tokens=lm.heldout_tokens, lengths=lm.lengths()).info or {}
     out = {"profile": profile.name, "sha256": corpus.sha256, **info}
     if args.json:
