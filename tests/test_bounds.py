@@ -130,8 +130,6 @@ def files(tmp_path, monkeypatch):
     (["extrapolate", "--profile", "smoke", "--corpus", "missing.txt"], "does not exist"),
     (["extrapolate", "--profile", "smoke", "--scheme", "fire:hidden=100000000"], "hidden must be at most 4096"),
     (["data", "--profile", "smoke", "--corpus", "binary.txt"], "is binary (it has NUL bytes)"),
-    (["extrapolate", "--profile", "smoke", "--part", "tasks", "--scheme", "rope:axes=2"],
-     "has axes=2: text and task tokens have one position each"),
     (["extrapolate", "--profile", "smoke", "--out", "folder"], "--out 'folder' is a directory"),
     (["extrapolate", "--profile", "smoke", "--out", "afile/results.jsonl"], "--out 'afile' is not a folder"),
     (["report", "--profile", "smoke", "--out", "afile"], "--out 'afile' is not a folder"),

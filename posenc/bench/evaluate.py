@@ -11,6 +11,7 @@ from posenc.bench import tasks as T
 from posenc.bench.data import LMData, windows
 from posenc.bench.distributed import Dist, all_sum
 from posenc.bench.model import TinyGPT, token_nll
+from posenc.positions import text_positions
 
 
 def cannot_run(model: TinyGPT, length: int) -> str | None:
@@ -18,7 +19,7 @@ def cannot_run(model: TinyGPT, length: int) -> str | None:
     cfg = model.cfg
     for pe in model.pes:
         device = getattr(pe, "device", torch.device("cpu"))
-        pos = torch.arange(length, device=device)
+        pos = text_positions(torch.arange(length, device=device), getattr(pe, "axes", 1))  # text: every axis alike
         last = pos[-1:]
         try:
             with torch.no_grad():

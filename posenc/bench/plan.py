@@ -61,10 +61,7 @@ def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions:
     if isinstance(rows, int) and rows < max_positions:
         raise ValueError(f"{label}: max_positions={rows} is shorter than the training sequences "
                          f"({max_positions} positions); leave it out to use {max_positions}")
-    pe = build_pe(full, cfg)  # fails now, with the sizes named, rather than when its run starts
-    if getattr(pe, "axes", 1) != 1:
-        raise ValueError(f"{label} has axes={pe.axes}: text and task tokens have one position each; a scheme "
-                         "with several axes runs in --part image (two axes)")
+    build_pe(full, cfg)  # fails now, with the sizes named, rather than when its run starts
     return label, full
 
 
