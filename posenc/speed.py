@@ -153,7 +153,7 @@ def _hf_rotary(case: RotaryCase, x, positions):
     halves the time. Partial rotary splits and concatenates as transformers' GPT-NeoX/Phi do.
     """
     import torch
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb  # noqa: F401 - a missing peer fails here
 
     rd = case.rotary_dim
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, rd, 2, dtype=torch.int64).float() / rd))
@@ -162,21 +162,29 @@ def _hf_rotary(case: RotaryCase, x, positions):
     cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
     def run(t):
-        if rd == t.shape[-1]:
-            return apply_rotary_pos_emb(t, t, cos, sin)
-        rot, rest = t[..., :rd], t[..., rd:]
-        q, k = apply_rotary_pos_emb(rot, rot, cos, sin)
-        return torch.cat((q, rest), dim=-1), torch.cat((k, rest), dim=-1)
+        return _hf_rotate(t, cos, sin, rd)
 
     return run
+
+
+def _hf_rotate(t, cos, sin, rd: int):
+    """transformers' ``apply_rotary_pos_emb`` on q = k = ``t``, rotating the first ``rd`` dims
+    (partial rotary as its models do: rotate a slice, concatenate the rest)."""
+    import torch
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    if rd == t.shape[-1]:
+        return apply_rotary_pos_emb(t, t, cos, sin)
+    rot, rest = t[..., :rd], t[..., rd:]
+    q, k = apply_rotary_pos_emb(rot, rot, cos, sin)
+    return torch.cat((q, rest), dim=-1), torch.cat((k, rest), dim=-1)
 
 
 def _hf_step(case: RotaryCase, x, positions):
     """A decoding step in transformers: ``LlamaRotaryEmbedding`` turns the position ids into cos/sin
     (once per step, for q and k), then ``apply_rotary_pos_emb`` rotates q and k (``q = k = x``)."""
-    import torch
     from transformers import LlamaConfig
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     rd = case.rotary_dim
     emb = LlamaRotaryEmbedding(config=LlamaConfig(hidden_size=case.heads * rd, num_attention_heads=case.heads,
@@ -185,11 +193,7 @@ def _hf_step(case: RotaryCase, x, positions):
 
     def run(t):
         cos, sin = emb(t, position_ids)
-        if rd == t.shape[-1]:
-            return apply_rotary_pos_emb(t, t, cos, sin)
-        rot, rest = t[..., :rd], t[..., rd:]
-        q, k = apply_rotary_pos_emb(rot, rot, cos, sin)
-        return torch.cat((q, rest), dim=-1), torch.cat((k, rest), dim=-1)
+        return _hf_rotate(t, cos, sin, rd)
 
     return run
 
