@@ -7,9 +7,9 @@ import json
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from posenc.bench.data import load_corpus, split
-    from posenc.bench.profiles import get_profile
-    from posenc.commands.bench import _corpus
+    from posenc.commands.extrapolate import _corpus
+    from posenc.extrapolate.data import load_corpus, split
+    from posenc.extrapolate.profiles import get_profile
 
     profile = get_profile(args.profile)
     lm = profile.lm
@@ -32,7 +32,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub) -> None:
-    from posenc.commands.bench import PROFILE_NAMES
+    from posenc.commands.extrapolate import PROFILE_NAMES
 
     p = sub.add_parser("data", help="the benchmark's train/held-out split and its contamination",
                        description="Draws the language-modelling corpus of a profile as the benchmark does "

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posenc.bench.profiles import PROFILES
-from posenc.bench.results import load
 from posenc.cli import main
+from posenc.extrapolate.profiles import PROFILES
+from posenc.extrapolate.results import load
 
 SMOKE = PROFILES["smoke"]
 ARGS = ["--profile", "smoke", "--threads", "1", "--no-progress"]
@@ -55,7 +55,7 @@ def test_smoke_writes_every_result_once(smoke_results):
         if r["part"] == "tasks":
             assert {row["task"] for row in r["eval"]} == set(SMOKE.tasks.tasks)
             continue
-        if r["part"] in ("image", "time"):  # checked in tests/test_bench_vision.py
+        if r["part"] in ("image", "time"):  # checked in tests/test_extrapolate_vision.py
             assert r["eval"] and all(0 <= row["accuracy"] <= 1 for row in r["eval"])
             continue
         rows = {(row["mode"], row["length"]): row for row in r["eval"]}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from posenc.bench import tasks as T
-from posenc.bench.data import LMData, windows
-from posenc.bench.distributed import Dist, all_sum
-from posenc.bench.model import TinyGPT, token_nll
+from posenc.extrapolate import tasks as T
+from posenc.extrapolate.data import LMData, windows
+from posenc.extrapolate.distributed import Dist, all_sum
+from posenc.extrapolate.model import TinyGPT, token_nll
 from posenc.positions import text_positions
 
 

@@ -42,10 +42,10 @@ from torch import nn
 
 import posenc
 from posenc import registry
+from posenc.extrapolate.model import Block, GPTConfig
+from posenc.extrapolate.profiles import ImageSettings, TimeSettings, TrainConfig
+from posenc.extrapolate.train import learning_rate
 from posenc.spec import fill_sizes
-from posenc.bench.model import Block, GPTConfig
-from posenc.bench.profiles import ImageSettings, TimeSettings, TrainConfig
-from posenc.bench.train import learning_rate
 
 NUM_CLASSES = 10
 
@@ -184,7 +184,7 @@ def time_batch(n: int, *, rate: float, seconds: float, s: TimeSettings, g: torch
 
 class SetTransformer(nn.Module):
     """A bidirectional transformer over token vectors (pixels, frames): input projection, the
-    benchmark's own blocks (``posenc.bench.model.Block``, non-causal), mean pooling, a classifier."""
+    benchmark's own blocks (``posenc.extrapolate.model.Block``, non-causal), mean pooling, a classifier."""
 
     def __init__(self, cfg: GPTConfig, pe_spec: dict[str, Any], *, in_dim: int, classes: int) -> None:
         super().__init__()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from posenc.bench.results import ResultStore, load
+from posenc.extrapolate.results import ResultStore, load
 
 
 def _rec(key: str, **kw) -> dict:

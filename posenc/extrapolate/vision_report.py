@@ -1,7 +1,7 @@
 """The report's sections beyond text: images at larger grids (resolution) and positions in time.
 
 ``image_section(page, records)`` and ``time_section(page, records)`` add their HTML, a table and a
-figure to ``page`` and return their verdicts (``posenc.bench.findings.Verdict``), which the
+figure to ``page`` and return their verdicts (``posenc.extrapolate.findings.Verdict``), which the
 report's summary lists with the text part's.
 
 Statistics. Every run stores, per evaluation row, each example's correctness (``bits``). Two
@@ -9,7 +9,7 @@ variants on the same test images (or one model at two grids, or one model with i
 positions) are compared image by image: ``d_i = correct_a(i) − correct_b(i)``, the mean over
 images with ``SE = sd(d) / √n``; with several seeds the per-image differences are averaged over
 seeds and the spread of the seeds' means is added, ``SE² = SE_images² + sd(seeds)² / S`` (as
-``posenc.bench.stats`` does for perplexity blocks). A claim is called only beyond two standard
+``posenc.extrapolate.stats`` does for perplexity blocks). A claim is called only beyond two standard
 errors; otherwise "no clear difference".
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from posenc.bench.findings import Verdict, _tested
-from posenc.bench.stats import t_two_sided_p
-from posenc.bench.page import Page, e, status
-from posenc.bench.page import table as html_table
+from posenc.extrapolate.findings import Verdict, _tested
+from posenc.extrapolate.stats import t_two_sided_p
+from posenc.extrapolate.page import Page, e, status
+from posenc.extrapolate.page import table as html_table
 
 HEO = "Heo et al. 2024 (RoPE for ViT)"
 HEO_SETTING = ("ImageNet-1k, ViT-S/B/L and Swin trained at 224 px (14×14 patches), evaluated at 64–512 px; "
@@ -128,7 +128,7 @@ ACCURACY_MARGIN = 0.02
 # -- images --------------------------------------------------------------------------------------
 
 LEARNED, SIN, SIN_RESCALED, AXIAL, MIXED = ("learned grid (resized)", "2D sinusoidal", "2D sinusoidal (rescaled)",
-                                            "axial RoPE", "RoPE-Mixed")  # posenc.bench.vision.IMAGE_VARIANTS
+                                            "axial RoPE", "RoPE-Mixed")  # posenc.extrapolate.vision.IMAGE_VARIANTS
 
 
 def _probe(sizes: list[int], train: int) -> int | None:

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import posenc
-from posenc.bench import figures as F
-from posenc.bench import findings, stats, vision_report
-from posenc.bench.demos import demonstrations
-from posenc.bench.page import Page, e, status
-from posenc.bench.page import table as html_table
-from posenc.bench.profiles import Profile
+from posenc.extrapolate import figures as F
+from posenc.extrapolate import findings, stats, vision_report
+from posenc.extrapolate.demos import demonstrations
+from posenc.extrapolate.page import Page, e, status
+from posenc.extrapolate.page import table as html_table
+from posenc.extrapolate.profiles import Profile
 
 
 def _missing(reason: str | None) -> str:
@@ -274,7 +274,7 @@ def _scaling_section(page: Page, lm_recs: list[dict[str, Any]],
 
 
 def _yarn_note(sc_recs: list[dict[str, Any]]) -> str:
-    from posenc.bench.plan import yarn_betas
+    from posenc.extrapolate.plan import yarn_betas
     from posenc.scaling import yarn_correction_range
 
     spec, L = sc_recs[0]["spec"], sc_recs[0].get("train_length")
@@ -389,7 +389,7 @@ def _environment_section(page: Page, profile: Profile, records: list[dict[str, A
     import numpy
     import torch
 
-    from posenc.bench.distributed import available_cpus
+    from posenc.extrapolate.distributed import available_cpus
 
     env = records[-1]["env"] if records else {}
     page.add("<h2>6. Hardware, versions, timing and settings</h2>")
@@ -465,8 +465,8 @@ def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benc
 
     Returns the page's path (None on ranks other than 0 under torchrun).
     """
-    from posenc.bench.extrapolate import iter_runs
-    from posenc.bench.results import load
+    from posenc.extrapolate.driver import iter_runs
+    from posenc.extrapolate.results import load
 
     start = time.perf_counter()
     out = Path(out)

@@ -12,7 +12,7 @@ from posenc.cli import CLIError
 
 PROFILE_NAMES = ("smoke", "quick", "full")
 PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
-ARCH_NAMES = ("transformer", "hybrid")  # posenc.bench.model.ARCHS (not imported here: it imports torch)
+ARCH_NAMES = ("transformer", "hybrid")  # posenc.extrapolate.model.ARCHS (not imported here: it imports torch)
 
 
 def _seeds(text: str) -> tuple[int, ...]:
@@ -57,7 +57,7 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
 
 
 def _profile(args: argparse.Namespace):
-    from posenc.bench.profiles import get_profile, with_overrides
+    from posenc.extrapolate.profiles import get_profile, with_overrides
 
     return with_overrides(get_profile(args.profile), seeds=_seeds(args.seeds) if args.seeds else None,
                           parts=tuple(dict.fromkeys(args.parts)) if args.parts else None, arch=args.arch)
@@ -134,7 +134,7 @@ def _run_kwargs(args: argparse.Namespace) -> dict:
 
 
 def cmd_extrapolate(args: argparse.Namespace) -> int:
-    from posenc.bench.extrapolate import run
+    from posenc.extrapolate.driver import run
 
     profile = _profile(args)
     out = _results_file(args.out or f"extrapolate-{profile.name}.jsonl")
@@ -145,7 +145,7 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from posenc.bench.report import make_report
+    from posenc.extrapolate.report import make_report
 
     profile = _profile(args)
     path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run, **_run_kwargs(args))

@@ -5,7 +5,7 @@
 Every setting that changes a number is in these dataclasses; their hash is part of each
 result's key, so changing a setting re-runs what it affects and nothing else. The architecture
 (``arch``, and the ``hybrid`` rows beside the transformer's) is part of each run's key instead
-(``posenc.bench.plan.Run``), so transformer results keep their keys.
+(``posenc.extrapolate.plan.Run``), so transformer results keep their keys.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from posenc._validate import check_choice
-from posenc.bench.model import ARCHS, GPTConfig
-from posenc.bench.tasks import TASKS
+from posenc.extrapolate.model import ARCHS, GPTConfig
+from posenc.extrapolate.tasks import TASKS
 
 BENCH_VERSION = 2  # bump when the protocol changes, so old results are not reused
 PARTS = ("lm", "scaling", "tasks", "image", "time")
 """``lm``: language modelling per scheme; ``scaling``: RoPE scalings on the trained RoPE model;
 ``tasks``: algorithmic tasks and passkey retrieval per scheme; ``image``: digits classified at larger
-grids than trained (``posenc.bench.vision``); ``time``: event order and gaps at other frame rates."""
+grids than trained (``posenc.extrapolate.vision``); ``time``: event order and gaps at other frame rates."""
 
 DEFAULT_SCHEMES = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire")
 
@@ -46,7 +46,7 @@ class LMSettings:
     train_length: int = 64  # L: training window
     multipliers: tuple[float, ...] = (1, 1.5, 2, 4, 8, 16)  # evaluation lengths = L x these
     heldout_tokens: int = 32768  # the held-out stream (rounded down to a multiple of every length)
-    corpus_bytes: int = 2_000_000  # draw this much of the corpus (whole documents, ``posenc.bench.data``)
+    corpus_bytes: int = 2_000_000  # draw this much of the corpus (whole documents, ``posenc.extrapolate.data``)
     data_seed: int = 0  # the draw of documents, so the split: the same for every training seed
     eval_tokens: int = 16384  # tokens per evaluation forward pass (batch = eval_tokens // length)
 
@@ -111,7 +111,7 @@ class Profile:
     image: ImageSettings = ImageSettings()
     time: TimeSettings = TimeSettings()
     description: str = ""
-    arch: str = "transformer"  # the model of the scheme runs: posenc.bench.model.ARCHS (--arch)
+    arch: str = "transformer"  # the model of the scheme runs: posenc.extrapolate.model.ARCHS (--arch)
     hybrid: tuple[str, ...] = ()  # arch "transformer" only: these schemes also run as hybrids, beside it
     hybrid_parts: tuple[str, ...] = ("lm",)  # the parts the hybrid rows run in
 

@@ -1,7 +1,7 @@
 """The benchmark's own figures: perplexity and accuracy by length, RoPE scalings, training loss.
 
 Built on ``matplotlib.figure.Figure`` (no pyplot, no GUI backend); each function returns a Figure.
-Error bars are 95% intervals from ``posenc.bench.stats``. A scheme's colour is the same in every
+Error bars are 95% intervals from ``posenc.extrapolate.stats``. A scheme's colour is the same in every
 figure.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from posenc.bench.stats import LMTable, TaskTable
+from posenc.extrapolate.stats import LMTable, TaskTable
 
 MODES = {"nonoverlap": "non-overlapping windows", "sliding": "sliding windows (stride T/2)"}
 _ORDER = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire", "shaw", "transformer_xl")

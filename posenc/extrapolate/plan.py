@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from posenc import registry
-from posenc.bench import tasks as T
-from posenc.bench import vision
-from posenc.bench.model import GPTConfig, build_pe, check_arch
-from posenc.bench.profiles import Profile, settings_hash
+from posenc.extrapolate import tasks as T
+from posenc.extrapolate import vision
+from posenc.extrapolate.model import GPTConfig, build_pe, check_arch
+from posenc.extrapolate.profiles import Profile, settings_hash
 
 Log = Callable[[str], None]
 
@@ -127,7 +127,7 @@ class Run:
     settings: str  # hash of the settings the numbers depend on
     variant: dict[str, Any] = field(default_factory=dict)  # scaling: type, mode, factor
     profile: str = ""
-    arch: str = "transformer"  # the model: posenc.bench.model.ARCHS
+    arch: str = "transformer"  # the model: posenc.extrapolate.model.ARCHS
 
     @property
     def key(self) -> str:

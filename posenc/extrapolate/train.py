@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import torch
 
-from posenc.bench.distributed import Dist, all_sum, wrap
-from posenc.bench.model import token_nll
-from posenc.bench.profiles import TrainConfig
+from posenc.extrapolate.distributed import Dist, all_sum, wrap
+from posenc.extrapolate.model import token_nll
+from posenc.extrapolate.profiles import TrainConfig
 
 # A step's global batch: tokens (B, T+1) and the mask (B, T) of scored targets (None: all).
 BatchFn = Callable[[int], tuple[torch.Tensor, torch.Tensor | None]]

@@ -6,7 +6,7 @@ RoPE scaling as a change of frequencies, a learned table refusing an unseen posi
 from __future__ import annotations
 
 import posenc
-from posenc.bench.page import Page, e, table
+from posenc.extrapolate.page import Page, e, table
 
 def demonstrations(page: Page) -> None:
     """The seed texts' claims, demonstrated with the analysis helpers."""

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import posenc
-from posenc.bench.evaluate import cannot_run
-from posenc.bench.extrapolate import resolve_scheme
-from posenc.bench.model import GPTConfig, TinyGPT
+from posenc.extrapolate.driver import resolve_scheme
+from posenc.extrapolate.evaluate import cannot_run
+from posenc.extrapolate.model import GPTConfig, TinyGPT
 
 CFG = GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2)
 
@@ -103,7 +103,7 @@ def test_pe_per_layer_gives_each_layer_its_own_table():
 # -- the hybrid: ssm blocks in place of every other attention block ----------------------------
 
 def test_hybrid_alternates_ssm_and_attention_blocks_and_shares_the_rest():
-    from posenc.bench.model import Block, SSMBlock
+    from posenc.extrapolate.model import Block, SSMBlock
 
     cfg = dataclasses.replace(CFG, n_layer=4)
     model = _model("rope", cfg, arch="hybrid")

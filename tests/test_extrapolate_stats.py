@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from posenc.bench import findings, stats
+from posenc.extrapolate import findings, stats
 
 
 @pytest.mark.parametrize("df, crit", [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706),

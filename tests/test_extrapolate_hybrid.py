@@ -9,9 +9,9 @@ import re
 
 import numpy as np
 
-from posenc.bench import findings, stats
-from posenc.bench.page import Page
-from posenc.bench.report import _hybrid_section
+from posenc.extrapolate import findings, stats
+from posenc.extrapolate.page import Page
+from posenc.extrapolate.report import _hybrid_section
 
 L, LONG, BLOCKS = 32, 128, 40
 

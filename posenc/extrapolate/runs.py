@@ -21,14 +21,14 @@ from typing import Any
 import torch
 
 import posenc
-from posenc.bench import tasks as T
-from posenc.bench.data import LMData, sample_batch
-from posenc.bench.distributed import Dist, available_cpus, broadcast
-from posenc.bench.evaluate import cannot_run, lm_block_nll, task_scores
-from posenc.bench.model import TinyGPT
-from posenc.bench.plan import Log, Run, scaling_dict, task_max_positions
-from posenc.bench.profiles import Profile, settings_hash
-from posenc.bench.train import train
+from posenc.extrapolate import tasks as T
+from posenc.extrapolate.data import LMData, sample_batch
+from posenc.extrapolate.distributed import Dist, available_cpus, broadcast
+from posenc.extrapolate.evaluate import cannot_run, lm_block_nll, task_scores
+from posenc.extrapolate.model import TinyGPT
+from posenc.extrapolate.plan import Log, Run, scaling_dict, task_max_positions
+from posenc.extrapolate.profiles import Profile, settings_hash
+from posenc.extrapolate.train import train
 
 
 @dataclass
@@ -232,13 +232,13 @@ def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
 
 
 def run_image(ctx: Context, run: Run) -> dict[str, Any]:
-    from posenc.bench import vision
+    from posenc.extrapolate import vision
 
     return vision.run_image(ctx.profile.image, run.spec, run.variant["positions"], run.seed)
 
 
 def run_time(ctx: Context, run: Run) -> dict[str, Any]:
-    from posenc.bench import vision
+    from posenc.extrapolate import vision
 
     return vision.run_time(ctx.profile.time, run.spec, run.seed, run.variant.get("cannot", ""))
 

@@ -1,15 +1,15 @@
 """Train short, test long: the driver behind ``posenc extrapolate`` and ``posenc report``.
 
-A profile expands into runs (``posenc.bench.plan``); each run trains one model (or fine-tunes /
-re-scales a trained RoPE model), evaluates it at every length (``posenc.bench.runs``) and
-appends one line to the results file (``posenc.bench.results``) the moment it finishes.
+A profile expands into runs (``posenc.extrapolate.plan``); each run trains one model (or fine-tunes /
+re-scales a trained RoPE model), evaluates it at every length (``posenc.extrapolate.runs``) and
+appends one line to the results file (``posenc.extrapolate.results``) the moment it finishes.
 Starting again with the same arguments skips every finished run, so an interrupted benchmark
 (Ctrl-C, or the process killed) resumes where it stopped, at run granularity: a run cut off in
 the middle starts again from step 0, and no finished result is lost or written twice.
 
 Protocol (Press et al. 2022, arXiv:2108.12409; Kazemnejad et al. 2023, arXiv:2305.19466):
 - ``lm``: train at length L, score the same held-out bytes at L·{1, 1.5, 2, 4, 8, 16}, with
-  non-overlapping and sliding windows (see ``posenc.bench.data``);
+  non-overlapping and sliding windows (see ``posenc.extrapolate.data``);
 - ``scaling``: the trained RoPE model with linear / NTK / YaRN scaling, zero-shot (factor = T/L
   at length T) and after a short fine-tune at F·L with factor F (and a no-scaling control);
 - ``tasks``: copy, reverse, sort, add, passkey trained on sizes <= n, exact match at larger sizes.
@@ -32,12 +32,12 @@ from typing import Any
 
 import torch
 
-from posenc.bench.data import load_corpus, split
-from posenc.bench.distributed import Dist, available_cpus, barrier, broadcast, setup, teardown
-from posenc.bench.plan import Log, Run, available_schemes, plan, resolve_scheme
-from posenc.bench.profiles import Profile, settings_hash
-from posenc.bench.results import ResultStore
-from posenc.bench.runs import Context, execute, summary
+from posenc.extrapolate.data import load_corpus, split
+from posenc.extrapolate.distributed import Dist, available_cpus, barrier, broadcast, setup, teardown
+from posenc.extrapolate.plan import Log, Run, available_schemes, plan, resolve_scheme
+from posenc.extrapolate.profiles import Profile, settings_hash
+from posenc.extrapolate.results import ResultStore
+from posenc.extrapolate.runs import Context, execute, summary
 
 
 def checkpoints_dir(results: Path) -> Path:

@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from posenc.bench import vision_report as VR
-from posenc.bench.page import Page
-from posenc.bench.profiles import PROFILES
-from posenc.bench.results import load
 from posenc.cli import main
+from posenc.extrapolate import vision_report as VR
+from posenc.extrapolate.page import Page
+from posenc.extrapolate.profiles import PROFILES
+from posenc.extrapolate.results import load
 
 SMOKE = PROFILES["smoke"]
 ARGS = ["--profile", "smoke", "--threads", "1", "--no-progress", "--jobs", "1"]

@@ -1,6 +1,6 @@
 """Uncertainty of the benchmark's numbers, and the tests behind its verdicts.
 
-Perplexity: the held-out stream is cut into ``B`` fixed blocks (``posenc.bench.data``); a run
+Perplexity: the held-out stream is cut into ``B`` fixed blocks (``posenc.extrapolate.data``); a run
 stores the mean NLL of every block at every length. Neighbouring blocks are correlated (they
 continue the same document: lag-1 autocorrelation up to 0.7 was measured), so the standard error
 of a mean over blocks is the Newey–West (HAC) one, ``hac_se``: the block variance plus twice

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from posenc.bench.results import load
 from posenc.cli import main
+from posenc.extrapolate.results import load
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = ["extrapolate", "--profile", "smoke", "--threads", "1", "--jobs", "1", "--no-progress",

@@ -1,7 +1,7 @@
 """The papers' claims, checked against what this run measured (never assumed).
 
 Each claim is a direction ("A is lower/higher than B") or a bound ("A is at most B + margin")
-from a paper. Each verdict has a test and a two-sided p-value (``posenc.bench.stats``): paired
+from a paper. Each verdict has a test and a two-sided p-value (``posenc.extrapolate.stats``): paired
 t-tests on block NLLs for perplexity (Student's t over seeds, the normal with one seed), McNemar's
 exact test on the same examples for the tasks. The family is every verdict of the report that has
 a p-value (language modelling, RoPE scalings, tasks, the hybrid, images and time together); ``adjust`` applies Holm's
@@ -24,8 +24,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from posenc.bench.stats import (ALPHA, Estimate, LMTable, TaskTable, holm, learned_tasks, mcnemar_exact,
-                                mean_reciprocal_rank)
+from posenc.extrapolate.stats import (ALPHA, Estimate, LMTable, TaskTable, holm, learned_tasks, mcnemar_exact,
+                                      mean_reciprocal_rank)
 
 PRESS = "Press et al. 2022"  # ALiBi; WikiText-103, trained at 512, tested to 15512 (~30L)
 KAZEMNEJAD = "Kazemnejad et al. 2023"  # algorithmic tasks, train sizes <= 20, test to 40
@@ -210,7 +210,7 @@ def task_verdicts(table: TaskTable) -> tuple[list[Verdict], dict[str, float], li
 JAMBA = "Lieber et al. 2024 (Jamba)"
 SETTINGS[JAMBA] = ("Jamba ablations: language models interleaving Mamba and attention layers, trained with and "
                    "without RoPE in the attention layers")
-HYBRID_NOPE, HYBRID_ROPE = "hybrid nope", "hybrid rope"  # posenc.bench.plan.arch_label
+HYBRID_NOPE, HYBRID_ROPE = "hybrid nope", "hybrid rope"  # posenc.extrapolate.plan.arch_label
 PEERS = ("rope", "alibi", "kerple")  # how the NoPE hybrid's extrapolation is classed: like RoPE or like ALiBi/KERPLE
 
 

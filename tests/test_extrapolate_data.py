@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.bench import stats
-from posenc.bench import tasks as T
-from posenc.bench.data import (DOC_BYTES, HELDOUT_DOCS, Corpus, Document, lcm_lengths, load_corpus, overlap, split,
-                               stdlib_files, substring_hashes, windows)
-from posenc.bench.distributed import Dist
-from posenc.bench.evaluate import lm_block_nll
-from posenc.bench.model import GPTConfig, TinyGPT, token_nll
+from posenc.extrapolate import stats
+from posenc.extrapolate import tasks as T
+from posenc.extrapolate.data import (DOC_BYTES, HELDOUT_DOCS, Corpus, Document, lcm_lengths, load_corpus, overlap,
+                                     split, stdlib_files, substring_hashes, windows)
+from posenc.extrapolate.distributed import Dist
+from posenc.extrapolate.evaluate import lm_block_nll
+from posenc.extrapolate.model import GPTConfig, TinyGPT, token_nll
 
 LENGTHS = [16, 24, 32, 64, 128]
 
