@@ -1,4 +1,4 @@
-"""``posenc bench``: the speed and memory benchmark (rotary and attention with a bias)."""
+"""``posenc bench``: the speed and memory benchmark (rotary and attention with a bias) of ``posenc.bench``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from posenc.cli import CLIError
 
 
 def _what(value: str) -> tuple[str, ...]:
-    from posenc.speed import WHATS
+    from posenc.bench.profiles import WHATS
 
     parts = tuple(p.strip() for p in value.split(",") if p.strip())
     bad = [p for p in parts if p not in WHATS]
@@ -44,7 +44,8 @@ def _schemes(value: str | None) -> tuple[str, ...] | None:
 
 def bench(args: argparse.Namespace) -> int:
     """Runs the benchmark, prints the tables, writes the JSON if asked."""
-    from posenc import speed
+    from posenc.bench import run
+    from posenc.bench.tables import report
 
     what = _what(args.what)
     lengths, schemes = _lengths(args.lengths), _schemes(args.schemes)
@@ -56,10 +57,10 @@ def bench(args: argparse.Namespace) -> int:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-    result = speed.run(what, "quick" if args.quick else "full", threads=args.threads,
-                       progress=lambda line: print(f"  done: {line}", file=sys.stderr, flush=True),
-                       lengths=lengths, schemes=schemes)
-    print(speed.report(result))
+    result = run(what, "quick" if args.quick else "full", threads=args.threads,
+                 progress=lambda line: print(f"  done: {line}", file=sys.stderr, flush=True),
+                 lengths=lengths, schemes=schemes)
+    print(report(result))
     if args.json is not None:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,16 +7,18 @@ import json
 
 import pytest
 
-from posenc import speed
+from posenc.bench.attention import attention_specs, goal_line, training_goal_lines
+from posenc.bench.profiles import PROFILES, Profile
+from posenc.bench.rotary import ROTARY_GOALS, rotary_cases
 from posenc.cli import main
 
-TINY = speed.Profile(shapes=((1, 2, 17, 8),), decode=((2, 2, 1, 8, 40),), partial=True, repeats=1,
-                     min_sample_s=0.0, lengths=(48,), schemes=("alibi",), materialize_max=0, train_schemes=("fire",))
+TINY = Profile(shapes=((1, 2, 17, 8),), decode=((2, 2, 1, 8, 40),), partial=True, repeats=1,
+               min_sample_s=0.0, lengths=(48,), schemes=("alibi",), materialize_max=0, train_schemes=("fire",))
 
 
 @pytest.fixture
 def tiny(monkeypatch):
-    monkeypatch.setitem(speed.PROFILES, "quick", TINY)
+    monkeypatch.setitem(PROFILES, "quick", TINY)
 
 
 def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
@@ -29,7 +31,7 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
     data = json.loads(path.read_text())
     assert data["profile"] == "quick" and data["meta"]["torch_threads"] == 1
     # (prefill + decoding step) x 2 dtypes x 2 layouts x 2 rotary dims
-    assert len(data["rotary"]) == len(speed.rotary_cases(TINY)) == 16
+    assert len(data["rotary"]) == len(rotary_cases(TINY)) == 16
     assert sum(row["case"]["offset"] == 40 for row in data["rotary"]) == 8
     for row in data["rotary"]:
         assert set(row["seconds"]) == {"forward", "forward+backward"}
@@ -42,11 +44,11 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
         assert peer in row["seconds"]["forward"] or "not installed" in row["missing"][peer]
 
     goals = data["rotary_goals"]
-    assert set(goals) == set(speed.ROTARY_GOALS)
+    assert set(goals) == set(ROTARY_GOALS)
     for name, goal in goals.items():
-        assert goal["measured"] == ("transformers" not in speed.ROTARY_GOALS[name][0]
+        assert goal["measured"] == ("transformers" not in ROTARY_GOALS[name][0]
                                     or "transformers" in data["rotary"][0]["seconds"]["forward"])
-    assert out.count("goal: ") == len(speed.ROTARY_GOALS)
+    assert out.count("goal: ") == len(ROTARY_GOALS)
 
     methods = {(r["pass"], r["scheme"], r["method"]) for r in data["attention"]}
     assert methods == {("forward", "none", "sdpa_floor"), ("forward", "alibi", "posenc"),
@@ -60,7 +62,7 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
 
 
 def test_bench_lengths_and_schemes_replace_the_profiles(tiny, capsys):
-    specs = speed.attention_specs(TINY, lengths=(40, 50000), schemes=("kerple",))
+    specs = attention_specs(TINY, lengths=(40, 50000), schemes=("kerple",))
     cases = {(s["pass"], s["length"], s["scheme"], s["method"]) for s in specs}
     assert ("forward+backward", 40, "kerple", "posenc") in cases and ("forward", 50000, "kerple", "blockwise") in cases
     assert not any(s["pass"] == "forward+backward" and s["length"] == 50000 for s in specs)  # over TRAIN_LIMIT
@@ -74,13 +76,13 @@ def test_goal_lines_judge_the_numbers():
              "peak_rss_gb": 0.5},
             {"pass": "forward+backward", "method": "posenc", "scheme": "fire", "length": 8192, "seconds": 90.0,
              "peak_rss_gb": 2.5}]
-    lines = "\n".join(speed.training_goal_lines(rows))
+    lines = "\n".join(training_goal_lines(rows))
     assert "goal (fwd+bwd L=8192, peak under 2.0 GB): NOT met: alibi 0.50, fire 2.50" in lines
     assert "goal (fwd+bwd L=8192, ALiBi under 22.0 s): met: alibi 21.00" in lines
     assert "goal (fwd L=32768, under 2.0x causal SDPA): not measured" in lines
     long = [{"pass": "forward", "method": "posenc", "scheme": "alibi", "length": 32768, "peak_rss_gb": 0.7},
             {"pass": "forward+backward", "method": "posenc", "scheme": "alibi", "length": 32768, "peak_rss_gb": 1.6}]
-    assert speed.goal_line(long).endswith("met: alibi 0.70 GB")  # the forward goal reads forward rows only
+    assert goal_line(long).endswith("met: alibi 0.70 GB")  # the forward goal reads forward rows only
 
 
 @pytest.mark.parametrize("argv", [["--what", "rotary,flops"], ["--what", ","], ["--threads", "0"],

@@ -1,0 +1,48 @@
+"""Sizes and repeats of a ``posenc bench`` run: ``Profile`` and the named ``PROFILES`` (full, quick),
+and what the command can time (``WHATS``), at which dtypes and layouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WHATS = ("rotary", "attention")
+DTYPES = ("float32", "bfloat16")
+LAYOUTS = ("half", "interleaved")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes and repeats of one benchmark run."""
+
+    shapes: tuple[tuple[int, int, int, int], ...]  # (B, H, L, D) of the rotary cases
+    # (B, H, L, D, offset) of the decoding-step cases: L tokens at positions offset..offset+L-1
+    decode: tuple[tuple[int, int, int, int, int], ...] = ((8, 32, 1, 128, 4095),)
+    dtypes: tuple[str, ...] = DTYPES
+    layouts: tuple[str, ...] = LAYOUTS
+    partial: bool = True  # also rotary_dim = D/2
+    repeats: int = 7  # interleaved rounds; the median is reported
+    min_sample_s: float = 0.02  # calls per sample grow until one sample lasts this long
+    lengths: tuple[int, ...] = ()  # attention lengths
+    schemes: tuple[str, ...] = ("alibi", "t5")
+    heads: int = 8
+    head_dim: int = 64
+    # A materialized [H, L, L] bias (built in float64, then cast and masked) peaked at 6.9 GB
+    # at L=8192 (13 bytes per score); 16384 would need ~28 GB. 8192 is safe on 24 GB.
+    materialize_max: int = 8192
+    attention_repeats: int = 1  # posenc (flex) calls timed after the first, which compiles
+    # forward+backward cases (issue 10's training goals) at the lengths up to train_max
+    train_schemes: tuple[str, ...] = ("alibi", "t5", "kerple", "fire")
+    train_max: int = 32768
+    # Address-space cap of each attention case: the largest planned case (a materialized map at
+    # 8192) peaked at 6.9 GB RSS; 12 GB leaves room for torch's virtual reservations and for the
+    # other jobs of a shared 24 GB machine.
+    memory_cap_gb: float = 12.0
+
+
+PROFILES = {
+    "full": Profile(shapes=((1, 32, 4096, 128), (4, 8, 1024, 64)), repeats=9,
+                    lengths=(1024, 2048, 4096, 8192, 16384, 32768), schemes=("alibi", "t5", "kerple", "fire"),
+                    train_max=8192),
+    "quick": Profile(shapes=((1, 32, 4096, 128),), repeats=3,
+                     lengths=(1024, 8192), materialize_max=1024, train_schemes=("alibi", "fire"), train_max=1024),
+}

@@ -1,0 +1,95 @@
+"""What ``posenc bench`` prints: the rotary and attention tables and the goal lines (``report``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from posenc.bench.attention import goal_line, pass_of, training_goal_lines
+from posenc.bench.rotary import rotary_goal_lines
+
+if TYPE_CHECKING:
+    from posenc.bench import Result
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.2f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{a / b:.2f}"
+
+
+def rotary_table(rows: list[dict]) -> str:
+    """One line per case and pass: times in ms, then the ratios the goals are stated in.
+
+    ``out/cp_`` = ``apply_rotary(out=)`` ÷ ``copy_`` into warm memory (the roofline);
+    ``ap/cl`` = allocating ``apply_rotary`` ÷ ``clone()`` (the cost of allocation);
+    ``HF/pe``, ``RET/pe`` = peer ÷ posenc's module forward (> 1: posenc is faster);
+    ``HFst/st`` = transformers' decoding step ÷ posenc's (per tensor; > 1: posenc is faster).
+    """
+    head = (f"{'case':<34} {'pass':<7} {'copy_':>7} {'clone':>7} {'out=':>7} {'apply':>7} {'module':>7} "
+            f"{'cos/sin':>7} {'HF':>7} {'RET':>7} {'step':>7} {'HFstep':>7} {'out/cp_':>7} {'ap/cl':>6} {'HF/pe':>6} "
+            f"{'RET/pe':>6} {'HFst/st':>7}")
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        for pass_, t in row["seconds"].items():
+            short = "fwd" if pass_ == "forward" else "fwd+bwd"
+            pe = t.get("posenc")
+            lines.append(
+                f"{row['label']:<34} {short:<7} {_ms(t.get('copy_')):>7} {_ms(t.get('clone')):>7} "
+                f"{_ms(t.get('posenc_out')):>7} {_ms(t.get('posenc_apply')):>7} {_ms(pe):>7} "
+                f"{_ms(t.get('posenc_cos_sin')):>7} {_ms(t.get('transformers')):>7} "
+                f"{_ms(t.get('rotary_embedding_torch')):>7} {_ms(t.get('posenc_step')):>7} "
+                f"{_ms(t.get('transformers_step')):>7} {_ratio(t.get('posenc_out'), t.get('copy_')):>7} "
+                f"{_ratio(t.get('posenc_apply'), t.get('clone')):>6} {_ratio(t.get('transformers'), pe):>6} "
+                f"{_ratio(t.get('rotary_embedding_torch'), pe):>6} "
+                f"{_ratio(t.get('transformers_step'), t.get('posenc_step')):>7}")
+    return "\n".join(lines)
+
+
+def attention_table(rows: list[dict]) -> str:
+    """One line per pass, scheme, method and length: time, first call, peak RSS and its baselines."""
+    head = (f"{'pass':<7} {'scheme':<6} {'method':<12} {'L':>6} {'time s':>8} {'1st s':>7} {'peak GB':>8} "
+            f"{'import GB':>9} {'inputs GB':>9} {'x floor':>7}")
+    lines = [head, "-" * len(head)]
+    floor = {(pass_of(r), r["length"]): r.get("seconds") for r in rows if r["method"] == "sdpa_floor"}
+    for r in rows:
+        short = "fwd" if pass_of(r) == "forward" else "fwd+bwd"
+        if "error" in r:
+            lines.append(f"{short:<7} {r['scheme']:<6} {r['method']:<12} {r['length']:>6} error: {r['error']}")
+            continue
+        lines.append(f"{short:<7} {r['scheme']:<6} {r['method']:<12} {r['length']:>6} {r['seconds']:>8.3f} "
+                     f"{r['first_s']:>7.2f} {r['peak_rss_gb']:>8.2f} {r['rss_after_import_gb']:>9.2f} "
+                     f"{r['rss_after_inputs_gb']:>9.2f} {_ratio(r['seconds'], floor.get((pass_of(r), r['length']))):>7}")
+    return "\n".join(lines)
+
+
+def report(result: Result) -> str:
+    """The tables ``posenc bench`` prints."""
+    meta = result.meta
+    parts = [f"posenc bench ({result.profile}): torch {meta.get('torch')}, {meta.get('torch_threads')} threads, "
+             f"{meta.get('cpus')} CPUs, load {meta['load_avg'][0]:.2f} -> {meta['load_avg_end'][0]:.2f}, "
+             f"{meta['wall_s']:.0f} s"]
+    if max(meta["load_avg"][0], meta["load_avg_end"][0]) > (meta.get("cpus") or 1):
+        parts.append("warning: the load exceeds the CPUs; other processes compete, so compare the "
+                     "ratios within this run, not the times")
+    if result.rotary:
+        parts += ["", "Rotary, median ms per tensor. Baselines: copy_ = out.copy_(x) into a warm preallocated "
+                  "tensor (the roofline: out= is divided by it), clone = x.clone() (fresh memory: the "
+                  "allocating apply is divided by it). out= / apply = posenc.apply_rotary into a warm "
+                  "tensor / allocating, cos/sin given; module = the rope module from positions; HF = "
+                  "transformers apply_rotary_pos_emb (cos/sin precomputed), RET = rotary-embedding-torch; "
+                  "HF/pe > 1: posenc's module is faster; step / HFstep = a decoding step's rotary work "
+                  "per tensor (posenc: the module on q and k; transformers: LlamaRotaryEmbedding from "
+                  "position ids, then apply_rotary_pos_emb on q and k):",
+                  rotary_table(result.rotary), *rotary_goal_lines(result.rotary)]
+        missing = {f"{k}: {v}" for r in result.rotary for k, v in r["missing"].items() if "n/a" not in v}
+        parts += [f"missing peer: {m}" for m in sorted(missing)]
+    if result.attention:
+        parts += ["", "Attention, causal float32, B=1, 8 heads, head_dim 64, fresh process per case (peak = "
+                  "VmHWM, with the interpreter and q/k/v; fwd posenc: auto (flex) after 9 calls at other lengths, "
+                  "time after its compiling first call; fwd+bwd posenc: auto (blockwise), gradients of q, k, v and "
+                  "the parameters):",
+                  attention_table(result.attention)]
+        parts += [goal_line(result.attention), *training_goal_lines(result.attention)]
+    return "\n".join(parts)
