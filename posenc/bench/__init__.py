@@ -39,11 +39,11 @@ fresh-process runner), ``attention`` (the attention cases and issue 10's trainin
 from __future__ import annotations
 
 import os
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from posenc import environment
 from posenc.bench.attention import attention_specs, run_attention_case
 from posenc.bench.profiles import PROFILES, WHATS
 from posenc.bench.rotary import bench_rotary_case, rotary_cases, rotary_goals
@@ -56,22 +56,6 @@ class Result:
     rotary: list[dict] = field(default_factory=list)
     rotary_goals: dict = field(default_factory=dict)  # rotary_goals(rotary)
     attention: list[dict] = field(default_factory=list)
-
-
-def environment() -> dict:
-    """What the numbers depend on: versions, CPUs, threads, load."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import torch
-
-    versions = {}
-    for dist in ("torch", "transformers", "rotary-embedding-torch", "numpy"):
-        try:
-            versions[dist] = version(dist)
-        except PackageNotFoundError:
-            versions[dist] = None
-    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "load_avg": list(os.getloadavg()), **versions}
 
 
 def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: int | None = None,
@@ -89,7 +73,7 @@ def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: i
     start = time.perf_counter()
     say = progress or (lambda line: None)
     try:
-        result = Result(profile=profile_name, meta={**environment(), "profile": asdict(profile)})
+        result = Result(profile=profile_name, meta={**environment.capture(), "profile": asdict(profile)})
         if "rotary" in what:
             for case in rotary_cases(profile):
                 result.rotary.append(bench_rotary_case(case, profile))

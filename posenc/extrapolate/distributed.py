@@ -33,13 +33,6 @@ class Dist:
         return self.world > 1
 
 
-def available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def setup(device: str | None = None) -> Dist:
     """Joins the process group torchrun describes in the environment (or runs alone)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))

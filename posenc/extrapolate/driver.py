@@ -32,8 +32,9 @@ from typing import Any
 
 import torch
 
+from posenc.environment import available_cpus
 from posenc.extrapolate.data import load_corpus, split
-from posenc.extrapolate.distributed import Dist, available_cpus, barrier, broadcast, setup, teardown
+from posenc.extrapolate.distributed import Dist, barrier, broadcast, setup, teardown
 from posenc.extrapolate.plan import Log, Run, available_schemes, plan, resolve_scheme
 from posenc.extrapolate.profiles import Profile, settings_hash
 from posenc.extrapolate.results import ResultStore

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import posenc
+from posenc import environment
 from posenc.extrapolate import figures as F
 from posenc.extrapolate import findings, stats, vision_report
 from posenc.extrapolate.demos import demonstrations
@@ -373,32 +372,15 @@ def _method(profile: Profile) -> str:
     return ('<h2 id="method">Method, in plain words</h2><ul>' + "".join(f"<li>{x}</li>" for x in items) + "</ul>")
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _environment_section(page: Page, profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    import matplotlib
-    import numpy
-    import torch
-
-    from posenc.extrapolate.distributed import available_cpus
-
+    here = environment.capture()  # this machine and its versions; how the runs were spread: their env
     env = records[-1]["env"] if records else {}
     page.add("<h2>6. Hardware, versions, timing and settings</h2>")
-    rows = [["CPU", e(_cpu_model())], ["CPUs available", str(available_cpus())],
+    rows = [["CPU", e(here["processor"])], ["CPUs available", str(here["cpus"])],
             ["device", e(str(env.get("device", "cpu")))], ["parallel runs × DDP processes × torch threads",
              f"{env.get('jobs', 1)} × {env.get('world_size', 1)} × {env.get('threads', '?')}"],
-            ["platform", e(platform.platform())], ["python", platform.python_version()],
-            ["posenc", posenc.__version__], ["torch", torch.__version__], ["numpy", numpy.__version__],
-            ["matplotlib", matplotlib.__version__],
+            ["platform", e(here["platform"])], ["python", here["python"]],
+            *[[name, e(str(here[name]))] for name in ("posenc", "torch", "numpy", "matplotlib", "scikit-learn")],
             ["benchmark runs", f"{len(records)} ({meta['new']} run now, {meta['reused']} reused from results.jsonl)"],
             ["compute time of the runs",
              f"{sum(r.get('seconds', 0) for r in records):.1f} s (as each run measured it)"],

@@ -10,7 +10,6 @@ import copy
 import dataclasses
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -20,10 +19,10 @@ from typing import Any
 
 import torch
 
-import posenc
+from posenc import environment
 from posenc.extrapolate import tasks as T
 from posenc.extrapolate.data import LMData, sample_batch
-from posenc.extrapolate.distributed import Dist, available_cpus, broadcast
+from posenc.extrapolate.distributed import Dist, broadcast
 from posenc.extrapolate.evaluate import cannot_run, lm_block_nll, task_scores
 from posenc.extrapolate.model import TinyGPT
 from posenc.extrapolate.plan import Log, Run, scaling_dict, task_max_positions
@@ -46,9 +45,9 @@ class Context:
 
 
 def _environment(ctx: Context) -> dict[str, Any]:
-    return {"posenc": posenc.__version__, "torch": torch.__version__, "python": platform.python_version(),
-            "device": str(ctx.dist.device), "world_size": ctx.dist.world, "threads": ctx.threads, "jobs": ctx.jobs,
-            "platform": platform.platform(), "cpus": available_cpus()}
+    """The record's ``env``: ``posenc.environment.capture()`` and how this run was spread."""
+    return {**environment.capture(), "device": str(ctx.dist.device), "world_size": ctx.dist.world,
+            "threads": ctx.threads, "jobs": ctx.jobs}
 
 
 def _bar(ctx: Context, total: int, desc: str):
