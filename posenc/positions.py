@@ -69,7 +69,7 @@ def check_positions(name: str, positions: Any, *, axes: int = 1, real: bool = Fa
     if not torch.compiler.is_compiling() and positions.numel():
         if floating and not bool(torch.isfinite(positions).all()):
             raise ValueError(f"{name} must be finite, got {positions[~torch.isfinite(positions)].flatten()[0].item()}")
-        low = positions.min().item()
+        low = positions.item() if positions.numel() == 1 else positions.min().item()  # one token: no reduction
         if low < 0:
             raise ValueError(f"{name} must be non-negative, got minimum {low}")
         if max_value is not None:

@@ -174,3 +174,44 @@ def test_every_rotary_module_takes_out_and_rotates_in_place(name):
     inplace = x.clone()
     assert m(inplace, p, out=inplace, role="key") is inplace
     torch.testing.assert_close(inplace, out, rtol=0, atol=4 * torch.finfo(x.dtype).eps * float(x.abs().max()))
+
+
+# -- a decoding step: the table's row, and cos/sin shared by q and k -------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("positions", [[4095], [[4095]], [[7], [300]]], ids=["[1]", "[1,1]", "[2,1]"])
+def test_one_token_per_sequence_matches_the_reference(dtype, positions):
+    """One token at an offset (a decoding step), by its row of the table (``[1]``) or a gather."""
+    m = posenc.build({"scheme": "rope", "head_dim": 16})
+    p = torch.tensor(positions)
+    x = torch.randn(p.shape[0] if p.dim() == 2 else 3, 4, 1, 16).to(dtype)  # (B, H, 1, D)
+    assert_close(m(x, p), m.reference(x.double().numpy(), p.numpy()))
+
+
+def test_the_second_call_at_the_same_positions_reuses_cos_sin_until_they_change():
+    m = posenc.build({"scheme": "rope", "head_dim": 16})
+    q, k = torch.randn(2, 4, 1, 16), torch.randn(2, 4, 1, 16)
+    p = torch.tensor([9])
+    m(q, p)
+    first = m._last[5]
+    m(k, p)
+    assert m._last[5] is first  # reused for k
+    p += 90  # modified in place: its version changes, so the next call recomputes
+    out = m(k, p)
+    assert m._last[5] is not first
+    assert_close(out, m.reference(k.double().numpy(), p.numpy()))
+    with torch.inference_mode():  # inference tensors have no version counter: never reused
+        pi = torch.tensor([3])
+        assert_close(m(k, pi), m.reference(k.double().numpy(), pi.numpy()))
+        assert m._last is None
+
+
+def test_cos_sin_returns_the_callers_own_tensors():
+    """Editing what ``cos_sin`` returned changes neither the cached table nor a later rotation."""
+    m = posenc.build({"scheme": "rope", "head_dim": 16})
+    x, p = torch.randn(1, 2, 1, 16), torch.tensor([5])
+    expected = m(x, p).clone()
+    cos, sin = m.cos_sin(p)
+    cos.fill_(7.0)
+    sin.fill_(7.0)
+    torch.testing.assert_close(m(x, torch.tensor([5])), expected, rtol=0, atol=0)

@@ -18,7 +18,11 @@ float16 input never changes which position is used.
 **Tables.** Outside ``torch.compile``, cos/sin tables are cached per (frequencies, device,
 dtype, scale) and grown by powers of two up to ``TABLE_MAX_ELEMENTS`` entries; past that, and
 under ``torch.compile``, they are computed directly. Both paths give the same values.
-``.to()``/``.cuda()`` drop the tables; the float64 frequencies stay float64.
+``.to()``/``.cuda()`` drop the tables; the float64 frequencies stay float64. A decoding step
+rotates q and then k at the same positions: a second call with the same positions tensor (same
+object, unmodified: its version counter; at most ``REUSE_MAX_POSITIONS`` positions, static
+frequencies, not an inference tensor) reuses the first call's cos/sin, as transformers computes
+them once per step for q and k.
 
 **Length-dependent scalings and the KV cache** (``dynamic``, ``longrope``). Their frequencies
 depend on a sequence length ``L``. The module keeps ``seen_length``, the largest ``max(position)
@@ -71,6 +75,7 @@ from posenc.limits import Axes, Dim, check_memory
 ROLES = RotaryEncoding.ROLES
 TABLE_MIN_POSITIONS = 256
 TABLE_MAX_ELEMENTS = 1 << 22  # per table (cos or sin): 16 MB in float32
+REUSE_MAX_POSITIONS = 1024  # the last call's cos/sin are kept for the next call up to this many positions
 
 
 def check_axes_dims(axes_dims: Any, axes: int, rotary_dim: int | None, head_dim: int) -> list[int]:
@@ -144,6 +149,7 @@ class RoPE(RotaryEncoding):
         if self.scaling.decay is not None:
             self.register_float64("_decay", torch.from_numpy(self.scaling.decay))
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._last: tuple | None = None  # (positions, its version, dtype, scale, device, cos, sin)
 
     # -- frequencies ----------------------------------------------------------------------------
     @property
@@ -207,13 +213,28 @@ class RoPE(RotaryEncoding):
 
     # -- cos and sin ----------------------------------------------------------------------------
     def _apply(self, fn, recurse=True):  # .to()/.cuda()/.half(): the tables are rebuilt on use
-        self._tables = {}
+        self._tables, self._last = {}, None
         return super()._apply(fn, recurse)
 
     def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, scale: float,
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[..., L, R]`` cos and sin at checked positions (``[..., L]`` or ``[..., L, A]``): from
-        the cached table for integer positions, else computed."""
+        """``[..., L, R]`` cos and sin at checked positions (``[..., L]`` or ``[..., L, A]``): the
+        last call's when it had the same positions tensor (see the module docstring), else from the
+        cached table for integer positions, else computed."""
+        reusable = (not torch.compiler.is_compiling() and self.scaling.by_length is None
+                    and positions.numel() <= REUSE_MAX_POSITIONS and not positions.is_inference())
+        last = self._last
+        if (reusable and last is not None and last[0] is positions and last[1] == positions._version
+                and last[2] == dtype and last[3] == scale and last[4] == device):
+            return last[5], last[6]
+        cos, sin = self._cos_sin_new(positions, dtype, scale, device, views=True)
+        self._last = (positions, positions._version, dtype, scale, device, cos, sin) if reusable else None
+        return cos, sin
+
+    def _cos_sin_new(self, positions: torch.Tensor, dtype: torch.dtype, scale: float, device: torch.device, *,
+                     views: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin computed or read from the table: new tensors, or with ``views`` (read-only
+        callers) possibly views of the cached table."""
         positions = positions.to(device)
         freq, key = self._observe(positions)
         freq = freq.to(device)
@@ -221,7 +242,7 @@ class RoPE(RotaryEncoding):
         if (key is None or torch.compiler.is_compiling() or positions.numel() == 0
                 or positions.is_floating_point()):  # real positions have no table row
             return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair)
-        top = int(positions.max())
+        top = int(positions.item() if positions.numel() == 1 else positions.max())
         width = freq.shape[0]
         if (top + 1) * width > TABLE_MAX_ELEMENTS:
             return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair)
@@ -232,9 +253,13 @@ class RoPE(RotaryEncoding):
             n = max(top + 1, min(n, TABLE_MAX_ELEMENTS // width))
             table = angles_cos_sin(torch.arange(n, device=device), freq, dtype, scale)  # (n, R) each
             self._tables[key] = table
-        index = positions.long()
         if axis_of_pair is None:
-            return table[0][index], table[1][index]
+            if views and positions.numel() == 1 and positions.dim() == 1:  # a decoding step: the table's row, no gather
+                return table[0][top:top + 1], table[1][top:top + 1]  # (1, R)
+            flat = positions.reshape(-1).long()  # index_select: a fraction of advanced indexing's per-call cost
+            shape = (*positions.shape, width)
+            return table[0].index_select(0, flat).view(shape), table[1].index_select(0, flat).view(shape)
+        index = positions.long()
         per_pair = index[..., axis_of_pair]  # (..., L, R): the position pair i takes
         flat = per_pair.reshape(-1, width)
         return (table[0].gather(0, flat).view(per_pair.shape), table[1].gather(0, flat).view(per_pair.shape))
@@ -246,7 +271,7 @@ class RoPE(RotaryEncoding):
         scaling this call counts as a use (it raises ``seen_length``, see the module docstring).
         """
         positions = self.check_positions("positions", positions)
-        return self._cos_sin(positions, dtype, 1.0, self.device)
+        return self._cos_sin_new(positions, dtype, 1.0, self.device)  # the caller's own tensors
 
     def _xpos_scale(self, positions: torch.Tensor, role: str) -> torch.Tensor:
         """``exp(±m·decay)`` in float64: ``[..., L, rotary_dim/2]``; + for queries, − for keys."""
