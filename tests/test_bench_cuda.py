@@ -183,7 +183,7 @@ class _FakeLigerRope(torch.autograd.Function):
 
 def _fake_flash_apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0,
                                  cu_seqlens=None, max_seqlen=None):
-    """flash-attn's ``apply_rotary_emb`` as read in flash-attn 2.8.3: x [B, L, H, D], cos/sin
+    """flash-attn's ``apply_rotary_emb`` as read in its 2.8 sources: x [B, L, H, D], cos/sin
     [rows, rotary_dim/2] of x's dtype, token l at row l + seqlen_offsets (an int here)."""
     b, length, h, d = x.shape
     assert x.is_contiguous() and cos.is_contiguous() and cos.shape == sin.shape and cos.dim() == 2

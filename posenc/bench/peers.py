@@ -140,10 +140,11 @@ def _liger_rotary(case: RotaryCase, x, cos, sin):
 
 
 def _flash_rotary(case: RotaryCase, cos, sin):
-    """flash-attn's Triton rotation, ``apply_rotary_emb`` (read in flash-attn 2.8.3,
-    ``flash_attn/layers/rotary.py`` and its kernel ``flash_attn/ops/triton/rotary.py``): x
-    ``[B, L, H, D]``, cos/sin tables ``[rows, rotary_dim/2]`` of x's dtype (it asserts both), token
-    ``l`` at row ``l + seqlen_offsets``; ``interleaved=True`` for the interleaved layout.
+    """flash-attn's Triton rotation, ``apply_rotary_emb`` (read in the flash-attention repository's
+    sources of the 2.8 series, ``__version__`` 2.8.3: ``flash_attn/layers/rotary.py`` and its
+    kernel ``flash_attn/ops/triton/rotary.py``): x ``[B, L, H, D]``, cos/sin tables ``[rows,
+    rotary_dim/2]`` of x's dtype (it asserts both), token ``l`` at row ``l + seqlen_offsets``;
+    ``interleaved=True`` for the interleaved layout.
 
     ``cos``, ``sin``: posenc's tables for positions ``0 .. offset + L - 1``, so a decoding step
     passes ``seqlen_offsets=offset`` as a KV cache does. It allocates its output
