@@ -12,7 +12,18 @@ JSONL lines of ``posenc extrapolate``) and the report's hardware-and-versions se
     torch, numpy, transformers, rotary-embedding-torch, x-transformers, scikit-learn, matplotlib
                     the installed versions (importlib.metadata), None where one is not installed
 
-A consumer adds what only it knows (the extrapolation runs: device, world size, threads, jobs).
+``capture(device)`` adds the device the numbers were measured on:
+
+    device          the device, as torch names it ("cpu", "cuda:0": with its index)
+    and on CUDA:
+    device_name     torch.cuda.get_device_name (e.g. "NVIDIA H100 80GB HBM3")
+    device_capability, device_memory_gb   its compute capability ("9.0") and memory (GiB)
+    cuda            the CUDA version torch was built with (torch.version.cuda)
+    triton, liger-kernel, flash-attn      the installed versions, None where one is not installed
+                    (the GPU kernels: posenc's own, and the peers ``posenc bench --device cuda``
+                    times it against)
+
+A consumer adds what only it knows (the extrapolation runs: world size, threads, jobs).
 torch is imported only when ``capture`` runs.
 """
 
@@ -27,6 +38,8 @@ from typing import Any
 # timed against (posenc bench), scikit-learn brings the digits (--part image), matplotlib draws.
 DISTRIBUTIONS = ("torch", "numpy", "transformers", "rotary-embedding-torch", "x-transformers", "scikit-learn",
                  "matplotlib")
+# ... and on a CUDA device: Triton compiles posenc's kernel and the peers', which are timed against it.
+CUDA_DISTRIBUTIONS = ("triton", "liger-kernel", "flash-attn")
 
 
 def available_cpus() -> int:
@@ -60,12 +73,27 @@ def versions(distributions: tuple[str, ...] = DISTRIBUTIONS) -> dict[str, str | 
     return out
 
 
-def capture() -> dict[str, Any]:
-    """This process's environment, as the module docstring lists it."""
+def capture(device: str | Any | None = None) -> dict[str, Any]:
+    """This process's environment, as the module docstring lists it; with ``device`` (a name such as
+    "cuda:1" or a ``torch.device``), also that device's entries."""
     import torch
 
     import posenc
 
-    return {"posenc": posenc.__version__, "python": platform.python_version(), "platform": platform.platform(),
-            "machine": platform.machine(), "processor": cpu_model(), "cpus": available_cpus(),
-            "torch_threads": torch.get_num_threads(), "load_avg": list(os.getloadavg()), **versions()}
+    env = {"posenc": posenc.__version__, "python": platform.python_version(), "platform": platform.platform(),
+           "machine": platform.machine(), "processor": cpu_model(), "cpus": available_cpus(),
+           "torch_threads": torch.get_num_threads(), "load_avg": list(os.getloadavg()), **versions()}
+    if device is None:
+        return env
+    device = torch.device(device)
+    env["device"] = str(device)
+    if device.type == "cuda":
+        index = torch.cuda.current_device() if device.index is None else device.index
+        props = torch.cuda.get_device_properties(index)
+        env.update({"device": f"cuda:{index}", "device_name": torch.cuda.get_device_name(index),
+                    "device_capability": f"{props.major}.{props.minor}",
+                    "device_memory_gb": props.total_memory / 2**30, "cuda": torch.version.cuda,
+                    **versions(CUDA_DISTRIBUTIONS)})
+        if env["triton"] is None:  # PyTorch's nightly builds ship Triton under another name
+            env["triton"] = versions(("pytorch-triton",))["pytorch-triton"]
+    return env

@@ -4,6 +4,7 @@ reports, never the timings (benchmarks measure speed; unit tests do not)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -30,6 +31,9 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
 
     data = json.loads(path.read_text())
     assert data["profile"] == "quick" and data["meta"]["torch_threads"] == 1
+    assert data["meta"]["device"] == "cpu" and "device_name" not in data["meta"]
+    assert time.strptime(data["meta"]["date"], "%Y-%m-%dT%H:%M:%S%z")
+    assert "cp_GB/s" in out and "Liger" not in out  # the CUDA peers' columns only where they ran
     # (prefill + decoding step) x 2 dtypes x 2 layouts x 2 rotary dims
     assert len(data["rotary"]) == len(rotary_cases(TINY)) == 16
     assert sum(row["case"]["offset"] == 40 for row in data["rotary"]) == 8
@@ -42,6 +46,11 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
         assert max(row["max_abs_diff_vs_posenc"].values()) < 0.1  # every candidate rotates the same way
         peer = "transformers" if row["case"]["layout"] == "half" else "rotary_embedding_torch"
         assert peer in row["seconds"]["forward"] or "not installed" in row["missing"][peer]
+        assert row["missing"]["liger_kernel"] == row["missing"]["flash_attn"] == "n/a (CUDA only)"
+        assert row["device"] == "cpu"
+        for name in ("copy_", "posenc_out"):  # x read and out written, per second
+            seconds = row["seconds"]["forward"][name]
+            assert row["bandwidth_gb_s"][name] == pytest.approx(2 * row["bytes"] / seconds / 1e9)
 
     goals = data["rotary_goals"]
     assert set(goals) == set(ROTARY_GOALS)

@@ -34,6 +34,37 @@ def test_a_missing_distribution_is_none():
     assert environment.versions(("no-such-distribution-posenc",)) == {"no-such-distribution-posenc": None}
 
 
+def test_capture_on_a_device_records_it(monkeypatch):
+    """The CPU adds its name; CUDA its name, memory, CUDA and the GPU kernels' versions (torch's
+    answers monkeypatched: this machine may have no GPU)."""
+    cpu = environment.capture("cpu")
+    assert cpu["device"] == "cpu" and set(cpu) == set(environment.capture()) | {"device"}
+
+    class Props:
+        major, minor, total_memory = 9, 0, 141 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: f"Fake GPU {i}")
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    installed = {"triton": "3.1.0", "liger-kernel": "0.8.5"}
+
+    def fake_version(dist):
+        if dist in installed:
+            return installed[dist]
+        raise environment.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(environment, "version", fake_version)
+    for device, index in (("cuda", 1), ("cuda:0", 0), (torch.device("cuda", 3), 3)):
+        env = environment.capture(device)
+        assert {"device": f"cuda:{index}", "device_name": f"Fake GPU {index}", "device_capability": "9.0",
+                "device_memory_gb": 141.0, "cuda": "12.4", "triton": "3.1.0", "liger-kernel": "0.8.5",
+                "flash-attn": None}.items() <= env.items()
+    del installed["triton"]
+    installed["pytorch-triton"] = "3.2.0+git"  # PyTorch's nightlies
+    assert environment.capture("cuda")["triton"] == "3.2.0+git"
+
+
 def test_bench_meta_and_extrapolation_env_come_from_the_capture(monkeypatch):
     from posenc.bench import run
     from posenc.extrapolate.distributed import Dist
@@ -48,7 +79,7 @@ def test_bench_meta_and_extrapolation_env_come_from_the_capture(monkeypatch):
     assert {"device": "cpu", "world_size": 1, "threads": 3, "jobs": 2}.items() <= env.items()  # what the runs add
 
     stamp = {"load_avg": [0.0, 0.0, 0.0], "stamp": "captured"}
-    monkeypatch.setattr(environment, "capture", lambda: dict(stamp))
+    monkeypatch.setattr(environment, "capture", lambda device=None: dict(stamp))
     assert run(what=(), profile_name="quick").meta["stamp"] == _environment(ctx)["stamp"] == "captured"
 
 

@@ -25,19 +25,27 @@ Cases:
   ``memory_cap_gb`` (``RLIMIT_AS``), so that its peak RSS is its own (see
   ``memory.peak_rss_gb``) and a case that would exhaust a shared machine fails alone.
 
+With ``device="cuda"`` (``posenc bench --device cuda``) the rotary cases run on the GPU (see
+``rotary``): posenc's Triton kernel against ``copy_`` (the HBM roofline), ``clone`` and the peers,
+Liger-Kernel's and flash-attn's Triton rotations among them; the attention cases, whose memory
+is measured as the process's resident memory, run on the CPU only (``profiles.DEVICES``). The
+meta records the date, the device's name, and the CUDA, Triton, liger-kernel and flash-attn versions
+(``posenc.environment.capture``).
+
 Peers are imported lazily (``peers``); a missing peer is reported as such and the benchmark goes on.
 Notation used for tensor shapes: B batch, H heads, L length, D head dim.
 
 Modules, by job: ``profiles`` (``Profile``, ``PROFILES``: sizes and repeats), ``timing`` (the
-interleaved-median harness), ``peers`` (the transformers and rotary-embedding-torch adapters),
-``rotary`` (the rotary cases, their candidates, the rotary goals), ``memory`` (peak RSS and the
-fresh-process runner), ``attention`` (the attention cases and issue 10's training goals),
-``tables`` (what the command prints); here, ``run`` and its ``Result``. The command line is
+interleaved-median harness), ``peers`` (the transformers, rotary-embedding-torch, Liger-Kernel
+and flash-attn adapters), ``rotary`` (the rotary cases, their candidates, the rotary goals),
+``memory`` (peak RSS and the fresh-process runner), ``attention`` (the attention cases and issue
+10's training goals), ``tables`` (what the command prints); here, ``run`` and its ``Result``. The command line is
 ``posenc/commands/bench.py``. Nothing here is imported by ``import posenc``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -45,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 
 from posenc import environment
 from posenc.bench.attention import attention_specs, run_attention_case
-from posenc.bench.profiles import PROFILES, WHATS
+from posenc.bench.profiles import DEVICES, PROFILES, WHATS
 from posenc.bench.rotary import bench_rotary_case, rotary_cases, rotary_goals
 
 
@@ -60,12 +68,17 @@ class Result:
 
 def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: int | None = None,
         progress: Callable[[str], None] | None = None, lengths: tuple[int, ...] | None = None,
-        schemes: tuple[str, ...] | None = None) -> Result:
+        schemes: tuple[str, ...] | None = None, device: str = "cpu") -> Result:
     """Runs the benchmark. ``threads`` sets torch's intra-op threads (default: torch's own);
     ``progress`` gets one line per finished case; ``lengths``/``schemes`` replace the profile's
-    attention lengths and schemes."""
+    attention lengths and schemes; ``device``: "cpu", or "cuda"/"cuda:N" for the rotary part
+    (``DEVICES``). The meta is ``environment.capture(device)``, the profile and the date."""
     import torch
 
+    kind = torch.device(device).type
+    refused = [w for w in what if kind not in DEVICES[w]]
+    if refused:
+        raise ValueError(f"{', '.join(refused)} runs on {' or '.join(DEVICES[refused[0]])} only, not on {device!r}")
     profile = PROFILES[profile_name]
     before = torch.get_num_threads()
     if threads:
@@ -73,11 +86,14 @@ def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: i
     start = time.perf_counter()
     say = progress or (lambda line: None)
     try:
-        result = Result(profile=profile_name, meta={**environment.capture(), "profile": asdict(profile)})
+        result = Result(profile=profile_name, meta={"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                                    **environment.capture(device), "profile": asdict(profile)})
         if "rotary" in what:
-            for case in rotary_cases(profile):
-                result.rotary.append(bench_rotary_case(case, profile))
-                say(f"{time.perf_counter() - start:6.1f} s  rotary {case.label}")
+            # cuda:N is made the current device: Triton kernels (Liger-Kernel's among them) launch there
+            with torch.cuda.device(torch.device(device)) if kind == "cuda" else contextlib.nullcontext():
+                for case in rotary_cases(profile, device):
+                    result.rotary.append(bench_rotary_case(case, profile, device))
+                    say(f"{time.perf_counter() - start:6.1f} s  rotary {case.label}")
             result.rotary_goals = rotary_goals(result.rotary)
         if "attention" in what:
             for spec in attention_specs(profile, threads, lengths=lengths, schemes=schemes):

@@ -1,11 +1,13 @@
 """Sizes and repeats of a ``posenc bench`` run: ``Profile`` and the named ``PROFILES`` (full, quick),
-and what the command can time (``WHATS``), at which dtypes and layouts."""
+and what the command can time (``WHATS``), at which dtypes and layouts, on which devices
+(``DEVICES``: the attention cases measure peak resident memory, so they run on the CPU only)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 WHATS = ("rotary", "attention")
+DEVICES = {"rotary": ("cpu", "cuda"), "attention": ("cpu",)}  # the device types each part runs on
 DTYPES = ("float32", "bfloat16")
 LAYOUTS = ("half", "interleaved")
 
@@ -15,6 +17,10 @@ class Profile:
     """Sizes and repeats of one benchmark run."""
 
     shapes: tuple[tuple[int, int, int, int], ...]  # (B, H, L, D) of the rotary cases
+    # ... and on a GPU also these: 4x32x4096x128 is 64M elements, so x and out (256 MB in bf16) are
+    # far past any GPU's L2 cache (50 MB on an H100/H200, 126 MB on a B200): copy_ is the HBM roofline
+    # there, where 1x32x4096x128 in bf16 (32 MB each) could partly stay in L2.
+    cuda_shapes: tuple[tuple[int, int, int, int], ...] = ((4, 32, 4096, 128),)
     # (B, H, L, D, offset) of the decoding-step cases: L tokens at positions offset..offset+L-1
     decode: tuple[tuple[int, int, int, int, int], ...] = ((8, 32, 1, 128, 4095),)
     dtypes: tuple[str, ...] = DTYPES

@@ -19,31 +19,59 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:.2f}"
 
 
+def _gb_s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}" if v >= 10 else f"{v:.2f}"
+
+
+# The rotary table's columns: (header, width, the cell from a row's times t, its bandwidth bw and
+# whether it is the forward line); a column marked optional is shown only when some row has it.
+_ROTARY_COLUMNS = [
+    ("copy_", 7, False, lambda t, bw, fwd: _ms(t.get("copy_"))),
+    ("clone", 7, False, lambda t, bw, fwd: _ms(t.get("clone"))),
+    ("out=", 7, False, lambda t, bw, fwd: _ms(t.get("posenc_out"))),
+    ("apply", 7, False, lambda t, bw, fwd: _ms(t.get("posenc_apply"))),
+    ("module", 7, False, lambda t, bw, fwd: _ms(t.get("posenc"))),
+    ("cos/sin", 7, False, lambda t, bw, fwd: _ms(t.get("posenc_cos_sin"))),
+    ("HF", 7, False, lambda t, bw, fwd: _ms(t.get("transformers"))),
+    ("RET", 7, False, lambda t, bw, fwd: _ms(t.get("rotary_embedding_torch"))),
+    ("Liger", 7, True, lambda t, bw, fwd: _ms(t.get("liger_kernel"))),
+    ("FA", 7, True, lambda t, bw, fwd: _ms(t.get("flash_attn"))),
+    ("step", 7, False, lambda t, bw, fwd: _ms(t.get("posenc_step"))),
+    ("HFstep", 7, False, lambda t, bw, fwd: _ms(t.get("transformers_step"))),
+    ("cp_GB/s", 7, False, lambda t, bw, fwd: _gb_s(bw.get("copy_") if fwd else None)),
+    ("out_GB/s", 8, False, lambda t, bw, fwd: _gb_s(bw.get("posenc_out") if fwd else None)),
+    ("out/cp_", 7, False, lambda t, bw, fwd: _ratio(t.get("posenc_out"), t.get("copy_"))),
+    ("ap/cl", 6, False, lambda t, bw, fwd: _ratio(t.get("posenc_apply"), t.get("clone"))),
+    ("HF/pe", 6, False, lambda t, bw, fwd: _ratio(t.get("transformers"), t.get("posenc"))),
+    ("RET/pe", 6, False, lambda t, bw, fwd: _ratio(t.get("rotary_embedding_torch"), t.get("posenc"))),
+    ("LG/ap", 6, True, lambda t, bw, fwd: _ratio(t.get("liger_kernel"), t.get("posenc_apply"))),
+    ("FA/ap", 6, True, lambda t, bw, fwd: _ratio(t.get("flash_attn"), t.get("posenc_apply"))),
+    ("HFst/st", 7, False, lambda t, bw, fwd: _ratio(t.get("transformers_step"), t.get("posenc_step"))),
+]
+_OPTIONAL_NEEDS = {"Liger": "liger_kernel", "FA": "flash_attn", "LG/ap": "liger_kernel", "FA/ap": "flash_attn"}
+
+
 def rotary_table(rows: list[dict]) -> str:
-    """One line per case and pass: times in ms, then the ratios the goals are stated in.
+    """One line per case and pass: times in ms, the bandwidth of ``copy_`` and ``out=`` (forward,
+    GB/s), then the ratios the goals are stated in.
 
     ``out/cp_`` = ``apply_rotary(out=)`` ÷ ``copy_`` into warm memory (the roofline);
     ``ap/cl`` = allocating ``apply_rotary`` ÷ ``clone()`` (the cost of allocation);
     ``HF/pe``, ``RET/pe`` = peer ÷ posenc's module forward (> 1: posenc is faster);
+    ``LG/ap``, ``FA/ap`` = Liger-Kernel's, flash-attn's kernel (cos/sin given) ÷ posenc's
+    ``apply_rotary`` (cos/sin given; > 1: posenc is faster), shown where they ran (CUDA);
     ``HFst/st`` = transformers' decoding step ÷ posenc's (per tensor; > 1: posenc is faster).
     """
-    head = (f"{'case':<34} {'pass':<7} {'copy_':>7} {'clone':>7} {'out=':>7} {'apply':>7} {'module':>7} "
-            f"{'cos/sin':>7} {'HF':>7} {'RET':>7} {'step':>7} {'HFstep':>7} {'out/cp_':>7} {'ap/cl':>6} {'HF/pe':>6} "
-            f"{'RET/pe':>6} {'HFst/st':>7}")
+    present = {n for row in rows for t in row["seconds"].values() for n in t}
+    columns = [c for c in _ROTARY_COLUMNS if not c[2] or _OPTIONAL_NEEDS[c[0]] in present]
+    head = f"{'case':<34} {'pass':<7} " + " ".join(f"{name:>{width}}" for name, width, _, _ in columns)
     lines = [head, "-" * len(head)]
     for row in rows:
+        bw = row.get("bandwidth_gb_s", {})
         for pass_, t in row["seconds"].items():
-            short = "fwd" if pass_ == "forward" else "fwd+bwd"
-            pe = t.get("posenc")
-            lines.append(
-                f"{row['label']:<34} {short:<7} {_ms(t.get('copy_')):>7} {_ms(t.get('clone')):>7} "
-                f"{_ms(t.get('posenc_out')):>7} {_ms(t.get('posenc_apply')):>7} {_ms(pe):>7} "
-                f"{_ms(t.get('posenc_cos_sin')):>7} {_ms(t.get('transformers')):>7} "
-                f"{_ms(t.get('rotary_embedding_torch')):>7} {_ms(t.get('posenc_step')):>7} "
-                f"{_ms(t.get('transformers_step')):>7} {_ratio(t.get('posenc_out'), t.get('copy_')):>7} "
-                f"{_ratio(t.get('posenc_apply'), t.get('clone')):>6} {_ratio(t.get('transformers'), pe):>6} "
-                f"{_ratio(t.get('rotary_embedding_torch'), pe):>6} "
-                f"{_ratio(t.get('transformers_step'), t.get('posenc_step')):>7}")
+            fwd = pass_ == "forward"
+            cells = " ".join(f"{cell(t, bw, fwd):>{width}}" for _, width, _, cell in columns)
+            lines.append(f"{row['label']:<34} {'fwd' if fwd else 'fwd+bwd':<7} {cells}")
     return "\n".join(lines)
 
 
@@ -67,9 +95,13 @@ def attention_table(rows: list[dict]) -> str:
 def report(result: Result) -> str:
     """The tables ``posenc bench`` prints."""
     meta = result.meta
-    parts = [f"posenc bench ({result.profile}): torch {meta.get('torch')}, {meta.get('torch_threads')} threads, "
-             f"{meta.get('cpus')} CPUs, load {meta['load_avg'][0]:.2f} -> {meta['load_avg_end'][0]:.2f}, "
-             f"{meta['wall_s']:.0f} s"]
+    on = ""
+    if meta.get("device_name"):
+        on = (f" on {meta['device_name']} ({meta.get('device')}, CUDA {meta.get('cuda')}, Triton {meta.get('triton')}, "
+              f"liger-kernel {meta.get('liger-kernel')}, flash-attn {meta.get('flash-attn')})")
+    parts = [f"posenc bench ({result.profile}, {meta.get('date')}){on}: torch {meta.get('torch')}, "
+             f"{meta.get('torch_threads')} threads, {meta.get('cpus')} CPUs, load {meta['load_avg'][0]:.2f} -> "
+             f"{meta['load_avg_end'][0]:.2f}, {meta['wall_s']:.0f} s"]
     if max(meta["load_avg"][0], meta["load_avg_end"][0]) > (meta.get("cpus") or 1):
         parts.append("warning: the load exceeds the CPUs; other processes compete, so compare the "
                      "ratios within this run, not the times")
@@ -81,7 +113,12 @@ def report(result: Result) -> str:
                   "transformers apply_rotary_pos_emb (cos/sin precomputed), RET = rotary-embedding-torch; "
                   "HF/pe > 1: posenc's module is faster; step / HFstep = a decoding step's rotary work "
                   "per tensor (posenc: the module on q and k; transformers: LlamaRotaryEmbedding from "
-                  "position ids, then apply_rotary_pos_emb on q and k):",
+                  "position ids, then apply_rotary_pos_emb on q and k); GB/s = bytes of x read and of "
+                  "out written per second (forward)"
+                  + (". On the GPU copy_ is the HBM roofline; Liger = Liger-Kernel's LigerRopeFunction (q and k, "
+                     "in place, per tensor), FA = flash-attn's apply_rotary_emb, each on its own layout, made "
+                     "outside the timing, with cos/sin given; LG/ap, FA/ap > 1: posenc's apply_rotary is faster:"
+                     if meta.get("device_name") else ":"),
                   rotary_table(result.rotary), *rotary_goal_lines(result.rotary)]
         missing = {f"{k}: {v}" for r in result.rotary for k, v in r["missing"].items() if "n/a" not in v}
         parts += [f"missing peer: {m}" for m in sorted(missing)]

@@ -11,13 +11,40 @@ from pathlib import Path
 from posenc.cli import CLIError
 
 
-def _what(value: str) -> tuple[str, ...]:
-    from posenc.bench.profiles import WHATS
+def _device(value: str) -> str:
+    """``cpu``, or ``cuda`` / ``cuda:N`` when torch sees that CUDA device."""
+    import re
 
+    if value == "cpu":
+        return value
+    match = re.fullmatch(r"cuda(?::(\d+))?", value)
+    if match is None:
+        raise CLIError(f"--device must be cpu, cuda or cuda:N; got {value!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise CLIError(f"--device {value}: no CUDA device is available (torch {torch.__version__} sees none)")
+    count = torch.cuda.device_count()
+    if match.group(1) is not None and int(match.group(1)) >= count:
+        raise CLIError(f"--device {value}: no such CUDA device ({count} available: cuda:0 to cuda:{count - 1})")
+    return value
+
+
+def _what(value: str | None, device: str) -> tuple[str, ...]:
+    """The parts to run; by default every part that runs on ``device`` (``DEVICES``)."""
+    from posenc.bench.profiles import DEVICES, WHATS
+
+    kind = device.split(":")[0]
+    if value is None:
+        return tuple(w for w in WHATS if kind in DEVICES[w])
     parts = tuple(p.strip() for p in value.split(",") if p.strip())
     bad = [p for p in parts if p not in WHATS]
     if bad or not parts:
         raise CLIError(f"--what must be a comma-separated list of {', '.join(WHATS)}; got {value!r}")
+    for part in parts:
+        if kind not in DEVICES[part]:
+            raise CLIError(f"--what {part} runs on {' or '.join(DEVICES[part])} only for now (its peak memory is "
+                           f"the process's resident memory), not on --device {device}; use --what rotary")
     return parts
 
 
@@ -47,7 +74,8 @@ def bench(args: argparse.Namespace) -> int:
     from posenc.bench import run
     from posenc.bench.tables import report
 
-    what = _what(args.what)
+    device = _device(args.device)
+    what = _what(args.what, device)
     lengths, schemes = _lengths(args.lengths), _schemes(args.schemes)
     if args.json is not None and Path(args.json).is_dir():
         raise CLIError(f"--json must be a file path, got the directory {args.json!r}")
@@ -59,7 +87,7 @@ def bench(args: argparse.Namespace) -> int:
         path.touch()
     result = run(what, "quick" if args.quick else "full", threads=args.threads,
                  progress=lambda line: print(f"  done: {line}", file=sys.stderr, flush=True),
-                 lengths=lengths, schemes=schemes)
+                 lengths=lengths, schemes=schemes, device=device)
     print(report(result))
     if args.json is not None:
         path = Path(args.json)
@@ -72,12 +100,16 @@ def bench(args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="time rotary and attention against the peers and a same-size copy",
                        description="Times posenc's rotary module and bias attention against the peers "
-                                   "(transformers, rotary-embedding-torch), a same-size copy (the memory "
-                                   "roofline) and plain SDPA; peak memory from a fresh process per case.")
+                                   "(transformers, rotary-embedding-torch; on CUDA also Liger-Kernel and "
+                                   "flash-attn), a same-size copy (the memory roofline) and plain SDPA; peak "
+                                   "memory from a fresh process per case.")
     p.add_argument("--quick", action="store_true", help="fewer cases and repeats (about 2 minutes)")
     p.add_argument("--json", metavar="FILE", help="also write every measurement to FILE as JSON")
-    p.add_argument("--what", default="rotary,attention", metavar="LIST",
-                   help="comma-separated: rotary, attention (default: both)")
+    p.add_argument("--what", metavar="LIST",
+                   help="comma-separated: rotary, attention (default: both on the CPU, rotary on CUDA)")
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="cpu (default), or cuda / cuda:N: the rotary cases on the GPU, posenc's Triton kernel "
+                        "against copy_ (the HBM roofline) and Liger-Kernel's and flash-attn's rotary if installed")
     p.add_argument("--lengths", metavar="LIST",
                    help="attention lengths, comma-separated (default: the profile's); each also gets a "
                         "forward+backward case up to 32768")

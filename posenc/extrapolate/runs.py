@@ -45,9 +45,9 @@ class Context:
 
 
 def _environment(ctx: Context) -> dict[str, Any]:
-    """The record's ``env``: ``posenc.environment.capture()`` and how this run was spread."""
-    return {**environment.capture(), "device": str(ctx.dist.device), "world_size": ctx.dist.world,
-            "threads": ctx.threads, "jobs": ctx.jobs}
+    """The record's ``env``: ``posenc.environment.capture(device)`` and how this run was spread."""
+    return {**environment.capture(ctx.dist.device), "world_size": ctx.dist.world, "threads": ctx.threads,
+            "jobs": ctx.jobs}
 
 
 def _bar(ctx: Context, total: int, desc: str):
