@@ -29,6 +29,8 @@ Notation: B sequences, H heads, L length, D head dim, R = rotary_dim / 2, T pack
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -99,13 +101,15 @@ def _launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Te
     grid = (triton.cdiv(max(seqlen, 1), BLOCK_L), heads, nseq)
     rest = x.shape[-1] - 2 * rh
     dummy = cos  # an unused pointer argument must still be a tensor
-    _rotary_kernel[grid](
-        x, out, cos, sin, dummy if offsets is None else offsets, dummy if cu_seqlens is None else cu_seqlens,
-        seqlen, rh, x.shape[-1], cos.shape[1],
-        sxb, sxh, sxl, sob, soh, sol, scb, cos.stride(1),
-        INTERLEAVED=layout == "interleaved", CONJUGATE=conjugate, PACKED=packed,
-        HAS_OFFSETS=offsets is not None, COPY_REST=rest > 0 and out is not x,
-        BLOCK_L=BLOCK_L, BLOCK_R=triton.next_power_of_2(rh), BLOCK_REST=triton.next_power_of_2(max(rest, 1)))
+    # Triton launches on the current device: make it x's (a tensor on another GPU than the current one)
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+        _rotary_kernel[grid](
+            x, out, cos, sin, dummy if offsets is None else offsets, dummy if cu_seqlens is None else cu_seqlens,
+            seqlen, rh, x.shape[-1], cos.shape[1],
+            sxb, sxh, sxl, sob, soh, sol, scb, cos.stride(1),
+            INTERLEAVED=layout == "interleaved", CONJUGATE=conjugate, PACKED=packed,
+            HAS_OFFSETS=offsets is not None, COPY_REST=rest > 0 and out is not x,
+            BLOCK_L=BLOCK_L, BLOCK_R=triton.next_power_of_2(rh), BLOCK_REST=triton.next_power_of_2(max(rest, 1)))
     return out
 
 
