@@ -46,7 +46,8 @@ BLOCK_Q·BLOCK_K`` elements, with the scheme's temporaries for that block) lives
 Causal attention skips the key blocks entirely above the diagonal and masks only those that cross
 it. The bias is computed per block by the scheme's own ``score_fn`` (the function that also
 builds the full map and FlexAttention's ``score_mod``), in float64 and then cast, so the three
-paths cannot drift.
+paths cannot drift; the forward, which needs no graph, asks the scheme's ``block_fn``, which is
+``score_fn`` too except where a scheme has a faster form held to the same reference (FIRE).
 
 Notation used for tensor shapes: B batch, H heads, Lq/Lk query/key lengths, D head dim, Dv value
 head dim, c/n the rows/columns of a block.
@@ -95,7 +96,7 @@ class _Bias:
         self.value_fn = getattr(pe, "value_term", None)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
         self.qpos, self.kpos = as_working(q_positions), as_working(k_positions)
-        self.fn = self.table = None
+        self.fn = self.block = self.table = None
         # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only; the table of
         # differences needs integer positions
         self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
@@ -106,6 +107,7 @@ class _Bias:
         if not isinstance(self.pe, BiasEncoding):
             return
         self.fn = self.pe.score_fn()
+        self.block = self.pe.block_fn()
         self.heads = torch.arange(self.pe.num_heads, device=self.qpos.device).view(-1, 1, 1)  # (H, 1, 1)
         if self.toeplitz:
             lq, lk = self.lq, self.lk
@@ -130,6 +132,13 @@ class _Bias:
         if self.fn is not None:  # float64 bias, cast once to the score dtype (not the module's)
             return self.fn(self.heads, qp.unsqueeze(-1).unsqueeze(-3), kp.unsqueeze(-2).unsqueeze(-3)).to(self.work)
         return self.pe(qp, kp).to(self.work)  # (H, c, n) or (B, H, c, n)
+
+    def values(self, qs: int, qe: int, ks: int, ke: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """The block's bias without a graph: the scheme's ``block_fn`` for a bias kind (the same values
+        up to rounding in the score dtype, faster for FIRE), else as ``__call__``."""
+        if self.block is not None:
+            return self.block(self.qpos[..., qs:qe], self.kpos[..., ks:ke], self.work)
+        return self(qs, qe, ks, ke, q, k)
 
     def value_term(self, p: torch.Tensor, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor | None:
         """Shaw's ``Σ_j p_ij a^V_ij`` for the block's weights ``p [B, H, c, n]``; None for other schemes."""
@@ -208,7 +217,7 @@ def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, 
         for ks in range(0, _key_end(qe, lk, shift, causal), block_k):
             ke = min(ks + block_k, _key_end(qe, lk, shift, causal))
             s = torch.matmul(qb_scaled, kt[..., ks:ke])  # (B, H, c, n)
-            s += bias(qs, qe, ks, ke, qb, k[:, :, ks:ke])
+            s += bias.values(qs, qe, ks, ke, qb, k[:, :, ks:ke])
             if causal:
                 s = _masked(s, qs, ks, shift)
             block_max = s.amax(-1, keepdim=True)  # (B, H, c, 1)
@@ -328,7 +337,7 @@ class _BlockwiseAttention(torch.autograd.Function):
                             bias_b = bias(qs, qe, ks, ke, qb, kb)
                     bias_value = bias_b.detach()
                 else:
-                    bias_value = bias(qs, qe, ks, ke, qb, kb)
+                    bias_value = bias.values(qs, qe, ks, ke, qb, kb)
                 s = torch.matmul(qb_scaled, kb.transpose(-1, -2)) + bias_value  # (B, H, c, n)
                 if causal and not rev:
                     s = _masked(s, qs, ks, shift)
