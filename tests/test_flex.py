@@ -114,7 +114,7 @@ def test_a_query_far_from_every_key_agrees_on_every_backend(dtype, position):
     largest = float(ref.alibi_slopes(4).max()) * position
     tol = (tolerance(torch.float32, largest) + tolerance(dtype)) * float(v.abs().max())
     with torch.no_grad():
-        for backend in ("materialize", "chunked", "flex"):
+        for backend in ("materialize", "chunked", "flex", "blockwise"):
             out = posenc.attention(q, k, v, pe, q_positions=qp, k_positions=kp, causal=True, backend=backend)
             err = float(np.abs(out.double().numpy() - expected).max())
             assert err <= tol, f"{backend}: error {err:.3g} > {tol:.3g}"
