@@ -212,13 +212,14 @@ def _flex_first(q) -> bool:
     On the CPU, eager, ``blockwise`` was faster for every bias scheme at every length measured
     (time ÷ causal SDPA without a bias, flex / blockwise; causal, B=1, 8 heads, head_dim 64,
     float32, one thread, on a shared 2-core machine; up to 8192 in one process, interleaved,
-    flex after its compiling call; 32768 in fresh processes, as ``posenc bench`` runs them):
+    flex after its compiling call; 32768 in fresh processes, as ``posenc bench`` runs them, the
+    range over a quiet and a loaded run):
 
-        L        ALiBi         T5            KERPLE        FIRE
-        1024     2.37 / 1.09   2.37 / 1.12   3.03 / 1.08    8.69 / 2.08
-        2048     2.87 / 1.19   3.12 / 1.09   3.70 / 1.24    9.99 / 2.39
-        8192     3.00 / 1.19   3.27 / 1.17   4.19 / 1.09   10.96 / 1.73
-        32768    2.7  / 1.1    2.7  / 1.2    3.7  / 0.8    13   / 1.5
+        L        ALiBi             T5                KERPLE            FIRE
+        1024     2.37 / 1.09       2.37 / 1.12       3.03 / 1.08        8.69 / 2.08
+        2048     2.87 / 1.19       3.12 / 1.09       3.70 / 1.24        9.99 / 2.39
+        8192     3.00 / 1.19       3.27 / 1.17       4.19 / 1.09       10.96 / 1.73
+        32768    2.5–2.9 / 1.1–1.2 2.6–2.9 / 1.2–1.3 3.6–4.2 / 0.8–1.4  10–14 / 1.5–1.7
 
     so ``auto`` takes no length threshold there.
     """
