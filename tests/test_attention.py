@@ -95,7 +95,7 @@ def test_backends_match_reference(name, backend, monkeypatch):
     monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 100)  # auto: choose another path
     pe = _pe(name)
     q, k, v = _qkv(pe, lq=10, lk=23)
-    q.requires_grad_(backend == "auto")  # auto then takes the chunked path (flex has its own test)
+    q.requires_grad_(backend == "auto")  # auto then takes blockwise (as it does without grad on the CPU)
     for causal in (False, True):
         _check(pe, q, k, v, causal=causal, backend=backend, q_positions=torch.arange(13, 23) + 5,
                k_positions=torch.arange(23) + 5)

@@ -61,8 +61,12 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
 
     methods = {(r["pass"], r["scheme"], r["method"]) for r in data["attention"]}
     assert methods == {("forward", "none", "sdpa_floor"), ("forward", "alibi", "posenc"),
-                       ("forward", "alibi", "blockwise"), ("forward+backward", "none", "sdpa_floor"),
+                       ("forward", "alibi", "flex"), ("forward+backward", "none", "sdpa_floor"),
                        ("forward+backward", "fire", "posenc")}
+    chosen = {(r["pass"], r["method"]): r.get("backend") for r in data["attention"] if r["scheme"] != "none"}
+    assert chosen == {("forward", "posenc"): "materialize", ("forward", "flex"): None,  # 8 x 48^2 scores: small
+                      ("forward+backward", "posenc"): "materialize"}
+    assert "posenc (materialize)" in out
     assert "goal (fwd+bwd L=8192, peak under 2.0 GB): not measured" in out
     for r in data["attention"]:
         assert "error" not in r, r
@@ -73,7 +77,7 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
 def test_bench_lengths_and_schemes_replace_the_profiles(tiny, capsys):
     specs = attention_specs(TINY, lengths=(40, 50000), schemes=("kerple",))
     cases = {(s["pass"], s["length"], s["scheme"], s["method"]) for s in specs}
-    assert ("forward+backward", 40, "kerple", "posenc") in cases and ("forward", 50000, "kerple", "blockwise") in cases
+    assert ("forward+backward", 40, "kerple", "posenc") in cases and ("forward", 50000, "kerple", "flex") in cases
     assert not any(s["pass"] == "forward+backward" and s["length"] == 50000 for s in specs)  # over TRAIN_LIMIT
     assert all(s["memory_cap_gb"] == TINY.memory_cap_gb for s in specs)
 

@@ -138,6 +138,36 @@ def test_auto_takes_blockwise_when_gradients_are_needed_and_the_map_is_large(mon
     assert calls == ["kerple"]
 
 
+def test_auto_takes_blockwise_for_a_forward_on_the_cpu(monkeypatch):
+    """Without gradients, past the materialize size, an eager CPU call takes blockwise for every
+    bias scheme (faster than FlexAttention there: ``posenc.attn._flex_first``); with
+    ``document_ids``, which blockwise does not take, FlexAttention; off the CPU, FlexAttention."""
+    calls = []
+    real = posenc.attn.blockwise_attention
+
+    def spy(*args, **kwargs):
+        calls.append(args[3].name)
+        return real(*args, **kwargs)
+
+    def flex(*args, **kwargs):
+        calls.append("flex")
+        return None  # as when compiling is unavailable: the call goes on to chunked
+
+    monkeypatch.setattr(posenc.attn, "blockwise_attention", spy)
+    monkeypatch.setattr(posenc.attn, "_flex", flex)
+    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 100)
+    names = schemes_of_kind("bias")
+    q, k, v = (torch.randn(1, 4, 130, 8) for _ in range(3))  # documents: flex from 128 keys (attn.FLEX_BLOCK)
+    with torch.no_grad():
+        for name in names:
+            posenc.attention(q, k, v, small_module(name), causal=True)
+        assert calls == names
+        posenc.attention(q, k, v, small_module("alibi"), causal=True, document_ids=torch.arange(130) // 50)
+        assert calls == [*names, "flex"]
+        meta = q.to("meta")
+        assert posenc.attn._choose_backend("auto", meta, meta, meta, small_module("alibi")) == "flex"
+
+
 def test_antidiagonal_sums():
     x = torch.randn(2, 5, 7, dtype=torch.float64)
     want = torch.zeros(2, 11, dtype=torch.float64)

@@ -46,7 +46,7 @@ def loop():
 @pytest.mark.slow
 @pytest.mark.xdist_group("compile")
 def test_many_lengths_then_a_long_flex_call_keeps_memory_bounded(loop):
-    """12 distinct lengths (past dynamo's recompile limit of 8), then L=6144 on auto (flex): its
+    """12 distinct lengths (past dynamo's recompile limit of 8), then L=6144 on flex: its
     peak adds less than 150 MB; a path that builds the 4 x 6144^2 float32 scores adds >= 604 MB
     (today's eager fallback after the limit: 5 GB), and no call fell back to chunked."""
     assert loop["peak"] - loop["before"] < 150 << 20, loop
@@ -86,9 +86,9 @@ def test_a_case_that_cannot_compile_runs_chunked_and_warns_once(monkeypatch):
 # -- 2: every dtype on every route ------------------------------------------------------------
 
 def test_auto_takes_float64_at_any_length(monkeypatch):
-    """float64 past the materialize size goes to chunked (CPU FlexAttention has no float64),
+    """float64 past the materialize size goes to blockwise (CPU FlexAttention has no float64),
     with and without grad mode; flex asked for by name refuses it by name."""
-    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 100)  # auto would pick flex for float32
+    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 100)  # too large to materialize
     pe = small_module("alibi").double()
     q, k, v = _qkv(9, 23, dtype=torch.float64)
     expected = attention_reference(q, k, v, pe, causal=True)
@@ -114,7 +114,7 @@ def test_a_query_far_from_every_key_agrees_on_every_backend(dtype, position):
     largest = float(ref.alibi_slopes(4).max()) * position
     tol = (tolerance(torch.float32, largest) + tolerance(dtype)) * float(v.abs().max())
     with torch.no_grad():
-        for backend in ("materialize", "chunked", "flex"):
+        for backend in ("materialize", "chunked", "flex", "blockwise"):
             out = posenc.attention(q, k, v, pe, q_positions=qp, k_positions=kp, causal=True, backend=backend)
             err = float(np.abs(out.double().numpy() - expected).max())
             assert err <= tol, f"{backend}: error {err:.3g} > {tol:.3g}"
@@ -126,8 +126,8 @@ def test_a_query_far_from_every_key_agrees_on_every_backend(dtype, position):
 @pytest.mark.xdist_group("compile")
 @pytest.mark.parametrize("name", ["alibi", "t5", "kerple", "fire"])
 def test_attention_compiles_on_the_flex_path(name, monkeypatch):
-    """1 x 4 x 1040 x 1040 scores (> MATERIALIZE_ELEMENTS): auto picks flex, and the chunked
-    backend is never reached while tracing."""
+    """1 x 4 x 1040 x 1040 scores (> MATERIALIZE_ELEMENTS): under the caller's compile auto picks
+    flex (eagerly on the CPU it picks blockwise), and the chunked backend is never reached while tracing."""
     torch._dynamo.reset()  # a fresh compile of this function; the flex path itself needs no reset
     pe = small_module(name, hidden=2) if name == "fire" else small_module(name)  # FIRE's compile time grows with hidden
     q, k, v = _qkv(1040, 1040)
@@ -142,7 +142,11 @@ def test_attention_compiles_on_the_flex_path(name, monkeypatch):
         def no_chunked(*args, **kw):
             raise AssertionError("the chunked backend was taken")
 
+        def no_blockwise(*args, **kw):
+            raise AssertionError("the blockwise backend was taken")
+
         monkeypatch.setattr(posenc.attn, "_chunked", no_chunked)
+        monkeypatch.setattr(posenc.attn, "blockwise_attention", no_blockwise)
         out = torch.compile(attend, fullgraph=True)(q, k, v)
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
 

@@ -62,6 +62,28 @@ def test_bias_matches_reference_far_apart_batched(key, dtype):
     assert_close(out, m.reference(qp.numpy(), kp.numpy()), what=f"{key} at {dtype}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_fire_blocks_without_gradient_match_the_reference(dtype):
+    """``block_fn`` (blockwise's forward: the MLP as one matrix product over the hinges that a
+    block's inputs reach) against the float64 reference: the diagonal (inputs from 0 to 1, across
+    every breakpoint inside), a single pair (no hinge), batched positions far apart, real positions.
+    Rounding of x and of each affine term: a few eps times the MLP's terms at |x| <= 1."""
+    m = build("fire").double()
+    w1, b1 = m.mlp[0].weight.detach().flatten(), m.mlp[0].bias.detach()
+    w2, b2 = m.mlp[2].weight.detach(), m.mlp[2].bias.detach()
+    with torch.no_grad():
+        b1.copy_(-w1 * torch.linspace(-0.5, 1.5, len(w1), dtype=torch.float64))  # breakpoints: 8 in (0, 1)
+    magnitude = float((b2.abs() + w2.abs() @ (w1.abs() + b1.abs())).max())
+    real = torch.arange(30, dtype=torch.float64)
+    blocks = [(torch.arange(300), torch.arange(300)), (torch.tensor([5000]), torch.tensor([1234])),
+              (batched_positions(40, shift=9), batched_positions(50)), (real * 0.5 + 0.25, real[:20] * 1.5)]
+    fn = m.block_fn()
+    for qp, kp in blocks:
+        out = fn(qp, kp, dtype)
+        assert out.dtype == dtype
+        assert_close(out, m.reference(qp.numpy(), kp.numpy()), magnitude=magnitude, what=f"{list(qp.shape)}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("key", RELATIVE)
 def test_relative_matches_reference_far_apart_batched(key, dtype):

@@ -19,7 +19,7 @@ Cases:
   (its cache warmed); forward and forward+backward. Plus a decoding step: one token per sequence
   at a position offset (``Profile.decode``), where per-call overhead, not memory, decides.
 - ``attention``: the bias schemes through ``posenc.attention`` (auto backend, and
-  ``backend="blockwise"``), a materialized bias map + SDPA, and plain causal SDPA (the floor);
+  ``backend="flex"``), a materialized bias map + SDPA, and plain causal SDPA (the floor);
   forward, and (up to ``train_max``) forward+backward with gradients for q, k, v and the scheme's
   parameters. Each case runs in a fresh subprocess, its address space capped at
   ``memory_cap_gb`` (``RLIMIT_AS``), so that its peak RSS is its own (see

@@ -35,7 +35,7 @@ class Profile:
     # A materialized [H, L, L] bias (built in float64, then cast and masked) peaked at 6.9 GB
     # at L=8192 (13 bytes per score); 16384 would need ~28 GB. 8192 is safe on 24 GB.
     materialize_max: int = 8192
-    attention_repeats: int = 1  # posenc (flex) calls timed after the first, which compiles
+    attention_repeats: int = 1  # flex calls timed after the first, which compiles
     # forward+backward cases (issue 10's training goals) at the lengths up to train_max
     train_schemes: tuple[str, ...] = ("alibi", "t5", "kerple", "fire")
     train_max: int = 32768

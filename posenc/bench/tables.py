@@ -77,16 +77,17 @@ def rotary_table(rows: list[dict]) -> str:
 
 def attention_table(rows: list[dict]) -> str:
     """One line per pass, scheme, method and length: time, first call, peak RSS and its baselines."""
-    head = (f"{'pass':<7} {'scheme':<6} {'method':<12} {'L':>6} {'time s':>8} {'1st s':>7} {'peak GB':>8} "
+    head = (f"{'pass':<7} {'scheme':<6} {'method':<18} {'L':>6} {'time s':>8} {'1st s':>7} {'peak GB':>8} "
             f"{'import GB':>9} {'inputs GB':>9} {'x floor':>7}")
     lines = [head, "-" * len(head)]
     floor = {(pass_of(r), r["length"]): r.get("seconds") for r in rows if r["method"] == "sdpa_floor"}
     for r in rows:
         short = "fwd" if pass_of(r) == "forward" else "fwd+bwd"
+        method = r["method"] + (f" ({r['backend']})" if r.get("backend") else "")  # auto's choice
         if "error" in r:
-            lines.append(f"{short:<7} {r['scheme']:<6} {r['method']:<12} {r['length']:>6} error: {r['error']}")
+            lines.append(f"{short:<7} {r['scheme']:<6} {method:<18} {r['length']:>6} error: {r['error']}")
             continue
-        lines.append(f"{short:<7} {r['scheme']:<6} {r['method']:<12} {r['length']:>6} {r['seconds']:>8.3f} "
+        lines.append(f"{short:<7} {r['scheme']:<6} {method:<18} {r['length']:>6} {r['seconds']:>8.3f} "
                      f"{r['first_s']:>7.2f} {r['peak_rss_gb']:>8.2f} {r['rss_after_import_gb']:>9.2f} "
                      f"{r['rss_after_inputs_gb']:>9.2f} {_ratio(r['seconds'], floor.get((pass_of(r), r['length']))):>7}")
     return "\n".join(lines)
@@ -124,9 +125,9 @@ def report(result: Result) -> str:
         parts += [f"missing peer: {m}" for m in sorted(missing)]
     if result.attention:
         parts += ["", "Attention, causal float32, B=1, 8 heads, head_dim 64, fresh process per case (peak = "
-                  "VmHWM, with the interpreter and q/k/v; fwd posenc: auto (flex) after 9 calls at other lengths, "
-                  "time after its compiling first call; fwd+bwd posenc: auto (blockwise), gradients of q, k, v and "
-                  "the parameters):",
+                  "VmHWM, with the interpreter and q/k/v; posenc: backend auto, its choice in parentheses; fwd "
+                  "flex: backend='flex' after 9 calls at other lengths, time after its compiling first call; "
+                  "fwd+bwd: gradients of q, k, v and the parameters):",
                   attention_table(result.attention)]
         parts += [goal_line(result.attention), *training_goal_lines(result.attention)]
     return "\n".join(parts)

@@ -214,6 +214,24 @@ class BiasEncoding(PositionalEncoding):
     def score_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
+    def block_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]:
+        """``bias(q_pos [c] or [B, c], k_pos [n] or [B, n], dtype) -> [H, c, n]`` (``[B, H, c, n]``)
+        without gradient: the block of the bias that ``posenc.blockwise``'s forward adds to its scores.
+
+        By default ``score_fn`` at every head, in float64, cast to ``dtype``. A scheme may override
+        it with a faster form that is equal up to rounding in ``dtype`` (FIRE: its MLP as one matrix
+        product over the block's pieces); the backward, which needs the bias's graph, keeps
+        ``score_fn``. Made once per pass, like ``score_fn``.
+        """
+        fn = self.score_fn()
+        heads = torch.arange(self.num_heads, device=self.device).view(-1, 1, 1)  # (H, 1, 1)
+
+        def bias(q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+            with torch.no_grad():
+                return fn(heads, q_pos.unsqueeze(-1).unsqueeze(-3), k_pos.unsqueeze(-2).unsqueeze(-3)).to(dtype)
+
+        return bias
+
     def forward(self, q_positions: torch.Tensor, k_positions: torch.Tensor, *,
                 dtype: torch.dtype | None = None) -> torch.Tensor:
         """``[Lq]``, ``[Lk]`` -> ``[H, Lq, Lk]`` (``[B, H, Lq, Lk]`` if positions are ``[B, L]``).

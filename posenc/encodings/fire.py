@@ -26,6 +26,24 @@ as the MLP's: ``∂f_h/∂w1_u = w2_hu x`` when ``u`` is on, else 0), and each p
 pair exactly at a breakpoint has the same value on either side (ReLU is continuous). For one
 score at a time (FlexAttention's score_mod, which lowers only elementwise code) the MLP is
 unrolled over the hidden units. Both are held to the same reference.
+
+**Blocks without gradient** (``block_fn``, ``posenc.blockwise``'s forward) take a third form, in
+the score dtype, every head at once. The input ``x = ψ(|i − j|) · r_i`` (``r_i = 1 / (ψ(max(L,
+i)) + eps)``, computed per row in float64 and cast) does not depend on the head: one ``[c, n]``
+tensor per block. If the block's smallest and largest ``x`` lie on the segments ``lo`` and ``hi``,
+every ``x`` of the block lies on ``lo … hi``, and as ``f_h`` is continuous at each breakpoint
+``t_k`` (between segments ``k`` and ``k + 1``),
+
+    f_h(x) = α_lo,h x + β_lo,h + Σ_{k = lo}^{hi − 1} (α_{k+1,h} − α_{k,h}) relu(x − t_k),
+
+one matrix product ``[H, 1 + K] @ [1 + K, c·n]`` over ``x`` and its ``K = hi − lo`` hinges. Away
+from the diagonal a block's ``x`` spans a narrow range (``ψ`` is flat there): each breakpoint's
+curve ``x = t_k`` crosses ``O(L)`` of the ``O(L²)`` blocks, so the hinges per score fall as ``1/L``
+(default init, 8 breakpoints in ``[0, 1]``, blocks of 256 x 512: 0.33 per score at L = 32768,
+where 75% of the scores lie in blocks with none and 20% in blocks with one; 2.3 at 4096).
+Measured on one such block (one thread, 8 heads): ``x`` 0.9 ns per score and head, the affine
+part 0.6 ns, a hinge 0.3 ns, against 9.6 ns for SDPA's fused kernel on the block; the per-pair
+form (ψ in float64, α and β gathered per pair and head) cost 76 ns.
 """
 
 from __future__ import annotations
@@ -86,6 +104,38 @@ class Fire(BiasEncoding):
             breaks, alpha, beta = segments(w1, b1, w2, b2)
             segment = torch.searchsorted(breaks, x.detach().contiguous())  # breakpoints below each x
             return alpha[segment, h] * x + beta[segment, h]  # the MLP, affine on each segment
+
+        return bias
+
+    def block_fn(self):
+        f64 = torch.float64
+        with torch.no_grad():
+            c, L = self.interpolation()
+            first, second = self.mlp[0], self.mlp[2]
+            breaks, alpha, beta = self._segments(first.weight.to(f64).flatten(), first.bias.to(f64),
+                                                 second.weight.to(f64), second.bias.to(f64))
+            steps = alpha.diff(dim=0)  # (S − 1, H): α_{k+1} − α_k, the slope added at breakpoint k
+        cast: dict[torch.dtype, tuple[torch.Tensor, ...]] = {}  # the tables in each score dtype
+
+        def bias(q_pos, k_pos, dtype):
+            if dtype not in cast:
+                cast[dtype] = tuple(a.to(dtype) for a in (breaks, alpha, steps, beta, c))
+            t, a, da, b, c_ = cast[dtype]
+            h = b.shape[-1]
+            with torch.no_grad():
+                r = 1 / (torch.log1p(c * torch.maximum(q_pos.to(f64), L)) + EPS)  # (..., c) float64
+                x = (q_pos.unsqueeze(-1) - k_pos.unsqueeze(-2)).abs_().to(dtype)  # (..., c, n): |i − j|
+                x = x.mul_(c_).log1p_().mul_(r.to(dtype).unsqueeze(-1))  # the MLP's input
+                shape = (h, *x.shape)
+                if x.numel() == 0:
+                    return x.new_empty(shape).movedim(0, -3)
+                lo, hi = torch.searchsorted(t, torch.stack(torch.aminmax(x))).tolist()  # its segments
+                flat = x.view(1, -1)
+                out = torch.addmm(b[lo].unsqueeze(-1), a[lo].unsqueeze(-1), flat)  # (H, c·n)
+                if hi > lo:  # the hinges relu(x − t_k) of the breakpoints inside the block's range
+                    hinges = (flat - t[lo:hi].unsqueeze(-1)).clamp_min_(0)  # (K, c·n)
+                    out.addmm_(da[lo:hi].t(), hinges)
+                return out.view(shape).movedim(0, -3)  # (..., H, c, n)
 
         return bias
 
