@@ -18,7 +18,7 @@ from typing import Any
 
 from posenc._validate import check_choice
 from posenc.extrapolate.model import ARCHS, GPTConfig
-from posenc.extrapolate.tasks import TASKS
+from posenc.extrapolate.tasks import ALGORITHMIC, TASKS
 
 BENCH_VERSION = 2  # bump when the protocol changes, so old results are not reused
 PARTS = ("lm", "scaling", "tasks", "image", "time")
@@ -66,7 +66,7 @@ class ScalingSettings:
 class TaskSettings:
     model: GPTConfig = GPTConfig(vocab_size=32)
     train: TrainConfig = TrainConfig()
-    tasks: tuple[str, ...] = TASKS
+    tasks: tuple[str, ...] = ALGORITHMIC  # the tasks one model learns (posenc.extrapolate.tasks.TASKS)
     max_size: int = 8  # train on sizes 1..max_size (items, digits; passkey: 4n filler tokens)
     test_sizes: tuple[int, ...] = (8, 12, 16, 24, 32)  # evaluate at these sizes (the first is in-distribution)
     eval_examples: int = 200  # per task and size; the same examples for every scheme and seed
@@ -168,8 +168,9 @@ PROFILES: dict[str, Profile] = {
                       train=TrainConfig(steps=2000, batch_size=16), train_length=64,
                       multipliers=(1, 1.5, 2, 4, 8, 16), heldout_tokens=65_536, corpus_bytes=4_000_000),
         scaling=ScalingSettings(finetune_steps=200),
-        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=4, n_head=4, n_embd=128),
-                           train=TrainConfig(steps=4000, batch_size=64, lr=3e-3), max_size=10,
+        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=4, n_head=4, n_embd=128),  # 44 tokens: the content tasks'
+                           train=TrainConfig(steps=8000, batch_size=64, lr=3e-3), max_size=10,  # 800 steps a trained task
+                           tasks=TASKS,
                            test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
         image=ImageSettings(train=TrainConfig(steps=600, batch_size=64, lr=3e-3, warmup=40),
                             test_grids=(8, 10, 12, 16, 24)),
