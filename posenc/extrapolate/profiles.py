@@ -168,8 +168,8 @@ PROFILES: dict[str, Profile] = {
                       train=TrainConfig(steps=2000, batch_size=16), train_length=64,
                       multipliers=(1, 1.5, 2, 4, 8, 16), heldout_tokens=65_536, corpus_bytes=4_000_000),
         scaling=ScalingSettings(finetune_steps=200),
-        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=4, n_head=4, n_embd=128),  # 44 tokens: the content tasks'
-                           train=TrainConfig(steps=8000, batch_size=64, lr=3e-3), max_size=10,  # 800 steps a trained task
+        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=4, n_head=4, n_embd=128),  # 44 with content tasks
+                           train=TrainConfig(steps=8000, batch_size=64, lr=3e-3), max_size=10,  # 800 a trained task
                            tasks=TASKS,
                            test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
         image=ImageSettings(train=TrainConfig(steps=600, batch_size=64, lr=3e-3, warmup=40),

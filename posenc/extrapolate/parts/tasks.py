@@ -140,7 +140,7 @@ def task_cells(table: TaskTable, tasks: list[str]) -> list[tuple[str, int]]:
 
 
 def _seeds(table: TaskTable, labels: tuple[str, ...], cells: list[tuple[str, int]]) -> int:
-    return min(len(table.runs[lab][t][s]) for lab in labels for t, s in cells)
+    return min(len(table.runs.get(lab, {}).get(t, {}).get(s, {})) for lab in labels for t, s in cells)
 
 
 def _mcnemar(table: TaskTable, source: str, claim: str, better: str, worse: str,
