@@ -39,10 +39,15 @@ class Image(Part):
         if profile.arch != "transformer":
             log(f"note: --arch {profile.arch} applies to lm, scaling and tasks; the image part uses its own "
                 "bidirectional transformer")
-        items = image_items(profile.image, schemes if custom else None)  # the profile's, or the user's made two-axis
-        settings = settings_hash({"image": profile.image})
+        s = profile.image
+        items = image_items(s, schemes if custom else None)  # the profile's, or the user's made two-axis
+        settings = settings_hash({"image": s})
+
+        def trained(aug: str, label: str) -> bool:
+            return aug == "none" or custom or s.augmented_variants is None or label in s.augmented_variants
+
         return [Run(self.name, seed, lab, sp, settings, {"positions": how, "augment": aug}, profile.name)
-                for seed in profile.seeds for aug in profile.image.augments for lab, sp, how in items]
+                for seed in profile.seeds for aug in s.augments for lab, sp, how in items if trained(aug, lab)]
 
     def execute(self, ctx: Context, run: Run) -> dict[str, Any]:
         return run_image(ctx.profile.image, run.spec, run.variant["positions"], run.seed,

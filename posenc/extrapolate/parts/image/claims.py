@@ -52,6 +52,12 @@ def column(row: dict[str, Any]) -> tuple[str, str, int]:
     return row["condition"], row["positions"], row["size"]
 
 
+def _modes(t: AccuracyTable, condition: str | None = None) -> list[str]:
+    """The position modes in ``t``'s columns (of ``condition``), integer first."""
+    found = {p for c, p, _ in t.columns if condition is None or c == condition}
+    return sorted(found, key=lambda p: (p != "integer", p))
+
+
 def tables(records: list[dict[str, Any]]) -> dict[str, AccuracyTable]:
     """One accuracy table per training (``augment``), columns ``(condition, positions, size)``."""
     out = {}
@@ -122,11 +128,11 @@ def conditions(t: dict[str, AccuracyTable], train: int) -> list[tuple[str, str, 
     ``COMPARISONS`` there (better − worse)."""
     out = []
     for aug, table in t.items():
-        for cond in dict.fromkeys(c for c, _, _ in table.columns):
+        for cond in sorted({c for c, _, _ in table.columns}, key=lambda c: (c != "zoom", c)):
             at = _probe(sorted({s for c, _, s in table.columns if c == cond}), train)
             if at is None:
                 continue
-            for mode in dict.fromkeys(p for c, p, _ in table.columns if c == cond):
+            for mode in _modes(table, cond):
                 diffs = [table.diff(_at(a, cond, mode, at), _at(b, cond, mode, at)) for a, b in COMPARISONS]
                 if any(d is not None for d in diffs):
                     out.append((aug, cond, mode, at, diffs))
@@ -172,7 +178,7 @@ def _accuracy_table(t: AccuracyTable, train: int) -> str:
     cols = sorted(dict.fromkeys((c, s) for c, _, s in t.columns), key=lambda cs: (cs[0] != "zoom", cs[0], cs[1]))
     rows = []
     for lab in t.labels:
-        for mode in dict.fromkeys(p for _, p, _ in t.columns):
+        for mode in _modes(t):
             cells = [t.get(lab, (c, mode, s)) for c, s in cols]
             if all(c is None for c in cells) and not (lab in t.cannot and mode == "integer"):
                 continue
