@@ -242,11 +242,11 @@ def _conditions_section(t: dict[str, AccuracyTable], train: int) -> str:
             "row's positions.</p>"
             + html_table(["training", "condition", "RoPE positions", "grid"]
                          + [f"{e(a)} − {e(b)}" for a, b in COMPARISONS], body))
-    for i, (a, b) in enumerate(COMPARISONS[:2]):
+    for i, (a, b) in enumerate(COMPARISONS):
         where = _where(rows, i)
         parts = [f"holds ({a} better by more than 2 SE) in: {'; '.join(where['holds'])}" if where["holds"] else
                  "holds in no condition",
-                 f"does not hold (the learned table better by more than 2 SE) in: {'; '.join(where['does not hold'])}"
+                 f"does not hold ({b} better by more than 2 SE) in: {'; '.join(where['does not hold'])}"
                  if where["does not hold"] else "is reversed in no condition"]
         if where["unclear"]:
             parts.append(f"is unclear in: {'; '.join(where['unclear'])}")
