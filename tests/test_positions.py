@@ -180,11 +180,11 @@ def test_real_positions_must_be_finite():
 def _mp_angles(positions, theta):
     import mpmath
 
-    mpmath.mp.dps = 40
+    mpmath.mp.dps = max(mpmath.mp.dps, 40)
     out = np.empty((len(positions), len(theta)))
     for r, p in enumerate(positions):
         for c, t in enumerate(theta):
-            a = mpmath.mpf(int(p)) * mpmath.mpf(float(t))  # the float64 θ taken as exact
+            a = mpmath.mpf(int(p)) * (t if isinstance(t, mpmath.mpf) else mpmath.mpf(float(t)))  # a float64 θ: as exact
             out[r, c] = float(a - 2 * mpmath.pi * mpmath.floor(a / (2 * mpmath.pi) + mpmath.mpf(0.5)))
     return out
 
@@ -208,10 +208,14 @@ def test_angles_are_exact_to_2_40_and_beyond_against_40_digits():
 
 
 def test_rope_cos_sin_within_1e6_at_2_40_in_float32():
+    import mpmath
+
     rope = posenc.build({"scheme": "rope", "head_dim": 64})
     pos = [TWO40 - 1, TWO40, TWO40 + 12345, (1 << 39) + 3]
     cos, sin = rope.cos_sin(torch.tensor(pos))
-    truth = _mp_angles(pos, rope.inv_freq.numpy())
+    mpmath.mp.dps = 50
+    theta = [mpmath.mpf(10000) ** (-mpmath.mpf(2 * i) / 64) for i in range(32)]  # from base and i, not posenc's θ
+    truth = _mp_angles(pos, theta)
     assert np.abs(cos.numpy() - np.cos(truth)).max() <= 1e-6
     assert np.abs(sin.numpy() - np.sin(truth)).max() <= 1e-6
 

@@ -71,7 +71,7 @@ class MRoPE(RoPE):
     def reference(self, x, positions, *, role: str | None = None):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
         pos = ref.positions_array("positions", positions, axes=AXES, real=True, scheme="mrope")
-        freq = self.scaling.at(int(pos.max()) + 1 if pos.size else 0)
+        freq = self.scaling.exact_at(int(pos.max()) + 1 if pos.size else 0)
         return ref.mrope(x, pos, freq, self.axis_of_pair.cpu().numpy(), layout=self.layout,
                          attention_factor=self.attention_factor)
 

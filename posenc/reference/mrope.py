@@ -88,7 +88,9 @@ def mrope_angles(positions, inv_freq, axis_of_pair) -> np.ndarray:
     """``p[a(j)]·θ_j`` reduced exactly to ``[−π, π)``: ``[..., L, 3]`` positions (integer or real)
     -> ``[..., L, R]`` float64, by the shared angle function ``posenc.reference.positions.angles``."""
     pos = positions_array("positions", positions, axes=AXES, real=True, scheme="mrope")
-    inv_freq = np.asarray(inv_freq, dtype=np.float64)
+    inv_freq = np.asarray(inv_freq)  # float64 θ, or exact θ (an object array)
+    if inv_freq.dtype != object:
+        inv_freq = inv_freq.astype(np.float64)
     axis_of_pair = np.asarray(axis_of_pair)
     if inv_freq.ndim != 1 or axis_of_pair.shape != inv_freq.shape:
         raise ValueError(f"inv_freq and axis_of_pair must both have shape [rotary_dim/2], got "
