@@ -51,7 +51,11 @@ rotates its own contiguous slice of ``axes_dims[a]`` dims (default: an equal spl
 ``rotary_dim``) with its own spectrum ``base^(−2i/axes_dims[a])`` in the module's layout, i.e. a 1D
 rope of head_dim ``axes_dims[a]`` on that slice, so ``q·k`` depends only on the per-axis position
 differences. Angles come from ``posenc.rotary.angles`` with each pair's axis (``axis_of_pair``);
-the cached table is shared by the axes. Axial rope takes no scaling.
+the cached table is shared by the axes. Axial rope takes no scaling. The "half" layout pairs
+``(k, k + axes_dims[a]/2)`` inside axis ``a``'s slice; timm's ``apply_rot_embed_cat(half=True)``
+pairs ``(i, i + D/2)`` across the whole head (dims in quarters: row first, column first, row
+second, column second), so with two equal axes swap the second and third quarters of q and k to
+go from one to the other; "interleaved" (timm's default, EVA-02) is the same pairing in both.
 
 **Real positions** (floating point) are rotated by their exact angles, without the table.
 
