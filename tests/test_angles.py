@@ -177,6 +177,23 @@ def test_sinusoidal_and_transformer_xl_angles_are_within_1e6_of_50_digits(layout
     _check(cos, sin, INTEGERS, _theta(10000.0, 16), "transformer_xl")
 
 
+def test_rope_mixed_angles_are_exact_for_the_frequencies_it_holds():
+    """rope_mixed's frequencies are learned parameters (no closed form): its angles are those of
+    the float32 parameter values, taken as exact, at positions up to 2^62."""
+    m = posenc.build({"scheme": "rope_mixed", "head_dim": 8, "num_heads": 2, "base": 10.0})
+    pos = torch.tensor([[1 << 53, 3], [(1 << 62) + 5, 1 << 40], [7, (1 << 53) - 1]])
+    with torch.no_grad():
+        cos, sin = m.cos_sin(pos, torch.float64)  # (H, L, R)
+    f = m.freqs.detach().double().numpy()  # (A, H, R)
+    with mpmath.workdps(DIGITS):
+        for h in range(2):
+            truth = [[sum(mpmath.mpf(int(p[a])) * mpmath.mpf(float(f[a, h, i])) for a in range(2))
+                      for i in range(f.shape[-1])] for p in pos.tolist()]
+            tc = np.array([[float(mpmath.cos(t)) for t in row] for row in truth])
+            ts = np.array([[float(mpmath.sin(t)) for t in row] for row in truth])
+            assert max(np.abs(cos[h].numpy() - tc).max(), np.abs(sin[h].numpy() - ts).max()) <= 1e-6
+
+
 @pytest.mark.parametrize("spec, shape", [
     ({"scheme": "rope", "head_dim": 8}, (1,)),
     ({"scheme": "rope", "head_dim": 8, "axes": 2}, (1, 2)),
