@@ -23,7 +23,9 @@ dtype, scale) and grown by powers of two up to ``TABLE_MAX_ELEMENTS`` entries; p
 under ``torch.compile``, they are computed directly. Both paths give the same values.
 ``.to()``/``.cuda()`` drop the tables; the float64 frequencies stay float64. Nothing is cached
 per positions tensor: every call reads its positions' values (a tensor can change without torch
-seeing it: memory shared with NumPy, a write through ``.data``).
+seeing it: memory shared with NumPy, a write through ``.data``). A decoding step (one integer
+position) keeps the last step's table rows keyed on the position's value, so q and then k look
+the table up once.
 
 **Length-dependent scalings and the KV cache** (``dynamic``, ``longrope``). Their frequencies
 depend on a sequence length ``L``. The module keeps ``seen_length``, the largest ``max(position)
@@ -155,6 +157,7 @@ class RoPE(RotaryEncoding):
         if self.scaling.decay is not None:
             self.register_float64("_decay", torch.from_numpy(self.scaling.decay))
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._row: tuple | None = None  # (position value, dtype, scale, device, cos, sin): see _cos_sin
 
     # -- frequencies ----------------------------------------------------------------------------
     @property
@@ -224,13 +227,25 @@ class RoPE(RotaryEncoding):
 
     # -- cos and sin ----------------------------------------------------------------------------
     def _apply(self, fn, recurse=True):  # .to()/.cuda()/.half(): the tables are rebuilt on use
-        self._tables = {}
+        self._tables, self._row = {}, None
         return super()._apply(fn, recurse)
 
     def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, scale: float,
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``[..., L, R]`` cos and sin at checked positions (``[..., L]`` or ``[..., L, A]``), read-only:
-        possibly views of the cached table."""
+        possibly views of the cached table.
+
+        One integer position (a decoding step, static frequencies): the last such call's table rows
+        are kept with the position's value, so q then k at one step look the table up once. The key
+        is the value read from the tensor at every call, never the tensor's identity or version."""
+        if (self.scaling.by_length is None and positions.dim() == 1 and positions.numel() == 1
+                and not positions.is_floating_point() and not torch.compiler.is_compiling()):
+            top, row = int(positions.item()), self._row
+            if row is not None and row[0] == top and row[1] == dtype and row[2] == scale and row[3] == device:
+                return row[4], row[5]
+            cos, sin = self._cos_sin_new(positions, dtype, scale, device, views=True)
+            self._row = (top, dtype, scale, device, cos, sin)
+            return cos, sin
         return self._cos_sin_new(positions, dtype, scale, device, views=True)
 
     def _cos_sin_new(self, positions: torch.Tensor, dtype: torch.dtype, scale: float, device: torch.device, *,
@@ -239,7 +254,8 @@ class RoPE(RotaryEncoding):
         callers) possibly views of the cached table."""
         positions = positions.to(device)
         freq, lo, key = self._observe(positions)
-        freq, lo = freq.to(device), lo.to(device)
+        if freq.device != device:
+            freq, lo = freq.to(device), lo.to(device)
         axis_of_pair = self.axis_of_pair
         if (key is None or torch.compiler.is_compiling() or positions.numel() == 0
                 or positions.is_floating_point()):  # real positions have no table row
