@@ -49,7 +49,8 @@ def test_limits_are_read_from_annotations():
 
 def test_readme_states_the_bounds_generated_from_the_registry():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert limits.markdown() in readme, "regenerate the README's table: python -c 'import posenc.limits as l; print(l.markdown())'"
+    assert registry.limits_markdown() in readme, \
+        "regenerate the table: python -c 'import posenc.registry as r; print(r.limits_markdown())'"
 
 
 def run(argv, capsys):
