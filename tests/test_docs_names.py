@@ -11,7 +11,8 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NAME = re.compile(r"(?<![\w.])posenc(?:\.[A-Za-z_]\w*)+")
+NAME = re.compile(r"(?<![\w./-])posenc(?:\.[A-Za-z_]\w*)+")
+FILES = ("md", "html", "py", "png", "json", "jsonl", "txt")  # posenc.md is a page, not a name
 
 
 def documentation() -> list[Path]:
@@ -25,6 +26,8 @@ def documented_names() -> dict[str, str]:
     names: dict[str, str] = {}
     for page in documentation():
         for name in NAME.findall(page.read_text(encoding="utf-8")):
+            if name.rsplit(".", 1)[-1] in FILES:
+                continue
             names.setdefault(name.rstrip("."), str(page.relative_to(ROOT)))
     return names
 
