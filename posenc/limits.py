@@ -35,7 +35,7 @@ class Limit:
     """The command line's bound on a size: ``value <= max`` (for a list, every entry)."""
 
     max: float
-    what: str  # what the size counts, for the README's table
+    what: str  # what the size counts, for the table on the errors page (docs/guide/errors.md)
 
     def check(self, key: str, value: Any) -> None:
         """Raises ValueError naming ``key``, the value and the limit when a number (or an entry) is over it."""

@@ -19,16 +19,23 @@ MARKER = re.compile(r"<!-- generated: (cli|api [\w.]+|modules [\w.]+) -->")
 
 
 def cli_markdown() -> str:
-    """``posenc --help`` and each subcommand's ``--help``, as the terminal prints them (100 columns)."""
-    os.environ["COLUMNS"] = "100"
+    """``posenc --help`` and each subcommand's ``--help``, as an 80-column terminal prints them."""
     from posenc.cli import build_parser
 
-    parser = build_parser()
-    out = ["```text", "$ posenc --help", parser.format_help().rstrip(), "```"]
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name, command in sub.choices.items():
-        out += ["", f"## posenc {name}", "", "```text", f"$ posenc {name} --help", command.format_help().rstrip(),
-                "```"]
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"  # argparse reads the width when it formats
+    try:
+        parser = build_parser()
+        out = ["```text", "$ posenc --help", parser.format_help().rstrip(), "```"]
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for name, command in sub.choices.items():
+            out += ["", f"## posenc {name}", "", "```text", f"$ posenc {name} --help",
+                    command.format_help().rstrip(), "```"]
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
     return "\n".join(out)
 
 
