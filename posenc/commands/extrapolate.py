@@ -119,11 +119,11 @@ def _make_folder(flag: str, path: str) -> str:
 
 def _schemes(texts: list[str] | None) -> list[str] | None:
     """``--scheme`` SPECs parsed and bounded before any work (sizes within ``posenc.limits``)."""
-    from posenc.limits import check_spec
+    from posenc.registry import check_limits
     from posenc.spec import parse_spec
 
     for text in texts or ():
-        check_spec(parse_spec(text))
+        check_limits(parse_spec(text))
     return texts
 
 
