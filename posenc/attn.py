@@ -138,6 +138,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     check_choice("backend", backend, BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
+    if d == 0:  # the default scale 1/√D is undefined, and q·k is 0 for every pair
+        raise ValueError(f"q and k must have a head dimension D >= 1, got q {list(q.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
     if causal and lq > lk:
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")

@@ -2,8 +2,9 @@
 
 - ``from_hf(config)``: the posenc rotary module that reproduces a transformers model's RoPE;
   ``HFRotaryEmbedding(rope)`` puts it back into a transformers model.
-- ``resize_grid(weight, old_grid, new_grid, *, extra_tokens=0, mode="bicubic")``: a learned grid
-  table resized to another grid, as transformers' ViT ``interpolate_pos_encoding``;
+- ``resize_grid(weight, old_grid, new_grid, *, extra_tokens=0, mode="bicubic", antialias=False)``: a
+  learned grid table resized to another grid, as transformers' ViT ``interpolate_pos_encoding``
+  (``antialias=True``: as timm's ``resample_abs_pos_embed``);
 - ``interleaved_to_half`` / ``half_to_interleaved``: permute q/k projection weights between
   Meta's interleaved pairs and transformers' half layout.
 
