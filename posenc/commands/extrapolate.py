@@ -8,7 +8,7 @@ import codecs
 import os
 from pathlib import Path
 
-from posenc.cli import CLIError
+from posenc.cli import CLIError, check_output_file
 
 PROFILE_NAMES = ("smoke", "quick", "full")
 PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
@@ -100,6 +100,7 @@ def _results_file(path: str) -> str:
     """``extrapolate --out``: a file (created with its folder if needed), never a directory."""
     if os.path.isdir(path):
         raise CLIError(f"--out {path!r} is a directory; give a results file such as {os.path.join(path, 'results.jsonl')!r}")
+    check_output_file("--out", path)
     _make_folder("--out", os.path.dirname(path) or ".")
     return path
 
@@ -123,7 +124,10 @@ def _schemes(texts: list[str] | None) -> list[str] | None:
     from posenc.spec import parse_spec
 
     for text in texts or ():
-        check_spec(parse_spec(text))
+        try:
+            check_spec(parse_spec(text))
+        except (ValueError, TypeError) as e:
+            raise CLIError(f"--scheme {text if len(text) < 60 else text[:57] + '...'!r}: {e}") from None
     return texts
 
 
@@ -137,8 +141,9 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
     from posenc.extrapolate.driver import run
 
     profile = _profile(args)
+    kwargs = _run_kwargs(args)  # every other argument checked before --out's folder is created
     out = _results_file(args.out or f"extrapolate-{profile.name}.jsonl")
-    records = run(profile, results=out, **_run_kwargs(args))
+    records = run(profile, results=out, **kwargs)
     if records:
         print(f"{len(records)} results in {out}")
     return 0
@@ -148,7 +153,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from posenc.extrapolate.report import make_report
 
     profile = _profile(args)
-    path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run, **_run_kwargs(args))
+    kwargs = _run_kwargs(args)  # every other argument checked before --out is created
+    path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run, **kwargs)
     if path is not None:
         print(f"report written to {path}")
     return 0

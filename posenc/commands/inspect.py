@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from posenc.cli import CLIError
+from posenc.cli import CLIError, check_output_file
 from posenc.limits import MAX_DIM, MAX_HEADS, MAX_LENGTH
 
 DEMOS = ("order",)
@@ -67,8 +67,13 @@ def _spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
     from posenc.limits import check_spec
     from posenc.spec import fill_sizes, parse_spec
 
-    spec = fill_sizes(parse_spec(text), dim=args.dim, num_heads=args.heads, length=args.length)
-    check_spec(spec)
+    try:
+        spec = fill_sizes(parse_spec(text), dim=args.dim, num_heads=args.heads, length=args.length)
+        check_spec(spec)
+    except (ValueError, TypeError) as e:  # the SPEC argument named, as a flag is in its errors
+        message = str(e)
+        shown = text if len(text) < 60 else text[:57] + "..."
+        raise CLIError(message if message.startswith("SPEC") else f"SPEC {shown!r}: {message}") from None
     return spec
 
 
@@ -108,7 +113,9 @@ def _plot_path(path: str | None) -> str | None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"--plot: folder {folder!r} does not exist")
-    return path
+    if os.path.isdir(path):
+        raise CLIError(f"--plot {path!r} is a directory; give a file path")
+    return check_output_file("--plot", path)
 
 
 def _save(make: Callable[[], Any], path: str) -> None:
