@@ -126,6 +126,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
     """
     q = check_tensor("q", q, ndim=4)
+    if q.shape[-1] == 0:  # the default scale 1/√D is undefined, and q·k is 0 for every pair
+        raise ValueError(f"q and k must have a head dimension D >= 1, got q of shape {list(q.shape)}")
     k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
     v = check_tensor("v", v, ndim=4)
     if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
@@ -138,8 +140,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     check_choice("backend", backend, BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    if d == 0:  # the default scale 1/√D is undefined, and q·k is 0 for every pair
-        raise ValueError(f"q and k must have a head dimension D >= 1, got q {list(q.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
     if causal and lq > lk:
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")

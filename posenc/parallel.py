@@ -132,6 +132,8 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     from posenc.attn import attention
 
     q = check_tensor("q", q, ndim=4)
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k must have a head dimension D >= 1, got q of shape {list(q.shape)}")
     k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
     v = check_tensor("v", v, ndim=4)
     if not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.dtype.is_floating_point:

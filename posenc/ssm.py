@@ -53,6 +53,11 @@ DT_MIN, DT_MAX = 1e-3, 1.0
 decays over the scales of the task."""
 
 
+MAX_DT = 1e30
+"""The largest Δ: ``a = exp(−Δ)`` is already 0 in float32 past Δ ≈ 104, and a Δ past float32's range
+(3.4e38) becomes inf, where the scan's ``Δ·0`` on the diagonal is NaN."""
+
+
 def _scan_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -118,7 +123,9 @@ class DiagonalSSM(nn.Module):
         self.d_model = check_int("d_model", d_model, min=1)
         self.d_state = check_int("d_state", d_model if d_state is None else d_state, min=1)
         dt_min = check_float("dt_min", dt_min, min=0.0, min_open=True)
-        dt_max = check_float("dt_max", dt_max, min=dt_min)
+        dt_max = check_float("dt_max", dt_max, max=MAX_DT)
+        if dt_max < dt_min:
+            raise ValueError(f"dt_max must be >= dt_min; got dt_min={dt_min:g}, dt_max={dt_max:g}")
         self.chunk = check_int("chunk", chunk, min=1)
         check_memory("d_model" if d_state is None else "d_state", self.d_state if d_state is not None else self.d_model,
                      2 * self.d_model * self.d_state + 2 * self.d_model + 3 * self.d_state,

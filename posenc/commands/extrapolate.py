@@ -118,21 +118,27 @@ def _make_folder(flag: str, path: str) -> str:
     return path
 
 
-def _schemes(texts: list[str] | None) -> list[str] | None:
-    """``--scheme`` SPECs parsed and bounded before any work (sizes within ``posenc.limits``)."""
+def _schemes(texts: list[str] | None, profile) -> list[str] | None:
+    """``--scheme`` SPECs parsed, bounded (sizes within ``posenc.limits``) and resolved for the
+    profile's models (as the benchmark's plan resolves them) before any work or any file."""
+    from posenc.extrapolate.plan import plan
     from posenc.limits import check_spec
     from posenc.spec import parse_spec
 
     for text in texts or ():
         try:
             check_spec(parse_spec(text))
+            plan(profile, [text], corpus_sha="", log=lambda message: None)
         except (ValueError, TypeError) as e:
-            raise CLIError(f"--scheme {text if len(text) < 60 else text[:57] + '...'!r}: {e}") from None
+            shown = text if len(text) < 60 else text[:57] + "..."
+            raise CLIError(f"--scheme {shown!r}: {e}") from None
     return texts
 
 
-def _run_kwargs(args: argparse.Namespace) -> dict:
-    return {"schemes": _schemes(args.schemes), "corpus": _corpus(args.corpus), "threads": _positive("--threads", args.threads),
+def _run_kwargs(args: argparse.Namespace, profile) -> dict:
+    """Every argument but ``--out``, checked (so that nothing is created for a run that cannot start)."""
+    return {"schemes": _schemes(args.schemes, profile), "corpus": _corpus(args.corpus),
+            "threads": _positive("--threads", args.threads),
             "jobs": _positive("--jobs", args.jobs) or "auto",
             "device": args.device, "progress": not args.no_progress}
 
@@ -141,7 +147,7 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
     from posenc.extrapolate.driver import run
 
     profile = _profile(args)
-    kwargs = _run_kwargs(args)  # every other argument checked before --out's folder is created
+    kwargs = _run_kwargs(args, profile)  # every other argument checked before --out's folder is created
     out = _results_file(args.out or f"extrapolate-{profile.name}.jsonl")
     records = run(profile, results=out, **kwargs)
     if records:
@@ -153,7 +159,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from posenc.extrapolate.report import make_report
 
     profile = _profile(args)
-    kwargs = _run_kwargs(args)  # every other argument checked before --out is created
+    kwargs = _run_kwargs(args, profile)  # every other argument checked before --out is created
     path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run, **kwargs)
     if path is not None:
         print(f"report written to {path}")

@@ -67,9 +67,12 @@ def _spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
     from posenc.limits import check_spec
     from posenc.spec import fill_sizes, parse_spec
 
+    from posenc.registry import build
+
     try:
         spec = fill_sizes(parse_spec(text), dim=args.dim, num_heads=args.heads, length=args.length)
         check_spec(spec)
+        build(spec)  # its values checked here, so that their errors name the SPEC (sizes are bounded above)
     except (ValueError, TypeError) as e:  # the SPEC argument named, as a flag is in its errors
         message = str(e)
         shown = text if len(text) < 60 else text[:57] + "..."
