@@ -10,8 +10,9 @@ row-major; the ``extra_tokens`` leading rows (a class token, registers) are kept
 ``interpolation="bicubic", antialias=True``), so ``resize_grid(w, old, new, extra_tokens=1,
 antialias=True)`` equals timm's resize of a float32 table. The default stays ``False``: it is
 transformers' ViT/DINOv2 ``interpolate_pos_encoding`` (no antialias) and what ``resize_grid`` has
-always returned; upsampling (a larger grid, the usual fine-tuning case) gives the same table
-either way, since antialiasing only changes a resize that shrinks an axis.
+always returned. The two differ for every bicubic resize, upsampling included: PyTorch's
+antialiased bicubic uses PIL's kernel (``a = −0.5``), the plain one ``a = −0.75``; a bilinear
+resize that shrinks no axis is the same either way (up to float32 rounding).
 """
 
 from __future__ import annotations
