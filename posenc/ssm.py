@@ -125,7 +125,7 @@ class DiagonalSSM(nn.Module):
         dt_min = check_float("dt_min", dt_min, min=0.0, min_open=True)
         dt_max = check_float("dt_max", dt_max, max=MAX_DT)
         if dt_max < dt_min:
-            raise ValueError(f"dt_max must be >= dt_min; got dt_min={dt_min:g}, dt_max={dt_max:g}")
+            raise ValueError(f"dt_max must be >= {dt_min} (dt_min), got {dt_max}")
         self.chunk = check_int("chunk", chunk, min=1)
         check_memory("d_model" if d_state is None else "d_state", self.d_state if d_state is not None else self.d_model,
                      2 * self.d_model * self.d_state + 2 * self.d_model + 3 * self.d_state,
