@@ -177,6 +177,7 @@ def calls():
         yield f"context_parallel_attention(positions={v!r})", "positions", lambda v=v: posenc.context_parallel_attention(
             *qkv, positions=v)
 
+    yield "packing([2147483648, 2147483648])", "doc_lengths", lambda: posenc.packing([2**31, 2**31])  # its own limit
     x = torch.randn(2, 3, 5, 8)
     cos, sin = torch.randn(5, 4).cos(), torch.randn(5, 4).sin()
     for name, t in _tensors((2, 3, 5, 8)).items():

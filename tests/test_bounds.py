@@ -169,7 +169,7 @@ def test_sweep_extreme_values_over_every_public_function():
     assert not failures, failures[:10]
     outcome = {c["case"]: c["outcome"] for c in cases}
     assert len(outcome) > 400
-    for case in ("grid_positions(offset=9223372036854775808)", "mrope_positions(offset=9223372036854775808)",
+    for case in ("packing([2147483648, 2147483648])", "grid_positions(offset=9223372036854775808)", "mrope_positions(offset=9223372036854775808)",
                  "packing([9223372036854775808])", "packing([1000000000])", "shard_positions(length=1000000000)",
                  "resize_grid(new_grid=[1000000000, 2])", "apply_rotary(cos=length-7)", "apply_rotary(out=expanded)",
                  "DiagonalSSM()(state=list)", "DiagonalSSM()(x=int64)", "attention(q with D=0)",
@@ -205,7 +205,7 @@ def test_public_functions_refuse_what_this_process_cannot_hold_before_allocating
 
     monkeypatch.setattr(limits, "available_bytes", lambda: 1 << 20)  # 1 MB
     for call, match in [
-        (lambda: posenc.packing([2**31 - 1]), r"doc_lengths=<1 documents, 2147483647 tokens> needs 64 GB"),
+        (lambda: posenc.packing([10**6]), r"doc_lengths=<1 documents, 1000000 tokens> needs 30.5 MB"),
         (lambda: posenc.packing(cu_seqlens=[0, 10**6]), r"cu_seqlens=.* needs"),
         (lambda: posenc.grid_positions((1000, 1000)), r"shape=\[1000, 1000\] needs 45.8 MB"),
         (lambda: posenc.mrope_positions([{"video": [10, 100, 100]}]), r"segments=<100000 tokens> needs"),
@@ -216,8 +216,6 @@ def test_public_functions_refuse_what_this_process_cannot_hold_before_allocating
         with pytest.raises(ValueError, match=match):
             call()
     posenc.packing([100])  # small ones still run
-    with pytest.raises(ValueError, match=r"packs 4294967296 tokens in one row; cu_seqlens \(int32\)"):
-        posenc.packing([2**31, 2**31])  # refused by its own limit, before any tensor
 
 
 # -- the command line: special files, nesting, duplicated keys, checks before creating ----------------
