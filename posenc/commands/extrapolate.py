@@ -122,12 +122,12 @@ def _schemes(texts: list[str] | None, profile) -> list[str] | None:
     """``--scheme`` SPECs parsed, bounded (sizes within ``posenc.limits``) and resolved for the
     profile's models (as the benchmark's plan resolves them) before any work or any file."""
     from posenc.extrapolate.plan import plan
-    from posenc.limits import check_spec
+    from posenc.registry import check_limits
     from posenc.spec import parse_spec
 
     for text in texts or ():
         try:
-            check_spec(parse_spec(text))
+            check_limits(parse_spec(text))
             plan(profile, [text], corpus_sha="", log=lambda message: None)
         except (ValueError, TypeError) as e:
             shown = text if len(text) < 60 else text[:57] + "..."
