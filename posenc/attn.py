@@ -110,7 +110,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             queries at the last ``Lq`` of them, as when decoding with a KV cache (on every axis;
             with ``document_ids``: restarting at 0 in each document).
         causal: query ``i`` sees key ``j`` only when ``j <= i + (Lk - Lq)``.
-        scale: multiplies ``q·k``; ``1/√D`` by default.
+        scale: multiplies ``q·k``; by default ``1/√D``, or the scheme's ``default_scale`` when it
+            declares one (DeBERTa: ``1/√(D·f)``, ``f`` counting its terms).
         backend: for bias and relative kinds (and any kind with ``document_ids``),
             ``"materialize"`` the whole score bias, ``"flex"`` (FlexAttention ``score_mod``; bias
             kind, forward only on CPU, float16/bfloat16/float32), ``"chunked"`` (query blocks),
@@ -138,7 +139,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     check_choice("backend", backend, BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
+    if scale is None:  # a scheme may fix its own (DeBERTa: 1/√(D·f)); else 1/√D
+        scale = getattr(pe, "default_scale", None) or 1.0 / math.sqrt(d)
+    else:
+        scale = check_float("scale", scale)
     if causal and lq > lk:
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
     axes, check = getattr(pe, "axes", 1), getattr(pe, "check_positions", check_positions)  # the pe's positions model

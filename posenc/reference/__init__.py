@@ -43,3 +43,7 @@ __all__ += [
 from posenc.reference.ssm import ssm, ssm_decay, ssm_scan
 
 __all__ += ["ssm", "ssm_decay", "ssm_scan"]
+from posenc.reference.deberta import (deberta, deberta_attention, deberta_bucket, deberta_index, deberta_project,
+                                      deberta_span)
+
+__all__ += ["deberta", "deberta_attention", "deberta_bucket", "deberta_index", "deberta_project", "deberta_span"]
