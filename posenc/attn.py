@@ -8,7 +8,8 @@
   without gradient, through FlexAttention with a ``score_mod`` (``_flex_first``), so
   ``[H, Lq, Lk]`` never exists whole;
 - ``relative``: adds ``pe(q, k, q_positions, k_positions)`` (and Shaw's value term), in blocks;
-- ``none``: plain SDPA. ``additive`` encodings belong to the token embeddings, not here.
+- ``none``: plain SDPA (``nope_temperature`` first scales each query by its temperature,
+  ``pe(q, q_positions)``). ``additive`` encodings belong to the token embeddings, not here.
 
 **Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
 query sees only the keys of its own document, on every backend, and default positions restart
@@ -172,6 +173,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     if getattr(pe, "value_term", None) is not None and v.shape[-1] != pe.head_dim:
         raise ValueError(f"pe {pe.name!r} adds value embeddings of head_dim={pe.head_dim} to the output, so v must "
                          f"have last dimension {pe.head_dim}, got {v.shape[-1]} (shape {list(v.shape)})")
+    if getattr(pe, "query_scale", None) is not None:  # a temperature per query position (Llama 4's NoPE layers)
+        q = pe(q, q_positions)
     if kind == "rotary":  # one length for q and k (length-dependent scalings), then keys first
         observe = getattr(pe, "observe", None)
         if observe is not None:

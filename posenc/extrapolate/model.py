@@ -86,7 +86,7 @@ class CausalSelfAttention(nn.Module):
         b, length, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)  # 3 x (B, L, C)
         q, k, v = (t.view(b, length, self.n_head, c // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
-        use = pe if pe is not None and pe.kind not in ("additive", "none") else None
+        use = pe if pe is not None and (pe.kind not in ("additive", "none") or hasattr(pe, "query_scale")) else None
         # "chunked" bounds memory at long lengths and equals "materialize" when the map is small;
         # it never needs torch.compile (FlexAttention), so evaluation runs anywhere.
         where = positions if use is not None else None  # additive/none: attention needs no positions

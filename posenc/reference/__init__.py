@@ -47,3 +47,6 @@ from posenc.reference.deberta import (deberta, deberta_attention, deberta_bucket
                                       deberta_span)
 
 __all__ += ["deberta", "deberta_attention", "deberta_bucket", "deberta_index", "deberta_project", "deberta_span"]
+from posenc.reference.nope_temperature import nope_temperature, nope_temperature_scale
+
+__all__ += ["nope_temperature", "nope_temperature_scale"]
