@@ -37,7 +37,8 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
                         f"(default {default_profile})")
     p.add_argument("--scheme", action="append", metavar="SPEC", dest="schemes",
                    help="a scheme to run instead of the profile's list (repeatable): a name, name:key=value,... "
-                        "or a JSON file; sizes come from the model")
+                        "or a JSON file; sizes come from the model. A JSON list of SPECs is a per-layer pattern "
+                        "repeated over the attention blocks, e.g. '[\"rope\", \"nope_temperature\"]'")
     p.add_argument("--part", action="append", choices=PART_NAMES, dest="parts",
                    help="run only these parts (repeatable): lm, scaling, tasks, image (digits at larger grids), "
                         "time (frame rates and durations) (default: the profile's)")
@@ -118,12 +119,16 @@ def _make_folder(flag: str, path: str) -> str:
 
 
 def _schemes(texts: list[str] | None) -> list[str] | None:
-    """``--scheme`` SPECs parsed and bounded before any work (sizes within ``posenc.limits``)."""
+    """``--scheme`` SPECs (or per-layer patterns: a JSON list of SPECs) parsed and bounded before
+    any work (sizes within ``posenc.limits``)."""
+    from posenc.extrapolate.model import layer_pattern
     from posenc.limits import check_spec
-    from posenc.spec import parse_spec
+    from posenc.spec import as_spec
 
     for text in texts or ():
-        check_spec(parse_spec(text))
+        pattern = layer_pattern(text)
+        for item in [text] if pattern is None else pattern:
+            check_spec(as_spec(item))
     return texts
 
 
