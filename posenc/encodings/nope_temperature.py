@@ -48,7 +48,7 @@ class NoPETemperature(PositionalEncoding):
         check_batch("positions", positions, x.shape[0], x.shape[2])
         work = torch.promote_types(x.dtype, torch.float32)
         tau = self.query_scale(positions).to(device=x.device, dtype=work)  # (L,) or (B, L)
-        tau = tau.view(-1, 1, x.shape[2], 1)  # (1 or B, 1, L, 1)
+        tau = tau.unsqueeze(-1).unsqueeze(-3)  # (1, L, 1) or (B, 1, L, 1): over heads and dims
         return (x.to(work) * tau).to(x.dtype)
 
     def reference(self, x, positions):
