@@ -126,7 +126,7 @@ class DeBERTa(RelativeEncoding):
         if self.position_buckets:
             m = self.position_buckets // 2
             a = rel.abs()
-            a_log = torch.where(a < m, m - 1, a).to(torch.float64)
+            a_log = a.clamp(min=m).to(torch.float64)  # |r| <= m keep r: the log is read for |r| > m only
             base = torch.tensor((self.max_relative_positions - 1) / m, dtype=torch.float64, device=a.device)
             far = torch.ceil(torch.log(a_log / m) / torch.log(base) * (m - 1)) + m
             rel = torch.where(a <= m, rel, rel.sign() * far.to(torch.int64))

@@ -43,7 +43,7 @@ def deberta_bucket(relative, position_buckets: int, max_relative_positions: int)
         return r
     m = position_buckets // 2
     a = np.abs(r)
-    a_log = np.where(a < m, m - 1, a).astype(np.float64)  # short distances: any value, not used
+    a_log = np.maximum(a, m).astype(np.float64)  # short distances (|r| <= m keep r): any value, not used
     far = np.ceil(np.log(a_log / m) / np.log((max_relative_positions - 1) / m) * (m - 1)) + m
     return np.where(a <= m, r, np.sign(r) * far.astype(np.int64))
 
