@@ -30,9 +30,9 @@ import math
 
 import torch
 
+from posenc._rotary_checks import LAYOUTS, check_rotation_args
 from posenc.reference import positions as _ref_positions
 
-LAYOUTS = ("half", "interleaved")
 _CHUNK, _LEVELS = _ref_positions.CHUNK_BITS, _ref_positions.LEVELS
 HALF_FUSED_MIN_ELEMENTS = 1 << 17
 """Below this many elements (a decoding step), "half" tensors take the ``halves`` kernel (four
@@ -334,16 +334,6 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
         return start, start + t.element_size() * (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())))
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 < b1 and b0 < a1
-
-
-def check_rotation_args(layout: str, x, cos, sin) -> None:
-    """The layout is known and ``x``, ``cos``, ``sin`` are floating-point tensors (every rotation's entry check)."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
-                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half",

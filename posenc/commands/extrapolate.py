@@ -122,13 +122,13 @@ def _schemes(texts: list[str] | None) -> list[str] | None:
     """``--scheme`` SPECs (or per-layer patterns: a JSON list of SPECs) parsed and bounded before
     any work (sizes within ``posenc.limits``)."""
     from posenc.extrapolate.model import layer_pattern
-    from posenc.limits import check_spec
+    from posenc.registry import check_limits
     from posenc.spec import as_spec
 
     for text in texts or ():
         pattern = layer_pattern(text)
         for item in [text] if pattern is None else pattern:
-            check_spec(as_spec(item))
+            check_limits(as_spec(item))
     return texts
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from posenc.cli import CLIError
-from posenc.limits import MAX_DIM, MAX_HEADS, MAX_LENGTH
+from posenc.limits import MAX_DIM, MAX_GRID, MAX_HEADS, MAX_LENGTH
 
 DEMOS = ("order",)
 SPEC_HELP = ("a scheme name, name:key=value,... (e.g. rope:base=500000,scaling=linear,factor=4) "
@@ -39,7 +39,6 @@ def _bounded_int(name: str, low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-MAX_GRID = 128
 
 
 def _pair(name: str, sep: str, high: int, *, low: int = 1) -> Callable[[str], tuple[int, int]]:
@@ -64,11 +63,11 @@ def _spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
     Each size a scheme declares (``posenc.limits``) is bounded here, so a typo
     (``rope:head_dim=10000000``, ``fire:hidden=100000000``) is one line, not an out-of-memory kill.
     """
-    from posenc.limits import check_spec
+    from posenc.registry import check_limits
     from posenc.spec import fill_sizes, parse_spec
 
     spec = fill_sizes(parse_spec(text), dim=args.dim, num_heads=args.heads, length=args.length)
-    check_spec(spec)
+    check_limits(spec)
     return spec
 
 

@@ -14,10 +14,31 @@ transformers is never imported here: ``from_hf`` reads the config's attributes (
 
 from __future__ import annotations
 
-from posenc.interop.hf import HFRotaryEmbedding, from_hf, hf_rope_spec
-from posenc.interop.grid import resize_grid
-from posenc.interop.deberta import deberta_from_hf
-from posenc.interop.layout import half_to_interleaved, interleaved_to_half
+import importlib
+from typing import Any
 
-__all__ = ["from_hf", "hf_rope_spec", "HFRotaryEmbedding", "interleaved_to_half", "half_to_interleaved",
-           "resize_grid", "deberta_from_hf"]
+# name -> the module that defines it, imported on first use: ``posenc.interop.grid`` (a torch
+# table, below the registry) imports without ``posenc.interop.hf`` (which builds through it).
+_LAZY = {
+    "from_hf": "posenc.interop.hf",
+    "hf_rope_spec": "posenc.interop.hf",
+    "HFRotaryEmbedding": "posenc.interop.hf",
+    "interleaved_to_half": "posenc.interop.layout",
+    "half_to_interleaved": "posenc.interop.layout",
+    "resize_grid": "posenc.interop.grid",
+    "deberta_from_hf": "posenc.interop.deberta",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'posenc.interop' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
