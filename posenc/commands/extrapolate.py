@@ -37,7 +37,8 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
                         f"(default {default_profile})")
     p.add_argument("--scheme", action="append", metavar="SPEC", dest="schemes",
                    help="a scheme to run instead of the profile's list (repeatable): a name, name:key=value,... "
-                        "or a JSON file; sizes come from the model")
+                        "or a JSON file; sizes come from the model. A JSON list of SPECs is a per-layer pattern "
+                        "repeated over the attention blocks, e.g. '[\"rope\", \"nope_temperature\"]'")
     p.add_argument("--part", action="append", choices=PART_NAMES, dest="parts",
                    help="run only these parts (repeatable): lm, scaling, tasks, image (digits at larger grids), "
                         "time (frame rates and durations) (default: the profile's)")
@@ -119,15 +120,19 @@ def _make_folder(flag: str, path: str) -> str:
 
 
 def _schemes(texts: list[str] | None, profile) -> list[str] | None:
-    """``--scheme`` SPECs parsed, bounded (sizes within ``posenc.limits``) and resolved for the
-    profile's models (as the benchmark's plan resolves them) before any work or any file."""
+    """``--scheme`` SPECs (or per-layer patterns: a JSON list of SPECs) parsed, bounded (sizes within
+    ``posenc.limits``) and resolved for the profile's models (as the benchmark's plan resolves them)
+    before any work or any file."""
+    from posenc.extrapolate.model import layer_pattern
     from posenc.extrapolate.plan import plan
     from posenc.registry import check_limits
-    from posenc.spec import parse_spec
+    from posenc.spec import as_spec
 
     for text in texts or ():
         try:
-            check_limits(parse_spec(text))
+            pattern = layer_pattern(text)
+            for item in [text] if pattern is None else pattern:
+                check_limits(as_spec(item))
             plan(profile, [text], corpus_sha="", log=lambda message: None)
         except (ValueError, TypeError) as e:
             shown = text if len(text) < 60 else text[:57] + "..."
