@@ -337,6 +337,9 @@ def check_out(out: object, x: torch.Tensor) -> torch.Tensor:
     if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
         raise ValueError(f"out must have the shape, dtype and device of x ({list(x.shape)}, {x.dtype}, {x.device}); "
                          f"got {list(out.shape)}, {out.dtype}, {out.device}")
+    if any(st == 0 and n > 1 for n, st in zip(out.shape, out.stride())):  # expanded: one element, many places
+        raise ValueError(f"out must not write one memory location twice; got a tensor of shape {list(out.shape)} "
+                         f"with strides {list(out.stride())} (an expanded tensor): give out=torch.empty_like(x)")
     if out is not x and not torch.compiler.is_compiling() and out.numel() and _overlaps(out, x):
         raise ValueError("out must be x itself (in place) or memory that does not overlap x; "
                          f"got a different tensor sharing x's memory (shape {list(out.shape)}, "
@@ -351,6 +354,18 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
         return start, start + t.element_size() * (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())))
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 < b1 and b0 < a1
+
+
+def _check_broadcast(x: torch.Tensor, cos: torch.Tensor) -> None:
+    """``cos`` (and ``sin``, of its shape) broadcasts to ``x[..., :rotary_dim/2]`` without growing it."""
+    target = (*x.shape[:-1], cos.shape[-1])
+    try:
+        ok = cos.dim() <= x.dim() and tuple(torch.broadcast_shapes(cos.shape, target)) == target
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"cos and sin of shape {list(cos.shape)} must broadcast to x's [..., L, rotary_dim/2] = "
+                         f"{list(target)} (x {list(x.shape)}): their length L and batch dimensions must be x's or 1")
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half",
@@ -372,6 +387,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     if x.dim() == 0 or cos.shape != sin.shape or cos.dim() == 0 or 2 * cos.shape[-1] > x.shape[-1]:
         raise ValueError(f"cos and sin must have the same shape [..., L, rotary_dim/2] with rotary_dim <= "
                          f"x.shape[-1]; got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}")
+    _check_broadcast(x, cos)
     return apply_rotary_unchecked(x, cos, sin, layout, None if out is None else check_out(out, x))
 
 

@@ -2,8 +2,11 @@
 
 - ``from_hf(config)``: the posenc rotary module that reproduces a transformers model's RoPE;
   ``HFRotaryEmbedding(rope)`` puts it back into a transformers model.
-- ``resize_grid(weight, old_grid, new_grid, *, extra_tokens=0, mode="bicubic")``: a learned grid
-  table resized to another grid, as transformers' ViT ``interpolate_pos_encoding``;
+- ``resize_grid(weight, old_grid, new_grid, *, extra_tokens=0, mode="bicubic", antialias=False)``: a
+  learned grid table resized to another grid, as transformers' ViT ``interpolate_pos_encoding``
+  (``antialias=True``: as timm's ``resample_abs_pos_embed``);
+- ``deberta_from_hf(layer, rel_embeddings)``: the ``deberta`` module of a transformers DeBERTa-v2/v3
+  attention layer (its relative embeddings and position projections);
 - ``interleaved_to_half`` / ``half_to_interleaved``: permute q/k projection weights between
   Meta's interleaved pairs and transformers' half layout.
 
@@ -24,6 +27,7 @@ _LAZY = {
     "interleaved_to_half": "posenc.interop.layout",
     "half_to_interleaved": "posenc.interop.layout",
     "resize_grid": "posenc.interop.grid",
+    "deberta_from_hf": "posenc.interop.deberta",
 }
 
 __all__ = list(_LAZY)

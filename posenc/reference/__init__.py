@@ -43,3 +43,10 @@ __all__ += [
 from posenc.reference.ssm import ssm, ssm_decay, ssm_scan
 
 __all__ += ["ssm", "ssm_decay", "ssm_scan"]
+from posenc.reference.deberta import (deberta, deberta_attention, deberta_bucket, deberta_index, deberta_project,
+                                      deberta_span)
+
+__all__ += ["deberta", "deberta_attention", "deberta_bucket", "deberta_index", "deberta_project", "deberta_span"]
+from posenc.reference.nope_temperature import nope_temperature, nope_temperature_scale
+
+__all__ += ["nope_temperature", "nope_temperature_scale"]

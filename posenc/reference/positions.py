@@ -36,6 +36,10 @@ from typing import Any
 import numpy as np
 
 from posenc._validate import check_int
+from posenc.limits import check_memory
+
+INT64_MAX = (1 << 63) - 1
+"""The largest int64: positions are int64, and every integer that could pass it is refused first."""
 
 CHUNK_BITS = 21
 """Positions are split in 21-bit chunks: ``c_j·r_j < 2^21·2π`` rounds by < 5e-10, and three chunks
@@ -94,8 +98,13 @@ def grid_positions(shape, *, offset: int = 0) -> np.ndarray:
     to every axis."""
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__") or len(shape) == 0:
         raise TypeError(f"shape must be a non-empty list of sizes such as (H, W), got {shape!r}")
-    sizes = [check_int(f"shape[{i}]", s, min=1) for i, s in enumerate(shape)]
-    offset = check_int("offset", offset, min=0)
+    sizes = [check_int(f"shape[{i}]", s, min=1, max=INT64_MAX) for i, s in enumerate(shape)]
+    offset = check_int("offset", offset, min=0, max=INT64_MAX)
+    if offset + max(sizes) - 1 > INT64_MAX:  # the largest position, before it wraps in int64
+        raise ValueError(f"offset={offset} with shape {list(sizes)} reaches position {offset + max(sizes) - 1}; "
+                         f"positions are int64: offset + max(shape) - 1 must be <= 2**63 - 1 = {INT64_MAX}")
+    check_memory("shape", list(sizes), math.prod(sizes) * len(sizes) * 3, bytes_per=8,
+                 what="its grid positions (int64, with the meshgrid temporaries)")
     grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in sizes], indexing="ij")
     return np.stack([g.reshape(-1) for g in grids], axis=-1) + offset
 
