@@ -27,7 +27,7 @@ from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run
 from posenc.extrapolate.profiles import Profile, TimeSettings, settings_hash
 from posenc.extrapolate.runs import Context
-from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifier, right_or_wrong
+from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifier, pattern_cannot, right_or_wrong
 from posenc.spec import fill_sizes
 
 CONTINUOUS = "positions as continuous time"
@@ -73,6 +73,9 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
 
     out = []
     for text in schemes or settings.schemes:
+        if (cannot := pattern_cannot(text, "time")) is not None:
+            out.append(cannot)
+            continue
         given = as_spec(text)
         plain = isinstance(text, str) and text.strip() == given["scheme"]
         label = given["scheme"] if plain else str(text).strip()

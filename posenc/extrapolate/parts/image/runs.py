@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import posenc
 from posenc import registry
 from posenc.extrapolate.profiles import ImageSettings
-from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifier, right_or_wrong
+from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifier, pattern_cannot, right_or_wrong
 from posenc.spec import fill_sizes
 
 NUM_CLASSES = 10
@@ -81,6 +81,9 @@ def image_items(settings: ImageSettings, schemes: list[Any] | None) -> list[tupl
 
     out = []
     for text in schemes:
+        if (cannot := pattern_cannot(text, "image")) is not None:
+            out.append(cannot)
+            continue
         given = as_spec(text)
         name = given["scheme"]
         label = name if isinstance(text, str) and text.strip() == name else str(text).strip()
