@@ -30,7 +30,8 @@ import torch
 
 from posenc.environment import available_cpus
 from posenc.extrapolate.distributed import Dist, barrier, broadcast, setup, teardown
-from posenc.extrapolate.plan import Log, Run, available_schemes, plan, resolve_scheme
+from posenc.extrapolate.parts import PARTS, owner, plan
+from posenc.extrapolate.plan import Log, Run, available_schemes, resolve_scheme
 from posenc.extrapolate.profiles import Profile
 from posenc.extrapolate.results import ResultStore
 from posenc.extrapolate.runs import Context, execute, summary
@@ -43,8 +44,6 @@ def checkpoints_dir(results: Path) -> Path:
 def _lm_data(profile: Profile, corpus: str | None):
     """The data the profile's parts share (the language-modelling corpus split; None when no part
     needs it), its source and hash: the first part's ``load`` that gives something."""
-    from posenc.extrapolate.parts import PARTS
-
     for part in PARTS:
         loaded = part.load(profile, corpus)
         if loaded is not None:
@@ -54,8 +53,6 @@ def _lm_data(profile: Profile, corpus: str | None):
 
 def _depends_on(run: Run, profile: Profile, corpus_sha: str) -> str | None:
     """The key of the run whose checkpoint ``run`` needs (a scaling run needs its RoPE model)."""
-    from posenc.extrapolate.parts import owner
-
     return owner(run.part).depends_on(run, profile, corpus_sha)
 
 
@@ -90,7 +87,7 @@ def _init_worker(profile: Profile, corpus: str | None, checkpoints: str, corpus_
 def _work(run: Run) -> dict[str, Any]:
     if _WORKER is None:
         raise RuntimeError("worker not initialised")
-    return execute(_WORKER, run)
+    return execute(_WORKER, run, owner(run.part))
 
 
 def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -> Iterator[dict[str, Any]]:
@@ -133,7 +130,7 @@ def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -
 
 def _serial(ctx: Context, todo: list[Run]) -> Iterator[dict[str, Any]]:
     for run in todo:
-        yield execute(ctx, run)
+        yield execute(ctx, run, owner(run.part))
         barrier(ctx.dist)  # ranks start the next run together
 
 
@@ -215,7 +212,7 @@ def _in_plan_order(runs: list[Run], store: ResultStore | None, new: Iterator[dic
             count += 1
             if overall is not None:
                 overall.update(1)
-            say(f"[{count}/{total}] {record['part']} {record['label']} seed {record['seed']}: {summary(record)} "
+            say(f"[{count}/{total}] {record['part']} {record['label']} seed {record['seed']}: {summary(record, owner(record['part']))} "
                 f"({record['seconds']:.1f} s)")
             while next_index < total and runs[next_index].key in store:
                 yield store.records[runs[next_index].key]

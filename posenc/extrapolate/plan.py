@@ -1,5 +1,5 @@
 """The plan: a profile and a list of schemes expand into runs, each with a stable key. Each part
-(``posenc.extrapolate.parts``) plans its own runs; ``plan`` puts them in order, per seed.
+(``posenc.extrapolate.parts``) plans its own runs; ``parts.plan`` puts them in order, per seed.
 
 A run's key hashes (profile, part, full scheme spec, variant, seed, settings hash), so the same
 arguments give the same keys and a finished run is recognised in the results file. User schemes
@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 
 from posenc import registry
-from posenc.extrapolate.model import GPTConfig, build_pe
-from posenc.extrapolate.profiles import Profile
+from posenc.extrapolate.model import LAYERS, GPTConfig, build_pe, layer_pattern, pattern_label
 
 Log = Callable[[str], None]
 
@@ -35,7 +34,8 @@ Log = Callable[[str], None]
 # -- schemes -----------------------------------------------------------------------------------
 
 def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions: int) -> tuple[str, dict[str, Any]]:
-    """A SPEC (name, ``name:k=v,...``, JSON) as ``(label, full spec)`` sized for the model.
+    """A SPEC (name, ``name:k=v,...``, JSON) as ``(label, full spec)`` sized for the model; a
+    per-layer pattern (``model.layer_pattern``) as ``{"scheme": "layers", "pattern": [full specs]}``.
 
     Sizes the spec leaves out come from the model (``d_model``, ``head_dim``, ``num_heads``) and
     the longest training sequence (``max_positions``); a bias with a ``bidirectional`` switch
@@ -43,6 +43,13 @@ def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions:
     """
     from posenc import spec as S
 
+    pattern = layer_pattern(text)
+    if pattern is not None:  # a spec per attention block, repeated: each entry resolved as a scheme
+        if cfg.n_layer % len(pattern):
+            raise ValueError(f"a per-layer pattern of {len(pattern)} entries needs n_layer to be a multiple of "
+                             f"{len(pattern)}; the model has n_layer={cfg.n_layer}")
+        entries = [resolve_scheme(entry, cfg, max_positions=max_positions) for entry in pattern]
+        return pattern_label([lab for lab, _ in entries]), {"scheme": LAYERS, "pattern": [sp for _, sp in entries]}
     given = S.as_spec(text)
     filled = S.fill_sizes(given, dim=cfg.n_embd, num_heads=cfg.n_head, length=max_positions,
                           head_dim=cfg.head_dim)
@@ -121,20 +128,3 @@ def arch_label(label: str, arch: str) -> str:
     """A run's legend label: the scheme's, prefixed with the architecture when it is not a transformer."""
     return label if arch == "transformer" else f"{arch} {label}"
 
-
-def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: str, log: Log) -> list[Run]:
-    """Every run of the profile, in order: per seed, each part's runs in the order of
-    ``posenc.extrapolate.parts.PARTS``, each followed by the rows other parts add beside them
-    (the hybrid rows after the transformer runs of each part in ``profile.hybrid_parts``)."""
-    from posenc.extrapolate.parts import PARTS
-
-    custom = list(schemes) != [s for s in profile.schemes if s in registry.schemes()]  # the user's --scheme
-    planned = [part.plan(profile, schemes, custom=custom, corpus_sha=corpus_sha, log=log) for part in PARTS]
-    runs: list[Run] = []
-    for seed in profile.seeds:
-        for mine in planned:
-            mine = [r for r in mine if r.seed == seed]
-            runs += mine
-            for part in PARTS:
-                runs += part.extend(profile, mine)
-    return runs

@@ -10,30 +10,13 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from posenc import environment
-from posenc.extrapolate.distributed import Dist
 from posenc.extrapolate.model import TinyGPT
-from posenc.extrapolate.plan import Log, Run
-from posenc.extrapolate.profiles import Profile
+from posenc.extrapolate.part import Context, Part
+from posenc.extrapolate.plan import Run
 from posenc.extrapolate.train import train
-
-
-@dataclass
-class Context:
-    profile: Profile
-    dist: Dist
-    checkpoints: Path  # where the trained RoPE models wait for the scaling runs
-    data: Any  # what the parts' ``load`` gave (the language-modelling corpus split), or None
-    corpus_source: str
-    corpus_sha: str
-    threads: int
-    log: Log
-    progress: bool
-    jobs: int = 1  # runs going on at once (worker processes)
 
 
 def _environment(ctx: Context) -> dict[str, Any]:
@@ -76,11 +59,9 @@ def curve(losses: list[float], points: int = 200) -> list[float]:
     return [round(sum(losses[a:b]) / (b - a), 5) for a, b in zip(edges, edges[1:])]
 
 
-def execute(ctx: Context, run: Run) -> dict[str, Any]:
-    """Runs ``run`` (its part's ``execute``); returns its record (one line of the results file)."""
-    from posenc.extrapolate.parts import owner
-
-    part = owner(run.part)
+def execute(ctx: Context, run: Run, part: Part) -> dict[str, Any]:
+    """Runs ``run`` (``part.execute``, ``part`` the one ``run.part`` names); returns its record (one
+    line of the results file)."""
     t0 = time.perf_counter()
     body = part.execute(ctx, run)
     corpus = {"source": ctx.corpus_source, "sha256": ctx.corpus_sha} if ctx.corpus_sha else None
@@ -93,10 +74,8 @@ def execute(ctx: Context, run: Run) -> dict[str, Any]:
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx)}
 
 
-def summary(record: dict[str, Any]) -> str:
-    """One line on a finished run (its part's ``summary``)."""
-    from posenc.extrapolate.parts import owner
-
+def summary(record: dict[str, Any], part: Part) -> str:
+    """One line on a finished run (``part.summary``, ``part`` the record's)."""
     if record.get("cannot_run"):
         return f"cannot run: {record['cannot_run']}"
-    return owner(record["part"]).summary(record)
+    return part.summary(record)

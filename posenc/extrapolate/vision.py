@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import posenc
-from posenc.extrapolate.model import Block, GPTConfig
+from posenc.extrapolate.model import LAYERS, Block, GPTConfig, layer_pattern, pattern_label
 from posenc.extrapolate.profiles import TrainConfig
 from posenc.extrapolate.train import learning_rate
 
@@ -89,4 +89,15 @@ def accuracy_row(correct: list[int], **where: Any) -> dict[str, Any]:
             "bits": "".join(map(str, correct))}  # per example, for paired tests across schemes
 
 
-__all__ = ["SetTransformer", "fit_classifier", "right_or_wrong", "accuracy_row"]
+def pattern_cannot(text: Any, part: str) -> tuple[str, dict[str, Any], str] | None:
+    """A per-layer pattern's item in the image and time parts, recorded as "cannot run" (None: ``text``
+    is no pattern)."""
+    pattern = layer_pattern(text)
+    if pattern is None:
+        return None
+    labels = [p.strip() if isinstance(p, str) else str(p.get("scheme")) for p in pattern]
+    return (pattern_label(labels), {"scheme": LAYERS, "pattern": pattern},
+            f"cannot: a per-layer pattern runs in the lm, scaling and tasks parts, not {part}")
+
+
+__all__ = ["SetTransformer", "fit_classifier", "right_or_wrong", "accuracy_row", "pattern_cannot"]

@@ -19,7 +19,7 @@ import torch
 
 import posenc
 from posenc import registry
-from posenc.extrapolate.accuracy import AccuracyTable, accuracy_cell, paired_claim
+from posenc.extrapolate.accuracy import AccuracyTable, accuracy_cell, finish_axes, paired_claim
 from posenc.extrapolate.findings import Verdict
 from posenc.extrapolate.page import Page, e, status
 from posenc.extrapolate.page import table as html_table
@@ -27,7 +27,7 @@ from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run
 from posenc.extrapolate.profiles import Profile, TimeSettings, settings_hash
 from posenc.extrapolate.runs import Context
-from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifier, right_or_wrong
+from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifier, pattern_cannot, right_or_wrong
 from posenc.spec import fill_sizes
 
 CONTINUOUS = "positions as continuous time"
@@ -73,6 +73,9 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
 
     out = []
     for text in schemes or settings.schemes:
+        if (cannot := pattern_cannot(text, "time")) is not None:
+            out.append(cannot)
+            continue
         given = as_spec(text)
         plain = isinstance(text, str) and text.strip() == given["scheme"]
         label = given["scheme"] if plain else str(text).strip()
@@ -189,14 +192,9 @@ def time_figure(t: AccuracyTable, conditions: list[tuple[float, float]]):
                 ax.errorbar([x for x, _ in pts], [c.accuracy for _, c in pts], yerr=[1.96 * c.se for _, c in pts],
                             marker="o" if kind == "index" else "s", ms=3, lw=1.2, ls=style, capsize=2,
                             label=f"{label}, {kind}", color=f"C{i % 10}")
-    ax.axhline(CHANCE_TIME, color="0.6", ls=":", lw=0.8)
     ax.set_xticks(xs)
     ax.set_xticklabels([f"{r:g} fps\n{s:g} s" for r, s in conditions], fontsize=8)
-    ax.set_xlabel("test frame rate and clip duration; dotted: chance")
-    ax.set_ylabel("accuracy (95% interval)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the axes, off the data
+    finish_axes(ax, CHANCE_TIME, "test frame rate and clip duration; dotted: chance")
     return fig
 
 
