@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from posenc._validate import check_choice, check_float
 from posenc.blockwise import blockwise_attention
-from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor
+from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor, without_row_peaks
 from posenc.positions import as_working, text_positions
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
@@ -79,7 +79,7 @@ def _check_documents(document_ids, b: int, lq: int, lk: int, device) -> torch.Te
     check_batch("document_ids", docs, b, lk)
     if lq > lk:
         raise ValueError(f"document_ids needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
-    return docs.long().view(-1, lk)
+    return docs.long().reshape(docs.shape[0] if docs.dim() == 2 else 1, lk)  # (1 or B, Lk), also when Lk = 0
 
 
 def _sdpa(q, k, v, *, causal: bool, scale, mask=None):
@@ -204,6 +204,15 @@ def _flex_ok(pe) -> bool:
     return pe is None or (pe.kind == "bias" and pe.flex_ok)
 
 
+def _flex_cheap(pe) -> bool:
+    """Whether a first FlexAttention call of ``pe`` costs seconds, not minutes: ``auto`` takes flex
+    only then, eagerly (under the caller's ``torch.compile`` the caller has chosen to compile, and
+    flex is the route that compiles whole). A cold compile of ALiBi with a document mask took 27 s
+    on the CPU (2 cores, loaded; 0.08 s a call afterwards, chunked 0.99 s, L = 2048, two documents);
+    FIRE's score_mod unrolls its MLP and took 177–189 s at hidden = 128 (``flex_compiles_fast``)."""
+    return pe is None or getattr(pe, "flex_compiles_fast", True) or torch.compiler.is_compiling()
+
+
 def _flex_first(q) -> bool:
     """Whether ``auto`` prefers FlexAttention to ``blockwise`` for a bias forward without gradient:
     off the CPU (FlexAttention's kernels are the fast path there), and under the caller's own
@@ -233,7 +242,7 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None) -> str:
     if backend == "auto":
         if b * h * lq * lk <= MATERIALIZE_ELEMENTS:
             return "materialize"
-        if (_flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES
+        if (_flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe)
                 and (docs is not None or pe is None or _flex_first(q))):
             return "flex"
         return "chunked" if docs is not None or pe is None else "blockwise"
@@ -272,15 +281,18 @@ def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, *, causal: bool, 
         stop = min(start + chunk, lq)
         qp = q_positions[..., start:stop]
         qc = q[:, :, start:stop]  # (B, H, c, D)
+        allowed = _allowed(lq, lk, start, stop, docs, causal=causal, device=q.device)
         if pe is None:
             bias = None
-        elif isinstance(pe, BiasEncoding):  # float64 map cast once to the score dtype, not the module's
-            bias = pe(qp, k_positions, dtype=work)  # (H, c, Lk) or (B, H, c, Lk)
+        elif isinstance(pe, BiasEncoding):  # float64 map, each row's peak removed, cast once to the score dtype
+            bias = pe(qp, k_positions, dtype=torch.float64)  # (H, c, Lk) or (B, H, c, Lk)
+            if allowed is not None:
+                bias, allowed = torch.where(allowed, bias, float("-inf")), None
+            bias = without_row_peaks(bias).to(work)
         elif pe.kind == "bias":
             bias = pe(qp, k_positions).to(work)
         else:
             bias = pe(qc, k, qp, k_positions).to(work)  # (B, H, c, Lk)
-        allowed = _allowed(lq, lk, start, stop, docs, causal=causal, device=q.device)
         if allowed is not None:
             bias = allowed if bias is None else torch.where(allowed, bias, float("-inf"))
         if getattr(pe, "value_term", None) is None:
@@ -372,9 +384,15 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
         qpos = as_working(q_positions).expand(b, lq).contiguous()  # (B, Lq): int64, or float64 if real
         kpos = as_working(k_positions).expand(b, lk).contiguous()  # (B, Lk)
         bias = pe.score_fn()
+        near = pe.nearest_keys(qpos, kpos, shift=lk - lq if causal else None)  # (B, Lq) or None
 
-        def score_mod(score, bi, hi, qi, ki):
-            return score + bias(hi, qpos[bi, qi], kpos[bi, ki]).to(torch.float32)
+        if near is None:
+            def score_mod(score, bi, hi, qi, ki):
+                return score + bias(hi, qpos[bi, qi], kpos[bi, ki]).to(torch.float32)
+        else:  # the row's peak removed in float64 before the cast (BiasEncoding.nearest_keys)
+            def score_mod(score, bi, hi, qi, ki):
+                q = qpos[bi, qi]
+                return score + (bias(hi, q, kpos[bi, ki]) - bias(hi, q, near[bi, qi])).to(torch.float32)
 
     block_mask = None
     if causal or docs is not None:

@@ -101,7 +101,7 @@ class _Bias:
         self.value_fn = getattr(pe, "value_term", None)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
         self.qpos, self.kpos = as_working(q_positions), as_working(k_positions)
-        self.fn = self.block = self.table = None
+        self.fn = self.block = self.table = self.near = None
         # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only; the table of
         # differences needs integer positions
         self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
@@ -120,9 +120,13 @@ class _Bias:
             d = e - (lq - 1) + (self.kpos.reshape(-1)[0] - self.qpos.reshape(-1)[0])  # k − q at each e
             base = (-d.min()).clamp(min=0)  # evaluate at non-negative positions (base, base + d)
             u = self.fn(self.heads.view(-1, 1), base.view(1), base + d)  # (H, T) float64
+            u = u - u.amax(-1, keepdim=True)  # one constant per head, so per row: exact (far keys; without_row_peaks)
             if self.causal:
                 u = u.masked_fill(e >= lk, float("-inf"))
             self.table = u.to(self.work).contiguous()
+            return
+        # each row's nearest key, where its bias peaks (removed from every block before the cast)
+        self.near = self.pe.nearest_keys(self.qpos, self.kpos, shift=self.lk - self.lq if self.causal else None)
 
     def view(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
         """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``."""
@@ -134,6 +138,13 @@ class _Bias:
         qp, kp = self.qpos[..., qs:qe], self.kpos[..., ks:ke]
         if self.relative:
             return self.pe(q, k, qp, kp).to(self.work)  # (B, H, c, n)
+        if self.fn is not None and self.near is not None:  # the row's peak removed in float64, then the cast
+            # (one call of fn over the block's keys and the row's nearest one, so that a parameter's
+            # gradient sums ds·(∂b − ∂b*) in float64, as without_row_peaks's does)
+            near = self.near[..., qs:qe, None]  # (..., c, 1)
+            keys = torch.cat([kp.unsqueeze(-2).expand(*near.shape[:-1], kp.shape[-1]), near], -1)  # (..., c, n + 1)
+            b = self.fn(self.heads, qp.unsqueeze(-1).unsqueeze(-3), keys.unsqueeze(-3))  # (..., H, c, n + 1)
+            return (b[..., :-1] - b[..., -1:]).to(self.work)
         if self.fn is not None:  # float64 bias, cast once to the score dtype (not the module's)
             return self.fn(self.heads, qp.unsqueeze(-1).unsqueeze(-3), kp.unsqueeze(-2).unsqueeze(-3)).to(self.work)
         return self.pe(qp, kp).to(self.work)  # (H, c, n) or (B, H, c, n)
@@ -141,9 +152,10 @@ class _Bias:
     def values(self, qs: int, qe: int, ks: int, ke: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """The block's bias without a graph: the scheme's ``block_fn`` for a bias kind (the same values
         up to rounding in the score dtype, faster for FIRE), else as ``__call__``."""
-        if self.block is not None:
+        if self.block is not None and self.near is None:
             return self.block(self.qpos[..., qs:qe], self.kpos[..., ks:ke], self.work)
-        return self(qs, qe, ks, ke, q, k)
+        with torch.no_grad():
+            return self(qs, qe, ks, ke, q, k)
 
     def value_term(self, p: torch.Tensor, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor | None:
         """Shaw's ``Σ_j p_ij a^V_ij`` for the block's weights ``p [B, H, c, n]``; None for other schemes."""
@@ -186,8 +198,24 @@ def _masked(s: torch.Tensor, qs: int, ks: int, shift: int) -> torch.Tensor:
     return s.masked_fill(torch.arange(ks, ks + n, device=s.device) > rows, float("-inf"))
 
 
+def _one_head_size(q, k, v):
+    """``q, k, v`` with one head size, as SDPA's fused CPU kernel wants it (the "Q/K/V should have the
+    same head size" error otherwise): zero columns added to ``v`` (``Dv < D``; the output's extra
+    columns are 0, cut off after) or to ``q`` and ``k`` (``Dv > D``; ``q·k`` unchanged, and ``scale``
+    is explicit). For the kernel only: a relative scheme's bias takes the original ``q, k``."""
+    d, dv = q.shape[-1], v.shape[-1]
+    pad = torch.nn.functional.pad
+    if dv < d:
+        return q, k, pad(v, (0, d - dv))
+    if dv > d:
+        return pad(q, (0, dv - d)), pad(k, (0, dv - d)), v
+    return q, k, v
+
+
 def _forward_toeplitz(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int):
     """Toeplitz mode: SDPA's fused CPU kernel per query block (rows reversed), the bias a view."""
+    dv = v.shape[-1]
+    q, k, v = _one_head_size(q, k, v)
     b, h, lq, _ = q.shape
     lk = k.shape[2]
     shift = lk - lq
@@ -201,7 +229,7 @@ def _forward_toeplitz(q, k, v, bias: _Bias, *, causal: bool, scale: float, block
             attn_mask=bias.view(qs, qe, 0, kend), scale=scale)  # (B, H, c, Dv), (B, H, c), rows reversed
         out[:, :, qs:qe] = o.flip(2)
         lse[:, :, qs:qe] = m.flip(2)
-    return out, lse
+    return out[..., :dv].contiguous(), lse
 
 
 def _key_tiles(qs: int, qe: int, lk: int, shift: int, causal: bool, block_k: int) -> list[tuple[int, int]]:
@@ -224,22 +252,23 @@ def _forward_fused(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q:
 
     (each ``o_t`` is ``Σ_{j∈t} e^{s_j − lse_t} v_j``), which costs ``O(c·Dv)`` per tile against the
     tile's ``O(c·n·D)``."""
+    dv = v.shape[-1]
+    qp, kp, vp = _one_head_size(q, k, v)  # the kernel's
     b, h, lq, _ = q.shape
     lk = k.shape[2]
     shift = lk - lq
-    out = q.new_empty(b, h, lq, v.shape[-1])
+    out = q.new_empty(b, h, lq, vp.shape[-1])
     lse = q.new_empty(b, h, lq)
     for qs in range(0, lq, block_q):
         qe = min(qs + block_q, lq)
-        qb = q[:, :, qs:qe]  # (B, H, c, D)
         o = m = None
         for ks, ke in _key_tiles(qs, qe, lk, shift, causal, block_k):
-            kb, vb = k[:, :, ks:ke], v[:, :, ks:ke]
-            mask = bias.values(qs, qe, ks, ke, qb, kb)  # (H, c, n) or (B, H, c, n)
+            mask = bias.values(qs, qe, ks, ke, q[:, :, qs:qe], k[:, :, ks:ke])  # (H, c, n) or (B, H, c, n)
             if causal:
                 mask = _masked(mask, qs, ks, shift)
             o_t, m_t = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                qb, kb, vb, 0.0, False, attn_mask=mask.expand(b, h, qe - qs, ke - ks), scale=scale)
+                qp[:, :, qs:qe], kp[:, :, ks:ke], vp[:, :, ks:ke], 0.0, False,
+                attn_mask=mask.expand(b, h, qe - qs, ke - ks), scale=scale)
             if o is None:
                 o, m = o_t, m_t  # (B, H, c, Dv), (B, H, c)
                 continue
@@ -248,14 +277,14 @@ def _forward_fused(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q:
             m = m_new
         out[:, :, qs:qe] = o
         lse[:, :, qs:qe] = m
-    return out, lse
+    return out[..., :dv].contiguous(), lse
 
 
 def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, block_k: int):
     """Online softmax over key blocks: ``o [B, H, Lq, Dv]`` and ``lse [B, H, Lq]``."""
     if bias.toeplitz:
         return _forward_toeplitz(q, k, v, bias, causal=causal, scale=scale, block_q=FUSED_BLOCK_Q)
-    if q.device.type == "cpu" and bias.value_fn is None and v.shape[-1] == q.shape[-1] and q.shape[0] > 0:
+    if q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0:
         return _forward_fused(q, k, v, bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
     b, h, lq, _ = q.shape
     lk, dv = k.shape[2], v.shape[-1]
@@ -340,7 +369,8 @@ class _BlockwiseAttention(torch.autograd.Function):
         q, k, v, out, lse, *params = ctx.saved_tensors
         args = ctx.args
         bias: _Bias = args["bias"]
-        if bias.toeplitz and not params:  # nothing to learn in the bias: SDPA's fused backward per block
+        if bias.toeplitz and not params and v.shape[-1] == q.shape[-1]:  # nothing to learn in the bias:
+            # SDPA's fused backward per block (one head size; else the loop below)
             return (*_backward_toeplitz(dout, q, k, v, out, lse, bias, causal=args["causal"], scale=args["scale"],
                                         block_q=FUSED_BLOCK_Q), None)
         causal, scale, block_q, block_k = args["causal"], args["scale"], args["block_q"], args["block_k"]

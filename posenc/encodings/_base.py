@@ -207,12 +207,57 @@ class BiasEncoding(PositionalEncoding):
 
     num_heads: int
     flex_ok: bool = True  # score_fn() can run inside FlexAttention's score_mod
+    # score_fn()'s one-score form compiles in seconds; False where compiling it costs minutes
+    # (FIRE unrolls its MLP), so ``posenc.attention``'s auto takes another exact route
+    flex_compiles_fast: bool = True
+    # The bias falls as |k − q| grows (ALiBi, KERPLE): a row's largest value is at its nearest key,
+    # where ``nearest_keys`` finds it, so backends that see a row in blocks can remove it exactly.
+    peak_at_nearest_key: bool = False
     # The bias depends on k_pos - q_pos only, so at contiguous positions it is a Toeplitz map of
     # one table over the differences (posenc.blockwise reads blocks as views of it).
     translation_invariant: bool = False
 
     def score_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
+
+    def nearest_keys(self, q_pos: torch.Tensor, k_pos: torch.Tensor, *, shift: int | None = None) -> torch.Tensor | None:
+        """Each query's nearest key position, ``[Lq]`` (``[B, Lq]``), for a scheme whose rows peak there
+        (``peak_at_nearest_key``); None for the others. ``shift``: causal, query ``i`` sees keys
+        ``j <= i + shift`` only.
+
+        **Far keys.** Softmax sees only differences along a row, so the backends subtract each
+        row's peak ``bias(h, q_i, near_i)`` from the row in float64 before the cast to the score
+        dtype (``without_row_peaks``): exact, and what survives the cast is the part that matters (at keys ``10^12`` away,
+        ALiBi's float32 bias is ``−m·10^12`` rounded to multiples of ``2^16·m``, which erases
+        every key-to-key difference; after the subtraction they are ``−m·|Δ|`` again).
+        Sorted keys (each row non-decreasing): a binary search, ``O(Lq log Lk)``; otherwise the
+        smallest ``|q − k|`` over blocks of ``2^22`` pairs.
+        """
+        if not self.peak_at_nearest_key:
+            return None
+        q, k = as_working(q_pos), as_working(k_pos)
+        lq, lk = q.shape[-1], k.shape[-1]
+        batch = torch.broadcast_shapes(q.shape[:-1], k.shape[:-1])
+        if lq == 0 or lk == 0:
+            return q.expand(*batch, lq)
+        q, k = q.expand(*batch, lq).contiguous(), k.expand(*batch, lk).contiguous()  # (..., Lq), (..., Lk)
+        rows = torch.arange(lq, device=q.device)
+        limit = (rows + shift).clamp(max=lk - 1) if shift is not None else torch.full_like(rows, lk - 1)  # (Lq,)
+        limit = limit.expand_as(q)
+        if lk == 1 or bool((k[..., 1:] >= k[..., :-1]).all()):
+            above = torch.searchsorted(k, q)  # the first key >= q
+            lo, hi = (above - 1).clamp(min=0).minimum(limit), above.minimum(limit)  # the two candidates allowed
+            k_lo, k_hi = k.gather(-1, lo), k.gather(-1, hi)
+            return torch.where((q - k_lo).abs() <= (k_hi - q).abs(), k_lo, k_hi)
+        near = torch.empty_like(q, dtype=k.dtype)
+        step = max(1, (1 << 22) // lk)
+        cols = torch.arange(lk, device=q.device)
+        for s in range(0, lq, step):  # (..., c, Lk) distances, keys past the causal limit excluded
+            d = (q[..., s:s + step, None] - k[..., None, :]).abs()
+            d = d.masked_fill(cols > limit[..., s:s + step, None], torch.inf if d.is_floating_point() else
+                              torch.iinfo(d.dtype).max)
+            near[..., s:s + step] = k.gather(-1, d.argmin(-1))
+        return near
 
     def block_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]:
         """``bias(q_pos [c] or [B, c], k_pos [n] or [B, n], dtype) -> [H, c, n]`` (``[B, H, c, n]``)
@@ -247,6 +292,19 @@ class BiasEncoding(PositionalEncoding):
         q = q_positions.unsqueeze(-1).unsqueeze(-3)  # (..., 1, Lq, 1)
         k = k_positions.unsqueeze(-2).unsqueeze(-3)  # (..., 1, 1, Lk)
         return self.score_fn()(h, q, k).to(self.dtype if dtype is None else dtype)
+
+
+def without_row_peaks(bias: torch.Tensor) -> torch.Tensor:
+    """A float64 bias ``[..., Lq, Lk]`` (``−∞`` where masked) minus each row's largest finite value:
+    softmax along a row does not see it, and cast to float32 afterwards the differences that
+    softmax sees survive however far the keys are (``BiasEncoding.nearest_keys``).
+
+    The peak stays in the graph: its gradient is ``−Σ_j ds_ij · ∂b_i*/∂θ``, zero in exact arithmetic
+    (``Σ_j ds_ij = 0``), and with it a parameter's gradient is ``Σ_j ds_ij (∂b_ij − ∂b_i*)/∂θ``, whose
+    terms are small where ``∂b/∂θ`` itself is huge (KERPLE's ``r1`` at keys 10^12 away, where the
+    float32 ``ds`` sum to 0 only within rounding)."""
+    top = bias.amax(-1, keepdim=True) if bias.shape[-1] else bias.new_zeros(*bias.shape[:-1], 1)
+    return bias - torch.where(torch.isfinite(top), top, 0.0)
 
 
 KIND_BASES["bias"] = BiasEncoding
