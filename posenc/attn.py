@@ -10,6 +10,15 @@
 - ``relative``: adds ``pe(q, k, q_positions, k_positions)`` (and Shaw's value term), in blocks;
 - ``none``: plain SDPA. ``additive`` encodings belong to the token embeddings, not here.
 
+**Far keys.** Scores and biases are float32 at least; a bias scheme whose bias grows with distance
+(ALiBi, KERPLE) has each query row's peak (its value at the row's nearest visible key) removed in
+float64 before the cast, on every backend: softmax sees only differences along a row, so this is
+exact, and keys 10^12 away keep their key-to-key differences (``BiasEncoding.nearest_keys``).
+
+**Shapes.** ``v`` may have a head size ``Dv`` other than q/k's on every backend (SDPA's fused CPU
+kernel, which wants one, gets zero columns: ``posenc.blockwise._one_head_size``); empty inputs
+(``B``, ``Lq`` or ``Lk`` zero) return what SDPA returns, with or without ``document_ids``.
+
 **Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
 query sees only the keys of its own document, on every backend, and default positions restart
 at 0 in each document.
@@ -40,7 +49,7 @@ import torch.nn.functional as F
 
 from posenc._validate import check_choice, check_float
 from posenc.blockwise import blockwise_attention
-from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor, without_row_peaks
+from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor
 from posenc.positions import as_working, text_positions
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
@@ -117,8 +126,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             ``"blockwise"`` (``posenc.blockwise``: query and key blocks with an online softmax,
             and a backward that recomputes them; trains at long context; no ``document_ids``),
             or ``"auto"`` (materialize when small; else, when no gradient is needed and the dtype
-            allows, flex off the CPU, under ``torch.compile`` or with ``document_ids``; else
-            blockwise, or chunked with ``document_ids``).
+            allows, flex off the CPU, under ``torch.compile`` or with ``document_ids`` — but
+            eagerly never for a scheme whose score_mod takes minutes to compile, FIRE's MLP
+            (``_flex_cheap``); else blockwise, or chunked with ``document_ids``).
         document_ids: integer ``[Lk]`` or ``[B, Lk]``, non-decreasing: the document of each key
             (queries are the last ``Lq`` keys). A query sees only keys of its own document.
 
@@ -284,11 +294,16 @@ def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, *, causal: bool, 
         allowed = _allowed(lq, lk, start, stop, docs, causal=causal, device=q.device)
         if pe is None:
             bias = None
-        elif isinstance(pe, BiasEncoding):  # float64 map, each row's peak removed, cast once to the score dtype
-            bias = pe(qp, k_positions, dtype=torch.float64)  # (H, c, Lk) or (B, H, c, Lk)
-            if allowed is not None:
-                bias, allowed = torch.where(allowed, bias, float("-inf")), None
-            bias = without_row_peaks(bias).to(work)
+        elif isinstance(pe, BiasEncoding):  # float64 map cast once to the score dtype, not the module's
+            if docs is None:  # causal: row r of the chunk sees keys j <= r + start + Lk - Lq
+                near = pe.nearest_keys(qp, k_positions, shift=start + lk - lq if causal else None)
+            else:
+                near = pe.nearest_keys(qp, k_positions, allowed=allowed[:, 0])  # (B, c, Lk) mask
+            # near: (c,) or (B, c), each row's nearest visible key; None: no peak to remove
+            if near is None:
+                bias = pe(qp, k_positions, dtype=work)  # (H, c, Lk) or (B, H, c, Lk)
+            else:  # each row's peak removed in float64 first (far keys)
+                bias = pe.peak_removed(as_working(qp), as_working(k_positions), near).to(work)
         elif pe.kind == "bias":
             bias = pe(qp, k_positions).to(work)
         else:
@@ -390,9 +405,14 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
             def score_mod(score, bi, hi, qi, ki):
                 return score + bias(hi, qpos[bi, qi], kpos[bi, ki]).to(torch.float32)
         else:  # the row's peak removed in float64 before the cast (BiasEncoding.nearest_keys)
+            # a query's position and its nearest key's in one (B, Lq, 2) table: Inductor's CPU
+            # template with dynamic lengths fails to compile a second buffer read by qi (torch 2.13)
+            rows = torch.stack(torch.broadcast_tensors(*(t.to(torch.promote_types(qpos.dtype, near.dtype))
+                                                         for t in (qpos, near))), -1)
+
             def score_mod(score, bi, hi, qi, ki):
-                q = qpos[bi, qi]
-                return score + (bias(hi, q, kpos[bi, ki]) - bias(hi, q, near[bi, qi])).to(torch.float32)
+                q = rows[bi, qi, 0]
+                return score + (bias(hi, q, kpos[bi, ki]) - bias(hi, q, rows[bi, qi, 1])).to(torch.float32)
 
     block_mask = None
     if causal or docs is not None:

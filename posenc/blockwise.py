@@ -46,6 +46,13 @@ its mask, and merges the tiles' ``(o, lse)`` (``_forward_fused``): the loop abov
 over each block of scores where the kernel makes one (measured on a block of 256 x 512 keys, 8
 heads, one thread: 21 ns per score and head against 9.6 ns).
 
+Far keys: a bias that grows with distance (ALiBi, KERPLE) has each row's peak removed in float64
+before the cast to the score dtype (``BiasEncoding.nearest_keys``): per row from its nearest key
+on the per-block path, per head from the table's largest value on the Toeplitz path (a constant
+for every row of the head); both stay in the graph, so parameters' gradients sum ``ds·(∂b −
+∂b*)`` in float64. A value head size ``Dv`` other than ``D`` reaches the fused CPU kernel padded
+with zero columns (``_one_head_size``); the backward's loop takes any ``Dv``.
+
 Memory: besides q, k, v, o, lse and the gradients, one block of scores and its bias (``B·H·
 BLOCK_Q·BLOCK_K`` elements, with the scheme's temporaries for that block) lives at a time.
 Causal attention skips the key blocks entirely above the diagonal and masks only those that cross
@@ -101,7 +108,7 @@ class _Bias:
         self.value_fn = getattr(pe, "value_term", None)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
         self.qpos, self.kpos = as_working(q_positions), as_working(k_positions)
-        self.fn = self.block = self.table = self.near = None
+        self.fn = self.block = self.table = self.near = self.peak = None
         # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only; the table of
         # differences needs integer positions
         self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
@@ -120,13 +127,17 @@ class _Bias:
             d = e - (lq - 1) + (self.kpos.reshape(-1)[0] - self.qpos.reshape(-1)[0])  # k − q at each e
             base = (-d.min()).clamp(min=0)  # evaluate at non-negative positions (base, base + d)
             u = self.fn(self.heads.view(-1, 1), base.view(1), base + d)  # (H, T) float64
-            u = u - u.amax(-1, keepdim=True)  # one constant per head, so per row: exact (far keys; without_row_peaks)
+            u = u - u.amax(-1, keepdim=True)  # one constant per head, so per row: exact (far keys), in the graph
             if self.causal:
                 u = u.masked_fill(e >= lk, float("-inf"))
             self.table = u.to(self.work).contiguous()
             return
-        # each row's nearest key, where its bias peaks (removed from every block before the cast)
+        # each row's nearest key, where its bias peaks: removed from every block before the cast
         self.near = self.pe.nearest_keys(self.qpos, self.kpos, shift=self.lk - self.lq if self.causal else None)
+        if self.near is not None:
+            with torch.no_grad():  # the peaks themselves, for blocks without a graph (values)
+                self.peak = self.fn(self.heads, self.qpos.unsqueeze(-1).unsqueeze(-3),
+                                    self.near.unsqueeze(-1).unsqueeze(-3))  # (H, Lq, 1) or (B, H, Lq, 1)
 
     def view(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
         """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``."""
@@ -139,12 +150,7 @@ class _Bias:
         if self.relative:
             return self.pe(q, k, qp, kp).to(self.work)  # (B, H, c, n)
         if self.fn is not None and self.near is not None:  # the row's peak removed in float64, then the cast
-            # (one call of fn over the block's keys and the row's nearest one, so that a parameter's
-            # gradient sums ds·(∂b − ∂b*) in float64, as without_row_peaks's does)
-            near = self.near[..., qs:qe, None]  # (..., c, 1)
-            keys = torch.cat([kp.unsqueeze(-2).expand(*near.shape[:-1], kp.shape[-1]), near], -1)  # (..., c, n + 1)
-            b = self.fn(self.heads, qp.unsqueeze(-1).unsqueeze(-3), keys.unsqueeze(-3))  # (..., H, c, n + 1)
-            return (b[..., :-1] - b[..., -1:]).to(self.work)
+            return self.pe.peak_removed(qp, kp, self.near[..., qs:qe], self.fn).to(self.work)
         if self.fn is not None:  # float64 bias, cast once to the score dtype (not the module's)
             return self.fn(self.heads, qp.unsqueeze(-1).unsqueeze(-3), kp.unsqueeze(-2).unsqueeze(-3)).to(self.work)
         return self.pe(qp, kp).to(self.work)  # (H, c, n) or (B, H, c, n)
@@ -152,10 +158,14 @@ class _Bias:
     def values(self, qs: int, qe: int, ks: int, ke: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """The block's bias without a graph: the scheme's ``block_fn`` for a bias kind (the same values
         up to rounding in the score dtype, faster for FIRE), else as ``__call__``."""
-        if self.block is not None and self.near is None:
-            return self.block(self.qpos[..., qs:qe], self.kpos[..., ks:ke], self.work)
-        with torch.no_grad():
-            return self(qs, qe, ks, ke, q, k)
+        qp, kp = self.qpos[..., qs:qe], self.kpos[..., ks:ke]
+        if self.peak is not None:  # the row's peak removed in float64, then the cast
+            with torch.no_grad():
+                b = self.fn(self.heads, qp.unsqueeze(-1).unsqueeze(-3), kp.unsqueeze(-2).unsqueeze(-3))
+                return b.sub_(self.peak[..., qs:qe, :]).to(self.work)
+        if self.block is not None:
+            return self.block(qp, kp, self.work)
+        return self(qs, qe, ks, ke, q, k)
 
     def value_term(self, p: torch.Tensor, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor | None:
         """Shaw's ``Σ_j p_ij a^V_ij`` for the block's weights ``p [B, H, c, n]``; None for other schemes."""

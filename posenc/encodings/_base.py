@@ -210,8 +210,9 @@ class BiasEncoding(PositionalEncoding):
     # score_fn()'s one-score form compiles in seconds; False where compiling it costs minutes
     # (FIRE unrolls its MLP), so ``posenc.attention``'s auto takes another exact route
     flex_compiles_fast: bool = True
-    # The bias falls as |k − q| grows (ALiBi, KERPLE): a row's largest value is at its nearest key,
-    # where ``nearest_keys`` finds it, so backends that see a row in blocks can remove it exactly.
+    # The bias falls as |k − q| grows (ALiBi, KERPLE): a row's largest value is at its nearest key
+    # (``nearest_keys``), which the backends remove from the row before the cast (far keys).
+    # T5 (a bounded table) and FIRE (an MLP of a log ratio) have no term that grows with position.
     peak_at_nearest_key: bool = False
     # The bias depends on k_pos - q_pos only, so at contiguous positions it is a Toeplitz map of
     # one table over the differences (posenc.blockwise reads blocks as views of it).
@@ -220,44 +221,63 @@ class BiasEncoding(PositionalEncoding):
     def score_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
-    def nearest_keys(self, q_pos: torch.Tensor, k_pos: torch.Tensor, *, shift: int | None = None) -> torch.Tensor | None:
+    def nearest_keys(self, q_pos: torch.Tensor, k_pos: torch.Tensor, *, shift: int | None = None,
+                     allowed: torch.Tensor | None = None) -> torch.Tensor | None:
         """Each query's nearest key position, ``[Lq]`` (``[B, Lq]``), for a scheme whose rows peak there
-        (``peak_at_nearest_key``); None for the others. ``shift``: causal, query ``i`` sees keys
-        ``j <= i + shift`` only.
+        (``peak_at_nearest_key``); None for the others. Only keys a query may see count: with
+        ``shift`` (causal) keys ``j <= i + shift``, or those ``allowed`` (a boolean mask
+        broadcastable to ``[..., Lq, Lk]``, from a caller that holds ``Lq x Lk`` pairs anyway).
 
         **Far keys.** Softmax sees only differences along a row, so the backends subtract each
         row's peak ``bias(h, q_i, near_i)`` from the row in float64 before the cast to the score
-        dtype (``without_row_peaks``): exact, and what survives the cast is the part that matters (at keys ``10^12`` away,
-        ALiBi's float32 bias is ``−m·10^12`` rounded to multiples of ``2^16·m``, which erases
-        every key-to-key difference; after the subtraction they are ``−m·|Δ|`` again).
-        Sorted keys (each row non-decreasing): a binary search, ``O(Lq log Lk)``; otherwise the
-        smallest ``|q − k|`` over blocks of ``2^22`` pairs.
+        dtype (``peak_removed``): exact, and what survives the cast is the part that matters (at
+        keys ``10^12`` away, ALiBi's float32 bias is ``−m·10^12`` rounded to multiples of
+        ``2^16·m``, which erases every key-to-key difference; after the subtraction they are
+        ``−m·|Δ|`` again). Sorted keys without a mask: a binary search, ``O(Lq log Lk)``;
+        otherwise (and under ``torch.compile``, which cannot branch on the keys' order) the
+        smallest ``|q − k|`` over the pairs, ``2^22`` at a time (no head factor).
         """
         if not self.peak_at_nearest_key:
             return None
         q, k = as_working(q_pos), as_working(k_pos)
         lq, lk = q.shape[-1], k.shape[-1]
-        batch = torch.broadcast_shapes(q.shape[:-1], k.shape[:-1])
-        if lq == 0 or lk == 0:
-            return q.expand(*batch, lq)
+        batch = torch.broadcast_shapes(q.shape[:-1], k.shape[:-1],
+                                       () if allowed is None else allowed.shape[:-2])
         q, k = q.expand(*batch, lq).contiguous(), k.expand(*batch, lk).contiguous()  # (..., Lq), (..., Lk)
+        if lq == 0 or lk == 0:
+            return q
         rows = torch.arange(lq, device=q.device)
         limit = (rows + shift).clamp(max=lk - 1) if shift is not None else torch.full_like(rows, lk - 1)  # (Lq,)
-        limit = limit.expand_as(q)
-        if lk == 1 or bool((k[..., 1:] >= k[..., :-1]).all()):
+        if allowed is None and not torch.compiler.is_compiling() and bool((k[..., 1:] >= k[..., :-1]).all()):
+            limit = limit.expand_as(q)
             above = torch.searchsorted(k, q)  # the first key >= q
             lo, hi = (above - 1).clamp(min=0).minimum(limit), above.minimum(limit)  # the two candidates allowed
             k_lo, k_hi = k.gather(-1, lo), k.gather(-1, hi)
             return torch.where((q - k_lo).abs() <= (k_hi - q).abs(), k_lo, k_hi)
-        near = torch.empty_like(q, dtype=k.dtype)
+        near = torch.empty_like(q)
         step = max(1, (1 << 22) // lk)
         cols = torch.arange(lk, device=q.device)
-        for s in range(0, lq, step):  # (..., c, Lk) distances, keys past the causal limit excluded
+        for s in range(0, lq, step):  # (..., c, Lk) distances, keys a query may not see excluded
             d = (q[..., s:s + step, None] - k[..., None, :]).abs()
-            d = d.masked_fill(cols > limit[..., s:s + step, None], torch.inf if d.is_floating_point() else
-                              torch.iinfo(d.dtype).max)
+            hidden = cols > limit[s:s + step, None] if allowed is None else ~allowed[..., s:s + step, :]
+            d = d.masked_fill(hidden, torch.inf if d.is_floating_point() else torch.iinfo(d.dtype).max)
             near[..., s:s + step] = k.gather(-1, d.argmin(-1))
         return near
+
+    def peak_removed(self, q_pos: torch.Tensor, k_pos: torch.Tensor, near: torch.Tensor,
+                     fn: Callable | None = None) -> torch.Tensor:
+        """``bias(h, q_i, k_j) − bias(h, q_i, near_i)``, float64 ``[H, c, n]`` (``[B, H, c, n]``), for
+        ``q_pos [c]``, ``k_pos [n]``, ``near [c]`` (or ``[B, ·]``; ``nearest_keys``), from one call of
+        ``fn`` (``score_fn()`` by default) over the keys and each row's nearest one: a parameter's
+        gradient is then ``Σ_j ds_ij (∂b_ij − ∂b_i*)/∂θ``, summed in float64 (two calls would each
+        round their ``Σ_j ds_ij ∂b/∂θ`` to the parameter's float32, and at keys 10^12 away,
+        KERPLE's ``∂b/∂r2 ~ 10^12``, their difference to nothing)."""
+        fn = self.score_fn() if fn is None else fn
+        heads = torch.arange(self.num_heads, device=q_pos.device).view(-1, 1, 1)  # (H, 1, 1)
+        near = near.unsqueeze(-1)  # (..., c, 1)
+        keys = torch.cat([k_pos.unsqueeze(-2).expand(*near.shape[:-1], k_pos.shape[-1]), near], -1)  # (..., c, n + 1)
+        b = fn(heads, q_pos.unsqueeze(-1).unsqueeze(-3), keys.unsqueeze(-3))  # (..., H, c, n + 1)
+        return b[..., :-1] - b[..., -1:]
 
     def block_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]:
         """``bias(q_pos [c] or [B, c], k_pos [n] or [B, n], dtype) -> [H, c, n]`` (``[B, H, c, n]``)
@@ -292,19 +312,6 @@ class BiasEncoding(PositionalEncoding):
         q = q_positions.unsqueeze(-1).unsqueeze(-3)  # (..., 1, Lq, 1)
         k = k_positions.unsqueeze(-2).unsqueeze(-3)  # (..., 1, 1, Lk)
         return self.score_fn()(h, q, k).to(self.dtype if dtype is None else dtype)
-
-
-def without_row_peaks(bias: torch.Tensor) -> torch.Tensor:
-    """A float64 bias ``[..., Lq, Lk]`` (``−∞`` where masked) minus each row's largest finite value:
-    softmax along a row does not see it, and cast to float32 afterwards the differences that
-    softmax sees survive however far the keys are (``BiasEncoding.nearest_keys``).
-
-    The peak stays in the graph: its gradient is ``−Σ_j ds_ij · ∂b_i*/∂θ``, zero in exact arithmetic
-    (``Σ_j ds_ij = 0``), and with it a parameter's gradient is ``Σ_j ds_ij (∂b_ij − ∂b_i*)/∂θ``, whose
-    terms are small where ``∂b/∂θ`` itself is huge (KERPLE's ``r1`` at keys 10^12 away, where the
-    float32 ``ds`` sum to 0 only within rounding)."""
-    top = bias.amax(-1, keepdim=True) if bias.shape[-1] else bias.new_zeros(*bias.shape[:-1], 1)
-    return bias - torch.where(torch.isfinite(top), top, 0.0)
 
 
 KIND_BASES["bias"] = BiasEncoding
