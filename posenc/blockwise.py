@@ -156,8 +156,9 @@ class _Bias:
         return self.pe(qp, kp).to(self.work)  # (H, c, n) or (B, H, c, n)
 
     def values(self, qs: int, qe: int, ks: int, ke: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """The block's bias without a graph: the scheme's ``block_fn`` for a bias kind (the same values
-        up to rounding in the score dtype, faster for FIRE), else as ``__call__``."""
+        """The block's bias without a graph: with each row's peak removed where the scheme has one
+        (far keys), else the scheme's ``block_fn`` for a bias kind (the same values up to rounding
+        in the score dtype, faster for FIRE), else as ``__call__``."""
         qp, kp = self.qpos[..., qs:qe], self.kpos[..., ks:ke]
         if self.peak is not None:  # the row's peak removed in float64, then the cast
             with torch.no_grad():
