@@ -42,7 +42,7 @@ from torch import nn
 
 import posenc
 from posenc import registry
-from posenc.extrapolate.model import Block, GPTConfig
+from posenc.extrapolate.model import LAYERS, Block, GPTConfig, layer_pattern, pattern_label
 from posenc.extrapolate.profiles import ImageSettings, TimeSettings, TrainConfig
 from posenc.extrapolate.train import learning_rate
 from posenc.spec import fill_sizes
@@ -79,6 +79,14 @@ def image_spec(label: str, s: ImageSettings) -> tuple[dict[str, Any], str]:
     return registry.normalize_spec(spec), mode
 
 
+def _pattern_cannot(text: Any, part: str) -> tuple[str, dict[str, Any], str]:
+    """A per-layer pattern's item in the image and time parts: recorded as "cannot run"."""
+    pattern = layer_pattern(text)
+    labels = [p.strip() if isinstance(p, str) else str(p.get("scheme")) for p in pattern]
+    return (pattern_label(labels), {"scheme": LAYERS, "pattern": pattern},
+            f"cannot: a per-layer pattern runs in the lm, scaling and tasks parts, not {part}")
+
+
 def image_items(settings: ImageSettings, schemes: list[Any] | None) -> list[tuple[str, dict[str, Any], str]]:
     """``(label, spec, positions mode)`` of the image runs: the profile's variants, or the user's
     schemes made two-axis where they can be (``axes=2``; a learned table becomes a grid). A scheme
@@ -90,6 +98,9 @@ def image_items(settings: ImageSettings, schemes: list[Any] | None) -> list[tupl
 
     out = []
     for text in schemes:
+        if layer_pattern(text) is not None:
+            out.append(_pattern_cannot(text, "image"))
+            continue
         given = as_spec(text)
         name = given["scheme"]
         label = name if isinstance(text, str) and text.strip() == name else str(text).strip()
@@ -288,6 +299,9 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
 
     out = []
     for text in schemes or settings.schemes:
+        if layer_pattern(text) is not None:
+            out.append(_pattern_cannot(text, "time"))
+            continue
         given = as_spec(text)
         plain = isinstance(text, str) and text.strip() == given["scheme"]
         label = given["scheme"] if plain else str(text).strip()
