@@ -108,7 +108,7 @@ class _Bias:
         self.value_fn = getattr(pe, "value_term", None)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
         self.qpos, self.kpos = as_working(q_positions), as_working(k_positions)
-        self.fn = self.block = self.table = self.near = self.peak = None
+        self.fn = self.block = self.table = self.near = None
         # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only; the table of
         # differences needs integer positions
         self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
@@ -134,10 +134,6 @@ class _Bias:
             return
         # each row's nearest key, where its bias peaks: removed from every block before the cast
         self.near = self.pe.nearest_keys(self.qpos, self.kpos, shift=self.lk - self.lq if self.causal else None)
-        if self.near is not None:
-            with torch.no_grad():  # the peaks themselves, for blocks without a graph (values)
-                self.peak = self.fn(self.heads, self.qpos.unsqueeze(-1).unsqueeze(-3),
-                                    self.near.unsqueeze(-1).unsqueeze(-3))  # (H, Lq, 1) or (B, H, Lq, 1)
 
     def view(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
         """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``."""
@@ -159,13 +155,11 @@ class _Bias:
         """The block's bias without a graph: with each row's peak removed where the scheme has one
         (far keys), else the scheme's ``block_fn`` for a bias kind (the same values up to rounding
         in the score dtype, faster for FIRE), else as ``__call__``."""
-        qp, kp = self.qpos[..., qs:qe], self.kpos[..., ks:ke]
-        if self.peak is not None:  # the row's peak removed in float64, then the cast
+        if self.near is not None:  # the row's peak removed in float64, then the cast
             with torch.no_grad():
-                b = self.fn(self.heads, qp.unsqueeze(-1).unsqueeze(-3), kp.unsqueeze(-2).unsqueeze(-3))
-                return b.sub_(self.peak[..., qs:qe, :]).to(self.work)
+                return self(qs, qe, ks, ke, q, k)
         if self.block is not None:
-            return self.block(qp, kp, self.work)
+            return self.block(self.qpos[..., qs:qe], self.kpos[..., ks:ke], self.work)
         return self(qs, qe, ks, ke, q, k)
 
     def value_term(self, p: torch.Tensor, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor | None:

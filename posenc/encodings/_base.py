@@ -267,16 +267,26 @@ class BiasEncoding(PositionalEncoding):
     def peak_removed(self, q_pos: torch.Tensor, k_pos: torch.Tensor, near: torch.Tensor,
                      fn: Callable | None = None) -> torch.Tensor:
         """``bias(h, q_i, k_j) − bias(h, q_i, near_i)``, float64 ``[H, c, n]`` (``[B, H, c, n]``), for
-        ``q_pos [c]``, ``k_pos [n]``, ``near [c]`` (or ``[B, ·]``; ``nearest_keys``), from one call of
-        ``fn`` (``score_fn()`` by default) over the keys and each row's nearest one: a parameter's
-        gradient is then ``Σ_j ds_ij (∂b_ij − ∂b_i*)/∂θ``, summed in float64 (two calls would each
-        round their ``Σ_j ds_ij ∂b/∂θ`` to the parameter's float32, and at keys 10^12 away,
-        KERPLE's ``∂b/∂r2 ~ 10^12``, their difference to nothing)."""
+        ``q_pos [c]``, ``k_pos [n]``, ``near [c]`` (or ``[B, ·]``; ``nearest_keys``), ``fn`` the
+        scheme's ``score_fn()`` (made once per pass by the caller; by default here).
+
+        With a parameter to train, one call of ``fn`` over the keys and each row's nearest one, so
+        that the parameter's gradient is ``Σ_j ds_ij (∂b_ij − ∂b_i*)/∂θ``, summed in float64: two
+        calls would each round their ``Σ_j ds_ij ∂b/∂θ`` to the parameter's float32, and at keys
+        10^12 away (KERPLE's ``∂b/∂r2 ~ 10^12``) their difference to nothing. Without one, the
+        block and its peaks separately, the peaks subtracted in place (one pass more than the
+        bias alone)."""
         fn = self.score_fn() if fn is None else fn
         heads = torch.arange(self.num_heads, device=q_pos.device).view(-1, 1, 1)  # (H, 1, 1)
+        q = q_pos.unsqueeze(-1).unsqueeze(-3)  # (..., 1, c, 1)
         near = near.unsqueeze(-1)  # (..., c, 1)
+        if not (torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())):
+            b = fn(heads, q, k_pos.unsqueeze(-2).unsqueeze(-3))  # (..., H, c, n)
+            peak = fn(heads, q, near.unsqueeze(-3))  # (..., H, c, 1)
+            same = torch.broadcast_shapes(b.shape, peak.shape) == b.shape
+            return b.sub_(peak) if same else b - peak
         keys = torch.cat([k_pos.unsqueeze(-2).expand(*near.shape[:-1], k_pos.shape[-1]), near], -1)  # (..., c, n + 1)
-        b = fn(heads, q_pos.unsqueeze(-1).unsqueeze(-3), keys.unsqueeze(-3))  # (..., H, c, n + 1)
+        b = fn(heads, q, keys.unsqueeze(-3))  # (..., H, c, n + 1)
         return b[..., :-1] - b[..., -1:]
 
     def block_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]:
