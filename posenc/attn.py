@@ -288,6 +288,19 @@ def _allowed(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, dev
     return allowed
 
 
+def _visible(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, device):
+    """The keys queries ``start..stop-1`` may see as index ranges ``first..last`` (inclusive, ``[c]`` or
+    ``[1 or B, c]``; ``first`` None: from key 0): the causal and document masks, for
+    ``BiasEncoding.nearest_keys``. Documents are contiguous, so a query's are one range."""
+    own = torch.arange(start, stop, device=device) + (lk - lq)  # (c,) each query's own key
+    last = own if causal else torch.full_like(own, lk - 1)
+    if docs is None:
+        return None, last
+    ids = docs.contiguous()  # (1 or B, Lk), non-decreasing
+    mine = ids[:, own]  # (1 or B, c)
+    return torch.searchsorted(ids, mine), torch.minimum(last, torch.searchsorted(ids, mine, right=True) - 1)
+
+
 def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, *, causal: bool, scale: float, chunk: int):
     """Exact attention over query blocks of ``chunk`` rows; scores in float32 at least.
     ``pe`` None: no bias, only the causal and document masks."""
@@ -304,11 +317,8 @@ def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, *, causal: bool, 
         if pe is None:
             bias = None
         elif isinstance(pe, BiasEncoding):  # float64 map cast once to the score dtype, not the module's
-            if docs is None:  # causal: row r of the chunk sees keys j <= r + start + Lk - Lq
-                near = pe.nearest_keys(qp, k_positions, shift=start + lk - lq if causal else None)
-            else:
-                near = pe.nearest_keys(qp, k_positions, allowed=allowed[:, 0])  # (B, c, Lk) mask
-            # near: (c,) or (B, c), each row's nearest visible key; None: no peak to remove
+            first, last = _visible(lq, lk, start, stop, docs, causal=causal, device=q.device)
+            near = pe.nearest_keys(qp, k_positions, first=first, last=last)  # (c,) or (B, c); None: no peak
             if near is None:
                 bias = pe(qp, k_positions, dtype=work)  # (H, c, Lk) or (B, H, c, Lk)
             else:  # each row's peak removed in float64 first (far keys)
@@ -408,7 +418,8 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
         qpos = as_working(q_positions).expand(b, lq).contiguous()  # (B, Lq): int64, or float64 if real
         kpos = as_working(k_positions).expand(b, lk).contiguous()  # (B, Lk)
         bias = pe.score_fn()
-        near = pe.nearest_keys(qpos, kpos, shift=lk - lq if causal else None)  # (B, Lq) or None
+        first, last = _visible(lq, lk, 0, lq, docs, causal=causal, device=q.device)
+        near = pe.nearest_keys(qpos, kpos, first=first, last=last)  # (B, Lq) or None
 
         if near is None:
             def score_mod(score, bi, hi, qi, ki):

@@ -133,7 +133,8 @@ class _Bias:
             self.table = u.to(self.work).contiguous()
             return
         # each row's nearest key, where its bias peaks: removed from every block before the cast
-        self.near = self.pe.nearest_keys(self.qpos, self.kpos, shift=self.lk - self.lq if self.causal else None)
+        last = torch.arange(self.lq, device=self.qpos.device) + (self.lk - self.lq) if self.causal else None
+        self.near = self.pe.nearest_keys(self.qpos, self.kpos, last=last)
 
     def view(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
         """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``."""

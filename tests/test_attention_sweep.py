@@ -19,6 +19,7 @@ import posenc
 import posenc.attn
 import posenc.blockwise as bw
 from posenc import reference as ref
+from posenc.documents import positions_in_documents
 from conftest import assert_close, attention_reference, heads_dim, schemes_of_kind, small_module, tolerance
 
 APPLIED = schemes_of_kind("none", "rotary", "bias", "relative")
@@ -126,6 +127,30 @@ def test_far_keys_agree_with_the_formula_on_the_flex_route(scheme, eager_flex):
     pe = small_module(scheme.split("-")[0], **FAR_SCHEMES[scheme])
     _far_keys_case(pe, torch.float32, ("flex",), configs=("real" if pe.name == "alibi" else "unsorted",),
                    causals=(True,))
+
+
+def test_nearest_keys_are_the_nearest_visible_ones():
+    """``nearest_keys`` (binary search where each row's keys are sorted, positions restarting in
+    each document included; a scan otherwise) against a brute-force minimum over the keys each
+    query sees, causal or not, with and without documents, integer and real positions."""
+    pe = small_module("alibi")
+    g = torch.Generator().manual_seed(7)
+    ids = torch.tensor([[0] * 5 + [1] * 9 + [2] * 6, [0] * 12 + [1] * 8])  # (B, Lk) documents
+    for kp in (positions_in_documents(ids) * 3, torch.randint(0, 50, (2, 20), generator=g),
+               torch.rand(2, 20, generator=g, dtype=torch.float64) * 40):
+        qp = kp[:, 8:] + (torch.rand(2, 12, generator=g, dtype=torch.float64) * 6 - 3 if kp.is_floating_point()
+                          else torch.randint(-3, 4, (2, 12), generator=g))
+        for causal in (False, True):
+            for docs in (None, ids):
+                first, last = posenc.attn._visible(12, 20, 0, 12, docs, causal=causal, device="cpu")
+                near = pe.nearest_keys(qp, kp, first=first, last=last)
+                lo = torch.zeros(2, 12, dtype=torch.long) if first is None else first.expand(2, 12)
+                for b in range(2):
+                    for i in range(12):
+                        seen = kp[b, int(lo[b, i]):int(last.expand(2, 12)[b, i]) + 1]
+                        best = (seen - qp[b, i]).abs().min()
+                        assert (near[b, i] - qp[b, i]).abs() == best, (b, i, causal, docs is not None)
+                        assert bool((seen == near[b, i]).any())
 
 
 @pytest.mark.parametrize("variant", ["log", "power"])

@@ -221,45 +221,49 @@ class BiasEncoding(PositionalEncoding):
     def score_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
-    def nearest_keys(self, q_pos: torch.Tensor, k_pos: torch.Tensor, *, shift: int | None = None,
-                     allowed: torch.Tensor | None = None) -> torch.Tensor | None:
+    def nearest_keys(self, q_pos: torch.Tensor, k_pos: torch.Tensor, *, first: torch.Tensor | None = None,
+                     last: torch.Tensor | None = None) -> torch.Tensor | None:
         """Each query's nearest key position, ``[Lq]`` (``[B, Lq]``), for a scheme whose rows peak there
-        (``peak_at_nearest_key``); None for the others. Only keys a query may see count: with
-        ``shift`` (causal) keys ``j <= i + shift``, or those ``allowed`` (a boolean mask
-        broadcastable to ``[..., Lq, Lk]``, from a caller that holds ``Lq x Lk`` pairs anyway).
+        (``peak_at_nearest_key``); None for the others. Query ``i`` sees the keys of index
+        ``first[i] … last[i]`` (``[Lq]`` or ``[B, Lq]`` int64, inclusive; all keys by default):
+        the causal and document masks are such ranges.
 
         **Far keys.** Softmax sees only differences along a row, so the backends subtract each
         row's peak ``bias(h, q_i, near_i)`` from the row in float64 before the cast to the score
         dtype (``peak_removed``): exact, and what survives the cast is the part that matters (at
         keys ``10^12`` away, ALiBi's float32 bias is ``−m·10^12`` rounded to multiples of
         ``2^16·m``, which erases every key-to-key difference; after the subtraction they are
-        ``−m·|Δ|`` again). Sorted keys without a mask: a binary search, ``O(Lq log Lk)``;
-        otherwise (and under ``torch.compile``, which cannot branch on the keys' order) the
-        smallest ``|q − k|`` over the pairs, ``2^22`` at a time (no head factor).
+        ``−m·|Δ|`` again). Keys sorted within each row's range (positions restarting in each
+        document included): a binary search per row, ``O(Lq log Lk)``; otherwise (and under
+        ``torch.compile``, which cannot branch on the keys' order) the smallest ``|q − k|`` over
+        the pairs, ``2^22`` at a time (no head factor).
         """
         if not self.peak_at_nearest_key:
             return None
         q, k = as_working(q_pos), as_working(k_pos)
         lq, lk = q.shape[-1], k.shape[-1]
-        batch = torch.broadcast_shapes(q.shape[:-1], k.shape[:-1],
-                                       () if allowed is None else allowed.shape[:-2])
+        bounds = [t for t in (first, last) if t is not None]
+        batch = torch.broadcast_shapes(q.shape[:-1], k.shape[:-1], *(t.shape[:-1] for t in bounds))
         q, k = q.expand(*batch, lq).contiguous(), k.expand(*batch, lk).contiguous()  # (..., Lq), (..., Lk)
         if lq == 0 or lk == 0:
             return q
-        rows = torch.arange(lq, device=q.device)
-        limit = (rows + shift).clamp(max=lk - 1) if shift is not None else torch.full_like(rows, lk - 1)  # (Lq,)
-        if allowed is None and not torch.compiler.is_compiling() and bool((k[..., 1:] >= k[..., :-1]).all()):
-            limit = limit.expand_as(q)
-            above = torch.searchsorted(k, q)  # the first key >= q
-            lo, hi = (above - 1).clamp(min=0).minimum(limit), above.minimum(limit)  # the two candidates allowed
-            k_lo, k_hi = k.gather(-1, lo), k.gather(-1, hi)
+        lo = torch.zeros_like(q, dtype=torch.long) if first is None else first.expand(*batch, lq)
+        hi = torch.full_like(q, lk - 1, dtype=torch.long) if last is None else last.expand(*batch, lq)
+        falls = torch.cumsum(torch.nn.functional.pad((k[..., 1:] < k[..., :-1]).long(), (1, 0)), -1)  # descents up to j
+        if not torch.compiler.is_compiling() and bool((falls.gather(-1, hi) == falls.gather(-1, lo)).all()):
+            a, b = lo.clone(), hi + 1  # the first key >= q in [lo, hi] (hi + 1 if none): binary search
+            for _ in range(lk.bit_length() + 1):
+                mid = (a + b) // 2
+                less = (a < b) & (k.gather(-1, mid.clamp(max=lk - 1)) < q)
+                a, b = torch.where(less, mid + 1, a), torch.where((a < b) & ~less, mid, b)
+            k_lo, k_hi = k.gather(-1, (a - 1).maximum(lo)), k.gather(-1, a.minimum(hi))  # the two candidates
             return torch.where((q - k_lo).abs() <= (k_hi - q).abs(), k_lo, k_hi)
         near = torch.empty_like(q)
         step = max(1, (1 << 22) // lk)
         cols = torch.arange(lk, device=q.device)
         for s in range(0, lq, step):  # (..., c, Lk) distances, keys a query may not see excluded
             d = (q[..., s:s + step, None] - k[..., None, :]).abs()
-            hidden = cols > limit[s:s + step, None] if allowed is None else ~allowed[..., s:s + step, :]
+            hidden = (cols < lo[..., s:s + step, None]) | (cols > hi[..., s:s + step, None])
             d = d.masked_fill(hidden, torch.inf if d.is_floating_point() else torch.iinfo(d.dtype).max)
             near[..., s:s + step] = k.gather(-1, d.argmin(-1))
         return near
