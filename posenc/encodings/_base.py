@@ -6,6 +6,8 @@
     RotaryEncoding     module(x, positions, *, role=None) -> x rotated;  cos_sin(positions, dtype)
     BiasEncoding       module(q_positions, k_positions, *, dtype=None) -> [H, Lq, Lk];  score_fn()
     RelativeEncoding   module(q, k, q_positions, k_positions) -> [B, H, Lq, Lk];  value_term (or None)
+    ContentEncoding    module(q, k, v, hidden=None, *, causal=..., scale=..., document_ids=...,
+                       backend=...) -> [B, H, Lq, Dv];  rows(...), the formula for a block of queries
 
 ``@register(name, kind)`` checks that a scheme subclasses its kind's base (``KIND_BASES``).
 
@@ -251,3 +253,74 @@ class BiasEncoding(PositionalEncoding):
 
 KIND_BASES["bias"] = BiasEncoding
 KIND_BASES["none"] = PositionalEncoding
+
+
+class ContentEncoding(PositionalEncoding):
+    """Base of the ``content`` kind: positions that depend on the tokens (FoX, CoPE, DAPE,
+    stick-breaking, PaTH). The scheme owns the attention itself, because its weights are no longer
+    ``softmax(q·k + f(i − j))``: ``module(q, k, v, hidden=None, *, causal=True, scale=None,
+    document_ids=None, backend="auto") -> [B, H, Lq, Dv]`` (``posenc.attention`` calls it).
+
+    What a scheme reads beyond q, k and v is declared: ``reads_hidden`` (FoX's full gate, PaTH)
+    means it needs the layer's input ``hidden [B, Lk, d_model]`` (that of every key; queries are
+    the last Lq keys); a scheme that does not declare it refuses one. Content schemes take no
+    positions: their positions are counted from the content (token order only orders the keys).
+
+    A scheme defines ``rows(q, k, v, state, q0, allowed, scale) -> [B, H, c, Dv]``: its formula for
+    ``c`` query rows (the queries at key indices ``q0 … q0 + c − 1``) over the keys ``0 … n − 1``
+    they may see (``allowed [1 or B, 1, c, n]``: causal and document mask, or None), and
+    ``state(k, hidden, docs)``, the per-token tensors ``rows`` reads (FoX's cumulative log gates).
+    Every content scheme is row-local: a query's weights need only its own row of scores
+    (CoPE's gate sums and stick-breaking's survival run from the query backwards along its row),
+    so ``posenc.rowwise`` runs ``rows`` over blocks of queries, recomputed in the backward
+    (``backend="blockwise"``), and never holds an ``[Lq, Lk]`` tensor.
+    """
+
+    reads_hidden: bool = False
+    causal_only: bool = True  # the formula counts from the query backwards: only causal attention
+    flex_ok: bool = False  # FoX: an elementwise score bias FlexAttention can run
+    BACKENDS = ("auto", "materialize", "chunked", "blockwise")
+    d_model: int | None = None
+
+    def state(self, k: torch.Tensor, hidden: torch.Tensor | None, docs: torch.Tensor | None) -> Any:
+        """Per-token tensors computed once for the whole sequence (default: nothing); ``docs`` is
+        ``[1 or B, Lk]`` document ids or None."""
+        return None
+
+    def describe(self, *, text: str | None = None) -> list[tuple[str, str]]:
+        """Extra ``(name, value)`` rows for ``posenc show`` (CoPE: the positions of a typed sentence)."""
+        return []
+
+    def check_length(self, lq: int, lk: int) -> None:
+        """Raises ValueError when the scheme cannot run at these lengths (default: it always can)."""
+
+    def rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: Any, q0: int,
+             allowed: torch.Tensor | None, scale: float) -> torch.Tensor:
+        raise NotImplementedError
+
+    def check_hidden(self, hidden: Any, b: int, lk: int) -> torch.Tensor | None:
+        """``hidden [B, Lk, d_model]`` when the scheme reads it; None (and must be None) otherwise."""
+        if not self.reads_hidden:
+            if hidden is not None:
+                raise ValueError(f"scheme {self.name!r} does not read hidden= (the layer's input); pass hidden=None "
+                                 f"(schemes that read it: those with reads_hidden, e.g. fox with gate='full')")
+            return None
+        if hidden is None:
+            raise ValueError(f"scheme {self.name!r} reads the layer's input: pass hidden= of shape "
+                             f"[B, Lk, d_model={self.d_model}] (the input of every key)")
+        hidden = check_tensor("hidden", hidden, ndim=3, last_dim=self.d_model)
+        if hidden.shape[:2] != (b, lk):
+            raise ValueError(f"hidden must have shape [B={b}, Lk={lk}, {self.d_model}], got {list(hidden.shape)}")
+        return hidden
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hidden: torch.Tensor | None = None, *,
+                causal: bool = True, scale: float | None = None, document_ids: torch.Tensor | None = None,
+                backend: str = "auto") -> torch.Tensor:
+        """Attention of ``q [B, H, Lq, D]`` over ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]`` (see the class)."""
+        from posenc.rowwise import content_attention  # the driver sits above this base
+
+        return content_attention(self, q, k, v, hidden=hidden, causal=causal, scale=scale,
+                                 document_ids=document_ids, backend=backend)
+
+
+KIND_BASES["content"] = ContentEncoding

@@ -1,0 +1,129 @@
+"""The attention of the ``content`` kind, block of queries by block of queries, with bounded memory.
+
+A content scheme (``posenc.encodings._base.ContentEncoding``) gives its formula for a block of
+query rows, ``rows(q, k, v, state, q0, allowed, scale)``. Each of its weights needs only the
+query's own row of scores: FoX adds ``c_i − c_j`` to it, CoPE counts gates from the query
+backwards along it (a reverse cumulative sum), stick-breaking multiplies survivals along it (a
+reverse cumulative sum of log-sigmoids), DAPE's MLP reads each pair of it across heads. So the
+rows split into blocks of ``c`` queries without any carry between blocks, and
+
+- ``materialize``: one block, every row (what the references compute);
+- ``chunked``: blocks of ``c = ROW_ELEMENTS / (B·H·Lk)`` rows, forward only (no gradient kept
+  beyond what autograd keeps for each block);
+- ``blockwise``: the same blocks, each under ``torch.utils.checkpoint`` (non-reentrant): the
+  forward keeps only each block's output; the backward recomputes the block's scores, gates and
+  weights and differentiates them, so the gradients into q, k, v, ``hidden`` and every parameter
+  are those of the materialized path (the same operations, in the same order, on the same values)
+  and at most one block's ``[B, H, c, Lk]`` temporaries are alive at a time.
+
+With causal attention a block of rows ending at query ``qe`` reads keys ``0 … qe + Lk − Lq − 1``
+only. Packed documents (``document_ids``) are a mask on the block: a key of another document is
+absent for the scheme (no gate, no survival factor, no weight), so gates and positions restart at
+each document's first token.
+
+Memory: ``blockwise`` holds q, k, v, the per-token state, the output and one block's
+temporaries (``ROW_ELEMENTS`` scores, times the scheme's handful of temporaries); ``Lk`` enters
+only through ``c`` (down to one row when ``B·H·Lk`` exceeds ``ROW_ELEMENTS``).
+
+Notation used for tensor shapes: B batch, H heads, Lq/Lk query/key lengths, D head dim, c the
+rows of a block, n the keys it reads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.utils.checkpoint
+
+from posenc._validate import check_choice, check_float
+from posenc.encodings._base import check_batch, check_tensor
+
+# Scores per block of rows: 4M (16 MB in float32; 64 rows at Lk = 8192 with 8 heads), as the
+# chunked bias backend's CHUNK_ELEMENTS / 2 (a content block holds several such temporaries).
+ROW_ELEMENTS = 1 << 22
+MATERIALIZE_ELEMENTS = 1 << 22  # auto builds a map up to 4M scores whole, as posenc.attention does
+
+
+def _documents(document_ids, b: int, lq: int, lk: int, device) -> torch.Tensor | None:
+    if document_ids is None:
+        return None
+    from posenc.documents import check_document_ids
+
+    docs = check_document_ids("document_ids", document_ids).to(device)
+    check_batch("document_ids", docs, b, lk)
+    if lq > lk:
+        raise ValueError(f"document_ids needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    return docs.long().view(-1, lk)
+
+
+def block_mask(q0: int, c: int, n: int, docs: torch.Tensor | None, *, causal: bool, device) -> torch.Tensor | None:
+    """``[1 or B, 1, c, n]``: True where query ``q0 + r`` (a key index) may see key ``j``; None if all may."""
+    allowed = None
+    if causal:
+        allowed = (torch.arange(n, device=device) <= torch.arange(q0, q0 + c, device=device).unsqueeze(-1))
+        allowed = allowed.view(1, 1, c, n)
+    if docs is not None:
+        same = docs[:, None, q0:q0 + c, None] == docs[:, None, None, :n]  # (1 or B, 1, c, n)
+        allowed = same if allowed is None else same & allowed
+    return allowed
+
+
+def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=None, document_ids=None,
+                      backend: str = "auto") -> torch.Tensor:
+    """``pe``'s attention (see the module docstring); ``pe.forward`` and ``posenc.attention`` call it."""
+    q = check_tensor("q", q, ndim=4)
+    k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
+    v = check_tensor("v", v, ndim=4)
+    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
+                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    check_choice("backend", backend, type(pe).BACKENDS)
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    if getattr(pe, "num_heads", None) is not None and pe.num_heads != h:
+        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
+    if getattr(pe, "head_dim", None) is not None and pe.head_dim != d:
+        raise ValueError(f"pe has head_dim={pe.head_dim} but q has last dimension {d}")
+    if pe.causal_only and not causal:
+        raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
+    if causal and lq > lk:
+        raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
+    hidden = pe.check_hidden(hidden, b, lk)
+    docs = _documents(document_ids, b, lq, lk, q.device)
+    pe.check_length(lq, lk)
+    if lq == 0 or lk == 0:
+        return q.new_zeros(b, h, lq, v.shape[-1])
+    dtype = q.dtype
+    work = torch.promote_types(dtype, torch.float32)
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    state = pe.state(k, None if hidden is None else hidden.to(work), docs)
+    if backend == "auto":
+        grad = torch.is_grad_enabled()
+        backend = "materialize" if b * h * lq * lk <= MATERIALIZE_ELEMENTS else ("blockwise" if grad else "chunked")
+    rows = lq if backend == "materialize" else max(1, ROW_ELEMENTS // max(1, b * h * lk))
+    keep = backend == "blockwise" and torch.is_grad_enabled()
+    shift = lk - lq
+    outs = []
+    for qs in range(0, lq, rows):
+        qe = min(qs + rows, lq)
+        n = qe + shift if causal else lk
+        allowed = block_mask(qs + shift, qe - qs, n, docs, causal=causal, device=q.device)
+        args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + shift, allowed, scale)
+        if keep:
+            outs.append(torch.utils.checkpoint.checkpoint(pe.rows, *args, use_reentrant=False))
+        else:
+            outs.append(pe.rows(*args))
+    return torch.cat(outs, dim=2).to(dtype)
+
+
+def softmax_rows(scores: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """``softmax(scores)`` over the allowed keys of a block, times ``v``: ``[B, H, c, n] -> [B, H, c, Dv]``."""
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
