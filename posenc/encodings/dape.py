@@ -40,7 +40,7 @@ class DAPE(ContentEncoding):
 
     causal_only = False
 
-    def __init__(self, *, bias: Any = "kerple", num_heads: Heads | None = None, hidden: Width = 32) -> None:
+    def __init__(self, *, bias: Any, num_heads: Heads | None = None, hidden: Width = 32) -> None:
         super().__init__()
         spec = {"scheme": bias} if isinstance(bias, str) else bias
         if not isinstance(spec, dict) or not isinstance(spec.get("scheme"), str):
