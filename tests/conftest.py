@@ -72,9 +72,9 @@ def assert_close(actual, expected, *, dtype: torch.dtype | None = None, magnitud
 
 # -- a small instance of any scheme ------------------------------------------------------------
 
-SMALL = {"d_model": 32, "head_dim": 8, "num_heads": 4, "max_positions": 2048, "bias": "kerple"}
+SMALL = {"d_model": 32, "head_dim": 8, "num_heads": 4, "max_positions": 2048}
 """Sizes given to any scheme that takes these parameters (required or not), so that tensors built
-by ``module_args`` fit every module: d_model = num_heads · head_dim; ``bias``: the scheme DAPE wraps."""
+by ``module_args`` fit every module: d_model = num_heads · head_dim."""
 
 
 def schemes_of_kind(*kinds: str) -> list[str]:

@@ -7,8 +7,8 @@ reads the pair's scores:
     s_ij = A_ij + B_ij + W2 · LeakyReLU(W1 · [A_ij; B_ij] + b1) + b2,    A = q·k · scale,  [A; B] ∈ R^{2H}
 
 as in the repository's ``AliBi_DAPE`` and ``ParallelKerpleLog_DAPE`` (``x + a + mlp2(cat(x, a))``).
-The spec wraps the bias's: ``{"scheme": "dape", "bias": {"scheme": "kerple", ...}, "hidden": 32}``;
-``num_heads`` is the bias's (given at either level; they must agree). The MLP is applied pair by
+The spec wraps the bias's: ``{"scheme": "dape", "num_heads": 8, "bias": {"scheme": "kerple", ...},
+"hidden": 32}`` (``bias`` may be a name; its ``num_heads`` is DAPE's, and may be left out). The MLP is applied pair by
 pair, so it runs tile by tile with the rows (``posenc.rowwise``): ``blockwise`` holds one block's
 ``[B, c, n, hidden]`` activations, recomputed in the backward. Positions are token indices (keys
 ``0 … Lk − 1``, queries the last Lq; restarting at 0 in each packed document). Not causal-only:
@@ -40,7 +40,7 @@ class DAPE(ContentEncoding):
 
     causal_only = False
 
-    def __init__(self, *, bias: Any, num_heads: Heads | None = None, hidden: Width = 32) -> None:
+    def __init__(self, *, num_heads: Heads, bias: Any = "kerple", hidden: Width = 32) -> None:
         super().__init__()
         spec = {"scheme": bias} if isinstance(bias, str) else bias
         if not isinstance(spec, dict) or not isinstance(spec.get("scheme"), str):
@@ -50,13 +50,10 @@ class DAPE(ContentEncoding):
             bias_schemes = ", ".join(registry.schemes("bias"))
             raise ValueError(f"bias must name a bias scheme ({bias_schemes}); {spec['scheme']!r} is {kind}")
         spec = copy.deepcopy(spec)
-        if num_heads is not None:
-            num_heads = check_int("num_heads", num_heads, min=1)
-            if spec.setdefault("num_heads", num_heads) != num_heads:
-                raise ValueError(f"num_heads={num_heads} but the bias has num_heads={spec['num_heads']!r}; give one")
-        if "num_heads" not in spec:
-            raise ValueError("dape needs num_heads (at the top level or in its bias's spec), "
-                             "e.g. {'scheme': 'dape', 'bias': {'scheme': 'kerple', 'num_heads': 8}}")
+        num_heads = check_int("num_heads", num_heads, min=1)
+        if spec.setdefault("num_heads", num_heads) != num_heads:
+            raise ValueError(f"num_heads={num_heads} but the bias has num_heads={spec['num_heads']!r}; they must agree "
+                             "(the bias's num_heads may be left out)")
         self.inner = registry.build(spec)
         self.num_heads = self.inner.num_heads
         self.hidden = check_int("hidden", hidden, min=1)
