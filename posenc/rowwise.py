@@ -10,9 +10,10 @@ rows split into blocks of ``c`` queries without any carry between blocks, and
 - ``materialize``: one block, every row (what the references compute);
 - ``chunked``: blocks of ``c = ROW_ELEMENTS / (B·H·Lk)`` rows, forward only (no gradient kept
   beyond what autograd keeps for each block);
-- ``blockwise``: the same blocks, each under ``torch.utils.checkpoint`` (non-reentrant): the
-  forward keeps only each block's output; the backward recomputes the block's scores, gates and
-  weights and differentiates them, so the gradients into q, k, v, ``hidden`` and every parameter
+- ``blockwise``: the same blocks, each a ``torch.autograd.Function`` (``_Rows``) whose forward
+  runs without a graph and keeps only the block's inputs (views of q, k, v and the per-token
+  state); its backward recomputes the block's scores, gates and weights under ``enable_grad``
+  and differentiates them (``torch.autograd.grad``), so the gradients into q, k, v, ``hidden`` and every parameter
   are those of the materialized path (the same operations, in the same order, on the same values)
   and at most one block's ``[B, H, c, Lk]`` temporaries are alive at a time.
 
@@ -34,7 +35,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.utils.checkpoint
 
 from posenc._validate import check_choice, check_float
 from posenc.encodings._base import check_batch, check_tensor
@@ -116,10 +116,60 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
         allowed = block_mask(qs + shift, qe - qs, n, docs, causal=causal, device=q.device)
         args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + shift, allowed, scale)
         if keep:
-            outs.append(torch.utils.checkpoint.checkpoint(pe.rows, *args, use_reentrant=False))
+            outs.append(_recomputed(pe, *args))
         else:
             outs.append(pe.rows(*args))
     return torch.cat(outs, dim=2).to(dtype)
+
+
+def _tensors(state) -> list[torch.Tensor]:
+    if state is None:
+        return []
+    return [state] if isinstance(state, torch.Tensor) else list(state)
+
+
+def _recomputed(pe, q, k, v, state, q0, allowed, scale):
+    """``pe.rows(...)`` whose backward recomputes the block (``_Rows``): the forward keeps nothing of it."""
+    parts = _tensors(state)
+    params = [p for p in pe.parameters() if p.requires_grad]
+    return _Rows.apply({"pe": pe, "q0": q0, "allowed": allowed, "scale": scale, "tuple": not isinstance(state, torch.Tensor),
+                        "n": len(parts)}, q, k, v, *parts, *params)
+
+
+class _Rows(torch.autograd.Function):
+    """One block of rows: the forward runs ``pe.rows`` without a graph and saves only its inputs; the
+    backward runs it again under ``enable_grad`` and differentiates it (``autograd.grad``) into
+    q, k, v, the per-token state (and so ``hidden``) and the scheme's parameters."""
+
+    @staticmethod
+    def forward(ctx, args, q, k, v, *rest):
+        ctx.args = args
+        ctx.save_for_backward(q, k, v, *rest)
+        with torch.no_grad():
+            return _call(args, q, k, v, rest[:args["n"]])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):
+        args = ctx.args
+        q, k, v, *rest = ctx.saved_tensors
+        n = args["n"]
+        needs = ctx.needs_input_grad[1:]
+        leaves = [t.detach().requires_grad_(need) for t, need in zip((q, k, v, *rest[:n]), needs)]
+        params = rest[n:]
+        with torch.enable_grad():
+            out = _call(args, *leaves[:3], leaves[3:])
+            inputs = [t for t in (*leaves, *params) if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, inputs, dout, allow_unused=True)) if inputs else iter(())
+        return (None, *(next(grads) if t.requires_grad else None for t in (*leaves, *params)))
+
+
+def _call(args, q, k, v, parts):
+    if args["n"] == 0:
+        state = None
+    else:
+        state = tuple(parts) if args["tuple"] else parts[0]
+    return args["pe"].rows(q, k, v, state, args["q0"], args["allowed"], args["scale"])
 
 
 def softmax_rows(scores: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:

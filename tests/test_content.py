@@ -119,29 +119,35 @@ def test_what_a_scheme_reads_is_declared_and_checked():
 
 
 def test_blockwise_training_memory_is_bounded_in_a_fresh_process():
-    """fwd+bwd at L=2048 (4 heads, head_dim 32, float32) on the blockwise backend: the peak rises by
-    less than two [H, L, L] float32 maps (the materialized path holds several), for fox, cope,
-    dape (kerple) and stick_breaking."""
+    """fwd+bwd at L=1024 (4 heads, head_dim 32, float32) on the blockwise backend with blocks of 64
+    rows: after a warm-up call, the peak rises by less than four [H, L, L] float32 maps for fox,
+    cope, dape (kerple) and stick_breaking together (the materialized path rose by 0.17-0.19 GB,
+    eleven maps, for fox and stick_breaking alone)."""
     code = r"""
-import json, sys, torch, posenc, posenc.rowwise as rowwise
+import json, torch, posenc, posenc.rowwise as rowwise
 from posenc.bench.memory import peak_rss_gb
-rowwise.ROW_ELEMENTS = 1 << 20
+rowwise.ROW_ELEMENTS = 1 << 18
 torch.manual_seed(0)
-h, L, d = 4, 2048, 32
+h, L, d = 4, 1024, 32
 q, k, v = (torch.randn(1, h, L, d, requires_grad=True) for _ in range(3))
 hidden = torch.randn(1, L, 64, requires_grad=True)
 specs = [{"scheme": "fox", "num_heads": h, "d_model": 64}, {"scheme": "cope", "head_dim": d},
          {"scheme": "dape", "num_heads": h}, {"scheme": "stick_breaking"}]
 pes = [posenc.build(s) for s in specs]
+def run(pe, n):
+    out = posenc.attention(q[:, :, :n], k[:, :, :n], v[:, :, :n], pe, causal=True, backend="blockwise",
+                           hidden=hidden[:, :n] if pe.reads_hidden else None)
+    out.sum().backward()
+for pe in pes:
+    run(pe, 64)
 before = peak_rss_gb()
 for pe in pes:
-    out = posenc.attention(q, k, v, pe, causal=True, backend="blockwise", hidden=hidden if pe.reads_hidden else None)
-    out.sum().backward()
+    run(pe, L)
 print(json.dumps({"rise_gb": peak_rss_gb() - before}))
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rise = json.loads(proc.stdout.splitlines()[-1])["rise_gb"]
-    one_map = 4 * 2048 * 2048 * 4 / 2**30  # 0.0625 GB
-    assert rise < 2 * one_map, f"peak rose by {rise:.3f} GB"
+    one_map = 4 * 1024 * 1024 * 4 / 2**30  # 16 MB
+    assert rise < 4 * one_map, f"peak rose by {rise:.3f} GB"
