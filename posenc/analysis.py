@@ -456,29 +456,7 @@ GRID_QUANTITY = {
     "bias": "bias added to the score (mean over heads)",
     "relative": "relative term with q = k = 1 (mean over heads)",
     "none": "no positional term (0)",
-    "content": "attention weight of the key r back from the last query\n(identical tokens, mean over heads)",
 }
-
-
-def content_weights(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int = DEFAULT_HEADS) -> np.ndarray:
-    """A content scheme's attention weights ``[H, L]`` of the last query on the key ``r`` tokens back
-    (``[:, r]``), when every token is the same (q = k = 1/√D, hidden = 1): the positions the
-    content gives when the content says nothing (FoX: ALiBi's decay; CoPE: a gate per token;
-    stick-breaking: a geometric stick). The weights are the output for ``v = I`` (one-hot values);
-    stick-breaking's leftover lands on the query's own key (r = 0)."""
-    import torch
-
-    m = build(spec, dim=dim, num_heads=num_heads, length=length)
-    if m.kind != "content":
-        raise _not_applicable(m, ("content",), "content_weights")
-    h = getattr(m, "num_heads", None) or num_heads
-    d = getattr(m, "head_dim", None) or dim
-    q = torch.full((1, h, length, d), d ** -0.5, dtype=torch.float64)
-    v = torch.eye(length, dtype=torch.float64).expand(1, h, length, length)
-    hidden = torch.ones(1, length, m.d_model, dtype=torch.float64) if m.reads_hidden else None
-    with torch.no_grad():
-        w = m(q[:, :, -1:], q, v, hidden, causal=True)  # (1, H, 1, L)
-    return _numpy(w[0, :, 0])[:, ::-1].copy()
 
 
 @dataclass(frozen=True)

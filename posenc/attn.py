@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from posenc._validate import check_choice, check_float
 from posenc.blockwise import blockwise_attention
-from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor
+from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_qkv
 from posenc.positions import as_working, text_positions
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
@@ -130,14 +130,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     Returns:
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
     """
-    q = check_tensor("q", q, ndim=4)
-    k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
-    v = check_tensor("v", v, ndim=4)
-    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
-                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    q, k, v = check_qkv(q, k, v)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
     check_choice("backend", backend, BACKENDS)
@@ -226,12 +219,7 @@ def _content(q, k, v, pe, hidden, document_ids, *, causal: bool, scale: float, b
         wanted = backend == "flex" or (b * h * lq * lk > MATERIALIZE_ELEMENTS and not needs_grad
                                        and q.dtype in FLEX_DTYPES and _flex_first(q))
         if wanted:
-            if q.dtype not in FLEX_DTYPES:
-                raise TypeError(f"backend='flex' takes q, k, v of dtype {', '.join(map(str, FLEX_DTYPES))}; got "
-                                f"{q.dtype} (use backend='blockwise' or 'materialize', or 'auto' which picks one)")
-            if q.device.type == "cpu" and needs_grad:
-                raise ValueError("backend='flex' has no backward on CPU; use backend='blockwise' or "
-                                 "'materialize' when gradients are needed (or wrap the call in torch.no_grad())")
+            _check_flex(q, needs_grad)
             hidden = pe.check_hidden(hidden, b, lk)
             if not causal:
                 raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
@@ -286,13 +274,18 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None) -> str:
     if backend == "flex":
         if not _flex_ok(pe):
             raise ValueError(f"backend='flex' needs a bias scheme with an elementwise score; {pe.name!r} is not one")
-        if q.dtype not in FLEX_DTYPES:
-            raise TypeError(f"backend='flex' takes q, k, v of dtype {', '.join(map(str, FLEX_DTYPES))}; got "
-                            f"{q.dtype} (use backend='chunked' or 'materialize', or 'auto' which picks one)")
-        if q.device.type == "cpu" and needs_grad:
-            raise ValueError("backend='flex' has no backward on CPU; use backend='chunked' or "
-                             "'materialize' when gradients are needed (or wrap the call in torch.no_grad())")
+        _check_flex(q, needs_grad)
     return backend
+
+
+def _check_flex(q, needs_grad: bool) -> None:
+    """FlexAttention takes float16/bfloat16/float32, and has no backward on the CPU."""
+    if q.dtype not in FLEX_DTYPES:
+        raise TypeError(f"backend='flex' takes q, k, v of dtype {', '.join(map(str, FLEX_DTYPES))}; got "
+                        f"{q.dtype} (use backend='chunked' or 'materialize', or 'auto' which picks one)")
+    if q.device.type == "cpu" and needs_grad:
+        raise ValueError("backend='flex' has no backward on CPU; use backend='chunked' or "
+                         "'materialize' when gradients are needed (or wrap the call in torch.no_grad())")
 
 
 def _allowed(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, device):

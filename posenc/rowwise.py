@@ -38,7 +38,7 @@ import sys
 import torch
 
 from posenc._validate import check_choice, check_float
-from posenc.encodings._base import check_batch, check_tensor
+from posenc.encodings._base import check_batch, check_qkv
 
 # Scores per block of rows: 4M (16 MB in float32; 64 rows at Lk = 8192 with 8 heads), as the
 # chunked bias backend's CHUNK_ELEMENTS / 2 (a content block holds several such temporaries).
@@ -79,14 +79,7 @@ def block_mask(q0: int, c: int, n: int, docs: torch.Tensor | None, *, causal: bo
 def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=None, document_ids=None,
                       backend: str = "auto") -> torch.Tensor:
     """``pe``'s attention (see the module docstring); ``pe.forward`` and ``posenc.attention`` call it."""
-    q = check_tensor("q", q, ndim=4)
-    k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
-    v = check_tensor("v", v, ndim=4)
-    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
-                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    q, k, v = check_qkv(q, k, v)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
     check_choice("backend", backend, type(pe).BACKENDS)

@@ -106,6 +106,19 @@ def check_tensor(name: str, x: Any, *, ndim: int, last_dim: int | None = None, f
     return x
 
 
+def check_qkv(q: Any, k: Any, v: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention's inputs: ``q [B, H, Lq, D]``, ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]``, one dtype."""
+    q = check_tensor("q", q, ndim=4)
+    k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
+    v = check_tensor("v", v, ndim=4)
+    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
+                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    return q, k, v
+
+
 def check_same_batch_and_heads(q: torch.Tensor, k: torch.Tensor) -> None:
     """``q [B, H, Lq, D]`` and ``k [B, H, Lk, D]`` share ``B`` and ``H``."""
     if q.shape[:2] != k.shape[:2]:
