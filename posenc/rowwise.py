@@ -38,7 +38,7 @@ import sys
 import torch
 
 from posenc._validate import check_choice, check_float
-from posenc.encodings._base import check_batch, check_qkv
+from posenc.encodings._base import ContentEncoding, check_batch, check_qkv
 
 # Scores per block of rows: 4M (16 MB in float32; 64 rows at Lk = 8192 with 8 heads), as the
 # chunked bias backend's CHUNK_ELEMENTS / 2 (a content block holds several such temporaries).
@@ -74,6 +74,15 @@ def block_mask(q0: int, c: int, n: int, docs: torch.Tensor | None, *, causal: bo
         same = docs[:, None, q0:q0 + c, None] == docs[:, None, None, :n]  # (1 or B, 1, c, n)
         allowed = same if allowed is None else same & allowed
     return allowed
+
+
+class RowwiseEncoding(ContentEncoding):
+    """A content scheme whose attention is its ``rows`` over blocks of queries (every scheme of the kind)."""
+
+    def forward(self, q, k, v, hidden=None, *, causal: bool = True, scale=None, document_ids=None,
+                backend: str = "auto"):
+        return content_attention(self, q, k, v, hidden=hidden, causal=causal, scale=scale,
+                                 document_ids=document_ids, backend=backend)
 
 
 def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=None, document_ids=None,

@@ -109,6 +109,8 @@ def check_tensor(name: str, x: Any, *, ndim: int, last_dim: int | None = None, f
 def check_qkv(q: Any, k: Any, v: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Attention's inputs: ``q [B, H, Lq, D]``, ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]``, one dtype."""
     q = check_tensor("q", q, ndim=4)
+    if q.shape[-1] == 0:  # the default scale 1/√D is undefined, and q·k is 0 for every pair
+        raise ValueError(f"q and k must have a head dimension D >= 1, got q of shape {list(q.shape)}")
     k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
     v = check_tensor("v", v, ndim=4)
     if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
@@ -285,8 +287,9 @@ class ContentEncoding(PositionalEncoding):
     ``state(k, hidden, docs)``, the per-token tensors ``rows`` reads (FoX's cumulative log gates).
     Every content scheme is row-local: a query's weights need only its own row of scores
     (CoPE's gate sums and stick-breaking's survival run from the query backwards along its row),
-    so ``posenc.rowwise`` runs ``rows`` over blocks of queries, recomputed in the backward
-    (``backend="blockwise"``), and never holds an ``[Lq, Lk]`` tensor.
+    so ``posenc.rowwise.RowwiseEncoding`` (the base the schemes subclass) runs ``rows`` over blocks
+    of queries, recomputed in the backward (``backend="blockwise"``), and never holds an
+    ``[Lq, Lk]`` tensor.
     """
 
     reads_hidden: bool = False
@@ -329,11 +332,9 @@ class ContentEncoding(PositionalEncoding):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hidden: torch.Tensor | None = None, *,
                 causal: bool = True, scale: float | None = None, document_ids: torch.Tensor | None = None,
                 backend: str = "auto") -> torch.Tensor:
-        """Attention of ``q [B, H, Lq, D]`` over ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]`` (see the class)."""
-        from posenc.rowwise import content_attention  # the driver sits above this base
-
-        return content_attention(self, q, k, v, hidden=hidden, causal=causal, scale=scale,
-                                 document_ids=document_ids, backend=backend)
+        """Attention of ``q [B, H, Lq, D]`` over ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]`` (see the class);
+        ``posenc.rowwise.RowwiseEncoding`` runs ``rows`` over blocks of queries."""
+        raise NotImplementedError
 
 
 KIND_BASES["content"] = ContentEncoding

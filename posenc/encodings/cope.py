@@ -29,18 +29,18 @@ import torch
 from torch import nn
 
 from posenc._validate import check_choice, check_int
-from posenc.encodings._base import ContentEncoding, to_numpy
+from posenc.encodings._base import to_numpy
 from posenc.limits import Dim, Rows
 from posenc.reference.cope import CONVENTIONS, cope as cope_ref, cope_positions
 from posenc.registry import register
-from posenc.rowwise import softmax_rows
+from posenc.rowwise import RowwiseEncoding, softmax_rows
 
 SENTENCE = "The cat sat on the mat. It purred. Then it slept"
 MAX_TEXT = 2000  # characters of a typed sentence (posenc show cope --text)
 
 
 @register("cope", kind="content")
-class CoPE(ContentEncoding):
+class CoPE(RowwiseEncoding):
     """Positions counted by gates the query opens on the keys, from the query backwards (CoPE)."""
 
     def __init__(self, *, head_dim: Dim, npos_max: Rows = 64, convention: str = "ram") -> None:

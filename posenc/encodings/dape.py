@@ -27,15 +27,15 @@ from torch import nn
 
 from posenc import registry
 from posenc._validate import check_int
-from posenc.encodings._base import ContentEncoding, to_numpy
+from posenc.encodings._base import to_numpy
 from posenc.limits import Heads, Width, check_memory
 from posenc.reference.dape import dape as dape_ref, token_positions
 from posenc.registry import register
-from posenc.rowwise import softmax_rows
+from posenc.rowwise import RowwiseEncoding, softmax_rows
 
 
 @register("dape", kind="content")
-class DAPE(ContentEncoding):
+class DAPE(RowwiseEncoding):
     """An MLP across heads corrects a bias scheme's bias from the pair's scores (DAPE)."""
 
     causal_only = False

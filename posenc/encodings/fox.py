@@ -33,17 +33,17 @@ from torch import nn
 
 from posenc import reference as ref
 from posenc._validate import check_choice, check_int
-from posenc.encodings._base import ContentEncoding, to_numpy
+from posenc.encodings._base import to_numpy
 from posenc.limits import Dim, Heads, check_memory
 from posenc.reference.fox import fox as fox_ref, fox_log_gates
 from posenc.registry import register
-from posenc.rowwise import softmax_rows
+from posenc.rowwise import RowwiseEncoding, softmax_rows
 
 GATES = ("full", "bias_only", "fixed")
 
 
 @register("fox", kind="content")
-class FoX(ContentEncoding):
+class FoX(RowwiseEncoding):
     """Forget gate per head and token: the score bias c_i − c_j, c = cumsum(log f) (FoX)."""
 
     flex_ok = True

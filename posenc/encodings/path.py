@@ -25,15 +25,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._validate import check_int
-from posenc.encodings._base import ContentEncoding, to_numpy
+from posenc.encodings._base import to_numpy
 from posenc.limits import Dim, Heads, Rows, check_memory
 from posenc.reference.path import path as path_ref, path_gates
 from posenc.registry import register
-from posenc.rowwise import softmax_rows
+from posenc.rowwise import RowwiseEncoding, softmax_rows
 
 
 @register("path", kind="content")
-class PaTH(ContentEncoding):
+class PaTH(RowwiseEncoding):
     """Keys carried to the query through each token's Householder reflection (PaTH); materialized."""
 
     reads_hidden = True

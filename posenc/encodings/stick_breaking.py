@@ -22,13 +22,13 @@ import torch
 import torch.nn.functional as F
 
 from posenc._validate import check_bool
-from posenc.encodings._base import ContentEncoding
 from posenc.reference.stick_breaking import stick_breaking as sb_ref
 from posenc.registry import register
+from posenc.rowwise import RowwiseEncoding
 
 
 @register("stick_breaking", kind="content")
-class StickBreaking(ContentEncoding):
+class StickBreaking(RowwiseEncoding):
     """Stick-breaking weights instead of softmax: nearer keys take their share first (no PE)."""
 
     def __init__(self, *, attend_current: bool = False) -> None:

@@ -1,4 +1,6 @@
-"""What one run does: train (or fine-tune, or re-scale) a model and evaluate it at every length.
+"""What one run does, shared by every part: the context of a run, training with a progress bar,
+the loss curve, and the record (``execute``). What a run of a part trains and evaluates is that
+part's ``execute`` (``posenc.extrapolate.parts``).
 
 ``execute(ctx, run)`` returns the run's record, the line the results file gets: the key and
 spec, the training-loss curve, the evaluation rows, timings and the environment.
@@ -6,42 +8,15 @@ spec, the training-loss curve, the evaluation rows, timings and the environment.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import math
-import os
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import torch
-
 from posenc import environment
-from posenc.extrapolate import tasks as T
-from posenc.extrapolate.data import LMData, sample_batch
-from posenc.extrapolate.distributed import Dist, broadcast
-from posenc.extrapolate.evaluate import cannot_run, lm_block_nll, task_scores
 from posenc.extrapolate.model import TinyGPT
-from posenc.extrapolate.plan import Log, Run, scaling_dict, task_max_positions
-from posenc.extrapolate.profiles import Profile, settings_hash
+from posenc.extrapolate.part import Context, Part
+from posenc.extrapolate.plan import Run
 from posenc.extrapolate.train import train
-
-
-@dataclass
-class Context:
-    profile: Profile
-    dist: Dist
-    checkpoints: Path  # where the trained RoPE models wait for the scaling runs
-    data: LMData | None
-    corpus_source: str
-    corpus_sha: str
-    threads: int
-    log: Log
-    progress: bool
-    jobs: int = 1  # runs going on at once (worker processes)
 
 
 def _environment(ctx: Context) -> dict[str, Any]:
@@ -59,7 +34,7 @@ def _bar(ctx: Context, total: int, desc: str):
     return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
-def _train(ctx: Context, model: TinyGPT, cfg, next_batch, desc: str, **kw: Any) -> list[float]:
+def train_with_bar(ctx: Context, model: TinyGPT, cfg, next_batch, desc: str, **kw: Any) -> list[float]:
     steps = kw.get("steps") or cfg.steps
     bar = _bar(ctx, steps, desc)
 
@@ -76,7 +51,7 @@ def _train(ctx: Context, model: TinyGPT, cfg, next_batch, desc: str, **kw: Any) 
             bar.close()
 
 
-def _curve(losses: list[float], points: int = 200) -> list[float]:
+def curve(losses: list[float], points: int = 200) -> list[float]:
     """Every step's loss, or the means of ``points`` equal bins when there are more steps."""
     if len(losses) <= points:
         return [round(x, 5) for x in losses]
@@ -84,173 +59,13 @@ def _curve(losses: list[float], points: int = 200) -> list[float]:
     return [round(sum(losses[a:b]) / (b - a), 5) for a, b in zip(edges, edges[1:])]
 
 
-# -- language modelling ------------------------------------------------------------------------
-
-def _lm_model(ctx: Context, spec: dict[str, Any], seed: int, arch: str = "transformer") -> TinyGPT:
-    torch.manual_seed(seed)  # same initial weights for every scheme of an arch (the pe is built last)
-    return TinyGPT(dataclasses.replace(ctx.profile.lm.model, vocab_size=256), spec, arch=arch).to(ctx.dist.device)
-
-
-def _lm_batches(ctx: Context, seed: int, *, batch: int, length: int):
-    g = torch.Generator().manual_seed(seed)
-    if ctx.data is None:
-        raise RuntimeError("language-modelling data were not loaded")
-    train_tokens = ctx.data.train
-    return lambda step: (sample_batch(train_tokens, batch=batch, length=length, generator=g), None)
-
-
-def _lm_eval(ctx: Context, model: TinyGPT, *, set_pe: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-    """NLL per length and mode; ``set_pe(length)`` re-scales RoPE per length (zero-shot scaling)."""
-    lm = ctx.profile.lm
-    out: list[dict[str, Any]] = []
-    for length, mult in zip(lm.lengths(), lm.multipliers):
-        if set_pe is not None:
-            set_pe(length)
-        reason = cannot_run(model, length)
-        for mode in ("nonoverlap", "sliding"):
-            row: dict[str, Any] = {"mode": mode, "length": length, "mult": mult}
-            if reason is not None:
-                row["cannot_run"] = reason
-            else:
-                blocks = lm_block_nll(model, ctx.data, length, mode, eval_tokens=lm.eval_tokens, dist=ctx.dist)
-                row["nll"] = round(float(blocks.mean()), 6)
-                row["block_nll"] = [round(float(b), 6) for b in blocks]
-            out.append(row)
-    return out
-
-
-def _checkpoint_path(ctx: Context, run: Run) -> Path:
-    return ctx.checkpoints / f"{run.key}.pt"
-
-
-def _save_checkpoint(ctx: Context, run: Run, model: TinyGPT) -> None:
-    if not ctx.dist.main:
-        return
-    ctx.checkpoints.mkdir(parents=True, exist_ok=True)
-    path = _checkpoint_path(ctx, run)
-    tmp = path.with_suffix(".tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, path)  # atomic: a killed save leaves no half checkpoint
-
-
-def run_lm(ctx: Context, run: Run) -> dict[str, Any]:
-    lm = ctx.profile.lm
-    model = _lm_model(ctx, run.spec, run.seed, run.arch)
+def execute(ctx: Context, run: Run, part: Part) -> dict[str, Any]:
+    """Runs ``run`` (``part.execute``, ``part`` the one ``run.part`` names); returns its record (one
+    line of the results file)."""
     t0 = time.perf_counter()
-    losses = _train(ctx, model, lm.train, _lm_batches(ctx, run.seed, batch=lm.train.batch_size,
-                                                        length=lm.train_length), f"lm {run.label}")
-    t1 = time.perf_counter()
-    if run.spec["scheme"] == "rope" and run.arch == ctx.profile.arch:
-        _save_checkpoint(ctx, run, model)  # the base of the scaling runs
-    return {"train_loss": _curve(losses), "train_seconds": round(t1 - t0, 2), "params": model.num_params(),
-            "train_length": lm.train_length, "eval": _lm_eval(ctx, model)}
-
-
-# -- RoPE scalings -----------------------------------------------------------------------------
-
-def _base_model(ctx: Context, run: Run) -> TinyGPT:
-    """The trained RoPE model of the same seed: its checkpoint, or trained again (deterministic)."""
-    base = Run("lm", run.seed, "rope", run.spec, settings_hash({"lm": ctx.profile.lm, "corpus": ctx.corpus_sha}),
-               profile=ctx.profile.name, arch=run.arch)
-    model = _lm_model(ctx, run.spec, run.seed, run.arch)
-    path = _checkpoint_path(ctx, base)
-    have = broadcast(path.is_file(), ctx.dist)
-    if have:
-        model.load_state_dict(torch.load(path, map_location=ctx.dist.device, weights_only=True))
-    else:
-        ctx.log(f"checkpoint of the RoPE model (seed {run.seed}) not found; training it again")
-        lm = ctx.profile.lm
-        _train(ctx, model, lm.train, _lm_batches(ctx, run.seed, batch=lm.train.batch_size, length=lm.train_length),
-               "lm rope (base)")
-        _save_checkpoint(ctx, base, model)
-    model.eval()
-    return model
-
-
-def run_scaling(ctx: Context, run: Run) -> dict[str, Any]:
-    lm, sc = ctx.profile.lm, ctx.profile.scaling
-    model = _base_model(ctx, run)
-    kind, mode = run.variant["type"], run.variant["mode"]
-    L = lm.train_length
-
-    def scaled(factor: float) -> dict[str, Any]:
-        if kind == "none" or factor <= 1:
-            return copy.deepcopy(run.spec)
-        return {**run.spec, "scaling": scaling_dict(kind, factor, L, head_dim=run.spec.get("head_dim"),
-                                                    base=run.spec.get("base", 10000.0))}
-
-    record: dict[str, Any] = {"train_length": L, "variant": run.variant}
-    if mode == "zero-shot":
-        record["eval"] = _lm_eval(ctx, model, set_pe=lambda length: model.set_pe(scaled(length / L)))
-        return record
-    f = sc.finetune_factor
-    model.set_pe(scaled(f))
-    batch = max(1, lm.train.batch_size // f)  # the same tokens per step as training (not world-dependent)
-    cfg = dataclasses.replace(lm.train, steps=sc.finetune_steps, batch_size=batch,
-                              warmup=max(1, sc.finetune_steps // 10))
-    t0 = time.perf_counter()
-    losses = _train(ctx, model, cfg, _lm_batches(ctx, run.seed + 10_000, batch=batch, length=f * L),
-                    f"finetune {kind}", lr=sc.finetune_lr)
-    record.update(train_loss=_curve(losses), train_seconds=round(time.perf_counter() - t0, 2),
-                  eval=_lm_eval(ctx, model))
-    return record
-
-
-# -- tasks -------------------------------------------------------------------------------------
-
-def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
-    ts = ctx.profile.tasks
-    torch.manual_seed(run.seed)
-    model = TinyGPT(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size, T.VOCAB_SIZE)),
-                    run.spec, arch=run.arch).to(ctx.dist.device)
-    g = torch.Generator().manual_seed(run.seed)
-
-    def next_batch(step: int):
-        b = T.train_batch(ts.tasks[step % len(ts.tasks)], batch=ts.train.batch_size, max_size=ts.max_size, g=g)
-        return b.tokens, b.mask
-
-    t0 = time.perf_counter()
-    losses = _train(ctx, model, ts.train, next_batch, f"tasks {run.label}")
-    t1 = time.perf_counter()
-    rows: list[dict[str, Any]] = []
-    trained = task_max_positions(ctx.profile)  # one model learns every task: its longest training sequence
-    for task in ts.tasks:
-        for size in ts.sizes():
-            mult = round(size / ts.max_size, 4)
-            length = T.seq_len(task, size)
-            row: dict[str, Any] = {"task": task, "size": size, "mult": mult, "length": length,
-                                   "beyond_trained": length > trained}
-            reason = cannot_run(model, length)
-            if reason is not None:
-                row["cannot_run"] = reason
-            else:
-                row.update(task_scores(model, task, size, count=ts.eval_examples, dist=ctx.dist))
-            rows.append(row)
-    return {"train_loss": _curve(losses), "train_seconds": round(t1 - t0, 2), "params": model.num_params(),
-            "max_size": ts.max_size, "trained_positions": trained, "eval": rows}
-
-
-def run_image(ctx: Context, run: Run) -> dict[str, Any]:
-    from posenc.extrapolate import vision
-
-    return vision.run_image(ctx.profile.image, run.spec, run.variant["positions"], run.seed)
-
-
-def run_time(ctx: Context, run: Run) -> dict[str, Any]:
-    from posenc.extrapolate import vision
-
-    return vision.run_time(ctx.profile.time, run.spec, run.seed, run.variant.get("cannot", ""))
-
-
-RUNNERS = {"lm": run_lm, "scaling": run_scaling, "tasks": run_tasks, "image": run_image, "time": run_time}
-
-
-def execute(ctx: Context, run: Run) -> dict[str, Any]:
-    """Runs ``run``; returns its record (one line of the results file)."""
-    t0 = time.perf_counter()
-    body = RUNNERS[run.part](ctx, run)
+    body = part.execute(ctx, run)
     corpus = {"source": ctx.corpus_source, "sha256": ctx.corpus_sha} if ctx.corpus_sha else None
-    if corpus is not None and run.part != "tasks" and ctx.data is not None and ctx.data.info:
+    if corpus is not None and part.split_in_record and ctx.data is not None and ctx.data.info:
         corpus["split"] = {k: v for k, v in ctx.data.info.items() if k not in ("source", "heldout_names")}
     return {"key": run.key, "profile": ctx.profile.name, "part": run.part, "label": run.label,
             "scheme": run.spec["scheme"], "spec": run.spec, "arch": run.arch, "seed": run.seed,
@@ -259,25 +74,8 @@ def execute(ctx: Context, run: Run) -> dict[str, Any]:
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx)}
 
 
-def summary(record: dict[str, Any]) -> str:
-    """One line on a finished run: perplexity at the shortest and longest length, or mean exact match."""
+def summary(record: dict[str, Any], part: Part) -> str:
+    """One line on a finished run (``part.summary``, ``part`` the record's)."""
     if record.get("cannot_run"):
         return f"cannot run: {record['cannot_run']}"
-    if record["part"] in ("image", "time"):
-        rows = record.get("eval", [])
-        where = "size" if record["part"] == "image" else "rate"
-        first, last = rows[0], rows[-1]
-        return (f"accuracy {first['accuracy']:.2f} at {where} {first[where]:g} -> "
-                f"{last['accuracy']:.2f} at {where} {last[where]:g}")
-    rows = [r for r in record.get("eval", []) if r.get("mode", "nonoverlap") == "nonoverlap"]
-    if record["part"] == "tasks":
-        ok = [r for r in rows if "correct" in r]
-        acc = sum(r["correct"] for r in ok) / max(1, sum(r["count"] for r in ok))
-        return f"mean exact match {acc:.2f}"
-    done = [r for r in rows if "nll" in r]
-    if not done:
-        return "no length could run"
-    first, last = done[0], done[-1]
-    return (f"ppl {math.exp(first['nll']):.2f} at {first['length']} -> "
-            f"{math.exp(last['nll']):.2f} at {last['length']}")
-
+    return part.summary(record)
