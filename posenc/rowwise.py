@@ -149,7 +149,7 @@ _LIBC = _libc() if sys.platform.startswith("linux") else None
 
 def _trim() -> None:
     """Gives the freed pages of a block back to the system (glibc's ``malloc_trim``, see ROW_TRIM)."""
-    if ROW_TRIM and _LIBC is not None:
+    if ROW_TRIM and _LIBC is not None and not torch.compiler.is_compiling():
         _LIBC.malloc_trim(0)
 
 

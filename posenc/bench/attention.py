@@ -57,8 +57,11 @@ def attention_child(spec: dict) -> dict:
         forward().backward(grad)  # gradients of q, k, v and the scheme's parameters
 
     chosen = None
-    if spec["method"] == "posenc" and pe.kind == "content":  # its own backends: auto is blockwise with gradients
-        chosen = "blockwise" if train else "chunked"
+    if spec["method"] == "posenc" and pe.kind == "content":  # its own backends (posenc.rowwise)
+        from posenc.rowwise import MATERIALIZE_ELEMENTS
+
+        chosen = ("materialize" if h * length * length <= MATERIALIZE_ELEMENTS else
+                  "blockwise" if train else "chunked")
     elif spec["method"] == "posenc":  # the backend auto takes for this case
         with torch.no_grad() if not train else contextlib.nullcontext():
             chosen = _choose_backend("auto", q, k, v, pe)
