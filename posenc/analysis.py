@@ -400,7 +400,29 @@ QUANTITY = {
     "bias": "bias added to the score\n(mean over heads)",
     "relative": "relative term with q = k = 1\n(mean over heads)",
     "none": "no positional term (0)",
+    "content": "attention weight of the key r back from the last query\n(identical tokens, mean over heads)",
 }
+
+
+def content_weights(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int = DEFAULT_HEADS) -> np.ndarray:
+    """A content scheme's attention weights ``[H, L]`` of the last query on the key ``r`` tokens back
+    (``[:, r]``), when every token is the same (q = k = 1/√D, hidden = 1): the positions the
+    content gives when the content says nothing (FoX: ALiBi's decay; CoPE: a gate per token;
+    stick-breaking: a geometric stick). The weights are the output for ``v = I`` (one-hot values);
+    stick-breaking's leftover lands on the query's own key (r = 0)."""
+    import torch
+
+    m = build(spec, dim=dim, num_heads=num_heads, length=length)
+    if m.kind != "content":
+        raise _not_applicable(m, ("content",), "content_weights")
+    h = getattr(m, "num_heads", None) or num_heads
+    d = getattr(m, "head_dim", None) or dim
+    q = torch.full((1, h, length, d), d ** -0.5, dtype=torch.float64)
+    v = torch.eye(length, dtype=torch.float64).expand(1, h, length, length)
+    hidden = torch.ones(1, length, m.d_model, dtype=torch.float64) if m.reads_hidden else None
+    with torch.no_grad():
+        w = m(q[:, :, -1:], q, v, hidden, causal=True)  # (1, H, 1, L)
+    return _numpy(w[0, :, 0])[:, ::-1].copy()
 
 
 def score_vs_distance(spec: Any, *, length: int = 256, dim: int = 64, num_heads: int = DEFAULT_HEADS) -> Curve:
@@ -419,6 +441,8 @@ def score_vs_distance(spec: Any, *, length: int = 256, dim: int = 64, num_heads:
         score = rotary_scores(m, max_distance=length - 1)
     elif m.kind in ("bias", "relative"):
         score = score_term(m, r, [0])[:, :, 0].mean(0)  # query at r, key at 0
+    elif m.kind == "content":
+        score = content_weights(m, length=length, dim=dim, num_heads=num_heads).mean(0)
     else:
         score = np.zeros(length)
     return Curve(label(m), m.kind, r, score, QUANTITY.get(m.kind, m.kind))
@@ -523,8 +547,10 @@ def grid_numbers(gm: GridMap) -> list[tuple[str, str]]:
 
 # -- key numbers ------------------------------------------------------------------------------
 
-def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int = DEFAULT_HEADS) -> list[tuple[str, str]]:
-    """The numbers ``posenc show`` prints: ``[(name, value), ...]`` by kind."""
+def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int = DEFAULT_HEADS,
+                text: str | None = None) -> list[tuple[str, str]]:
+    """The numbers ``posenc show`` prints: ``[(name, value), ...]`` by kind; a content scheme adds its
+    own (``describe(text=...)``: CoPE's positions of a typed sentence)."""
     length = check_int("length", length, min=2)
     m = build(spec, dim=dim, num_heads=num_heads, length=length)
     out = [("scheme", m.name), ("kind", m.kind),
@@ -576,6 +602,14 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
                                          f"×{float(tau[1]):.4g} at {length - 1}"))
     elif m.kind == "none":
         out.append(("positional signal", "none: attention is permutation-equivariant without a causal mask"))
+    if m.kind == "content":
+        w = content_weights(m, length=length, dim=dim, num_heads=num_heads)  # (H, L)
+        out.append(("positions", "counted from the tokens (no position input); causal only" if m.causal_only
+                    else "counted from the tokens (no position input)"))
+        out.append(("reads the layer's input (hidden=)", "yes" if m.reads_hidden else "no"))
+        out.append(("weight at r=0, 1, L-1 (identical tokens)",
+                    ", ".join(f"{w.mean(0)[r]:.3g}" for r in (0, 1, length - 1))))
+        out += m.describe(text=text)
     return out
 
 
@@ -588,5 +622,5 @@ __all__ = [
     "NotApplicable", "build", "table", "cosine_similarity_matrix", "similarity_vs_distance", "linear_map",
     "nearest_neighbour_distances", "min_fingerprint_distance", "FINGERPRINT_RTOL", "wavelengths", "turns", "inv_freq",
     "Spectrum", "spectrum", "rotary_scores", "rope_decay_bound", "score_term", "bias_maps", "Curve", "score_vs_distance",
-    "key_numbers", "describe_params", "GridMap", "grid_map", "grid_numbers", "grid_positions_for", "default_grid",
+    "key_numbers", "describe_params", "content_weights", "GridMap", "grid_map", "grid_numbers", "grid_positions_for", "default_grid",
 ]

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 from posenc._validate import check_choice, check_float
 from posenc.blockwise import blockwise_attention
-from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_tensor
+from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_qkv
 from posenc.positions import as_working, text_positions
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
@@ -110,7 +110,7 @@ def _needs_grad(q, k, v, pe) -> bool:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
               q_positions: torch.Tensor | None = None, k_positions: torch.Tensor | None = None,
               causal: bool = False, scale: float | None = None, backend: str = "auto",
-              document_ids: torch.Tensor | None = None) -> torch.Tensor:
+              document_ids: torch.Tensor | None = None, hidden: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of ``q [B, H, Lq, D]`` over ``k, v [B, H, Lk, D]`` with positional encoding ``pe``.
 
     Args:
@@ -133,20 +133,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             (``_flex_cheap``); else blockwise, or chunked with ``document_ids``).
         document_ids: integer ``[Lk]`` or ``[B, Lk]``, non-decreasing: the document of each key
             (queries are the last ``Lq`` keys). A query sees only keys of its own document.
+        hidden: ``[B, Lk, d_model]``, the layer's input at every key, for a ``content`` scheme that
+            reads it (``pe.reads_hidden``: FoX's full gate, PaTH); refused otherwise. A content
+            scheme owns the attention (``pe(q, k, v, ...)``, see ``posenc.rowwise``) and takes no
+            positions; its backends are ``materialize``, ``chunked``, ``blockwise`` and, for FoX,
+            ``flex``.
 
     Returns:
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
     """
-    q = check_tensor("q", q, ndim=4)
-    if q.shape[-1] == 0:  # the default scale 1/√D is undefined, and q·k is 0 for every pair
-        raise ValueError(f"q and k must have a head dimension D >= 1, got q of shape {list(q.shape)}")
-    k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
-    v = check_tensor("v", v, ndim=4)
-    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
-                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    q, k, v = check_qkv(q, k, v)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
     check_choice("backend", backend, BACKENDS)
@@ -158,6 +154,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         scale = check_float("scale", scale)
     if causal and lq > lk:
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    kind = "none" if pe is None else getattr(pe, "kind", None)
+    if hidden is not None and not getattr(pe, "reads_hidden", False):
+        raise ValueError(f"hidden= is read only by content schemes that declare it (fox with gate='full', path); "
+                         f"pe {getattr(pe, 'name', None)!r} does not: pass hidden=None")
+    if kind == "content":
+        if q_positions is not None or k_positions is not None:
+            raise ValueError(f"pe {pe.name!r} is a content scheme: its positions are counted from the tokens, "
+                             "so it takes no q_positions/k_positions (pass None)")
+        return _content(q, k, v, pe, hidden, document_ids, causal=causal, scale=scale, backend=backend)
     axes, check = getattr(pe, "axes", 1), getattr(pe, "check_positions", check_positions)  # the pe's positions model
     docs = None if document_ids is None else _check_documents(document_ids, b, lq, lk, q.device)
     if q_positions is None or k_positions is None:
@@ -174,11 +179,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     check_batch("q_positions", q_positions, b, lq, axes=axes)
     check_batch("k_positions", k_positions, b, lk, axes=axes)
 
-    kind = "none" if pe is None else getattr(pe, "kind", None)
     if kind == "additive":
         raise ValueError(f"pe {pe.name!r} is additive: add pe(positions) to the token embeddings before the "
                          "q/k/v projections; attention() applies rotary, bias and relative kinds")
-    if kind not in ("none", "rotary", "bias", "relative"):
+    if kind not in ("none", "rotary", "bias", "relative"):  # content returned above
         raise TypeError(f"pe must be a module from posenc.build (with a kind), got {type(pe).__name__}")
     if kind == "bias" and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
@@ -217,6 +221,34 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         backend = "chunked"  # compiling was unavailable for this case (warned once)
     chunk = lq if backend == "materialize" else max(1, CHUNK_ELEMENTS // max(1, b * h * lk))
     return _chunked(q, k, v, pe, q_positions, k_positions, docs, causal=causal, scale=scale, chunk=chunk)
+
+
+def _content(q, k, v, pe, hidden, document_ids, *, causal: bool, scale: float, backend: str) -> torch.Tensor:
+    """A content scheme's attention: FlexAttention for a scheme whose score is an elementwise bias of
+    per-token state (FoX: ``score_mod`` reads ``c[q] − c[kv]``), else the scheme's own backends."""
+    if backend == "flex" and not pe.flex_ok:
+        raise ValueError(f"backend='flex' needs a scheme whose score is elementwise; {pe.name!r} is not one "
+                         f"(use 'blockwise', 'chunked' or 'materialize')")
+    b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    if backend in ("flex", "auto") and pe.flex_ok and lq and lk:
+        needs_grad = _needs_grad(q, k, v, pe) or (torch.is_grad_enabled() and hidden is not None
+                                                  and hidden.requires_grad)
+        wanted = backend == "flex" or (b * h * lq * lk > MATERIALIZE_ELEMENTS and not needs_grad
+                                       and q.dtype in FLEX_DTYPES and _flex_first(q))
+        if wanted:
+            _check_flex(q, needs_grad)
+            hidden = pe.check_hidden(hidden, b, lk)
+            if not causal:
+                raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
+            docs = None if document_ids is None else _check_documents(document_ids, b, lq, lk, q.device)
+            with torch.no_grad():
+                bias, index = pe.flex_parts(k.float(), None if hidden is None else hidden.float(), docs)
+            out = _flex(q, k, v, bias, index[:, lk - lq:], index, docs, causal=True,
+                        scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale))
+            if out is not None:
+                return out
+        backend = "auto" if backend == "flex" else backend  # compiling was unavailable (warned once)
+    return pe(q, k, v, hidden=hidden, causal=causal, scale=scale, document_ids=document_ids, backend=backend)
 
 
 def _flex_ok(pe) -> bool:
@@ -268,13 +300,18 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None) -> str:
     if backend == "flex":
         if not _flex_ok(pe):
             raise ValueError(f"backend='flex' needs a bias scheme with an elementwise score; {pe.name!r} is not one")
-        if q.dtype not in FLEX_DTYPES:
-            raise TypeError(f"backend='flex' takes q, k, v of dtype {', '.join(map(str, FLEX_DTYPES))}; got "
-                            f"{q.dtype} (use backend='chunked' or 'materialize', or 'auto' which picks one)")
-        if q.device.type == "cpu" and needs_grad:
-            raise ValueError("backend='flex' has no backward on CPU; use backend='chunked' or "
-                             "'materialize' when gradients are needed (or wrap the call in torch.no_grad())")
+        _check_flex(q, needs_grad)
     return backend
+
+
+def _check_flex(q, needs_grad: bool) -> None:
+    """FlexAttention takes float16/bfloat16/float32, and has no backward on the CPU."""
+    if q.dtype not in FLEX_DTYPES:
+        raise TypeError(f"backend='flex' takes q, k, v of dtype {', '.join(map(str, FLEX_DTYPES))}; got "
+                        f"{q.dtype} (use backend='chunked' or 'materialize', or 'auto' which picks one)")
+    if q.device.type == "cpu" and needs_grad:
+        raise ValueError("backend='flex' has no backward on CPU; use backend='chunked' or "
+                         "'materialize' when gradients are needed (or wrap the call in torch.no_grad())")
 
 
 def _allowed(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, device):

@@ -67,8 +67,12 @@ def _outputs(sentence: tuple[str, ...], pe, emb, proj, *, causal: bool) -> dict[
         for w in proj
     )
     pos = text_positions(pos, getattr(pe, "axes", 1))  # a grid encoding reads words as text tokens
-    out = attention(q, k, v, None if pe.kind == "additive" else pe, q_positions=pos, k_positions=pos,
-                    causal=causal)  # (1, H, L, hd)
+    if pe.kind == "content":  # no positions; a scheme that counts from the query backwards is causal
+        out = attention(q, k, v, pe, causal=causal or pe.causal_only,
+                        hidden=x.unsqueeze(0) if pe.reads_hidden else None)
+    else:
+        out = attention(q, k, v, None if pe.kind == "additive" else pe, q_positions=pos, k_positions=pos,
+                        causal=causal)  # (1, H, L, hd)
     out = out[0].transpose(0, 1).reshape(n, D_MODEL)  # (L, D)
     return {w: out[i] for i, w in enumerate(sentence)}
 

@@ -20,7 +20,7 @@ from typing import Any
 from posenc import limits as _limits
 from posenc.limits import limits_of
 
-KINDS = ("none", "additive", "rotary", "bias", "relative")
+KINDS = ("none", "additive", "rotary", "bias", "relative", "content")
 """How a scheme injects position:
 
 - ``none``: nothing (the NoPE control);
@@ -28,7 +28,10 @@ KINDS = ("none", "additive", "rotary", "bias", "relative")
 - ``rotary``: ``module(x, positions) -> x rotated``, applied to queries and keys;
 - ``bias``: ``module(q_positions, k_positions) -> [H, Lq, Lk]``, added to the attention scores;
 - ``relative``: ``module(q, k, q_positions, k_positions) -> [B, H, Lq, Lk]``, a query/key-dependent
-  term added to the scaled scores (Shaw, Transformer-XL).
+  term added to the scaled scores (Shaw, Transformer-XL);
+- ``content``: ``module(q, k, v, hidden=None, *, causal=True, ...) -> [B, H, Lq, Dv]``, positions that
+  depend on the tokens (FoX, CoPE, DAPE, stick-breaking, PaTH): the scheme owns the attention, and
+  declares what it reads beyond q, k, v (``reads_hidden``: the layer's input).
 """
 
 
@@ -64,7 +67,7 @@ def register(name: str, kind: str) -> Callable[[type], type]:
     The spec's allowed keys and defaults are read from the keyword-only parameters of the
     class's ``__init__``; the class must also define ``reference`` (its float64 specification)
     and subclass its kind's base (``AdditiveEncoding``, ``RotaryEncoding``, ``BiasEncoding``,
-    ``RelativeEncoding``; ``PositionalEncoding`` for ``none``), which declares the kind's calls.
+    ``RelativeEncoding``, ``ContentEncoding``; ``PositionalEncoding`` for ``none``), which declares the kind's calls.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")

@@ -133,7 +133,7 @@ def module_args(module, *, length: int = 11, key_length: int | None = None, batc
     positions that differ across the batch.
 
     none/rotary: ``(x, positions)``; additive: ``(positions,)``; bias: ``(q_positions, k_positions)``;
-    relative: ``(q, k, q_positions, k_positions)``.
+    relative: ``(q, k, q_positions, k_positions)``; content: ``(q, k, v, hidden or None)``.
     """
     g = torch.Generator().manual_seed(seed)
     lk = length if key_length is None else key_length
@@ -152,6 +152,12 @@ def module_args(module, *, length: int = 11, key_length: int | None = None, batc
         q = torch.randn(batch, h, length, d, generator=g).to(dtype)
         k = torch.randn(batch, h, lk, d, generator=g).to(dtype)
         return (q, k, qpos, kpos)
+    if kind == "content":  # queries are the last `length` keys; hidden for a scheme that reads it
+        q = torch.randn(batch, h, length, d, generator=g).to(dtype)
+        k = torch.randn(batch, h, lk, d, generator=g).to(dtype)
+        v = torch.randn(batch, h, lk, d, generator=g).to(dtype)
+        hidden = torch.randn(batch, lk, module.d_model, generator=g).to(dtype) if module.reads_hidden else None
+        return (q, k, v, hidden)
     raise AssertionError(f"unknown kind {kind!r}")
 
 

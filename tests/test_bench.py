@@ -14,7 +14,8 @@ from posenc.bench.rotary import ROTARY_GOALS, rotary_cases
 from posenc.cli import main
 
 TINY = Profile(shapes=((1, 2, 17, 8),), decode=((2, 2, 1, 8, 40),), partial=True, repeats=1,
-               min_sample_s=0.0, lengths=(48,), schemes=("alibi",), materialize_max=0, train_schemes=("fire",))
+               min_sample_s=0.0, lengths=(48,), schemes=("alibi",), materialize_max=0, train_schemes=("fire",),
+               content_schemes=("stick_breaking",), content_lengths=(48,))
 
 
 @pytest.fixture
@@ -62,10 +63,11 @@ def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
     methods = {(r["pass"], r["scheme"], r["method"]) for r in data["attention"]}
     assert methods == {("forward", "none", "sdpa_floor"), ("forward", "alibi", "posenc"),
                        ("forward", "alibi", "flex"), ("forward+backward", "none", "sdpa_floor"),
-                       ("forward+backward", "fire", "posenc")}
-    chosen = {(r["pass"], r["method"]): r.get("backend") for r in data["attention"] if r["scheme"] != "none"}
-    assert chosen == {("forward", "posenc"): "materialize", ("forward", "flex"): None,  # 8 x 48^2 scores: small
-                      ("forward+backward", "posenc"): "materialize"}
+                       ("forward+backward", "fire", "posenc"), ("forward+backward", "stick_breaking", "posenc")}
+    chosen = {(r["pass"], r["scheme"], r["method"]): r.get("backend") for r in data["attention"] if r["scheme"] != "none"}
+    assert chosen == {("forward", "alibi", "posenc"): "materialize", ("forward", "alibi", "flex"): None,  # 8 x 48^2
+                      ("forward+backward", "fire", "posenc"): "materialize",  # scores: small
+                      ("forward+backward", "stick_breaking", "posenc"): "materialize"}
     assert "posenc (materialize)" in out
     assert "goal (fwd+bwd L=8192, peak under 2.0 GB): not measured" in out
     for r in data["attention"]:

@@ -22,7 +22,9 @@ def _model(name: str, cfg: GPTConfig = CFG, max_positions: int = 24, arch: str =
     return TinyGPT(cfg, spec, arch=arch).eval()
 
 
-@pytest.mark.parametrize("name", posenc.schemes())
+# content schemes (issue 19) join the benchmark model with its restructuring; their causality is
+# tested in tests/test_content.py
+@pytest.mark.parametrize("name", [n for n in posenc.schemes() if posenc.registry.get(n).kind != "content"])
 def test_every_scheme_is_causal(name):
     """Changing token t changes no logit before t, and does change the logits at t (position-aware or not)."""
     model = _model(name)

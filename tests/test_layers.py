@@ -31,8 +31,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
       "posenc.interop.grid", "posenc.interop.layout")),
     ("the kinds' base classes, documents, blockwise attention", ("posenc.encodings._base", "posenc.documents",
                                                                  "posenc.blockwise")),
-    ("the registry, the schemes it finds in posenc/encodings/ (each registers itself), checkpoints' interop",
-     ("posenc.registry", "posenc.encodings", "posenc.interop")),
+    ("the registry, the content kind's row-block attention, the schemes it finds in posenc/encodings/ "
+     "(each registers itself), checkpoints' interop",
+     ("posenc.registry", "posenc.rowwise", "posenc.encodings", "posenc.interop")),
     ("attention", ("posenc.attn", "posenc.parallel")),
     ("the public names of `import posenc` (build, attention, ...)", ("posenc",)),
     ("tools on the library: SPEC strings, analysis, figures, the demo, the explorer",

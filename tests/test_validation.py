@@ -16,6 +16,7 @@ from posenc import registry
 from conftest import SMALL, module_args, small_module, small_spec
 
 ALL = registry.schemes()
+POSITIONED = [n for n in ALL if registry.get(n).kind != "content"]  # content schemes take no positions
 
 
 def _raises(call, *, names=(), values=(), allowed=(), error=(ValueError, TypeError)):
@@ -126,7 +127,7 @@ def _position_slots(m, args) -> list[int]:
     return [i for i, a in enumerate(args) if not a.is_floating_point()]
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", POSITIONED)
 def test_negative_positions(name):
     m = small_module(name)
     args = module_args(m, length=6)
@@ -137,7 +138,7 @@ def test_negative_positions(name):
         _raises(lambda: m(*bad), error=ValueError, names=[names[i]], values=[-3], allowed=["non-negative"])
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", POSITIONED)
 def test_positions_of_the_wrong_type_or_rank(name):
     m = small_module(name)
     args = module_args(m, length=6)
@@ -176,7 +177,7 @@ def test_tensors_of_the_wrong_rank_or_last_dimension(name):
             _raises(lambda: m(*bad), error=ValueError, names=[names[i]], values=[a.shape[-1] - 2])
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", POSITIONED)
 def test_positions_length_must_match_the_tensors(name):
     m = small_module(name)
     if m.kind in ("additive", "bias"):

@@ -1,6 +1,8 @@
 """The attention cases: a bias scheme through ``posenc.attention`` (auto, and FlexAttention by
 name), a materialized map and plain causal SDPA (the floor), forward and forward+backward, each in
-a fresh process under an address-space cap; and issue 10's goals judged on their rows."""
+a fresh process under an address-space cap; and issue 10's goals judged on their rows. Content
+schemes (issue 19: fox, cope, dape over kerple, stick_breaking) train at the profile's
+``content_lengths`` on their blockwise backend (FoX with a ``hidden`` of width H·D)."""
 
 from __future__ import annotations
 
@@ -37,11 +39,16 @@ def attention_child(spec: dict) -> dict:
         def forward():
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     else:
-        pe = posenc.build({"scheme": spec["scheme"], "num_heads": h})
+        from posenc.spec import fill_sizes
+
+        pe = posenc.build(fill_sizes({"scheme": spec["scheme"]}, dim=h * d, num_heads=h, head_dim=d))
         backend = {"posenc": "auto", "blockwise": "blockwise", "flex": "flex"}.get(spec["method"], "materialize")
+        # a content scheme that reads the layer's input (FoX's gate) gets one of width H·D, trained too
+        hidden = torch.randn(1, length, pe.d_model, requires_grad=train) if getattr(pe, "reads_hidden", False) else None
+        extra = {} if hidden is None else {"hidden": hidden}
 
         def forward():
-            return posenc.attention(q, k, v, pe, causal=True, backend=backend)
+            return posenc.attention(q, k, v, pe, causal=True, backend=backend, **extra)
 
     def call():
         if not train:
@@ -50,7 +57,12 @@ def attention_child(spec: dict) -> dict:
         forward().backward(grad)  # gradients of q, k, v and the scheme's parameters
 
     chosen = None
-    if spec["method"] == "posenc":  # the backend auto takes for this case
+    if spec["method"] == "posenc" and pe.kind == "content":  # its own backends (posenc.rowwise)
+        from posenc.rowwise import MATERIALIZE_ELEMENTS
+
+        chosen = ("materialize" if h * length * length <= MATERIALIZE_ELEMENTS else
+                  "blockwise" if train else "chunked")
+    elif spec["method"] == "posenc":  # the backend auto takes for this case
         with torch.no_grad() if not train else contextlib.nullcontext():
             chosen = _choose_backend("auto", q, k, v, pe)
     times = []
@@ -95,6 +107,8 @@ def attention_specs(profile: Profile, threads: int | None = None, *, lengths: tu
         specs.append({**fwd, "scheme": "none", "method": "sdpa_floor"})
         for scheme in profile.schemes if schemes is None else schemes:
             specs.append({**fwd, "scheme": scheme, "method": "posenc"})
+            if _content(scheme):  # no flex (FoX's is posenc.attention's, chosen off the CPU) nor bias map
+                continue
             specs.append({**fwd, "scheme": scheme, "method": "flex", "repeats": profile.attention_repeats,
                           "warm_lengths": WARM_LENGTHS})
             if length <= profile.materialize_max:
@@ -105,7 +119,17 @@ def attention_specs(profile: Profile, threads: int | None = None, *, lengths: tu
         specs.append({**train, "scheme": "none", "method": "sdpa_floor"})
         for scheme in profile.train_schemes if schemes is None else schemes:
             specs.append({**train, "scheme": scheme, "method": "posenc"})  # auto: blockwise at length
+    if schemes is None:  # positions that depend on content (issue 19): training at their length
+        for length in profile.content_lengths:
+            train = {**base, "pass": "forward+backward", "length": length}
+            specs += [{**train, "scheme": scheme, "method": "posenc"} for scheme in profile.content_schemes]
     return specs
+
+
+def _content(scheme: str) -> bool:
+    from posenc import registry
+
+    return registry.get(scheme).kind == "content"
 
 
 def pass_of(row: dict) -> str:

@@ -77,7 +77,7 @@ def rotary_table(rows: list[dict]) -> str:
 
 def attention_table(rows: list[dict]) -> str:
     """One line per pass, scheme, method and length: time, first call, peak RSS and its baselines."""
-    head = (f"{'pass':<7} {'scheme':<6} {'method':<18} {'L':>6} {'time s':>8} {'1st s':>7} {'peak GB':>8} "
+    head = (f"{'pass':<7} {'scheme':<14} {'method':<18} {'L':>6} {'time s':>8} {'1st s':>7} {'peak GB':>8} "
             f"{'import GB':>9} {'inputs GB':>9} {'x floor':>7}")
     lines = [head, "-" * len(head)]
     floor = {(pass_of(r), r["length"]): r.get("seconds") for r in rows if r["method"] == "sdpa_floor"}
@@ -85,9 +85,9 @@ def attention_table(rows: list[dict]) -> str:
         short = "fwd" if pass_of(r) == "forward" else "fwd+bwd"
         method = r["method"] + (f" ({r['backend']})" if r.get("backend") else "")  # auto's choice
         if "error" in r:
-            lines.append(f"{short:<7} {r['scheme']:<6} {method:<18} {r['length']:>6} error: {r['error']}")
+            lines.append(f"{short:<7} {r['scheme']:<14} {method:<18} {r['length']:>6} error: {r['error']}")
             continue
-        lines.append(f"{short:<7} {r['scheme']:<6} {method:<18} {r['length']:>6} {r['seconds']:>8.3f} "
+        lines.append(f"{short:<7} {r['scheme']:<14} {method:<18} {r['length']:>6} {r['seconds']:>8.3f} "
                      f"{r['first_s']:>7.2f} {r['peak_rss_gb']:>8.2f} {r['rss_after_import_gb']:>9.2f} "
                      f"{r['rss_after_inputs_gb']:>9.2f} {_ratio(r['seconds'], floor.get((pass_of(r), r['length']))):>7}")
     return "\n".join(lines)

@@ -62,7 +62,7 @@ def _schemes(value: str | None) -> tuple[str, ...] | None:
         return None
     from posenc import registry
 
-    allowed = [n for n in registry.schemes() if registry.get(n).kind == "bias"]
+    allowed = [n for n in registry.schemes() if registry.get(n).kind in ("bias", "content") and n != "path"]
     parts = tuple(p.strip() for p in value.split(",") if p.strip())
     if not parts or any(p not in allowed for p in parts):
         raise CLIError(f"--schemes must be a comma-separated list of {', '.join(allowed)}; got {value!r}")

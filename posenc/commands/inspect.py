@@ -77,6 +77,13 @@ def _spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
     return spec
 
 
+def _text(text: str) -> str:
+    if not text.strip() or len(text) > 2000:
+        raise argparse.ArgumentTypeError(f"--text must be a non-empty sentence of at most 2000 characters, "
+                                         f"got {len(text)} characters")
+    return text
+
+
 def _check_work(spec: dict[str, Any], args: argparse.Namespace, *, queries: int) -> None:
     """The work of ``show``/``compare`` on one encoding, as products of sizes, within the limits.
 
@@ -198,7 +205,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             _save(lambda: plot.show(spec, length=args.length, dim=args.dim, grid=args.grid, patch=args.patch),
                   plot_path)
         return 0
-    numbers = analysis.key_numbers(spec, length=args.length, dim=args.dim, num_heads=args.heads)
+    numbers = analysis.key_numbers(spec, length=args.length, dim=args.dim, num_heads=args.heads, text=args.text)
     width = max(len(k) for k, _ in numbers)
     for key, value in numbers:
         print(f"{key.ljust(width)}  {value}")
@@ -305,6 +312,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                    "and, with --plot, its figure.")
     p.add_argument("spec", metavar="SPEC", help=SPEC_HELP)
     _sizes(p, 128)
+    p.add_argument("--text", metavar="SENTENCE", type=_text,
+                   help="content schemes: a sentence to show positions of (cope: the words and sentences its gates "
+                        "count beside the token positions)")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("compare", help="schemes side by side",

@@ -6,6 +6,8 @@
     RotaryEncoding     module(x, positions, *, role=None) -> x rotated;  cos_sin(positions, dtype)
     BiasEncoding       module(q_positions, k_positions, *, dtype=None) -> [H, Lq, Lk];  score_fn()
     RelativeEncoding   module(q, k, q_positions, k_positions) -> [B, H, Lq, Lk];  value_term (or None)
+    ContentEncoding    module(q, k, v, hidden=None, *, causal=..., scale=..., document_ids=...,
+                       backend=...) -> [B, H, Lq, Dv];  rows(...), the formula for a block of queries
 
 ``@register(name, kind)`` checks that a scheme subclasses its kind's base (``KIND_BASES``).
 
@@ -102,6 +104,21 @@ def check_tensor(name: str, x: Any, *, ndim: int, last_dim: int | None = None, f
     if last_dim is not None and x.shape[-1] != last_dim:
         raise ValueError(f"{name} must have last dimension {last_dim}, got {x.shape[-1]} (shape {list(x.shape)})")
     return x
+
+
+def check_qkv(q: Any, k: Any, v: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention's inputs: ``q [B, H, Lq, D]``, ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]``, one dtype."""
+    q = check_tensor("q", q, ndim=4)
+    if q.shape[-1] == 0:  # the default scale 1/√D is undefined, and q·k is 0 for every pair
+        raise ValueError(f"q and k must have a head dimension D >= 1, got q of shape {list(q.shape)}")
+    k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
+    v = check_tensor("v", v, ndim=4)
+    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
+                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    return q, k, v
 
 
 def check_same_batch_and_heads(q: torch.Tensor, k: torch.Tensor) -> None:
@@ -330,3 +347,73 @@ class BiasEncoding(PositionalEncoding):
 
 KIND_BASES["bias"] = BiasEncoding
 KIND_BASES["none"] = PositionalEncoding
+
+
+class ContentEncoding(PositionalEncoding):
+    """Base of the ``content`` kind: positions that depend on the tokens (FoX, CoPE, DAPE,
+    stick-breaking, PaTH). The scheme owns the attention itself, because its weights are no longer
+    ``softmax(q·k + f(i − j))``: ``module(q, k, v, hidden=None, *, causal=True, scale=None,
+    document_ids=None, backend="auto") -> [B, H, Lq, Dv]`` (``posenc.attention`` calls it).
+
+    What a scheme reads beyond q, k and v is declared: ``reads_hidden`` (FoX's full gate, PaTH)
+    means it needs the layer's input ``hidden [B, Lk, d_model]`` (that of every key; queries are
+    the last Lq keys); a scheme that does not declare it refuses one. Content schemes take no
+    positions: their positions are counted from the content (token order only orders the keys).
+
+    A scheme defines ``rows(q, k, v, state, q0, allowed, scale) -> [B, H, c, Dv]``: its formula for
+    ``c`` query rows (the queries at key indices ``q0 … q0 + c − 1``) over the keys ``0 … n − 1``
+    they may see (``allowed [1 or B, 1, c, n]``: causal and document mask, or None), and
+    ``state(k, hidden, docs)``, the per-token tensors ``rows`` reads (FoX's cumulative log gates).
+    Every content scheme is row-local: a query's weights need only its own row of scores
+    (CoPE's gate sums and stick-breaking's survival run from the query backwards along its row),
+    so ``posenc.rowwise.RowwiseEncoding`` (the base the schemes subclass) runs ``rows`` over blocks
+    of queries, recomputed in the backward (``backend="blockwise"``), and never holds an
+    ``[Lq, Lk]`` tensor.
+    """
+
+    reads_hidden: bool = False
+    causal_only: bool = True  # the formula counts from the query backwards: only causal attention
+    flex_ok: bool = False  # FoX: an elementwise score bias FlexAttention can run
+    BACKENDS = ("auto", "materialize", "chunked", "blockwise")
+    d_model: int | None = None
+
+    def state(self, k: torch.Tensor, hidden: torch.Tensor | None, docs: torch.Tensor | None) -> Any:
+        """Per-token tensors computed once for the whole sequence (default: nothing); ``docs`` is
+        ``[1 or B, Lk]`` document ids or None."""
+        return None
+
+    def describe(self, *, text: str | None = None) -> list[tuple[str, str]]:
+        """Extra ``(name, value)`` rows for ``posenc show`` (CoPE: the positions of a typed sentence)."""
+        return []
+
+    def check_length(self, lq: int, lk: int) -> None:
+        """Raises ValueError when the scheme cannot run at these lengths (default: it always can)."""
+
+    def rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: Any, q0: int,
+             allowed: torch.Tensor | None, scale: float) -> torch.Tensor:
+        raise NotImplementedError
+
+    def check_hidden(self, hidden: Any, b: int, lk: int) -> torch.Tensor | None:
+        """``hidden [B, Lk, d_model]`` when the scheme reads it; None (and must be None) otherwise."""
+        if not self.reads_hidden:
+            if hidden is not None:
+                raise ValueError(f"scheme {self.name!r} does not read hidden= (the layer's input); pass hidden=None "
+                                 f"(schemes that read it: those with reads_hidden, e.g. fox with gate='full')")
+            return None
+        if hidden is None:
+            raise ValueError(f"scheme {self.name!r} reads the layer's input: pass hidden= of shape "
+                             f"[B, Lk, d_model={self.d_model}] (the input of every key)")
+        hidden = check_tensor("hidden", hidden, ndim=3, last_dim=self.d_model)
+        if hidden.shape[:2] != (b, lk):
+            raise ValueError(f"hidden must have shape [B={b}, Lk={lk}, {self.d_model}], got {list(hidden.shape)}")
+        return hidden
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hidden: torch.Tensor | None = None, *,
+                causal: bool = True, scale: float | None = None, document_ids: torch.Tensor | None = None,
+                backend: str = "auto") -> torch.Tensor:
+        """Attention of ``q [B, H, Lq, D]`` over ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]`` (see the class);
+        ``posenc.rowwise.RowwiseEncoding`` runs ``rows`` over blocks of queries."""
+        raise NotImplementedError
+
+
+KIND_BASES["content"] = ContentEncoding

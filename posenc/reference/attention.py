@@ -38,3 +38,28 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
         allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq)
         scores = np.where(allowed, scores, -np.inf)
     return np.einsum("bhqk,bhkd->bhqd", softmax(scores), v)
+
+
+def causal_mask(lq: int, lk: int, document_ids=None, *, diagonal: bool = True) -> np.ndarray:
+    """``[1 or B, 1, Lq, Lk]`` bool: query ``i`` (key index ``i + Lk − Lq``) sees key ``j`` when
+    ``j <= i + Lk − Lq`` (``<`` without the ``diagonal``) and, with ``document_ids [Lk]``/``[B, Lk]``,
+    when both are in the same document."""
+    rows = np.arange(lk - lq, lk)[:, None]
+    cols = np.arange(lk)[None, :]
+    allowed = (cols <= rows) if diagonal else (cols < rows)
+    allowed = allowed[None, None]
+    if document_ids is not None:
+        docs = np.asarray(document_ids).reshape(-1, lk)
+        allowed = allowed & (docs[:, None, lk - lq:, None] == docs[:, None, None, :])
+    return allowed
+
+
+def log_sigmoid(x) -> np.ndarray:
+    """``log σ(x) = −log(1 + e^{−x})``, without overflow."""
+    return -np.logaddexp(0.0, -np.asarray(x, dtype=np.float64))
+
+
+def masked_attention(scores, v, allowed) -> np.ndarray:
+    """``softmax(scores)`` over the ``allowed`` keys (``[.., Lq, Lk]``), times ``v [B, H, Lk, Dv]``."""
+    scores = np.where(allowed, scores, -np.inf)
+    return np.einsum("bhqk,bhkd->bhqd", softmax(scores), np.asarray(v, dtype=np.float64))

@@ -1,0 +1,112 @@
+"""CoPE, contextual position encoding (Golovneva et al. 2024, "Contextual Position Encoding:
+Learning to Count What's Important", arXiv:2405.18719; official code facebookresearch/RAM,
+``projects/cope``; x-transformers' ``CoPE``).
+
+A key's position is the number of gates the query opens between it and the query:
+
+    g_ij = σ(q_i·k_j),   p_ij = min(Σ_{t=j..i} g_it, npos_max − 1)
+    s_ij = (q_i·k_j + q_i·e(p_ij)) · scale,   e(p) = (p − ⌊p⌋) e[⌈p⌉] + (1 − p + ⌊p⌋) e[⌊p⌋]
+
+with ``e [npos_max, head_dim]`` learned (zeros at first, as in both codes: CoPE starts as NoPE).
+If the gates fire on spaces, ``p`` counts words; on full stops, sentences. ``convention``:
+
+- ``"ram"`` (default; the official code): gates on the raw ``q·k``, the CoPE term divided by
+  ``√d`` with the scores, as above;
+- ``"scaled"`` (the paper's appendix, x-transformers): gates on ``z = q·k · scale`` and
+  ``s_ij = z_ij + q_i·e(p_ij)``.
+
+The gate sum runs from the query backwards along its row, so blocks of rows are independent
+(``posenc.rowwise``): the sum is a reverse cumulative sum over the keys the block reads, in
+float64 (a sum of up to ``Lk`` gates whose near end must keep its digits), with the future keys'
+and other documents' gates set to 0 (positions restart at each document's first token). The
+interpolation ``q_i·e(p)`` reads ``q_i·e[0 … npos_max − 1]`` (``[B, H, c, npos_max]``) at ``⌊p⌋``
+and ``⌈p⌉``; the gradient reaches the gates through ``p − ⌊p⌋``, as in both codes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from posenc._validate import check_choice, check_int
+from posenc.encodings._base import to_numpy
+from posenc.limits import Dim, Rows
+from posenc.reference.cope import CONVENTIONS, cope as cope_ref, cope_positions
+from posenc.registry import register
+from posenc.rowwise import RowwiseEncoding, softmax_rows
+
+SENTENCE = "The cat sat on the mat. It purred. Then it slept"
+MAX_TEXT = 2000  # characters of a typed sentence (posenc show cope --text)
+
+
+@register("cope", kind="content")
+class CoPE(RowwiseEncoding):
+    """Positions counted by gates the query opens on the keys, from the query backwards (CoPE)."""
+
+    def __init__(self, *, head_dim: Dim, npos_max: Rows = 64, convention: str = "ram") -> None:
+        super().__init__()
+        self.head_dim = check_int("head_dim", head_dim, min=1)
+        self.npos_max = check_int("npos_max", npos_max, min=1)
+        self.convention = check_choice("convention", convention, CONVENTIONS)
+        self.pos_emb = nn.Parameter(torch.zeros(self.npos_max, self.head_dim))  # (npos_max, D)
+
+    def positions(self, q, k, allowed, scale):
+        """``(s, p)``: the raw scores ``q·k`` and the positions ``p [B, H, c, n]`` in float64."""
+        s = torch.matmul(q, k.transpose(-1, -2))  # (B, H, c, n)
+        gates = torch.sigmoid(s if self.convention == "ram" else s * scale)
+        if allowed is not None:
+            gates = gates.masked_fill(~allowed, 0.0)
+        p = torch.flip(torch.cumsum(torch.flip(gates.double(), (-1,)), -1), (-1,))
+        return s, p.clamp(max=self.npos_max - 1)
+
+    def rows(self, q, k, v, state, q0, allowed, scale):
+        s, p = self.positions(q, k, allowed, scale)
+        lo = p.floor()
+        w = (p - lo).to(q.dtype)
+        qe = torch.matmul(q, self.pos_emb.to(q.dtype).t())  # (B, H, c, npos_max)
+        term = qe.gather(-1, p.ceil().long()) * w + qe.gather(-1, lo.long()) * (1 - w)
+        scores = (s + term) * scale if self.convention == "ram" else s * scale + term
+        return softmax_rows(scores, v, allowed)
+
+    def sentence_positions(self, text: str, marks: str) -> torch.Tensor:
+        """The positions ``p [len(text)]`` the last character gives every character when the gates
+        fire (``σ(±40)``: 1 or 0 to float64 precision) exactly on the characters in ``marks``: CoPE
+        counting words (marks " ") or sentences (marks ".") instead of tokens."""
+        fires = torch.tensor([ch in marks for ch in text], dtype=torch.float64)  # (L,)
+        k = torch.zeros(1, 1, len(text), self.head_dim, dtype=torch.float64)
+        k[..., 0] = fires * 80 - 40  # q·k = ±40 with q = e_0
+        q = torch.zeros(1, 1, 1, self.head_dim, dtype=torch.float64)
+        q[..., 0] = 1.0
+        convention, self.convention = self.convention, "ram"  # gates on the raw q·k
+        try:
+            _, p = self.positions(q, k, None, 1.0)
+        finally:
+            self.convention = convention
+        return p[0, 0, 0]
+
+    def describe(self, *, text: str | None = None) -> list[tuple[str, str]]:
+        text = SENTENCE if text is None else text
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT:
+            raise ValueError(f"text must be a non-empty sentence of at most {MAX_TEXT} characters, got {text!r:.80}")
+        words = torch.tensor([ch not in " ." for ch in text])
+        by_space, by_stop = self.sentence_positions(text, " "), self.sentence_positions(text, ".")
+        rows = [("contextual positions", f"of each word of {text!r}, from its last character, when the gates fire "
+                                         f"on spaces (words) or on full stops (sentences); clamped at "
+                                         f"npos_max - 1 = {self.npos_max - 1}")]
+        start = 0
+        for i, ch in enumerate(text + " "):
+            if i < len(text) and words[i]:
+                continue
+            if i > start:  # a word text[start:i]; its first character's positions
+                rows.append((f"  {text[start:i]!r}", f"token {len(text) - 1 - start:>4}   word {float(by_space[start]):6.2f}"
+                                                      f"   sentence {float(by_stop[start]):5.2f}"))
+            start = i + 1
+        return rows
+
+    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None):
+        return cope_ref(q, k, v, to_numpy(self.pos_emb), convention=self.convention, scale=scale,
+                        document_ids=document_ids)
+
+    def reference_positions(self, q, k, *, scale=None, document_ids=None):
+        return cope_positions(q, k, npos_max=self.npos_max, convention=self.convention, scale=scale,
+                              document_ids=document_ids)

@@ -1,0 +1,85 @@
+"""DAPE, data-adaptive positional encoding (Zheng et al., NeurIPS 2024, "DAPE: Data-Adaptive
+Positional Encoding for Length Extrapolation", arXiv:2405.14722; code chuanyang-Zheng/DAPE).
+
+Wraps a bias scheme (ALiBi, KERPLE, FIRE, T5) and corrects its bias with an MLP across heads that
+reads the pair's scores:
+
+    s_ij = A_ij + B_ij + W2 · LeakyReLU(W1 · [A_ij; B_ij] + b1) + b2,    A = q·k · scale,  [A; B] ∈ R^{2H}
+
+as in the repository's ``AliBi_DAPE`` and ``ParallelKerpleLog_DAPE`` (``x + a + mlp2(cat(x, a))``).
+The spec wraps the bias's: ``{"scheme": "dape", "num_heads": 8, "bias": {"scheme": "kerple", ...},
+"hidden": 32}`` (``bias`` may be a name; its ``num_heads`` is DAPE's, and may be left out). The MLP is applied pair by
+pair, so it runs tile by tile with the rows (``posenc.rowwise``): ``blockwise`` holds one block's
+``[B, c, n, hidden]`` activations, recomputed in the backward. Positions are token indices (keys
+``0 … Lk − 1``, queries the last Lq; restarting at 0 in each packed document). Not causal-only:
+``causal=False`` attends both ways (the wrapped bias decides what ``|i − j|`` means). The paper's
+convolution variant (DAPE v2) is not implemented.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from posenc import registry
+from posenc._validate import check_int
+from posenc.encodings._base import to_numpy
+from posenc.limits import Heads, Width, check_memory
+from posenc.reference.dape import dape as dape_ref, token_positions
+from posenc.registry import register
+from posenc.rowwise import RowwiseEncoding, softmax_rows
+
+
+@register("dape", kind="content")
+class DAPE(RowwiseEncoding):
+    """An MLP across heads corrects a bias scheme's bias from the pair's scores (DAPE)."""
+
+    causal_only = False
+
+    def __init__(self, *, num_heads: Heads, bias: Any = "kerple", hidden: Width = 32) -> None:
+        super().__init__()
+        spec = {"scheme": bias} if isinstance(bias, str) else bias
+        if not isinstance(spec, dict) or not isinstance(spec.get("scheme"), str):
+            raise TypeError(f"bias must be a bias scheme's spec, e.g. {{'scheme': 'kerple'}} or 'alibi'; got {bias!r}")
+        kind = registry.get(spec["scheme"]).kind
+        if kind != "bias":
+            bias_schemes = ", ".join(registry.schemes("bias"))
+            raise ValueError(f"bias must name a bias scheme ({bias_schemes}); {spec['scheme']!r} is {kind}")
+        spec = copy.deepcopy(spec)
+        num_heads = check_int("num_heads", num_heads, min=1)
+        if spec.setdefault("num_heads", num_heads) != num_heads:
+            raise ValueError(f"num_heads={num_heads} but the bias has num_heads={spec['num_heads']!r}; they must agree "
+                             "(the bias's num_heads may be left out)")
+        self.inner = registry.build(spec)
+        self.num_heads = self.inner.num_heads
+        self.hidden = check_int("hidden", hidden, min=1)
+        check_memory("hidden", self.hidden, 3 * self.hidden * self.num_heads, what="its MLP")
+        self.mlp_in = nn.Linear(2 * self.num_heads, self.hidden)
+        self.mlp_out = nn.Linear(self.hidden, self.num_heads)
+
+    def state(self, k, hidden, docs):
+        """Token positions: ``[Lk]``, or ``[1 or B, Lk]`` restarting at each document."""
+        if docs is None:
+            return torch.arange(k.shape[2], device=k.device)
+        from posenc.documents import positions_in_documents
+
+        return positions_in_documents(docs)
+
+    def rows(self, q, k, v, positions, q0, allowed, scale):
+        a = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, c, n)
+        b = self.inner(positions[..., q0:q0 + q.shape[2]], positions[..., :k.shape[2]], dtype=q.dtype).expand_as(a)
+        x = torch.cat([a, b], dim=1).permute(0, 2, 3, 1)  # (B, c, n, 2H)
+        mlp = self.mlp_out(F.leaky_relu(self.mlp_in(x.to(self.mlp_in.weight.dtype)), 0.01))  # (B, c, n, H)
+        return softmax_rows(a + b + mlp.permute(0, 3, 1, 2).to(a.dtype), v, allowed)
+
+    def reference(self, q, k, v, hidden=None, *, causal=True, scale=None, document_ids=None):
+        lq, lk = q.shape[2], k.shape[2]
+        pos = token_positions(lk, document_ids)
+        bias = self.inner.reference(pos[..., lk - lq:], pos)
+        return dape_ref(q, k, v, bias, to_numpy(self.mlp_in.weight), to_numpy(self.mlp_in.bias),
+                        to_numpy(self.mlp_out.weight), to_numpy(self.mlp_out.bias), causal=causal, scale=scale,
+                        document_ids=document_ids)

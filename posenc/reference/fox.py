@@ -1,0 +1,39 @@
+"""FoX, the Forgetting Transformer (Lin et al., ICLR 2025, "Forgetting Transformer: Softmax
+Attention with a Forget Gate", arXiv:2503.02130).
+
+    f_t = σ(w_h · x_t + b_h)                      a forget gate per head h and token t
+    o_i = Σ_{j≤i} softmax_j(q_i·k_j · scale + Σ_{l=j+1..i} log f_l) v_j
+        = Σ_{j≤i} softmax_j(q_i·k_j · scale + c_i − c_j) v_j,   c = cumsum(log f)
+
+No other positional encoding. With the gate reduced to its bias (``w = 0``) the bias is
+``(i − j) · log σ(b_h)``: ALiBi with slope ``−log σ(b_h)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posenc.reference.attention import causal_mask, log_sigmoid, masked_attention
+
+
+def fox_log_gates(hidden, weight, bias) -> np.ndarray:
+    """``log f [B, H, L]`` from ``hidden [B, L, d_model]``, ``weight [H, d_model]`` (or None: the
+    gate is its bias alone, ``[1, H, 1]``) and ``bias [H]``."""
+    bias = np.asarray(bias, dtype=np.float64)
+    if weight is None:
+        return log_sigmoid(bias)[None, :, None]
+    z = np.einsum("bld,hd->bhl", np.asarray(hidden, dtype=np.float64), np.asarray(weight, dtype=np.float64))
+    return log_sigmoid(z + bias[None, :, None])
+
+
+def fox(q, k, v, log_f, *, scale: float | None = None, document_ids=None) -> np.ndarray:
+    """Causal FoX attention of ``q [B, H, Lq, D]`` (the last Lq keys) over ``k, v [B, H, Lk, ·]``
+    with the log forget gates ``log_f [B, H, Lk]`` (``[1, H, 1]``: one per head, at every token)."""
+    q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    lq, lk = q.shape[2], k.shape[2]
+    log_f = np.broadcast_to(np.asarray(log_f, dtype=np.float64), (max(q.shape[0], np.shape(log_f)[0]),
+                                                                    q.shape[1], lk))
+    c = np.cumsum(log_f, axis=-1)  # (B, H, Lk)
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = np.einsum("bhqd,bhkd->bhqk", q, k) * scale + c[..., lk - lq:, None] - c[..., None, :]
+    return masked_attention(scores, v, causal_mask(lq, lk, document_ids))

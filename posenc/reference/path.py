@@ -1,0 +1,48 @@
+"""PaTH, position encoding via accumulating Householder transformations (Yang et al. 2025, "PaTH
+Attention: Position Encoding via Accumulating Householder Transformations", arXiv:2505.16381;
+reference in flash-linear-attention).
+
+Between key ``j`` and query ``i`` the key is carried through every token's reflection on the path:
+
+    H_t = I − β_t w_t w_tᵀ,   s_ij = q_iᵀ (H_i H_{i−1} ⋯ H_{j+1}) k_j · scale   (j ≤ i),   o_i = Σ_j softmax_j(s_ij) v_j
+
+with ``w_t = normalize(W_w x_t)`` (a unit vector per head) and ``β_t = 2σ(W_β x_t + b_β)`` ∈ (0, 2)
+from the layer's input ``x``. Computed from the query backwards: ``u ← q_i``; for ``j = i, i − 1,
+…``: ``s_ij = u·k_j``, then ``u ← H_j u`` (each ``H`` is symmetric, so ``q_iᵀ H_i ⋯ H_{j+1} =
+(H_{j+1} ⋯ H_i q_i)ᵀ``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posenc.reference.attention import causal_mask, log_sigmoid, masked_attention
+
+
+def path_gates(hidden, w_weight, beta_weight, beta_bias, num_heads: int):
+    """``w [B, H, L, D]`` unit vectors and ``β [B, H, L]`` from ``hidden [B, L, d_model]``,
+    ``w_weight [H·D, d_model]``, ``beta_weight [H, d_model]``, ``beta_bias [H]``."""
+    x = np.asarray(hidden, dtype=np.float64)
+    b, length, _ = x.shape
+    w = (x @ np.asarray(w_weight, dtype=np.float64).T).reshape(b, length, num_heads, -1).transpose(0, 2, 1, 3)
+    w = w / np.linalg.norm(w, axis=-1, keepdims=True)
+    beta = 2 * np.exp(log_sigmoid(x @ np.asarray(beta_weight, dtype=np.float64).T + beta_bias)).transpose(0, 2, 1)
+    return w, beta
+
+
+def path(q, k, v, w, beta, *, scale: float | None = None, document_ids=None) -> np.ndarray:
+    """Causal PaTH attention; ``w [B, H, Lk, D]``, ``beta [B, H, Lk]``."""
+    q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    bsz, heads, lq, _ = q.shape
+    lk = k.shape[2]
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = np.zeros((bsz, heads, lq, lk))
+    for b in range(bsz):
+        for h in range(heads):
+            for r in range(lq):
+                i = r + lk - lq
+                u = q[b, h, r].copy()
+                for j in range(i, -1, -1):
+                    scores[b, h, r, j] = u @ k[b, h, j]
+                    u = u - beta[b, h, j] * w[b, h, j] * (w[b, h, j] @ u)
+    return masked_attention(scores * scale, v, causal_mask(lq, lk, document_ids))

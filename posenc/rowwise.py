@@ -1,0 +1,212 @@
+"""The attention of the ``content`` kind, block of queries by block of queries, with bounded memory.
+
+A content scheme (``posenc.encodings._base.ContentEncoding``) gives its formula for a block of
+query rows, ``rows(q, k, v, state, q0, allowed, scale)``. Each of its weights needs only the
+query's own row of scores: FoX adds ``c_i − c_j`` to it, CoPE counts gates from the query
+backwards along it (a reverse cumulative sum), stick-breaking multiplies survivals along it (a
+reverse cumulative sum of log-sigmoids), DAPE's MLP reads each pair of it across heads. So the
+rows split into blocks of ``c`` queries without any carry between blocks, and
+
+- ``materialize``: one block, every row (what the references compute);
+- ``chunked``: blocks of ``c = ROW_ELEMENTS / (B·H·Lk)`` rows, forward only (no gradient kept
+  beyond what autograd keeps for each block);
+- ``blockwise``: the same blocks, each a ``torch.autograd.Function`` (``_Rows``) whose forward
+  runs without a graph and keeps only the block's inputs (views of q, k, v and the per-token
+  state); its backward recomputes the block's scores, gates and weights under ``enable_grad``
+  and differentiates them (``torch.autograd.grad``), so the gradients into q, k, v, ``hidden`` and every parameter
+  are those of the materialized path (the same operations, in the same order, on the same values)
+  and at most one block's ``[B, H, c, Lk]`` temporaries are alive at a time.
+
+With causal attention a block of rows ending at query ``qe`` reads keys ``0 … qe + Lk − Lq − 1``
+only. Packed documents (``document_ids``) are a mask on the block: a key of another document is
+absent for the scheme (no gate, no survival factor, no weight), so gates and positions restart at
+each document's first token.
+
+Memory: ``blockwise`` holds q, k, v, the per-token state, the output and one block's
+temporaries (``ROW_ELEMENTS`` scores, times the scheme's handful of temporaries); ``Lk`` enters
+only through ``c`` (down to one row when ``B·H·Lk`` exceeds ``ROW_ELEMENTS``).
+
+Notation used for tensor shapes: B batch, H heads, Lq/Lk query/key lengths, D head dim, c the
+rows of a block, n the keys it reads.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+
+from posenc._validate import check_choice, check_float
+from posenc.encodings._base import ContentEncoding, check_batch, check_qkv
+
+# Scores per block of rows: 4M (16 MB in float32; 64 rows at Lk = 8192 with 8 heads), as the
+# chunked bias backend's CHUNK_ELEMENTS / 2 (a content block holds several such temporaries).
+ROW_ELEMENTS = 1 << 22
+# Blocks grow with causal attention (block t reads t·c keys), so glibc cannot reuse a freed block's
+# memory for the next, larger one and the heap fragments: FoX fwd+bwd at L=4096 (8 heads) rose
+# by 0.56 GB (0.53 GB of it in the forward, which keeps nothing). With glibc's malloc_trim(0) after
+# each block's forward and backward (it returns the free heap pages) the rise was 0.29 GB and the
+# pass took 56 s instead of 95 s (fewer page faults; one run each on a loaded 2-core machine).
+ROW_TRIM = True
+MATERIALIZE_ELEMENTS = 1 << 22  # auto builds a map up to 4M scores whole, as posenc.attention does
+
+
+def _documents(document_ids, b: int, lq: int, lk: int, device) -> torch.Tensor | None:
+    if document_ids is None:
+        return None
+    from posenc.documents import check_document_ids
+
+    docs = check_document_ids("document_ids", document_ids).to(device)
+    check_batch("document_ids", docs, b, lk)
+    if lq > lk:
+        raise ValueError(f"document_ids needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    return docs.long().view(-1, lk)
+
+
+def block_mask(q0: int, c: int, n: int, docs: torch.Tensor | None, *, causal: bool, device) -> torch.Tensor | None:
+    """``[1 or B, 1, c, n]``: True where query ``q0 + r`` (a key index) may see key ``j``; None if all may."""
+    allowed = None
+    if causal:
+        allowed = (torch.arange(n, device=device) <= torch.arange(q0, q0 + c, device=device).unsqueeze(-1))
+        allowed = allowed.view(1, 1, c, n)
+    if docs is not None:
+        same = docs[:, None, q0:q0 + c, None] == docs[:, None, None, :n]  # (1 or B, 1, c, n)
+        allowed = same if allowed is None else same & allowed
+    return allowed
+
+
+class RowwiseEncoding(ContentEncoding):
+    """A content scheme whose attention is its ``rows`` over blocks of queries (every scheme of the kind)."""
+
+    def forward(self, q, k, v, hidden=None, *, causal: bool = True, scale=None, document_ids=None,
+                backend: str = "auto"):
+        return content_attention(self, q, k, v, hidden=hidden, causal=causal, scale=scale,
+                                 document_ids=document_ids, backend=backend)
+
+
+def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=None, document_ids=None,
+                      backend: str = "auto") -> torch.Tensor:
+    """``pe``'s attention (see the module docstring); ``pe.forward`` and ``posenc.attention`` call it."""
+    q, k, v = check_qkv(q, k, v)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    check_choice("backend", backend, type(pe).BACKENDS)
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    if getattr(pe, "num_heads", None) is not None and pe.num_heads != h:
+        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
+    if getattr(pe, "head_dim", None) is not None and pe.head_dim != d:
+        raise ValueError(f"pe has head_dim={pe.head_dim} but q has last dimension {d}")
+    if pe.causal_only and not causal:
+        raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
+    if causal and lq > lk:
+        raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
+    hidden = pe.check_hidden(hidden, b, lk)
+    docs = _documents(document_ids, b, lq, lk, q.device)
+    pe.check_length(lq, lk)
+    if lq == 0 or lk == 0:
+        return q.new_zeros(b, h, lq, v.shape[-1])
+    dtype = q.dtype
+    work = torch.promote_types(dtype, torch.float32)
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    state = pe.state(k, None if hidden is None else hidden.to(work), docs)
+    if backend == "auto":
+        grad = torch.is_grad_enabled()
+        backend = "materialize" if b * h * lq * lk <= MATERIALIZE_ELEMENTS else ("blockwise" if grad else "chunked")
+    rows = lq if backend == "materialize" else max(1, ROW_ELEMENTS // max(1, b * h * lk))
+    keep = backend == "blockwise" and torch.is_grad_enabled()
+    shift = lk - lq
+    outs = []
+    for qs in range(0, lq, rows):
+        qe = min(qs + rows, lq)
+        n = qe + shift if causal else lk
+        allowed = block_mask(qs + shift, qe - qs, n, docs, causal=causal, device=q.device)
+        args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + shift, allowed, scale)
+        if keep:
+            outs.append(_recomputed(pe, *args))
+        else:
+            outs.append(pe.rows(*args))
+        _trim()
+    return torch.cat(outs, dim=2).to(dtype)
+
+
+def _libc():
+    """glibc, for ``malloc_trim``; None elsewhere."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _libc() if sys.platform.startswith("linux") else None
+
+
+def _trim() -> None:
+    """Gives the freed pages of a block back to the system (glibc's ``malloc_trim``, see ROW_TRIM)."""
+    if ROW_TRIM and _LIBC is not None and not torch.compiler.is_compiling():
+        _LIBC.malloc_trim(0)
+
+
+def _tensors(state) -> list[torch.Tensor]:
+    if state is None:
+        return []
+    return [state] if isinstance(state, torch.Tensor) else list(state)
+
+
+def _recomputed(pe, q, k, v, state, q0, allowed, scale):
+    """``pe.rows(...)`` whose backward recomputes the block (``_Rows``): the forward keeps nothing of it."""
+    parts = _tensors(state)
+    params = [p for p in pe.parameters() if p.requires_grad]
+    return _Rows.apply({"pe": pe, "q0": q0, "allowed": allowed, "scale": scale, "tuple": not isinstance(state, torch.Tensor),
+                        "n": len(parts)}, q, k, v, *parts, *params)
+
+
+class _Rows(torch.autograd.Function):
+    """One block of rows: the forward runs ``pe.rows`` without a graph and saves only its inputs; the
+    backward runs it again under ``enable_grad`` and differentiates it (``autograd.grad``) into
+    q, k, v, the per-token state (and so ``hidden``) and the scheme's parameters."""
+
+    @staticmethod
+    def forward(ctx, args, q, k, v, *rest):
+        ctx.args = args
+        ctx.save_for_backward(q, k, v, *rest)
+        with torch.no_grad():
+            return _call(args, q, k, v, rest[:args["n"]])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):
+        args = ctx.args
+        q, k, v, *rest = ctx.saved_tensors
+        n = args["n"]
+        needs = ctx.needs_input_grad[1:]
+        leaves = [t.detach().requires_grad_(need) for t, need in zip((q, k, v, *rest[:n]), needs)]
+        params = rest[n:]
+        with torch.enable_grad():
+            out = _call(args, *leaves[:3], leaves[3:])
+            inputs = [t for t in (*leaves, *params) if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, inputs, dout, allow_unused=True)) if inputs else iter(())
+        del out
+        _trim()
+        return (None, *(next(grads) if t.requires_grad else None for t in (*leaves, *params)))
+
+
+def _call(args, q, k, v, parts):
+    if args["n"] == 0:
+        state = None
+    else:
+        state = tuple(parts) if args["tuple"] else parts[0]
+    return args["pe"].rows(q, k, v, state, args["q0"], args["allowed"], args["scale"])
+
+
+def softmax_rows(scores: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """``softmax(scores)`` over the allowed keys of a block, times ``v``: ``[B, H, c, n] -> [B, H, c, Dv]``."""
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
