@@ -135,7 +135,7 @@ def test_register_reads_params_from_the_keyword_only_init(scratch_registry):
 
 
 def test_register_refuses_bad_declarations(scratch_registry):
-    with pytest.raises(ValueError, match=r"kind must be one of none, additive, rotary, bias, relative; got 'odd'"):
+    with pytest.raises(ValueError, match=r"kind must be one of none, additive, rotary, bias, relative, content; got 'odd'"):
         registry.register("scratch", kind="odd")
 
     class Positional(PositionalEncoding):

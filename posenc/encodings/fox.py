@@ -116,6 +116,10 @@ class _FlexBias:
     def __init__(self, name: str, hi: torch.Tensor, lo: torch.Tensor) -> None:
         self.name, self.hi, self.lo = name, hi, lo
 
+    def nearest_keys(self, q_pos, k_pos, *, first=None, last=None) -> None:
+        """No row peak to remove (``BiasEncoding.nearest_keys``): ``c`` is carried in two float32 parts."""
+        return None
+
     def score_fn(self):
         hi, lo = self.hi, self.lo
 
