@@ -27,7 +27,7 @@ from posenc.extrapolate.evaluate import cannot_run, lm_block_nll, task_scores
 from posenc.extrapolate.model import TinyGPT
 from posenc.extrapolate.plan import Log, Run, scaling_dict, task_max_positions
 from posenc.extrapolate.profiles import Profile, settings_hash
-from posenc.extrapolate.train import train
+from posenc.extrapolate.train import train_seeds
 
 
 @dataclass
@@ -59,7 +59,8 @@ def _bar(ctx: Context, total: int, desc: str):
     return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
-def _train(ctx: Context, model: TinyGPT, cfg, next_batch, desc: str, **kw: Any) -> list[float]:
+def _train(ctx: Context, models: list[TinyGPT], cfg, next_batches: list, desc: str, **kw: Any) -> list[list[float]]:
+    """Trains the models of a run's seeds as one (``train_seeds``); returns each seed's losses."""
     steps = kw.get("steps") or cfg.steps
     bar = _bar(ctx, steps, desc)
 
@@ -70,7 +71,7 @@ def _train(ctx: Context, model: TinyGPT, cfg, next_batch, desc: str, **kw: Any) 
                 bar.set_postfix(loss=f"{loss:.3f}")
 
     try:
-        return train(model, cfg, next_batch, dist=ctx.dist, on_step=on_step, **kw)
+        return train_seeds(models, cfg, next_batches, dist=ctx.dist, on_step=on_step, **kw)
     finally:
         if bar is not None:
             bar.close()
@@ -133,17 +134,21 @@ def _save_checkpoint(ctx: Context, run: Run, model: TinyGPT) -> None:
     os.replace(tmp, path)  # atomic: a killed save leaves no half checkpoint
 
 
-def run_lm(ctx: Context, run: Run) -> dict[str, Any]:
-    lm = ctx.profile.lm
-    model = _lm_model(ctx, run.spec, run.seed, run.arch)
+def run_lm(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+    """One LM configuration, each of ``runs`` (its seeds) trained as one stacked model."""
+    lm, run = ctx.profile.lm, runs[0]
+    models = [_lm_model(ctx, run.spec, r.seed, run.arch) for r in runs]
     t0 = time.perf_counter()
-    losses = _train(ctx, model, lm.train, _lm_batches(ctx, run.seed, batch=lm.train.batch_size,
-                                                        length=lm.train_length), f"lm {run.label}")
-    t1 = time.perf_counter()
-    if run.spec["scheme"] == "rope" and run.arch == ctx.profile.arch:
-        _save_checkpoint(ctx, run, model)  # the base of the scaling runs
-    return {"train_loss": _curve(losses), "train_seconds": round(t1 - t0, 2), "params": model.num_params(),
-            "train_length": lm.train_length, "eval": _lm_eval(ctx, model)}
+    curves = _train(ctx, models, lm.train, [_lm_batches(ctx, r.seed, batch=lm.train.batch_size,
+                                                        length=lm.train_length) for r in runs], f"lm {run.label}")
+    seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
+    out = []
+    for r, model, losses in zip(runs, models, curves):
+        if r.spec["scheme"] == "rope" and r.arch == ctx.profile.arch:
+            _save_checkpoint(ctx, r, model)  # the base of the scaling runs
+        out.append({"train_loss": _curve(losses), "train_seconds": round(seconds, 2), "params": model.num_params(),
+                    "train_length": lm.train_length, "eval": _lm_eval(ctx, model)})
+    return out
 
 
 # -- RoPE scalings -----------------------------------------------------------------------------
@@ -160,16 +165,18 @@ def _base_model(ctx: Context, run: Run) -> TinyGPT:
     else:
         ctx.log(f"checkpoint of the RoPE model (seed {run.seed}) not found; training it again")
         lm = ctx.profile.lm
-        _train(ctx, model, lm.train, _lm_batches(ctx, run.seed, batch=lm.train.batch_size, length=lm.train_length),
-               "lm rope (base)")
+        _train(ctx, [model], lm.train, [_lm_batches(ctx, run.seed, batch=lm.train.batch_size,
+                                                    length=lm.train_length)], "lm rope (base)")
         _save_checkpoint(ctx, base, model)
     model.eval()
     return model
 
 
-def run_scaling(ctx: Context, run: Run) -> dict[str, Any]:
-    lm, sc = ctx.profile.lm, ctx.profile.scaling
-    model = _base_model(ctx, run)
+def run_scaling(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+    """One scaling of the trained RoPE model, for each of ``runs`` (its seeds); a fine-tune trains
+    the seeds as one stacked model."""
+    lm, sc, run = ctx.profile.lm, ctx.profile.scaling, runs[0]
+    models = [_base_model(ctx, r) for r in runs]
     kind, mode = run.variant["type"], run.variant["mode"]
     L = lm.train_length
 
@@ -179,67 +186,79 @@ def run_scaling(ctx: Context, run: Run) -> dict[str, Any]:
         return {**run.spec, "scaling": scaling_dict(kind, factor, L, head_dim=run.spec.get("head_dim"),
                                                     base=run.spec.get("base", 10000.0))}
 
-    record: dict[str, Any] = {"train_length": L, "variant": run.variant}
+    records: list[dict[str, Any]] = [{"train_length": L, "variant": run.variant} for _ in runs]
     if mode == "zero-shot":
-        record["eval"] = _lm_eval(ctx, model, set_pe=lambda length: model.set_pe(scaled(length / L)))
-        return record
+        for record, model in zip(records, models):
+            record["eval"] = _lm_eval(ctx, model, set_pe=lambda length, m=model: m.set_pe(scaled(length / L)))
+        return records
     f = sc.finetune_factor
-    model.set_pe(scaled(f))
+    for model in models:
+        model.set_pe(scaled(f))
     batch = max(1, lm.train.batch_size // f)  # the same tokens per step as training (not world-dependent)
     cfg = dataclasses.replace(lm.train, steps=sc.finetune_steps, batch_size=batch,
                               warmup=max(1, sc.finetune_steps // 10))
     t0 = time.perf_counter()
-    losses = _train(ctx, model, cfg, _lm_batches(ctx, run.seed + 10_000, batch=batch, length=f * L),
+    curves = _train(ctx, models, cfg, [_lm_batches(ctx, r.seed + 10_000, batch=batch, length=f * L) for r in runs],
                     f"finetune {kind}", lr=sc.finetune_lr)
-    record.update(train_loss=_curve(losses), train_seconds=round(time.perf_counter() - t0, 2),
-                  eval=_lm_eval(ctx, model))
-    return record
+    seconds = (time.perf_counter() - t0) / len(runs)
+    for record, model, losses in zip(records, models, curves):
+        record.update(train_loss=_curve(losses), train_seconds=round(seconds, 2), eval=_lm_eval(ctx, model))
+    return records
 
 
 # -- tasks -------------------------------------------------------------------------------------
 
-def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
-    ts = ctx.profile.tasks
-    torch.manual_seed(run.seed)
-    model = TinyGPT(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size, T.VOCAB_SIZE)),
-                    run.spec, arch=run.arch).to(ctx.dist.device)
-    g = torch.Generator().manual_seed(run.seed)
+def run_tasks(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+    """One task configuration, each of ``runs`` (its seeds) trained as one stacked model."""
+    ts, run = ctx.profile.tasks, runs[0]
+    models, batches = [], []
+    for r in runs:
+        torch.manual_seed(r.seed)
+        models.append(TinyGPT(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size, T.VOCAB_SIZE)),
+                              run.spec, arch=run.arch).to(ctx.dist.device))
+        g = torch.Generator().manual_seed(r.seed)
 
-    def next_batch(step: int):
-        b = T.train_batch(ts.tasks[step % len(ts.tasks)], batch=ts.train.batch_size, max_size=ts.max_size, g=g)
-        return b.tokens, b.mask
+        def next_batch(step: int, g: torch.Generator = g):
+            b = T.train_batch(ts.tasks[step % len(ts.tasks)], batch=ts.train.batch_size, max_size=ts.max_size, g=g)
+            return b.tokens, b.mask
+        batches.append(next_batch)
 
     t0 = time.perf_counter()
-    losses = _train(ctx, model, ts.train, next_batch, f"tasks {run.label}")
-    t1 = time.perf_counter()
-    rows: list[dict[str, Any]] = []
+    curves = _train(ctx, models, ts.train, batches, f"tasks {run.label}")
+    seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
     trained = task_max_positions(ctx.profile)  # one model learns every task: its longest training sequence
-    for task in ts.tasks:
-        for size in ts.sizes():
-            mult = round(size / ts.max_size, 4)
-            length = T.seq_len(task, size)
-            row: dict[str, Any] = {"task": task, "size": size, "mult": mult, "length": length,
-                                   "beyond_trained": length > trained}
-            reason = cannot_run(model, length)
-            if reason is not None:
-                row["cannot_run"] = reason
-            else:
-                row.update(task_scores(model, task, size, count=ts.eval_examples, dist=ctx.dist))
-            rows.append(row)
-    return {"train_loss": _curve(losses), "train_seconds": round(t1 - t0, 2), "params": model.num_params(),
-            "max_size": ts.max_size, "trained_positions": trained, "eval": rows}
+    out = []
+    for model, losses in zip(models, curves):
+        rows: list[dict[str, Any]] = []
+        for task in ts.tasks:
+            for size in ts.sizes():
+                mult = round(size / ts.max_size, 4)
+                length = T.seq_len(task, size)
+                row: dict[str, Any] = {"task": task, "size": size, "mult": mult, "length": length,
+                                       "beyond_trained": length > trained}
+                reason = cannot_run(model, length)
+                if reason is not None:
+                    row["cannot_run"] = reason
+                else:
+                    row.update(task_scores(model, task, size, count=ts.eval_examples, dist=ctx.dist))
+                rows.append(row)
+        out.append({"train_loss": _curve(losses), "train_seconds": round(seconds, 2), "params": model.num_params(),
+                    "max_size": ts.max_size, "trained_positions": trained, "eval": rows})
+    return out
 
 
-def run_image(ctx: Context, run: Run) -> dict[str, Any]:
+def run_image(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
     from posenc.extrapolate import vision
 
-    return vision.run_image(ctx.profile.image, run.spec, run.variant["positions"], run.seed)
+    return vision.run_image_seeds(ctx.profile.image, runs[0].spec, runs[0].variant["positions"],
+                                  [r.seed for r in runs])
 
 
-def run_time(ctx: Context, run: Run) -> dict[str, Any]:
+def run_time(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
     from posenc.extrapolate import vision
 
-    return vision.run_time(ctx.profile.time, run.spec, run.seed, run.variant.get("cannot", ""))
+    return vision.run_time_seeds(ctx.profile.time, runs[0].spec, [r.seed for r in runs],
+                                 runs[0].variant.get("cannot", ""))
 
 
 RUNNERS = {"lm": run_lm, "scaling": run_scaling, "tasks": run_tasks, "image": run_image, "time": run_time}
@@ -247,16 +266,27 @@ RUNNERS = {"lm": run_lm, "scaling": run_scaling, "tasks": run_tasks, "image": ru
 
 def execute(ctx: Context, run: Run) -> dict[str, Any]:
     """Runs ``run``; returns its record (one line of the results file)."""
+    return execute_seeds(ctx, [run])[0]
+
+
+def execute_seeds(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+    """Runs ``runs``, the seeds of one configuration (``plan.seed_groups``), training them as one
+    stacked model; returns their records, one per seed, as ``execute`` writes them."""
+    if len({r.config for r in runs}) != 1:
+        raise ValueError("execute_seeds takes the runs of one configuration (they may differ by seed only)")
     t0 = time.perf_counter()
-    body = RUNNERS[run.part](ctx, run)
+    bodies = RUNNERS[runs[0].part](ctx, runs)
+    seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
     corpus = {"source": ctx.corpus_source, "sha256": ctx.corpus_sha} if ctx.corpus_sha else None
-    if corpus is not None and run.part != "tasks" and ctx.data is not None and ctx.data.info:
+    if corpus is not None and runs[0].part != "tasks" and ctx.data is not None and ctx.data.info:
         corpus["split"] = {k: v for k, v in ctx.data.info.items() if k not in ("source", "heldout_names")}
-    return {"key": run.key, "profile": ctx.profile.name, "part": run.part, "label": run.label,
-            "scheme": run.spec["scheme"], "spec": run.spec, "arch": run.arch, "seed": run.seed,
-            "settings": run.settings,
-            "corpus": corpus, **body, "seconds": round(time.perf_counter() - t0, 2),
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx)}
+    return [{"key": run.key, "profile": ctx.profile.name, "part": run.part, "label": run.label,
+             "scheme": run.spec["scheme"], "spec": run.spec, "arch": run.arch, "seed": run.seed,
+             "settings": run.settings,
+             "corpus": corpus, **body, "seconds": round(seconds, 2),
+             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx),
+             "seeds_together": len(runs)}
+            for run, body in zip(runs, bodies)]
 
 
 def summary(record: dict[str, Any]) -> str:

@@ -44,6 +44,7 @@ import posenc
 from posenc import registry
 from posenc.extrapolate.model import Block, GPTConfig
 from posenc.extrapolate.profiles import ImageSettings, TimeSettings, TrainConfig
+from posenc.extrapolate.stack import Stack, train_stack
 from posenc.extrapolate.train import learning_rate
 from posenc.spec import fill_sizes
 
@@ -209,8 +210,9 @@ class SetTransformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def _fit(model: nn.Module, cfg: TrainConfig, next_batch, seed: int) -> list[float]:
-    """AdamW with warm-up and cosine decay (the benchmark's schedule) on cross-entropy."""
+def _fit(model: nn.Module, cfg: TrainConfig, next_batch) -> list[float]:
+    """AdamW with warm-up and cosine decay (the benchmark's schedule) on cross-entropy;
+    ``next_batch(step)`` gives ``(x, positions, labels)``."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -220,8 +222,8 @@ def _fit(model: nn.Module, cfg: TrainConfig, next_batch, seed: int) -> list[floa
     for step in range(cfg.steps):
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, cfg, cfg.lr)
-        logits, labels = next_batch(step)
-        loss = F.cross_entropy(logits(), labels)
+        x, positions, labels = next_batch(step)
+        loss = F.cross_entropy(model(x, positions), labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -232,6 +234,26 @@ def _fit(model: nn.Module, cfg: TrainConfig, next_batch, seed: int) -> list[floa
         losses.append(value)
     model.eval()
     return losses
+
+
+def _fit_seeds(models: list[nn.Module], cfg: TrainConfig, next_batches: list) -> list[list[float]]:
+    """``_fit`` for the models of several seeds as one stacked model (``posenc.extrapolate.stack``):
+    each seed takes the steps it takes alone on its own batches; the positions are shared."""
+    if len(models) == 1:
+        return [_fit(models[0], cfg, next_batches[0])]
+    for m in models:
+        m.train()
+    stack = Stack(models)
+
+    def step_loss(step: int) -> tuple[torch.Tensor, list[float]]:
+        xs, positions, ys = zip(*(nb(step) for nb in next_batches))
+        logits = stack(torch.stack(xs), positions[0], in_dims=(0, None))  # (S, B, classes)
+        y = torch.stack(ys)  # (S, B)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)  # (S,)
+        return loss, loss.detach().tolist()
+
+    return train_stack(stack, cfg, step_loss, lr=cfg.lr, steps=cfg.steps,
+                       schedule=lambda step: learning_rate(step, cfg, cfg.lr))
 
 
 @torch.no_grad()
@@ -254,32 +276,43 @@ def _row(correct: list[int], **where: Any) -> dict[str, Any]:
 # -- the runs ------------------------------------------------------------------------------------
 
 def run_image(settings: ImageSettings, spec: dict[str, Any], mode: str, seed: int) -> dict[str, Any]:
+    return run_image_seeds(settings, spec, mode, [seed])[0]
+
+
+def run_image_seeds(settings: ImageSettings, spec: dict[str, Any], mode: str, seeds: list[int]) -> list[dict[str, Any]]:
+    """The records of one image variant for each of ``seeds``, trained as one stacked model."""
     s = settings
     if mode.startswith("cannot: "):
-        return {"cannot_run": mode[len("cannot: "):], "train_size": s.grid, "eval": []}
+        return [{"cannot_run": mode[len("cannot: "):], "train_size": s.grid, "eval": []} for _ in seeds]
     train_x, train_y, test_x, test_y = digits(s.test_fraction)
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = SetTransformer(s.model, spec, in_dim=1, classes=NUM_CLASSES)
     pos = image_positions(s.grid, s.grid, "grid")
     x_train = resample(train_x, s.grid).flatten(1)[..., None]  # (N, g², 1)
+    models, batches = [], []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+        models.append(SetTransformer(s.model, spec, in_dim=1, classes=NUM_CLASSES))
 
-    def next_batch(step: int):
-        idx = torch.randint(len(train_y), (s.train.batch_size,), generator=g)
-        return (lambda: model(x_train[idx], pos)), train_y[idx]
+        def next_batch(step: int, g: torch.Generator = g):
+            idx = torch.randint(len(train_y), (s.train.batch_size,), generator=g)
+            return x_train[idx], pos, train_y[idx]
+        batches.append(next_batch)
 
     t0 = time.perf_counter()
-    losses = _fit(model, s.train, next_batch, seed)
-    seconds = time.perf_counter() - t0
-    rows = []
-    for size in s.test_grids:
-        x = resample(test_x, size).flatten(1)[..., None]  # (N, size², 1)
-        pe = model.pe.resized([size, size]) if mode == "resize" and size != s.grid else None
-        rows.append(_row(_correct(model, x, test_y, image_positions(size, s.grid, mode), pe),
-                         size=size, tokens=size * size))
-    return {"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
-            "train_seconds": round(seconds, 2), "params": model.num_params(), "train_size": s.grid,
-            "positions": mode, "eval": rows}
+    curves = _fit_seeds(models, s.train, batches)
+    seconds = (time.perf_counter() - t0) / len(seeds)  # each seed's share of the stacked training
+    out = []
+    for model, losses in zip(models, curves):
+        rows = []
+        for size in s.test_grids:
+            x = resample(test_x, size).flatten(1)[..., None]  # (N, size², 1)
+            pe = model.pe.resized([size, size]) if mode == "resize" and size != s.grid else None
+            rows.append(_row(_correct(model, x, test_y, image_positions(size, s.grid, mode), pe),
+                             size=size, tokens=size * size))
+        out.append({"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
+                    "train_seconds": round(seconds, 2), "params": model.num_params(), "train_size": s.grid,
+                    "positions": mode, "eval": rows})
+    return out
 
 
 def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[str, dict[str, Any], str]]:
@@ -307,36 +340,48 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
 
 
 def run_time(settings: TimeSettings, spec: dict[str, Any], seed: int, mode: str = "") -> dict[str, Any]:
+    return run_time_seeds(settings, spec, [seed], mode)[0]
+
+
+def run_time_seeds(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mode: str = ""
+                   ) -> list[dict[str, Any]]:
+    """The records of one time scheme for each of ``seeds``, trained as one stacked model."""
     s = settings
     if mode.startswith("cannot: "):
-        return {"cannot_run": mode[len("cannot: "):], "train_rate": s.train_rate, "eval": []}
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = SetTransformer(s.model, spec, in_dim=s.frame_dim, classes=4)
-    real = model.pe.kind != "none" and getattr(model.pe, "real_positions", False)
+        return [{"cannot_run": mode[len("cannot: "):], "train_rate": s.train_rate, "eval": []} for _ in seeds]
     frames = int(round(s.train_seconds * s.train_rate))
     pos = torch.arange(frames)  # at the training rate, frame indices = seconds × train_rate
+    models, batches = [], []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+        models.append(SetTransformer(s.model, spec, in_dim=s.frame_dim, classes=4))
 
-    def next_batch(step: int):
-        x, y, _ = time_batch(s.train.batch_size, rate=s.train_rate, seconds=s.train_seconds, s=s, g=g)
-        return (lambda: model(x, pos)), y
+        def next_batch(step: int, g: torch.Generator = g):
+            x, y, _ = time_batch(s.train.batch_size, rate=s.train_rate, seconds=s.train_seconds, s=s, g=g)
+            return x, pos, y
+        batches.append(next_batch)
 
     t0 = time.perf_counter()
-    losses = _fit(model, s.train, next_batch, seed)
-    seconds = time.perf_counter() - t0
-    rows = []
-    for rate, duration in s.test:
-        ge = torch.Generator().manual_seed(100_000 + int(rate * 1000) + int(duration * 10))  # same for every run
-        x, y, times = time_batch(s.eval_examples, rate=rate, seconds=duration, s=s, g=ge)
-        for kind in ("index", "time"):
-            if kind == "time" and not real:
-                continue  # nope has no positions; table schemes take only integers
-            p = torch.arange(x.shape[1]) if kind == "index" else times * s.train_rate  # (T,)
-            rows.append(_row(_correct(model, x, y, p), rate=rate, seconds=duration, frames=x.shape[1],
-                             positions=kind))
-    return {"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
-            "train_seconds": round(seconds, 2), "params": model.num_params(),
-            "train_rate": s.train_rate, "train_duration": s.train_seconds, "eval": rows}
+    curves = _fit_seeds(models, s.train, batches)
+    seconds = (time.perf_counter() - t0) / len(seeds)  # each seed's share of the stacked training
+    out = []
+    for model, losses in zip(models, curves):
+        real = model.pe.kind != "none" and getattr(model.pe, "real_positions", False)
+        rows = []
+        for rate, duration in s.test:
+            ge = torch.Generator().manual_seed(100_000 + int(rate * 1000) + int(duration * 10))  # same for every run
+            x, y, times = time_batch(s.eval_examples, rate=rate, seconds=duration, s=s, g=ge)
+            for kind in ("index", "time"):
+                if kind == "time" and not real:
+                    continue  # nope has no positions; table schemes take only integers
+                p = torch.arange(x.shape[1]) if kind == "index" else times * s.train_rate  # (T,)
+                rows.append(_row(_correct(model, x, y, p), rate=rate, seconds=duration, frames=x.shape[1],
+                                 positions=kind))
+        out.append({"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
+                    "train_seconds": round(seconds, 2), "params": model.num_params(),
+                    "train_rate": s.train_rate, "train_duration": s.train_seconds, "eval": rows})
+    return out
 
 
 def time_spec(name: Any, s: TimeSettings) -> dict[str, Any]:
@@ -372,4 +417,5 @@ def accuracy_table(records: list[dict[str, Any]], key: str) -> tuple[list[str], 
 
 
 __all__ = ["IMAGE_VARIANTS", "image_spec", "image_items", "time_spec", "time_items", "digits", "resample",
-           "image_positions", "time_batch", "SetTransformer", "run_image", "run_time", "accuracy_table"]
+           "image_positions", "time_batch", "SetTransformer", "run_image", "run_image_seeds", "run_time",
+           "run_time_seeds", "accuracy_table"]

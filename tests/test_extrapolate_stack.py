@@ -1,0 +1,136 @@
+"""Seeds trained as one stacked model (``posenc.extrapolate.stack``) take, step by step, the steps
+each seed takes trained alone: the same losses, weights and evaluations (float32 tolerance)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from posenc.extrapolate import vision
+from posenc.extrapolate.distributed import Dist
+from posenc.extrapolate.model import GPTConfig, TinyGPT
+from posenc.extrapolate.plan import resolve_scheme
+from posenc.extrapolate.profiles import PROFILES, TrainConfig
+from posenc.extrapolate.stack import Stack, _clip_per_seed
+from posenc.extrapolate.train import train, train_seeds
+
+SEEDS = (3, 11, 12)
+CFG = GPTConfig(vocab_size=40, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2)
+# grad_clip 0.05: every seed is clipped at every step, each by its own norm
+TRAIN = TrainConfig(steps=5, batch_size=4, lr=3e-3, warmup=2, weight_decay=0.1, grad_clip=0.05)
+
+
+def _batches(seed: int, *, ragged: bool):
+    """A seed's batches; ``ragged``: a width and a scored mask that change with the step and the
+    seed (the tasks' padded batches), so the stacked batch pads some seeds."""
+    g = torch.Generator().manual_seed(seed)
+
+    def next_batch(step: int):
+        width = int(torch.randint(5, 13, (1,), generator=g)) if ragged else 12
+        tokens = torch.randint(0, CFG.vocab_size, (TRAIN.batch_size, width), generator=g)
+        if not ragged:
+            return tokens, None
+        mask = torch.rand(TRAIN.batch_size, width - 1, generator=g) < 0.6
+        mask[:, -1] = True
+        return tokens, mask
+    return next_batch
+
+
+def _models(spec, arch: str = "transformer") -> list[TinyGPT]:
+    out = []
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        out.append(TinyGPT(CFG, spec, arch=arch))
+    return out
+
+
+def _assert_same(alone: list[torch.nn.Module], together: list[torch.nn.Module], lr: float = TRAIN.lr) -> None:
+    """The same weights, but for the keys' bias: softmax ignores a shift common to every key, so
+    its gradient is 0 but for rounding, and AdamW turns rounding noise into steps of up to ``lr``."""
+    for a, b in zip(alone, together):
+        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+            if name.endswith("attn.qkv.bias"):
+                c = p.shape[0] // 3
+                torch.testing.assert_close(q[c:2 * c], p[c:2 * c], rtol=0, atol=lr * TRAIN.steps, msg=name)
+                p, q = torch.cat([p[:c], p[2 * c:]]), torch.cat([q[:c], q[2 * c:]])
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=2e-5, msg=name)
+
+
+@pytest.mark.parametrize(("scheme", "arch", "ragged"), [
+    ("rope", "transformer", False),  # rotary under vmap
+    ("t5", "transformer", True),  # a learned bias table per seed, padded batches
+    ("learned", "hybrid", False),  # a learned additive table per seed, the ssm blocks
+])
+def test_stacked_seeds_train_as_each_alone(scheme, arch, ragged):
+    _, spec = resolve_scheme(scheme, CFG, max_positions=16)
+    alone, together = _models(spec, arch), _models(spec, arch)
+    expected = [train(m, TRAIN, _batches(s, ragged=ragged), dist=Dist()) for m, s in zip(alone, SEEDS)]
+    got = train_seeds(together, TRAIN, [_batches(s, ragged=ragged) for s in SEEDS], dist=Dist())
+    for e, g in zip(expected, got):
+        assert len(g) == TRAIN.steps
+        torch.testing.assert_close(torch.tensor(g), torch.tensor(e), rtol=1e-5, atol=1e-5)
+    _assert_same(alone, together)
+    x = torch.randint(0, CFG.vocab_size, (2, 16))  # and they evaluate alike, past the training length
+    for a, b in zip(alone, together):
+        assert not b.training
+        torch.testing.assert_close(b(x), a(x), rtol=1e-4, atol=1e-4)
+
+
+def test_clipping_is_each_seeds_own():
+    """Seed 0's large gradient is clipped as ``clip_grad_norm_`` clips it alone; seed 1's small one
+    is left as it is (one norm over all seeds would shrink it)."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(5, 3), (3,), ()]
+    grads = [torch.randn(2, *s, generator=g) for s in shapes]
+    grads[0][0] *= 100
+    grads[0][1] *= 1e-3
+    grads[1][1] *= 1e-3
+    grads[2][1] *= 1e-3
+    alone = [[torch.nn.Parameter(torch.zeros(s)) for s in shapes] for _ in range(2)]
+    for seed, params in enumerate(alone):
+        for p, grad in zip(params, grads):
+            p.grad = grad[seed].clone()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+    _clip_per_seed(grads, 1.0)
+    for seed, params in enumerate(alone):
+        for p, grad in zip(params, grads):
+            torch.testing.assert_close(grad[seed], p.grad)
+    assert torch.linalg.vector_norm(torch.cat([grad[1].flatten() for grad in grads])) < 0.1
+
+
+def test_stacked_vision_seeds_train_as_each_alone():
+    settings = PROFILES["smoke"].image
+    spec, _ = vision.image_spec("learned grid (resized)", settings)
+    cfg = dataclasses.replace(settings.train, steps=5, grad_clip=0.05)
+    x_all, y_all = torch.rand(40, 64, 1), torch.randint(0, 10, (40,))
+    pos = vision.image_positions(8, 8, "grid")
+
+    def batches(seed):
+        g = torch.Generator().manual_seed(seed)
+        return lambda step: (lambda idx: (x_all[idx], pos, y_all[idx]))(torch.randint(40, (8,), generator=g))
+
+    def models():
+        out = []
+        for seed in SEEDS:
+            torch.manual_seed(seed)
+            out.append(vision.SetTransformer(settings.model, spec, in_dim=1, classes=10))
+        return out
+
+    alone, together = models(), models()
+    expected = [vision._fit(m, cfg, batches(s)) for m, s in zip(alone, SEEDS)]
+    got = vision._fit_seeds(together, cfg, [batches(s) for s in SEEDS])
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-5, atol=1e-5)
+    _assert_same(alone, together)
+
+
+def test_a_stack_takes_one_architecture():
+    _, rope = resolve_scheme("rope", CFG, max_positions=12)
+    _, t5 = resolve_scheme("t5", CFG, max_positions=12)
+    with pytest.raises(ValueError, match="same parameters"):
+        Stack([TinyGPT(CFG, rope), TinyGPT(CFG, t5)])
+    with pytest.raises(ValueError, match="one model per seed"):
+        Stack([])
+    with pytest.raises(ValueError, match="one batch function per model"):
+        train_seeds(_models(rope), TRAIN, [_batches(0, ragged=False)], dist=Dist())
