@@ -9,9 +9,10 @@ import re
 
 import numpy as np
 
-from posenc.extrapolate import findings, stats
+from posenc.extrapolate import stats
+from posenc.extrapolate.parts import hybrid
 from posenc.extrapolate.page import Page
-from posenc.extrapolate.report import _hybrid_section
+from posenc.extrapolate.parts.hybrid import hybrid_section as _hybrid_section
 
 L, LONG, BLOCKS = 32, 128, 40
 
@@ -35,7 +36,7 @@ def _table(*records) -> stats.LMTable:
 def test_a_nope_hybrid_that_holds_is_classed_with_alibi_not_rope():
     table = _table(_record("hybrid nope", 1.0, 0.98), _record("hybrid rope", 1.0, 1.2, seed=1),
                    _record("rope", 1.0, 1.5, arch=None, seed=2), _record("alibi", 1.0, 0.97, arch=None, seed=3))
-    extrapolation, position = findings.hybrid_answers(table)
+    extrapolation, position = hybrid.hybrid_answers(table)
     assert "the NoPE hybrid does not degrade past L" in extrapolation
     assert re.search(r"like alibi \(-0\.0[0-9]+\) in this run and unlike rope \(\+0\.5[0-9]+\)", extrapolation)
 
@@ -43,19 +44,19 @@ def test_a_nope_hybrid_that_holds_is_classed_with_alibi_not_rope():
 def test_a_nope_hybrid_that_degrades_is_classed_with_rope():
     table = _table(_record("hybrid nope", 1.0, 1.3), _record("hybrid rope", 1.0, 1.2, seed=1),
                    _record("rope", 1.0, 1.5, arch=None, seed=2), _record("kerple", 1.0, 1.0, arch=None, seed=3))
-    extrapolation = findings.hybrid_answers(table)[0]
+    extrapolation = hybrid.hybrid_answers(table)[0]
     assert "the NoPE hybrid degrades past L" in extrapolation
     assert re.search(r"like rope \(\+0\.5[0-9]+\) in this run and unlike kerple \(\+0\.0[0-9]+\)", extrapolation)
 
 
 def test_position_at_training_length_by_the_two_standard_error_rule():
     same = _table(_record("hybrid nope", 1.0, 1.0), _record("hybrid rope", 1.0005, 1.0, seed=1))
-    assert findings.hybrid_verdicts(same)[0].status == "agrees"
-    assert "yes, within 2 SE" in findings.hybrid_answers(same)[1]
+    assert hybrid.hybrid_verdicts(same)[0].status == "agrees"
+    assert "yes, within 2 SE" in hybrid.hybrid_answers(same)[1]
     worse = _table(_record("hybrid nope", 1.1, 1.1), _record("hybrid rope", 1.0, 1.0, seed=1))
-    assert findings.hybrid_verdicts(worse)[0].status == "disagrees"
-    assert "no: RoPE still helps" in findings.hybrid_answers(worse)[1]
-    assert findings.hybrid_verdicts(_table(_record("rope", 1.0, 1.0)))[0].status == "not measured"
+    assert hybrid.hybrid_verdicts(worse)[0].status == "disagrees"
+    assert "no: RoPE still helps" in hybrid.hybrid_answers(worse)[1]
+    assert hybrid.hybrid_verdicts(_table(_record("rope", 1.0, 1.0)))[0].status == "not measured"
 
 
 def test_records_without_arch_are_transformer_runs():

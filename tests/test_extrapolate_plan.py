@@ -8,7 +8,8 @@ import pytest
 
 from posenc import reference as ref
 from posenc.extrapolate.model import GPTConfig
-from posenc.extrapolate.plan import resolve_scheme, yarn_betas
+from posenc.extrapolate.parts.scalings import yarn_betas
+from posenc.extrapolate.plan import resolve_scheme
 from posenc.scaling import yarn_correction_range
 
 CFG = GPTConfig(n_layer=1, n_head=4, n_embd=64)

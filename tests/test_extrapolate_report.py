@@ -132,7 +132,7 @@ def test_an_os_error_on_out_exits_2_with_one_line(tmp_path, capsys):
 
 def test_scalings_are_compared_with_their_base_run_under_its_own_label():
     # `--scheme rope:base=500`: the LM run is labelled "rope (base=500)", not "rope"
-    from posenc.extrapolate import report as R
+    from posenc.extrapolate.parts.scalings import scaling_section
     from posenc.extrapolate.page import Page
 
     spec = {"scheme": "rope", "head_dim": 8, "base": 500.0}
@@ -145,6 +145,6 @@ def test_scalings_are_compared_with_their_base_run_under_its_own_label():
     lm = [rec("rope (base=500)", 3.0)]
     sc = [rec("rope + yarn (zero-shot)", 2.0, variant={"type": "yarn", "mode": "zero-shot", "factor": "T/L"})]
     page = Page()
-    verdicts = R._scaling_section(page, lm, sc)
+    verdicts = scaling_section(page, lm, sc)
     assert [v.status for v in verdicts] == ["agrees"], verdicts
     assert "<td>rope (base=500)</td><td>20.39" in "".join(page.parts)

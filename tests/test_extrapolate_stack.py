@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from posenc.extrapolate import vision
+from posenc.extrapolate.parts import image
 from posenc.extrapolate.distributed import Dist
 from posenc.extrapolate.model import GPTConfig, TinyGPT
 from posenc.extrapolate.plan import resolve_scheme
@@ -102,10 +103,10 @@ def test_clipping_is_each_seeds_own():
 
 def test_stacked_vision_seeds_train_as_each_alone():
     settings = PROFILES["smoke"].image
-    spec, _ = vision.image_spec("learned grid (resized)", settings)
+    spec, _ = image.image_spec("learned grid (resized)", settings)
     cfg = dataclasses.replace(settings.train, steps=5, grad_clip=0.05)
     x_all, y_all = torch.rand(40, 64, 1), torch.randint(0, 10, (40,))
-    pos = vision.image_positions(8, 8, "grid")
+    pos = image.image_positions(8, 8, "grid")
 
     def batches(seed):
         g = torch.Generator().manual_seed(seed)
@@ -119,8 +120,8 @@ def test_stacked_vision_seeds_train_as_each_alone():
         return out
 
     alone, together = models(), models()
-    expected = [vision._fit(m, cfg, batches(s)) for m, s in zip(alone, SEEDS)]
-    got = vision._fit_seeds(together, cfg, [batches(s) for s in SEEDS])
+    expected = [vision.fit_classifier(m, cfg, batches(s)) for m, s in zip(alone, SEEDS)]
+    got = vision.fit_classifiers(together, cfg, [batches(s) for s in SEEDS])
     torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-5, atol=1e-5)
     _assert_same(alone, together)
 
@@ -134,3 +135,28 @@ def test_a_stack_takes_one_architecture():
         Stack([])
     with pytest.raises(ValueError, match="one batch function per model"):
         train_seeds(_models(rope), TRAIN, [_batches(0, ragged=False)], dist=Dist())
+
+
+def test_a_runs_seeds_trained_together_record_what_each_alone_records(tmp_path):
+    """The driver trains a configuration's seeds as one model: seed 1's records (losses, every
+    evaluation) match those of seed 1 run alone; the records keep their fields, one per seed."""
+    from posenc.cli import main
+    from posenc.extrapolate.results import load
+
+    args = ["extrapolate", "--profile", "smoke", "--threads", "1", "--no-progress", "--jobs", "1",
+            "--part", "lm", "--part", "tasks", "--part", "time", "--scheme", "t5"]
+    assert main([*args, "--seeds", "0,1", "--out", str(tmp_path / "both.jsonl")]) == 0
+    assert main([*args, "--seeds", "1", "--out", str(tmp_path / "one.jsonl")]) == 0
+    both, one = load(tmp_path / "both.jsonl"), load(tmp_path / "one.jsonl")
+    assert set(one) < set(both) and len(both) == 2 * len(one)  # the same keys: a record per seed
+    for key, alone in one.items():
+        together = both[key]
+        assert together["seeds_together"] == 2 and alone["seeds_together"] == 1
+        assert set(together) == set(alone)
+        torch.testing.assert_close(torch.tensor(together["train_loss"]), torch.tensor(alone["train_loss"]),
+                                   rtol=1e-5, atol=1e-5)
+        for a, b in zip(alone["eval"], together["eval"]):
+            assert set(a) == set(b)
+            for name in ("nll", "accuracy", "token_acc"):
+                if name in a:
+                    assert b[name] == pytest.approx(a[name], abs=1e-4), (alone["part"], name)

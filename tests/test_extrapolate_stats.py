@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from posenc.extrapolate import findings, stats
+from posenc.extrapolate.parts import tasks as task_part
+from posenc.extrapolate.parts import text
 
 
 @pytest.mark.parametrize("df, crit", [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706),
@@ -82,7 +84,7 @@ def test_task_verdicts_use_cells_beyond_trained_positions_and_mcnemar():
     table = stats.task_table([nope, t5])
     assert not table.beyond("copy", 3) and table.beyond("copy", 4)
     assert table.discordant("nope", "t5", [("copy", 4)]) == (10, 0, 20)
-    verdicts, _, tasks = findings.task_verdicts(table)
+    verdicts, _, tasks = task_part.task_verdicts(table)
     first = verdicts[0]
     assert tasks == ["copy"] and first.p == pytest.approx(stats.mcnemar_exact(10, 0))
     assert first.status == "agrees" and first.direction == 1  # size 3, where t5 wins, is left out
@@ -109,5 +111,5 @@ def test_non_inferiority_needs_the_increase_below_the_margin():
                           for m in ("nonoverlap", "sliding") for t in (L, 2 * L, 4 * L)]
     for shift, expect in ((0.0, "agrees"), (0.2, "disagrees")):
         rec = {"label": "alibi", "seed": 0, "train_length": L, "eval": rows(shift)}
-        v = findings.lm_verdicts(stats.lm_table([rec]))[0]
+        v = text.lm_verdicts(stats.lm_table([rec]))[0]
         assert v.status == expect, (shift, v)

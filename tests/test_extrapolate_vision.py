@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from posenc.cli import main
-from posenc.extrapolate import vision_report as VR
+from posenc.extrapolate import accuracy
+from posenc.extrapolate.parts import image
+from posenc.extrapolate.parts import time as time_part
 from posenc.extrapolate.page import Page
 from posenc.extrapolate.profiles import PROFILES
 from posenc.extrapolate.results import load
@@ -71,17 +73,17 @@ def test_unknown_part_exits_2_with_one_line(capsys):
 
 def test_report_sections_from_smoke_records(records):
     page = Page()
-    verdicts = VR.image_section(page, [r for r in records if r["part"] == "image"])
-    verdicts += VR.time_section(page, [r for r in records if r["part"] == "time"])
+    verdicts = image.image_section(page, [r for r in records if r["part"] == "image"])
+    verdicts += time_part.time_section(page, [r for r in records if r["part"] == "time"])
     text = "".join(page.parts)
     assert "Images: train small, test large (resolution)" in text and "Time: frame indices or seconds" in text
     assert set(page.figures) == {"image_accuracy.png", "time_accuracy.png"} and not page.errors
     for label in (*SMOKE.image.variants, "sinusoidal, time", "rope, index"):
         assert f"<td>{label}</td>" in text, label
-    assert {v.source for v in verdicts} == {VR.HEO, VR.CONTINUOUS}
+    assert {v.source for v in verdicts} == {image.HEO, time_part.CONTINUOUS}
     assert all(v.status in ("agrees", "disagrees", "no clear difference", "not measured") for v in verdicts)
     empty = Page()
-    assert VR.image_section(empty, []) == [] and "Not run in this profile" in "".join(empty.parts)
+    assert image.image_section(empty, []) == [] and "Not run in this profile" in "".join(empty.parts)
 
 
 def test_paired_difference_matches_its_closed_form():
@@ -89,15 +91,15 @@ def test_paired_difference_matches_its_closed_form():
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 2, (3, 50)), rng.integers(0, 2, (3, 50))
     bits = [["".join(map(str, row)) for row in x] for x in (a, b)]
-    d = VR.paired(bits[0][:1], bits[1][:1])
+    d = accuracy.paired(bits[0][:1], bits[1][:1])
     diff = (a[0] - b[0]).astype(float)
     assert math.isclose(d.mean, diff.mean()) and math.isclose(d.se, diff.std(ddof=1) / math.sqrt(50))
-    d3 = VR.paired(*bits)
+    d3 = accuracy.paired(*bits)
     per = (a - b).mean(axis=0)
     seeds = (a - b).mean(axis=1)
     se = math.sqrt(per.var(ddof=1) / 50 + seeds.var(ddof=1) / 3)
     assert math.isclose(d3.mean, per.mean()) and math.isclose(d3.se, se) and d3.seeds == 3
-    assert VR.paired(bits[0][:1], bits[1][:2]) is None and VR.paired(["01"], ["011"]) is None
+    assert accuracy.paired(bits[0][:1], bits[1][:2]) is None and accuracy.paired(["01"], ["011"]) is None
 
 
 def test_verdicts_call_a_difference_only_beyond_two_standard_errors():
@@ -107,13 +109,13 @@ def test_verdicts_call_a_difference_only_beyond_two_standard_errors():
                           "correct": bits.count("1"), "bits": bits} for s, bits in accs.items()]}
 
     good, bad = "1" * 90 + "0" * 10, "1" * 20 + "0" * 80
-    recs = [rec(VR.MIXED, {8: good, 16: good}), rec(VR.AXIAL, {8: good, 16: bad}),
-            rec(VR.LEARNED, {8: good, 16: good})]
-    t = VR.AccuracyTable(recs, lambda row: row["size"])
-    got = {v.claim: v.status for v in VR.image_verdicts(t, 8)}
+    recs = [rec(image.MIXED, {8: good, 16: good}), rec(image.AXIAL, {8: good, 16: bad}),
+            rec(image.LEARNED, {8: good, 16: good})]
+    t = accuracy.AccuracyTable(recs, lambda row: row["size"])
+    got = {v.claim: v.status for v in image.image_verdicts(t, 8)}
     status = {(k.split(", ")[-1] if "beats" in k else k.split(" holds")[0]): v for k, v in got.items()}
     assert status["RoPE-Mixed beats learned grid (resized)"] == "no clear difference"  # identical answers
     assert status["axial RoPE beats learned grid (resized)"] == "disagrees"  # 0.2 vs 0.9 on the same images
     assert status["RoPE-Mixed beats axial RoPE"] == "agrees"
     assert status["RoPE-Mixed"] == "agrees" and status["axial RoPE"] == "disagrees"
-    json.dumps([v.__dict__ for v in VR.image_verdicts(t, 8)])  # plain data, as the summary table needs
+    json.dumps([v.__dict__ for v in image.image_verdicts(t, 8)])  # plain data, as the summary table needs

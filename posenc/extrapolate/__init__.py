@@ -6,11 +6,16 @@ extrapolation runner and the HTML report.
     posenc extrapolate --profile quick      # results appended to extrapolate-quick.jsonl
     posenc report --profile quick --out report
 
-Modules, in dependency order: ``model`` (TinyGPT on ``posenc.attention``), ``data`` (corpus and
-the held-out protocol), ``tasks`` (copy, reverse, sort, add, passkey), ``profiles`` (smoke /
-quick / full), ``train``, ``evaluate``, ``distributed`` (torchrun), ``results`` (crash-safe
-JSONL), ``plan`` (runs and their keys), ``runs`` (what one run does), ``driver`` (every run of
-a profile: resume, worker processes), ``stats`` and ``findings`` (uncertainty; the papers'
-claims checked), ``figures``, ``page``, ``demos``, ``report``. Nothing here is imported by
-``import posenc``.
+Cut by part: ``parts/`` holds one module per part of the benchmark (``text``, ``hybrid``,
+``scalings``, ``tasks``, ``image``, ``time``), each owning its runs, its evaluation, its claims
+and its section of the page behind one interface (``part.Part``); ``parts.PARTS`` is the one
+table that names them. The shared machinery knows no part by name, in dependency order:
+``model`` (TinyGPT on ``posenc.attention``), ``data`` (corpus and the held-out protocol),
+``tasks`` (the task generators: copy, reverse, sort, add, passkey), ``profiles`` (smoke / quick /
+full: every part's settings), ``train``, ``vision`` (the image and time parts' classifier),
+``evaluate`` (can a model run at a length), ``distributed`` (torchrun), ``results`` (crash-safe
+JSONL), ``plan`` (runs, their keys, their order), ``part``, ``runs`` (a run's record),
+``driver`` (every run of a profile: resume, worker processes), ``stats``, ``accuracy`` and
+``findings`` (uncertainty; verdicts and Holm's family), ``figures``, ``page``, ``demos``,
+``report`` (the page). Nothing here is imported by ``import posenc``.
 """

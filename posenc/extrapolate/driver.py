@@ -7,12 +7,8 @@ Starting again with the same arguments skips every finished run, so an interrupt
 (Ctrl-C, or the process killed) resumes where it stopped, at run granularity: a run cut off in
 the middle starts again from step 0, and no finished result is lost or written twice.
 
-Protocol (Press et al. 2022, arXiv:2108.12409; Kazemnejad et al. 2023, arXiv:2305.19466):
-- ``lm``: train at length L, score the same held-out bytes at L·{1, 1.5, 2, 4, 8, 16}, with
-  non-overlapping and sliding windows (see ``posenc.extrapolate.data``);
-- ``scaling``: the trained RoPE model with linear / NTK / YaRN scaling, zero-shot (factor = T/L
-  at length T) and after a short fine-tune at F·L with factor F (and a no-scaling control);
-- ``tasks``: copy, reverse, sort, add, passkey trained on sizes <= n, exact match at larger sizes.
+What each part runs and checks (text, hybrid, scalings, tasks, image, time) is that part's module,
+``posenc.extrapolate.parts``; the driver knows them only through ``posenc.extrapolate.part.Part``.
 
 Parallelism, CPU: independent runs go to ``jobs`` worker processes of one torch thread each
 (default: one per CPU). Small models gain little from intra-op threads, and several OpenMP
@@ -33,10 +29,9 @@ from typing import Any
 import torch
 
 from posenc.environment import available_cpus
-from posenc.extrapolate.data import load_corpus, split
 from posenc.extrapolate.distributed import Dist, barrier, broadcast, setup, teardown
 from posenc.extrapolate.plan import Log, Run, available_schemes, plan, resolve_scheme, seed_groups
-from posenc.extrapolate.profiles import Profile, settings_hash
+from posenc.extrapolate.profiles import Profile
 from posenc.extrapolate.results import ResultStore
 from posenc.extrapolate.runs import Context, execute_seeds, summary
 
@@ -46,21 +41,22 @@ def checkpoints_dir(results: Path) -> Path:
 
 
 def _lm_data(profile: Profile, corpus: str | None):
-    """The corpus split for language modelling (None when no part needs it), its source and hash."""
-    if "lm" not in profile.parts and "scaling" not in profile.parts:
-        return None, "", ""
-    text = load_corpus(corpus, max_bytes=profile.lm.corpus_bytes, seed=profile.lm.data_seed)
-    data = split(text, heldout_tokens=profile.lm.heldout_tokens, lengths=profile.lm.lengths())
-    return data, text.source, text.sha256
+    """The data the profile's parts share (the language-modelling corpus split; None when no part
+    needs it), its source and hash: the first part's ``load`` that gives something."""
+    from posenc.extrapolate.parts import PARTS
+
+    for part in PARTS:
+        loaded = part.load(profile, corpus)
+        if loaded is not None:
+            return loaded
+    return None, "", ""
 
 
 def _depends_on(run: Run, profile: Profile, corpus_sha: str) -> str | None:
     """The key of the run whose checkpoint ``run`` needs (a scaling run needs its RoPE model)."""
-    if run.part != "scaling":
-        return None
-    base = Run("lm", run.seed, "rope", run.spec, settings_hash({"lm": profile.lm, "corpus": corpus_sha}),
-               profile=profile.name, arch=run.arch)
-    return base.key
+    from posenc.extrapolate.parts import owner
+
+    return owner(run.part).depends_on(run, profile, corpus_sha)
 
 
 # -- worker processes --------------------------------------------------------------------------

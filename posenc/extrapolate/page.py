@@ -107,3 +107,8 @@ def status(verdict: str) -> str:
     cls = {"agrees": "agrees", "disagrees": "disagrees"}.get(verdict, "unclear")
     return f'<span class="{cls}">{e(verdict)}</span>'
 
+
+
+def missing(reason: str | None) -> str:
+    """The cell of a result that is not there: a scheme that cannot run there, or not measured."""
+    return "—" if reason is None else f'<span class=muted title="{e(reason)}">cannot run</span>'

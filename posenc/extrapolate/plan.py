@@ -1,4 +1,5 @@
-"""The plan: a profile and a list of schemes expand into runs, each with a stable key.
+"""The plan: a profile and a list of schemes expand into runs, each with a stable key. Each part
+(``posenc.extrapolate.parts``) plans its own runs; ``plan`` puts them in order, per seed.
 
 A run's key hashes (profile, part, full scheme spec, variant, seed, settings hash), so the same
 arguments give the same keys and a finished run is recognised in the results file. User schemes
@@ -11,17 +12,13 @@ sequence) when the spec leaves them out (``fit_to_training``):
   ``L`` falls into the trained last bucket (T5's 32 buckets up to 128 at L = 32 left the buckets
   for distances of 35 and more at their random initialisation);
 - FIRE: ``L_threshold = L``, so its ``max(L, i)`` normalisation engages past the training length;
-- YaRN (``yarn_betas``): ``beta_fast``/``beta_slow`` put the ends of the ramp at the same share of
-  the rotary pairs as the paper's LLaMA setting (pairs 20 and 46 of 64 at L₀ = 4096); the paper's
-  32/1 at head_dim 16 and L₀ = 32 would interpolate 6 of 8 pairs exactly as linear does.
+- YaRN: see ``posenc.extrapolate.parts.scalings.yarn_betas``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +26,8 @@ from typing import Any
 import numpy as np
 
 from posenc import registry
-from posenc.extrapolate import tasks as T
-from posenc.extrapolate import vision
-from posenc.extrapolate.model import GPTConfig, build_pe, check_arch
-from posenc.extrapolate.profiles import Profile, settings_hash
+from posenc.extrapolate.model import GPTConfig, build_pe
+from posenc.extrapolate.profiles import Profile
 
 Log = Callable[[str], None]
 
@@ -89,23 +84,6 @@ def fit_to_training(given: dict[str, Any], length: int) -> dict[str, Any]:
     return out
 
 
-def yarn_betas(head_dim: int, base: float, original: int) -> dict[str, float]:
-    """``beta_fast``/``beta_slow`` that start and end YaRN's ramp at pairs ``round(20/64 · d/2)``
-    and ``round(46/64 · d/2)`` of ``d/2``, as the paper's 32/1 do at d = 128, L₀ = 4096, base 10⁴.
-
-    Pair ``i`` completes ``L₀/(2π) · base^(−2i/d)`` rotations over ``L₀``; the betas are those
-    of pairs ``low + 1/2`` and ``high − 1/2``, which YaRN floors and ceils to ``low`` and ``high``.
-    """
-    pairs = head_dim // 2
-
-    def rotations(i: float) -> float:
-        return original / (2 * math.pi) * base ** (-2 * i / head_dim)
-
-    low, high = round(20 / 64 * pairs), round(46 / 64 * pairs)
-    high = max(high, low + 1)
-    return {"beta_fast": rotations(low + 0.5), "beta_slow": rotations(high - 0.5)}
-
-
 def available_schemes(names: tuple[str, ...], log: Log) -> tuple[str, ...]:
     """The profile's default schemes that this posenc has (a missing one is reported, not fatal)."""
     known = set(registry.schemes())
@@ -120,7 +98,7 @@ def available_schemes(names: tuple[str, ...], log: Log) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Run:
-    part: str  # "lm", "scaling" or "tasks"
+    part: str  # the part whose run it is: "lm", "scaling", "tasks", "image" or "time"
     seed: int
     label: str  # legend label
     spec: dict[str, Any]  # the full pe spec (scaling: the base RoPE's)
@@ -159,95 +137,19 @@ def arch_label(label: str, arch: str) -> str:
     return label if arch == "transformer" else f"{arch} {label}"
 
 
-def task_max_positions(profile: Profile) -> int:
-    return max(T.seq_len(t, profile.tasks.max_size) for t in profile.tasks.tasks)
-
-
-def scaling_dict(kind: str, factor: float, original: int, *, head_dim: int | None = None,
-                 base: float = 10000.0) -> dict[str, Any]:
-    """``{"type": kind, "factor": factor}`` plus ``original_max_positions`` where the type takes it,
-    and YaRN's betas sized to ``head_dim`` and ``original`` when ``head_dim`` is given."""
-    from posenc import scaling
-
-    params = inspect.signature(scaling.SCALINGS[kind]).parameters
-    out: dict[str, Any] = {"type": kind, "factor": float(factor)}
-    if "original_max_positions" in params:
-        out["original_max_positions"] = int(original)
-    if kind == "yarn" and head_dim is not None:
-        out.update(yarn_betas(head_dim, base, original))
-    return out
-
-
 def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: str, log: Log) -> list[Run]:
-    """Every run of the profile, in order: per seed, LM per scheme, scalings, tasks per scheme.
+    """Every run of the profile, in order: per seed, each part's runs in the order of
+    ``posenc.extrapolate.parts.PARTS``, each followed by the rows other parts add beside them
+    (the hybrid rows after the transformer runs of each part in ``profile.hybrid_parts``)."""
+    from posenc.extrapolate.parts import PARTS
 
-    Every run uses ``profile.arch``; with ``"transformer"``, the schemes named in
-    ``profile.hybrid`` also run as hybrids (after the transformer runs of each part in
-    ``profile.hybrid_parts``), so the two architectures are compared on the same schemes."""
-    from posenc import scaling
-
-    lm_settings = settings_hash({"lm": profile.lm, "corpus": corpus_sha})
-    sc_settings = settings_hash({"lm": profile.lm, "scaling": profile.scaling, "corpus": corpus_sha})
-    task_settings = settings_hash({"tasks": profile.tasks})
-    # resolved (and checked) only for the parts that run: a two-axis --scheme for --part image is no LM scheme
-    lm_specs = [resolve_scheme(s, profile.lm.model, max_positions=profile.lm.train_length) for s in schemes
-                if {"lm", "scaling"} & set(profile.parts)]
-    task_specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile)) for s in schemes
-                  if "tasks" in profile.parts]
     custom = list(schemes) != [s for s in profile.schemes if s in registry.schemes()]  # the user's --scheme
-    image_settings, time_settings = settings_hash({"image": profile.image}), settings_hash({"time": profile.time})
-    image_items = vision.image_items(profile.image, schemes if custom else None) if "image" in profile.parts else []
-    time_items = vision.time_items(profile.time, schemes if custom else None) if "time" in profile.parts else []
-    arch = profile.arch
-    if arch != "transformer" and {"image", "time"} & set(profile.parts):
-        log(f"note: --arch {arch} applies to lm, scaling and tasks; the image and time parts use their own "
-            "bidirectional transformer")
-    hybrid = profile.hybrid if arch == "transformer" else ()
-    for part, cfg in (("lm", profile.lm.model), ("tasks", profile.tasks.model)):
-        if part in profile.parts:
-            check_arch(arch, cfg)
-            if hybrid and part in profile.hybrid_parts:
-                check_arch("hybrid", cfg)
-    base = next(((lab, sp) for lab, sp in lm_specs if sp["scheme"] == "rope" and sp.get("scaling") is None), None)
-    types = [t for t in profile.scaling.types if t in scaling.SCALINGS]
-    for t in profile.scaling.types:
-        if t not in scaling.SCALINGS:
-            log(f"note: RoPE scaling {t!r} is not available in this posenc; skipped")
-    if "scaling" in profile.parts and base is None:
-        log("note: no unscaled 'rope' scheme among the schemes, so the RoPE scalings are skipped")
-
-    def runs_of(part: str, seed: int, specs: list[tuple[str, dict[str, Any]]], settings: str) -> list[Run]:
-        out = [Run(part, seed, arch_label(lab, arch), sp, settings, profile=profile.name, arch=arch)
-               for lab, sp in specs]
-        if part in profile.hybrid_parts:
-            out += [Run(part, seed, arch_label(lab, "hybrid"), sp, settings, profile=profile.name, arch="hybrid")
-                    for lab, sp in specs if lab in hybrid]
-        return out
-
+    planned = [part.plan(profile, schemes, custom=custom, corpus_sha=corpus_sha, log=log) for part in PARTS]
     runs: list[Run] = []
     for seed in profile.seeds:
-        if "lm" in profile.parts:
-            runs += runs_of("lm", seed, lm_specs, lm_settings)
-        if "scaling" in profile.parts and base is not None:
-            f = profile.scaling.finetune_factor
-            for mode, kinds in (("zero-shot", types), ("fine-tune", ["none", *types])):
-                for kind in kinds:
-                    variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
-                    runs.append(Run("scaling", seed, arch_label(scaling_label(kind, mode, f), arch), base[1],
-                                    sc_settings, variant, profile.name, arch))
-        if "tasks" in profile.parts:
-            runs += runs_of("tasks", seed, task_specs, task_settings)
-        if "image" in profile.parts:  # the profile's variants, or the user's schemes made two-axis
-            runs += [Run("image", seed, lab, sp, image_settings, {"positions": mode}, profile.name)
-                     for lab, sp, mode in image_items]
-        if "time" in profile.parts:
-            runs += [Run("time", seed, lab, sp, time_settings, {"cannot": mode} if mode else {}, profile.name)
-                     for lab, sp, mode in time_items]
+        for mine in planned:
+            mine = [r for r in mine if r.seed == seed]
+            runs += mine
+            for part in PARTS:
+                runs += part.extend(profile, mine)
     return runs
-
-
-def scaling_label(kind: str, mode: str, factor: int) -> str:
-    if mode == "zero-shot":
-        return f"rope + {kind} (zero-shot)"
-    what = "no scaling" if kind == "none" else f"{kind} x{factor}"
-    return f"rope + {what} (fine-tuned at {factor}L)"

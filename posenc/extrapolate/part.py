@@ -1,0 +1,87 @@
+"""What a part of the benchmark is: the one interface the shared machinery knows.
+
+A part (text, hybrid, scalings, tasks, image, time: ``posenc.extrapolate.parts``) owns its runs,
+what one run does, its evaluation, its claims and its section of the page. The driver, the results
+file, the statistics and the page call a part only through ``Part``; ``posenc.extrapolate.parts.PARTS``
+is the one table that names them, in the order of the plan (per seed) and of the page.
+
+    plan(profile, schemes, custom=, corpus_sha=, log=)  the part's runs, every seed (Run.part = name)
+    extend(profile, runs)                               rows it adds beside another part's runs
+    execute(ctx, run)                                   one run's record body (a dict)
+    execute_seeds(ctx, runs)                            the bodies of one configuration's seeds (trained as one)
+    section(page, records, profile)                     its HTML; its verdicts, summary, sources
+
+Adding a part: a module under ``parts/`` with one ``Part`` subclass, one line in ``PARTS``, its name
+in ``posenc.extrapolate.profiles.PARTS`` (the ``--part`` choices) and its settings on ``Profile``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from posenc.extrapolate.findings import Verdict
+    from posenc.extrapolate.model import GPTConfig
+    from posenc.extrapolate.page import Page
+    from posenc.extrapolate.plan import Run
+    from posenc.extrapolate.profiles import Profile
+    from posenc.extrapolate.runs import Context
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Section:
+    """What a part's section gives the page's summary: its verdicts (they join the Holm family),
+    HTML for the summary block (above the verdict table), and the settings of its papers by source."""
+
+    verdicts: list[Verdict] = field(default_factory=list)
+    summary: str = ""
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+class Part:
+    """One part of the benchmark; the defaults are those of a part that runs nothing."""
+
+    name: str = ""  # the records' ``part`` (a ``--part`` choice); "" for a part that adds rows to others
+    split_in_record: bool = True  # a record carries the corpus split (when the corpus was loaded)
+    lists_specs: bool = True  # its records' specs are listed under "scheme specs" on the page
+
+    def model(self, profile: Profile) -> GPTConfig | None:
+        """The decoder config its runs train (None: not the benchmark's decoder)."""
+        return None
+
+    def load(self, profile: Profile, corpus: str | None) -> tuple[Any, str, str] | None:
+        """Data shared by the runs of a profile, loaded once per process: ``(data, source, sha)``."""
+        return None
+
+    def plan(self, profile: Profile, schemes: list[Any], *, custom: bool, corpus_sha: str, log: Log) -> list[Run]:
+        return []
+
+    def extend(self, profile: Profile, runs: list[Run]) -> list[Run]:
+        """Runs to add right after ``runs`` (one part's runs of one seed); the hybrid rows."""
+        return []
+
+    def depends_on(self, run: Run, profile: Profile, corpus_sha: str) -> str | None:
+        """The key of the run whose checkpoint ``run`` needs (None: it needs none)."""
+        return None
+
+    def execute(self, ctx: Context, run: Run) -> dict[str, Any]:
+        return self.execute_seeds(ctx, [run])[0]
+
+    def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+        """The record bodies of ``runs``, the seeds of one configuration (``plan.seed_groups``)."""
+        raise NotImplementedError(f"part {self.name!r} runs nothing")
+
+    def summary(self, record: dict[str, Any]) -> str:
+        """One line on a finished run (the driver's progress log)."""
+        return ""
+
+    def records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records its section reads."""
+        return [r for r in records if r["part"] == self.name]
+
+    def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
+        return Section()
