@@ -1,9 +1,10 @@
-"""Times the quick profile's training with three seeds: one by one (``train``) against one stacked
-model (``train_seeds``), interleaved (A, B, A, B, ...) so a loaded machine slows both alike.
+"""Times the quick profile's training with three seeds: one by one (``train``, ``fit_classifier``)
+against one stacked model (``train_seeds``, ``fit_classifiers``), interleaved (A, B, A, B, ...) so
+a loaded machine slows both alike.
 
-    python docs/bench_seeds.py [--steps 40] [--rounds 3] [--threads 1] [--parts lm,tasks] [--schemes alibi,rope]
+    python docs/bench_seeds.py [--steps 20] [--rounds 3] [--threads 1] [--parts lm,tasks,image,time]
 
-Prints, per part and scheme, the median seconds per step of three seeds each way and their ratio.
+Prints, per part and scheme, the median milliseconds per step of three seeds each way and their ratio.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import time
 import torch
 
 from posenc.extrapolate import tasks as T
+from posenc.extrapolate import vision
 from posenc.extrapolate.distributed import Dist
 from posenc.extrapolate.model import TinyGPT
-from posenc.extrapolate.plan import resolve_scheme, task_max_positions
+from posenc.extrapolate.parts import image, time as timepart
+from posenc.extrapolate.parts.tasks import task_max_positions
+from posenc.extrapolate.plan import resolve_scheme
 from posenc.extrapolate.profiles import get_profile
 from posenc.extrapolate.train import train, train_seeds
 
@@ -39,12 +43,13 @@ def lm_case(profile, scheme: str, steps: int):
             return data[starts[:, None] + torch.arange(lm.train_length + 1)], None
         return next_batch
 
-    return cfg, spec, dataclasses.replace(lm.train, steps=steps), batches, task_max_positions(profile)
+    return lambda: TinyGPT(cfg, spec), dataclasses.replace(lm.train, steps=steps), batches, "decoder"
 
 
 def tasks_case(profile, scheme: str, steps: int):
     ts = profile.tasks
-    _, spec = resolve_scheme(scheme, ts.model, max_positions=task_max_positions(profile))
+    cfg = dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size, T.VOCAB_SIZE))
+    _, spec = resolve_scheme(scheme, cfg, max_positions=task_max_positions(profile))
 
     def batches(seed: int):
         g = torch.Generator().manual_seed(seed)
@@ -54,49 +59,94 @@ def tasks_case(profile, scheme: str, steps: int):
             return b.tokens, b.mask
         return next_batch
 
-    return ts.model, spec, dataclasses.replace(ts.train, steps=steps), batches, None
+    return lambda: TinyGPT(cfg, spec), dataclasses.replace(ts.train, steps=steps), batches, "decoder"
 
 
-def models(cfg, spec):
+def image_case(profile, variant: str, steps: int):
+    s = profile.image
+    spec, _ = image.image_spec(variant, s)
+    train_x, train_y, _, _ = image.digits(s.test_fraction)
+    x_train = image.resample(train_x, s.grid).flatten(1)[..., None]  # (N, g², 1)
+    pos = image.image_positions(s.grid, s.grid, "grid")
+
+    def batches(seed: int):
+        g = torch.Generator().manual_seed(seed)
+
+        def next_batch(step: int):
+            idx = torch.randint(len(train_y), (s.train.batch_size,), generator=g)
+            return x_train[idx], pos, train_y[idx]
+        return next_batch
+
+    model = lambda: vision.SetTransformer(s.model, spec, in_dim=1, classes=image.NUM_CLASSES)  # noqa: E731
+    return model, dataclasses.replace(s.train, steps=steps), batches, "classifier"
+
+
+def time_case(profile, scheme: str, steps: int):
+    s = profile.time
+    spec = timepart.time_spec(scheme, s)
+    pos = torch.arange(int(round(s.train_seconds * s.train_rate)))
+
+    def batches(seed: int):
+        g = torch.Generator().manual_seed(seed)
+
+        def next_batch(step: int):
+            x, y, _ = timepart.time_batch(s.train.batch_size, rate=s.train_rate, seconds=s.train_seconds, s=s, g=g)
+            return x, pos, y
+        return next_batch
+
+    model = lambda: vision.SetTransformer(s.model, spec, in_dim=s.frame_dim, classes=4)  # noqa: E731
+    return model, dataclasses.replace(s.train, steps=steps), batches, "classifier"
+
+
+CASES = {"lm": (lm_case, ("nope", "rope", "alibi", "t5")), "tasks": (tasks_case, ("rope", "alibi")),
+         "image": (image_case, ("learned grid (resized)", "RoPE-Mixed")), "time": (time_case, ("rope",))}
+
+
+def models(build):
     out = []
     for seed in SEEDS:
         torch.manual_seed(seed)
-        out.append(TinyGPT(cfg, spec))
+        out.append(build())
     return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--parts", default="lm,tasks")
-    p.add_argument("--schemes", default="nope,rope,alibi,t5")
+    p.add_argument("--parts", default="lm,tasks,image,time")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     profile = get_profile("quick")
-    cases = {"lm": lm_case, "tasks": tasks_case}
     for part in args.parts.split(","):
-        for scheme in args.schemes.split(","):
-            cfg, spec, tc, batches, _ = cases[part](profile, scheme, args.steps)
+        case, schemes = CASES[part]
+        for scheme in schemes:
+            build, tc, batches, kind = case(profile, scheme, args.steps)
 
             def one_by_one():
-                for m, s in zip(models(cfg, spec), SEEDS):
-                    train(m, tc, batches(s), dist=Dist())
+                for m, s in zip(models(build), SEEDS):
+                    if kind == "decoder":
+                        train(m, tc, batches(s), dist=Dist())
+                    else:
+                        vision.fit_classifier(m, tc, batches(s))
 
             def stacked():
-                train_seeds(models(cfg, spec), tc, [batches(s) for s in SEEDS], dist=Dist())
+                if kind == "decoder":
+                    train_seeds(models(build), tc, [batches(s) for s in SEEDS], dist=Dist())
+                else:
+                    vision.fit_classifiers(models(build), tc, [batches(s) for s in SEEDS])
 
             times = {"one by one": [], "stacked": []}
-            dataclasses.replace(tc, steps=2)
             for _ in range(args.rounds + 1):  # the first round warms up and is dropped
                 for name, f in (("one by one", one_by_one), ("stacked", stacked)):
                     t0 = time.perf_counter()
                     f()
                     times[name].append((time.perf_counter() - t0) / args.steps)
             a, b = (statistics.median(times[k][1:]) for k in ("one by one", "stacked"))
-            print(f"{part:6s} {scheme:10s} 3 seeds one by one {a * 1e3:7.1f} ms/step, stacked {b * 1e3:7.1f} "
-                  f"ms/step: {a / b:.2f}x", flush=True)
+            ratios = [x / y for x, y in zip(times["one by one"][1:], times["stacked"][1:])]
+            print(f"{part:6s} {scheme:24s} 3 seeds one by one {a * 1e3:7.1f} ms/step, stacked {b * 1e3:7.1f} "
+                  f"ms/step: {a / b:.2f}x (rounds {', '.join(f'{r:.2f}' for r in ratios)})", flush=True)
 
 
 if __name__ == "__main__":

@@ -160,3 +160,20 @@ def test_a_runs_seeds_trained_together_record_what_each_alone_records(tmp_path):
             for name in ("nll", "accuracy", "token_acc"):
                 if name in a:
                     assert b[name] == pytest.approx(a[name], abs=1e-4), (alone["part"], name)
+
+
+def test_the_quick_profile_trains_three_seeds_for_language_modelling_only():
+    """``make report``'s profile: language modelling on seeds 0, 1, 2 (its verdicts are not
+    indicative), the other parts and the hybrid rows on seed 0; ``--seeds`` sets every part's."""
+    from posenc.extrapolate.plan import plan
+    from posenc.extrapolate.profiles import with_overrides
+
+    quick = PROFILES["quick"]
+    runs = plan(quick, list(quick.schemes), corpus_sha="0", log=lambda msg: None)
+    seeds: dict[tuple[str, str], set[int]] = {}
+    for r in runs:
+        seeds.setdefault((r.part, r.arch), set()).add(r.seed)
+    assert seeds.pop(("lm", "transformer")) == {0, 1, 2}
+    assert seeds and all(s == {0} for s in seeds.values()), seeds
+    mine = plan(with_overrides(quick, seeds=(4, 5)), list(quick.schemes), corpus_sha="0", log=lambda msg: None)
+    assert {r.seed for r in mine if r.part != "lm"} == {r.seed for r in mine if r.part == "lm"} == {4, 5}

@@ -301,7 +301,7 @@ class Image(Part):
         items = image_items(profile.image, schemes if custom else None)  # the profile's, or the user's made two-axis
         settings = settings_hash({"image": profile.image})
         return [Run(self.name, seed, lab, sp, settings, {"positions": mode}, profile.name)
-                for seed in profile.seeds for lab, sp, mode in items]
+                for seed in profile.seeds_for(self.name) for lab, sp, mode in items]
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
         return run_image(ctx.profile.image, runs[0].spec, runs[0].variant["positions"], [r.seed for r in runs])

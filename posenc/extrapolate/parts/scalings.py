@@ -228,7 +228,7 @@ class Scalings(Text):
         settings = settings_hash({"lm": profile.lm, "scaling": profile.scaling, "corpus": corpus_sha})
         f = profile.scaling.finetune_factor
         runs = []
-        for seed in profile.seeds:
+        for seed in profile.seeds_for(self.name):
             for mode, kinds in (("zero-shot", types), ("fine-tune", ["none", *types])):
                 for kind in kinds:
                     variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}

@@ -208,7 +208,7 @@ class Tasks(Part):
         check_arch(profile.arch, profile.tasks.model)
         settings = settings_hash({"tasks": profile.tasks})
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
-                    arch=profile.arch) for seed in profile.seeds for lab, sp in specs]
+                    arch=profile.arch) for seed in profile.seeds_for(self.name) for lab, sp in specs]
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
         return run_tasks(ctx, runs)

@@ -258,7 +258,7 @@ class Time(Part):
         items = time_items(profile.time, schemes if custom else None)
         settings = settings_hash({"time": profile.time})
         return [Run(self.name, seed, lab, sp, settings, {"cannot": mode} if mode else {}, profile.name)
-                for seed in profile.seeds for lab, sp, mode in items]
+                for seed in profile.seeds_for(self.name) for lab, sp, mode in items]
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
         return run_time(ctx.profile.time, runs[0].spec, [r.seed for r in runs], runs[0].variant.get("cannot", ""))
