@@ -133,9 +133,9 @@ def main() -> None:
 
             def stacked():
                 if kind == "decoder":
-                    train_seeds(models(build), tc, [batches(s) for s in SEEDS], dist=Dist())
+                    train_seeds(models(build), tc, [batches(s) for s in SEEDS], dist=Dist(), stacked=True)
                 else:
-                    vision.fit_classifiers(models(build), tc, [batches(s) for s in SEEDS])
+                    vision.fit_classifiers(models(build), tc, [batches(s) for s in SEEDS], stacked=True)
 
             times = {"one by one": [], "stacked": []}
             for _ in range(args.rounds + 1):  # the first round warms up and is dropped

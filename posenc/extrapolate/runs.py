@@ -102,7 +102,7 @@ def execute_seeds(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
              "scheme": run.spec["scheme"], "spec": run.spec, "arch": run.arch, "seed": run.seed,
              "settings": run.settings,
              "corpus": corpus, **body, "seconds": round(seconds, 2),
-             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx), "seeds_together": len(runs)}
+             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx)}
             for run, body in zip(runs, bodies)]
 
 

@@ -21,6 +21,19 @@ Each seed stays what training it alone is:
 
 ``tests/test_extrapolate_stack.py`` checks every step's loss and the trained weights against
 seeds trained one by one, in float32.
+
+Where it pays (``STACK_DEVICES``): not on this project's CPU. ``docs/bench_seeds.py`` (three
+seeds of the quick profile's models, 20 steps, interleaved one by one / stacked, median of three
+rounds, one torch thread, on the shared 2-core machine under a load average of 9–13) measured
+stacked at 0.96–1.03× the speed of one by one for language modelling (nope, rope, alibi, t5),
+0.97× and 1.77× (one noisy round; 1.05–1.08 in the others) for the tasks (rope, alibi), 1.09× for
+the learned image grid, 0.54× for RoPE-Mixed (its learned frequencies become per-seed rotation
+tables under ``vmap``), 0.86× for time (rope). A step of these models is already arithmetic, not
+per-operation overhead (the tasks step: 56% in matrix products, 25% in elementwise kernels), so
+putting three seeds in one operation saves little and ``vmap``'s batching rules cost about as
+much. On a GPU, where a small model's step is launch overhead, batching the seeds is the known
+win; it is not measured here (no GPU), so ``STACK_DEVICES`` names ``cuda`` as a default to be
+checked there.
 """
 
 from __future__ import annotations
@@ -35,6 +48,21 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from posenc.extrapolate.profiles import TrainConfig
+
+
+STACK_DEVICES: tuple[str, ...] = ("cuda",)
+"""Device types on which the seeds of a configuration train as one stacked model by default;
+elsewhere one by one (the same steps; see the module docstring for the measurements)."""
+
+
+def stacks(models: Sequence[nn.Module], stacked: bool | None = None) -> bool:
+    """Whether to train ``models`` as one stack: ``stacked`` if given, else by their device (``STACK_DEVICES``)."""
+    if len(models) < 2:
+        return False
+    if stacked is not None:
+        return stacked
+    device = next((p.device for p in models[0].parameters()), torch.device("cpu"))
+    return device.type in STACK_DEVICES
 
 
 class Stack:

@@ -16,6 +16,7 @@ import torch
 from posenc.extrapolate.distributed import Dist, all_sum, wrap
 from posenc.extrapolate.model import token_nll
 from posenc.extrapolate.profiles import TrainConfig
+from posenc.extrapolate.stack import Stack, stacks, train_stack
 
 # A step's global batch: tokens (B, T+1) and the mask (B, T) of scored targets (None: all).
 BatchFn = Callable[[int], tuple[torch.Tensor, torch.Tensor | None]]
@@ -71,15 +72,16 @@ def train(model: torch.nn.Module, cfg: TrainConfig, next_batch: BatchFn, *, dist
 
 def train_seeds(models: list[torch.nn.Module], cfg: TrainConfig, next_batches: list[BatchFn], *, dist: Dist,
                 lr: float | None = None, steps: int | None = None,
-                on_step: Callable[[int, float], None] | None = None) -> list[list[float]]:
-    """``train`` for the models of several seeds of one configuration, as one stacked model
-    (``posenc.extrapolate.stack``): each seed takes the steps it takes alone, on its own
-    ``next_batches[s]``. Returns each seed's losses. Under DDP the seeds train one by one."""
+                on_step: Callable[[int, float], None] | None = None, stacked: bool | None = None
+                ) -> list[list[float]]:
+    """``train`` for the models of several seeds of one configuration: as one stacked model
+    (``posenc.extrapolate.stack``) where that pays (``stacked=None``: by device, ``STACK_DEVICES``),
+    else one by one; each seed takes the steps it takes alone, on its own ``next_batches[s]``.
+    Returns each seed's losses. Under DDP the seeds train one by one."""
     if len(models) != len(next_batches):
         raise ValueError(f"one batch function per model: {len(models)} models, {len(next_batches)} batch functions")
-    if dist.active or len(models) == 1:
+    if dist.active or not stacks(models, stacked):
         return [train(m, cfg, nb, dist=dist, lr=lr, steps=steps, on_step=on_step) for m, nb in zip(models, next_batches)]
-    from posenc.extrapolate.stack import Stack, train_stack
 
     steps = cfg.steps if steps is None else steps
     peak = cfg.lr if lr is None else lr

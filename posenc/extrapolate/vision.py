@@ -17,7 +17,7 @@ from torch import nn
 import posenc
 from posenc.extrapolate.model import Block, GPTConfig
 from posenc.extrapolate.profiles import TrainConfig
-from posenc.extrapolate.stack import Stack, train_stack
+from posenc.extrapolate.stack import Stack, stacks, train_stack
 from posenc.extrapolate.train import learning_rate
 
 
@@ -74,14 +74,16 @@ def fit_classifier(model: nn.Module, cfg: TrainConfig, next_batch) -> list[float
     return losses
 
 
-def fit_classifiers(models: list[nn.Module], cfg: TrainConfig, next_batches: list) -> list[list[float]]:
-    """``fit_classifier`` for the models of several seeds as one stacked model
-    (``posenc.extrapolate.stack``): each seed takes the steps it takes alone, on its own batches;
-    the positions (the same for every seed) are shared."""
+def fit_classifiers(models: list[nn.Module], cfg: TrainConfig, next_batches: list, *,
+                    stacked: bool | None = None) -> list[list[float]]:
+    """``fit_classifier`` for the models of several seeds: as one stacked model
+    (``posenc.extrapolate.stack``) where that pays (``stacked=None``: by device), else one by one;
+    each seed takes the steps it takes alone, on its own batches; the positions (the same for every
+    seed) are shared."""
     if len(models) != len(next_batches):
         raise ValueError(f"one batch function per model: {len(models)} models, {len(next_batches)} batch functions")
-    if len(models) == 1:
-        return [fit_classifier(models[0], cfg, next_batches[0])]
+    if not stacks(models, stacked):
+        return [fit_classifier(m, cfg, nb) for m, nb in zip(models, next_batches)]
     for m in models:
         m.train()
     stack = Stack(models)
