@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make report   runs the benchmark and analysis, writes report/index.html
 #   make test     runs the whole test suite
+# and `make docs` builds the documentation site into site/ (open site/index.html).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +10,7 @@ STAMP  := $(VENV)/.installed
 PROFILE ?= quick
 OUT    ?= report
 
-.PHONY: all test report figures bench chromium clean
+.PHONY: all test report docs figures bench chromium clean
 
 all: test
 
@@ -32,6 +33,10 @@ test: $(STAMP) chromium
 report: $(STAMP)
 	$(VENV)/bin/posenc report --profile $(PROFILE) --out $(OUT)
 
+# The documentation site, offline (mkdocs.yml): site/index.html opens from file://.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 # Regenerates the images the README shows.
 figures: $(STAMP) chromium
 	$(VENV)/bin/posenc show sinusoidal --length 128 --dim 64 --plot docs/sinusoidal_heatmap.png
@@ -42,4 +47,4 @@ bench: $(STAMP)
 	$(VENV)/bin/posenc bench
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(OUT) site .pytest_cache .hypothesis

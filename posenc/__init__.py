@@ -6,7 +6,9 @@
     out = posenc.attention(q, k, v, posenc.build({"scheme": "alibi", "num_heads": 8}), causal=True)
 
 ``posenc.reference`` (NumPy float64, the specification) imports without torch; everything else
-imports torch on first use.
+imports torch on first use. Subpackages and modules are attributes too, imported on first use:
+after ``import posenc``, ``posenc.interop.resize_grid(...)`` or ``posenc.scaling.SCALINGS`` work
+without importing ``posenc.interop`` or ``posenc.scaling`` first.
 """
 
 from __future__ import annotations
@@ -36,13 +38,23 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
+def _submodules() -> list[str]:
+    """posenc's public subpackages and modules (``interop``, ``reference``, ``scaling``, ...)."""
+    import pkgutil
+
+    return sorted(i.name for i in pkgutil.iter_modules(__path__) if not i.name.startswith("_"))
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'posenc' has no attribute {name!r}")
+    elif not name.startswith("_") and name in _submodules():
+        value = importlib.import_module(f"posenc.{name}")  # as `import posenc.NAME` would
+    else:
+        raise AttributeError(f"module 'posenc' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | set(_submodules()))

@@ -570,7 +570,11 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
         out.append((f"term at r={length - 1} per head", ", ".join(f"{v:.3g}" for v in col[:, -1])))
         out.append((f"symmetric in i−j (first {maps.shape[-1]} positions)",
                     "yes" if np.allclose(maps, maps.transpose(0, 2, 1)) else "no"))
-    if m.kind == "none":
+    if m.kind == "none" and hasattr(m, "query_scale"):  # Llama 4's NoPE temperature
+        tau = m.reference(np.ones((1, 1, 2, 1)), np.array([0, length - 1])).ravel()  # τ at the two ends
+        out.append(("positional signal", f"query temperature only: ×{float(tau[0]):.4g} at 0, "
+                                         f"×{float(tau[1]):.4g} at {length - 1}"))
+    elif m.kind == "none":
         out.append(("positional signal", "none: attention is permutation-equivariant without a causal mask"))
     return out
 

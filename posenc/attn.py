@@ -8,7 +8,8 @@
   without gradient, through FlexAttention with a ``score_mod`` (``_flex_first``), so
   ``[H, Lq, Lk]`` never exists whole;
 - ``relative``: adds ``pe(q, k, q_positions, k_positions)`` (and Shaw's value term), in blocks;
-- ``none``: plain SDPA. ``additive`` encodings belong to the token embeddings, not here.
+- ``none``: plain SDPA (``nope_temperature`` first scales each query by its temperature,
+  ``pe(q, q_positions)``). ``additive`` encodings belong to the token embeddings, not here.
 
 **Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
 query sees only the keys of its own document, on every backend, and default positions restart
@@ -110,7 +111,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             queries at the last ``Lq`` of them, as when decoding with a KV cache (on every axis;
             with ``document_ids``: restarting at 0 in each document).
         causal: query ``i`` sees key ``j`` only when ``j <= i + (Lk - Lq)``.
-        scale: multiplies ``q·k``; ``1/√D`` by default.
+        scale: multiplies ``q·k``; by default ``1/√D``, or the scheme's ``default_scale`` when it
+            declares one (DeBERTa: ``1/√(D·f)``, ``f`` counting its terms).
         backend: for bias and relative kinds (and any kind with ``document_ids``),
             ``"materialize"`` the whole score bias, ``"flex"`` (FlexAttention ``score_mod``; bias
             kind, forward only on CPU, float16/bfloat16/float32), ``"chunked"`` (query blocks),
@@ -126,6 +128,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
     """
     q = check_tensor("q", q, ndim=4)
+    if q.shape[-1] == 0:  # the default scale 1/√D is undefined, and q·k is 0 for every pair
+        raise ValueError(f"q and k must have a head dimension D >= 1, got q of shape {list(q.shape)}")
     k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
     v = check_tensor("v", v, ndim=4)
     if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
@@ -138,7 +142,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     check_choice("backend", backend, BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
+    if scale is None:  # a scheme may fix its own (DeBERTa: 1/√(D·f)); else 1/√D
+        scale = getattr(pe, "default_scale", None) or 1.0 / math.sqrt(d)
+    else:
+        scale = check_float("scale", scale)
     if causal and lq > lk:
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
     axes, check = getattr(pe, "axes", 1), getattr(pe, "check_positions", check_positions)  # the pe's positions model
@@ -168,6 +175,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     if getattr(pe, "value_term", None) is not None and v.shape[-1] != pe.head_dim:
         raise ValueError(f"pe {pe.name!r} adds value embeddings of head_dim={pe.head_dim} to the output, so v must "
                          f"have last dimension {pe.head_dim}, got {v.shape[-1]} (shape {list(v.shape)})")
+    if getattr(pe, "query_scale", None) is not None:  # a temperature per query position (Llama 4's NoPE layers)
+        q = pe(q, q_positions)
     if kind == "rotary":  # one length for q and k (length-dependent scalings), then keys first
         observe = getattr(pe, "observe", None)
         if observe is not None:

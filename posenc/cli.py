@@ -18,6 +18,23 @@ class CLIError(Exception):
     """A problem with the user's arguments: printed as one line, exit status 2."""
 
 
+def check_output_file(flag: str, path: str) -> str:
+    """An output file's path is new or a regular file: writing to a FIFO would wait for a reader,
+    and to a device would write nowhere useful, so both are refused before any work."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # a new file (its folder is checked where it is made)
+        return path
+    except OSError as e:
+        raise CLIError(f"{flag} {path!r}: {e.strerror or e}") from None
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise CLIError(f"{flag} {path!r} is not a regular file (a FIFO, a device or a socket); give a file path")
+    return path
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
         self.exit(2, f"{self.prog}: error: {message}\n")

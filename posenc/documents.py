@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from posenc.encodings._base import INDEX_DTYPES
+from posenc.limits import check_memory
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,15 @@ def packing(doc_lengths: Any = None, *, cu_seqlens: Any = None, device: Any = No
         for i, n in enumerate(lengths):
             if n <= 0:
                 raise ValueError(f"doc_lengths[{i}] must be >= 1 (documents cannot be empty), got {n}")
+    total = sum(lengths)  # Python integers: exact at any size, before anything is allocated
+    if total >= 2 ** 31:
+        given = "cu_seqlens" if cu_seqlens is not None else "doc_lengths"
+        raise ValueError(f"{given} packs {total} tokens in one row; cu_seqlens (int32) holds at most 2**31 - 1")
+    check_memory("doc_lengths" if cu_seqlens is None else "cu_seqlens", f"<{len(lengths)} documents, {total} tokens>",
+                 total * 4 + len(lengths), bytes_per=8, what="the row's positions and document ids (int64)")
     counts = torch.tensor(lengths, dtype=torch.int64, device=device)  # (N,)
     document_ids = torch.repeat_interleave(torch.arange(len(lengths), device=device), counts)  # (L,)
     cu = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # (N + 1,)
-    if int(cu[-1]) >= 2 ** 31:
-        raise ValueError(f"the packed row has {int(cu[-1])} tokens; cu_seqlens (int32) holds at most 2**31 - 1")
     positions = torch.arange(int(cu[-1]), device=device) - cu[:-1][document_ids]  # (L,)
     return Packing(positions=positions, document_ids=document_ids, cu_seqlens=cu.to(torch.int32),
                    max_seqlen=max(lengths))

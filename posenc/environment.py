@@ -78,9 +78,9 @@ def capture(device: str | Any | None = None) -> dict[str, Any]:
     "cuda:1" or a ``torch.device``), also that device's entries."""
     import torch
 
-    import posenc
+    from posenc import __version__
 
-    env = {"posenc": posenc.__version__, "python": platform.python_version(), "platform": platform.platform(),
+    env = {"posenc": __version__, "python": platform.python_version(), "platform": platform.platform(),
            "machine": platform.machine(), "processor": cpu_model(), "cpus": available_cpus(),
            "torch_threads": torch.get_num_threads(), "load_avg": list(os.getloadavg()), **versions()}
     if device is None:

@@ -10,7 +10,7 @@ in their type annotation, so a new scheme gets its bounds by declaring its param
 (``sections``, ``grid``, ``axes_dims``) use ``Limit`` too: it then bounds every entry.
 
 **The command line** (``posenc show``/``compare``/``explore``) refuses a SPEC whose size is over
-its ``Limit`` with one line naming the key, the value and the limit, and bounds the *work* a
+its ``Limit`` (``posenc.registry.check_limits``, which knows each scheme's) with one line naming the key, the value and the limit, and bounds the *work* a
 command will do as a product of sizes (``check_work``): each size may be within its bound and
 their product not (``--length 16384 --dim 4096`` asks for 10^12 operations).
 
@@ -35,7 +35,7 @@ class Limit:
     """The command line's bound on a size: ``value <= max`` (for a list, every entry)."""
 
     max: float
-    what: str  # what the size counts, for the README's table
+    what: str  # what the size counts, for the table on the errors page (docs/guide/errors.md)
 
     def check(self, key: str, value: Any) -> None:
         """Raises ValueError naming ``key``, the value and the limit when a number (or an entry) is over it."""
@@ -52,6 +52,8 @@ class Limit:
 MAX_LENGTH = 16384
 MAX_DIM = 4096
 MAX_HEADS = 256
+MAX_GRID = 128
+"""``posenc show --grid/--patch`` and the explorer: at most this many patches a side."""
 
 Dim = Annotated[int, Limit(MAX_DIM, "a vector width: d_model, head_dim, rotary_dim")]
 Heads = Annotated[int, Limit(MAX_HEADS, "attention heads")]
@@ -94,21 +96,6 @@ def _annotated_args(hint: Any) -> list[Any]:
     return [a for sub in typing.get_args(hint) for a in _annotated_args(sub)]
 
 
-def check_spec(spec: dict[str, Any]) -> None:
-    """Every size in a full or partial spec is within its scheme's ``Limit`` (the command line's bounds)."""
-    from posenc import registry
-
-    scheme = registry.get(spec["scheme"])
-    for key, value in spec.items():
-        if key in scheme.limits and value is not None:
-            scheme.limits[key].check(key, value)
-    scaling = spec.get("scaling")
-    if isinstance(scaling, dict):
-        for key in ("original_max_positions",):
-            if key in scaling and scaling[key] is not None:
-                Limit(2.0**40, "a length in positions").check(f"scaling.{key}", scaling[key])
-
-
 def check_work(what: str, amount: float, limit: float, sizes: str) -> None:
     """Refuses a command whose work (a product of sizes) is over ``limit``, naming the sizes."""
     if amount > limit:
@@ -144,10 +131,11 @@ def format_bytes(n: float) -> str:
     return f"{n:.3g} PB"  # pragma: no cover
 
 
-def markdown() -> str:
-    """The README's table of command-line bounds, generated from the registry (a test keeps them equal)."""
+def markdown(rows: list[tuple[str, str, str, str]]) -> str:
+    """The table of command-line bounds: ``rows`` of ``(scheme, key, at most, what it counts)`` (the
+    registry's ``limits_table()``; ``posenc.registry.limits_markdown()`` joins the two), then the work limits."""
     lines = ["| scheme | key | at most | what it counts |", "|---|---|---|---|"]
-    lines += [f"| `{s}` | `{k}` | {m} | {w} |" for s, k, m, w in limits_table()]
+    lines += [f"| `{s}` | `{k}` | {m} | {w} |" for s, k, m, w in rows]
     lines += [
         f"| (any) | `--length` × width | {MAX_CELLS:,} | table cells of `show`/`compare` |",
         f"| (any) | `--length`² × width | 2^{int(math.log2(MAX_PAIR_WORK))} | the fingerprint comparison of every pair |",
@@ -155,14 +143,3 @@ def markdown() -> str:
         f"| relative | queries × parameters | 2^{int(math.log2(MAX_RELATIVE_WORK))} | the query-dependent term |",
     ]
     return "\n".join(lines)
-
-
-def limits_table() -> list[tuple[str, str, str, str]]:
-    """``(scheme, key, limit, what it counts)`` for every bounded key of every scheme: the README's table."""
-    from posenc import registry
-
-    rows = []
-    for name in registry.schemes():
-        for key, lim in registry.get(name).limits.items():
-            rows.append((name, key, f"{lim.max:g}" if lim.max < 1e6 else f"2^{int(math.log2(lim.max))}", lim.what))
-    return rows

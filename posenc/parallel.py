@@ -35,6 +35,8 @@ import torch
 
 from posenc._validate import check_choice, check_int
 from posenc.encodings._base import check_tensor
+from posenc.limits import check_memory
+from posenc.reference.positions import INT64_MAX
 
 BALANCES = ("head_tail", "contiguous")
 
@@ -46,7 +48,7 @@ def shard_positions(length: int, world_size: int, rank: int, *, balance: str = "
     equal chunks (``length`` must divide by ``2·world_size``); ``"contiguous"``: chunk ``rank``
     of ``world_size`` (``length`` must divide by ``world_size``).
     """
-    length = check_int("length", length, min=1)
+    length = check_int("length", length, min=1, max=INT64_MAX)  # positions are int64
     world_size = check_int("world_size", world_size, min=1)
     rank = check_int("rank", rank, min=0, max=world_size - 1)
     check_choice("balance", balance, BALANCES)
@@ -54,6 +56,7 @@ def shard_positions(length: int, world_size: int, rank: int, *, balance: str = "
     if length % chunks:
         raise ValueError(f"length must be a multiple of {chunks} ({'2 * ' if balance == 'head_tail' else ''}"
                          f"world_size={world_size}) for balance={balance!r}, got {length}")
+    check_memory("length", length, length // world_size, bytes_per=8, what=f"rank {rank}'s int64 positions")
     n = length // chunks
     if balance == "contiguous":
         return torch.arange(rank * n, (rank + 1) * n)
@@ -129,6 +132,8 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     from posenc.attn import attention
 
     q = check_tensor("q", q, ndim=4)
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k must have a head dimension D >= 1, got q of shape {list(q.shape)}")
     k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
     v = check_tensor("v", v, ndim=4)
     if not isinstance(positions, torch.Tensor) or positions.dim() != 1 or positions.dtype.is_floating_point:

@@ -8,7 +8,7 @@
   ``len(grid)`` for a learned grid), never from the tensor: for a module with ``axes=3`` a
   ``[L, 3]`` tensor is L tokens, never a batch of L three-token sequences.
 - Values are non-negative integers, or real numbers (any floating dtype) for the schemes that are
-  functions of position (``module.real_positions``; see ``real_schemes()``): time in seconds,
+  functions of position (``module.real_positions``; ``posenc.registry.real_schemes()``): time in seconds,
   fractional NaViT coordinates, interpolated resolutions. An integer-valued float gives exactly
   the integer's result. Table schemes (learned, t5, shaw, transformer_xl) raise TypeError naming
   the schemes that accept real positions.
@@ -27,16 +27,10 @@ from typing import Any
 
 import torch
 
+from posenc.reference.positions import REAL_SCHEMES
 from posenc.reference.positions import grid_positions as _grid_positions_np
 
 INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
-
-
-def real_schemes() -> list[str]:
-    """The registered schemes that accept real-valued positions."""
-    from posenc import registry
-
-    return [n for n in registry.schemes() if getattr(registry.get(n).cls, "real_positions", False)]
 
 
 def shape_text(axes: int) -> str:
@@ -59,7 +53,7 @@ def check_positions(name: str, positions: Any, *, axes: int = 1, real: bool = Fa
     if floating and not real:
         who = f"scheme {scheme!r}" if scheme else "this call"
         raise TypeError(f"{name} must have an integer dtype (e.g. torch.long): {who} takes integer positions only, "
-                        f"got {positions.dtype}; real-valued positions are accepted by: {', '.join(real_schemes())}")
+                        f"got {positions.dtype}; real-valued positions are accepted by: {', '.join(REAL_SCHEMES)}")
     if not floating and positions.dtype not in INDEX_DTYPES:
         allowed = "an integer or floating-point dtype" if real else "an integer dtype (e.g. torch.long)"
         raise TypeError(f"{name} must have {allowed}, got {positions.dtype}")

@@ -11,10 +11,14 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import math
 import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from posenc import limits as _limits
+from posenc.limits import limits_of
 
 KINDS = ("none", "additive", "rotary", "bias", "relative")
 """How a scheme injects position:
@@ -82,8 +86,6 @@ def register(name: str, kind: str) -> Callable[[type], type]:
         summary = (inspect.getdoc(cls) or "").strip().splitlines()[0] if cls.__doc__ else ""
         cls.name = name
         cls.kind = kind
-        from posenc.limits import limits_of
-
         _REGISTRY[name] = Scheme(name=name, kind=kind, cls=cls, params=params, summary=summary,
                                  limits=limits_of(cls))
         return cls
@@ -160,3 +162,37 @@ def build(spec: Any):
         raise ValueError(f"not enough memory to build {scheme.name!r} with {full}: {str(e).splitlines()[0]}") from None
     module._spec = copy.deepcopy(full)  # the caller's dicts and lists may change after this
     return module
+
+
+def real_schemes() -> list[str]:
+    """The registered schemes that accept real-valued positions (``cls.real_positions``)."""
+    return [n for n in schemes() if getattr(get(n).cls, "real_positions", False)]
+
+
+def check_limits(spec: Mapping[str, Any]) -> None:
+    """Every size in a full or partial spec is within its scheme's ``Limit`` (the command line's bounds,
+    ``posenc.limits``); raises ValueError naming the key, the value and the limit."""
+    scheme = get(spec["scheme"])
+    for key, value in spec.items():
+        if key in scheme.limits and value is not None:
+            scheme.limits[key].check(key, value)
+    scaling = spec.get("scaling")
+    if isinstance(scaling, Mapping):
+        for key in ("original_max_positions",):
+            if key in scaling and scaling[key] is not None:
+                _limits.Limit(2.0**40, "a length in positions").check(f"scaling.{key}", scaling[key])
+
+
+def limits_table() -> list[tuple[str, str, str, str]]:
+    """``(scheme, key, limit, what it counts)`` for every bounded key of every scheme."""
+    rows = []
+    for name in schemes():
+        for key, lim in get(name).limits.items():
+            rows.append((name, key, f"{lim.max:g}" if lim.max < 1e6 else f"2^{int(math.log2(lim.max))}", lim.what))
+    return rows
+
+
+def limits_markdown() -> str:
+    """The documentation's table of command-line bounds: every scheme's bounded keys (``limits_table``)
+    and the work limits of ``posenc.limits`` (a test keeps the page equal to it)."""
+    return _limits.markdown(limits_table())

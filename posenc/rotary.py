@@ -2,7 +2,10 @@
 
 Angles (``angles``, shared by 1D, axial, mixed and multimodal RoPE, sinusoidal and
 Transformer-XL) are computed in float64 from the positions, reduced exactly mod 2π and only then
-cast, so a bfloat16 or float16 input never changes which position is used.
+cast, so a bfloat16 or float16 input never changes which position is used. Frequencies that are a
+closed form of ``base`` and ``i`` come as double-doubles ``inv_freq + inv_freq_lo``
+(``posenc.reference.positions.exact_split``), so the angle is that of the true θ, not of θ
+rounded to float64; positions must be below 2^63 (``POSITION_BOUND``).
 
 **Speed.** On CPU, eager PyTorch pays for every pass over memory and, for large tensors, for
 every fresh allocation (page faults). ``apply_rotary`` therefore writes into one output tensor:
@@ -30,10 +33,11 @@ import math
 
 import torch
 
+from posenc._rotary_checks import LAYOUTS, check_rotation_args
 from posenc.reference import positions as _ref_positions
 
-LAYOUTS = ("half", "interleaved")
 _CHUNK, _LEVELS = _ref_positions.CHUNK_BITS, _ref_positions.LEVELS
+POSITION_BOUND = _ref_positions.POSITION_BOUND
 HALF_FUSED_MIN_ELEMENTS = 1 << 17
 """Below this many elements (a decoding step), "half" tensors take the ``halves`` kernel (four
 half-width ops, no concatenated cos): measured, one thread, into a warm ``out``, halves ÷ the
@@ -60,19 +64,24 @@ def _two_pi_parts() -> tuple[float, ...]:
 _TWO_PI_PARTS = _two_pi_parts()
 
 
-def reduced_multiples(inv_freq: torch.Tensor) -> torch.Tensor:
+def reduced_multiples(inv_freq: torch.Tensor, inv_freq_lo: torch.Tensor | None = None) -> torch.Tensor:
     """``r_j = (2^(21j)·θ) mod 2π`` in about ``[−π, π]``: ``[..., R]`` float64 θ -> ``[LEVELS, ..., R]``.
 
     The torch form of ``posenc.reference.positions.reduced_multiples``: ``x = 2^(21j)·θ`` is exact,
     ``n = round(x / 2π)`` and ``x − n·2π`` subtracts 2π part by part (``_TWO_PI_PARTS``), each
-    product and difference exact. Differentiable in θ (``∂r_j/∂θ = 2^(21j)``), traceable.
+    product and difference exact. ``inv_freq_lo`` (the low half of a double-double θ) is added
+    last: ``2^(21j)·lo`` is exact and below ``2^-10``, so the sum rounds once, by < 2.3e-16.
+    Differentiable in θ (``∂r_j/∂θ = 2^(21j)``), traceable.
     """
     theta = inv_freq.to(torch.float64)
     scales = theta.new_tensor([float(1 << (_CHUNK * j)) for j in range(_LEVELS)])
-    x = theta.unsqueeze(0) * scales.view(-1, *([1] * theta.dim()))  # (LEVELS, ..., R)
+    scales = scales.view(-1, *([1] * theta.dim()))  # (LEVELS, 1, ...)
+    x = theta.unsqueeze(0) * scales  # (LEVELS, ..., R)
     n = torch.round(x / (2 * math.pi)).detach()
     for part in _TWO_PI_PARTS:
         x = x - n * part
+    if inv_freq_lo is not None:
+        x = x + inv_freq_lo.to(torch.float64).unsqueeze(0) * scales
     return x
 
 
@@ -92,26 +101,34 @@ def _chunks(positions: torch.Tensor, levels: int) -> list[torch.Tensor]:
 
 
 def angles(positions: torch.Tensor, inv_freq: torch.Tensor, axis_of_pair: torch.Tensor | None = None,
-           *, reduced: torch.Tensor | None = None) -> torch.Tensor:
+           *, reduced: torch.Tensor | None = None, inv_freq_lo: torch.Tensor | None = None) -> torch.Tensor:
     """The angle of every rotated pair, float64 in ``[−π, π)``: the one angle function of posenc.
 
     ``positions [..., L]`` (one axis, ``axis_of_pair=None``) or ``[..., L, A]`` with
     ``axis_of_pair [R]`` (int64) naming the axis whose position pair ``i`` takes (axial RoPE,
-    M-RoPE); integer or real. ``inv_freq``: ``[R]`` float64 θ, or any shape ``[..., R]`` that
-    broadcasts against the result ``[..., L, R]`` (per-head frequencies).
+    M-RoPE); integer or real, below 2^63 (``POSITION_BOUND``, a ValueError past it). ``inv_freq``:
+    ``[R]`` float64 θ, or any shape ``[..., R]`` that broadcasts against the result ``[..., L, R]``
+    (per-head frequencies); ``inv_freq_lo`` (same shape): the low half of a double-double θ.
 
     **Exact at any position** (see ``posenc.reference.positions``): with ``p = Σ_j c_j·2^(21j)``
     split exactly and ``r_j = (2^(21j)·θ) mod 2π`` (``reduced_multiples``, or ``reduced`` if given),
-    ``p·θ ≡ Σ_j c_j·r_j``, each term below 2^21·π. Measured against 40-digit mpmath: within 2e-9
-    of the true angle up to 2^40 (the plain float64 product is off by 1e-4 there). Positions below
-    2^21 (checked outside ``torch.compile``) need only ``c_0 = p``, one product, as before.
-    Differentiable in ``inv_freq`` (``∂angle/∂θ = p``).
+    ``p·θ ≡ Σ_j c_j·r_j``, each term below 2^21·π. Measured against 50-digit mpmath from ``base``
+    and ``i`` (tests/test_angles.py): within 1e-8 of the true angle at every position below 2^63
+    when θ is a double-double. Positions below 2^21 (checked outside ``torch.compile``) need only
+    ``c_0 = p``, one product. Differentiable in ``inv_freq`` (``∂angle/∂θ = p``).
     """
     per_pair = positions.unsqueeze(-1) if axis_of_pair is None else positions[..., axis_of_pair]  # (..., L, R|1)
     levels = _LEVELS
-    if not torch.compiler.is_compiling() and (per_pair.numel() == 0 or per_pair.max() < (1 << _CHUNK)):
+    if not torch.compiler.is_compiling() and per_pair.numel():
+        high = positions.max()
+        if high >= (1 << _CHUNK):
+            if positions.is_floating_point():
+                _ref_positions.check_bound("positions", high.item())
+        else:
+            levels = 1
+    elif not torch.compiler.is_compiling():
         levels = 1
-    r = reduced_multiples(inv_freq) if reduced is None else reduced
+    r = reduced_multiples(inv_freq, inv_freq_lo) if reduced is None else reduced
     c = _chunks(per_pair, levels)
     total = c[0] * r[0]
     for j in range(1, levels):
@@ -120,11 +137,11 @@ def angles(positions: torch.Tensor, inv_freq: torch.Tensor, axis_of_pair: torch.
 
 
 def angles_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype = torch.float32,
-                   scale: float = 1.0, axis_of_pair: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos(angle)·scale`` and ``sin(angle)·scale`` of ``angles(positions, inv_freq, axis_of_pair)``,
-    computed in float64 and cast to ``dtype``: ``[..., L, R]`` each."""
-    a = angles(positions, inv_freq, axis_of_pair)
+                   scale: float = 1.0, axis_of_pair: torch.Tensor | None = None, *,
+                   inv_freq_lo: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos(angle)·scale`` and ``sin(angle)·scale`` of ``angles(positions, inv_freq, axis_of_pair,
+    inv_freq_lo=inv_freq_lo)``, computed in float64 and cast to ``dtype``: ``[..., L, R]`` each."""
+    a = angles(positions, inv_freq, axis_of_pair, inv_freq_lo=inv_freq_lo)
     cos, sin = torch.cos(a), torch.sin(a)
     if scale != 1.0:
         cos, sin = cos * scale, sin * scale
@@ -322,6 +339,9 @@ def check_out(out: object, x: torch.Tensor) -> torch.Tensor:
     if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
         raise ValueError(f"out must have the shape, dtype and device of x ({list(x.shape)}, {x.dtype}, {x.device}); "
                          f"got {list(out.shape)}, {out.dtype}, {out.device}")
+    if any(st == 0 and n > 1 for n, st in zip(out.shape, out.stride())):  # expanded: one element, many places
+        raise ValueError(f"out must not write one memory location twice; got a tensor of shape {list(out.shape)} "
+                         f"with strides {list(out.stride())} (an expanded tensor): give out=torch.empty_like(x)")
     if out is not x and not torch.compiler.is_compiling() and out.numel() and _overlaps(out, x):
         raise ValueError("out must be x itself (in place) or memory that does not overlap x; "
                          f"got a different tensor sharing x's memory (shape {list(out.shape)}, "
@@ -338,14 +358,16 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def check_rotation_args(layout: str, x, cos, sin) -> None:
-    """The layout is known and ``x``, ``cos``, ``sin`` are floating-point tensors (every rotation's entry check)."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
-                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+def _check_broadcast(x: torch.Tensor, cos: torch.Tensor) -> None:
+    """``cos`` (and ``sin``, of its shape) broadcasts to ``x[..., :rotary_dim/2]`` without growing it."""
+    target = (*x.shape[:-1], cos.shape[-1])
+    try:
+        ok = cos.dim() <= x.dim() and tuple(torch.broadcast_shapes(cos.shape, target)) == target
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"cos and sin of shape {list(cos.shape)} must broadcast to x's [..., L, rotary_dim/2] = "
+                         f"{list(target)} (x {list(x.shape)}): their length L and batch dimensions must be x's or 1")
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half",
@@ -367,6 +389,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     if x.dim() == 0 or cos.shape != sin.shape or cos.dim() == 0 or 2 * cos.shape[-1] > x.shape[-1]:
         raise ValueError(f"cos and sin must have the same shape [..., L, rotary_dim/2] with rotary_dim <= "
                          f"x.shape[-1]; got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}")
+    _check_broadcast(x, cos)
     return apply_rotary_unchecked(x, cos, sin, layout, None if out is None else check_out(out, x))
 
 

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from posenc.rotary import check_rotation_args
+from posenc._rotary_checks import check_rotation_args
 
 BLOCK_L = 16  # tokens per program: with R = 64 a program moves 16 x 128 elements of x
 

@@ -25,6 +25,16 @@ frequencies at any ``L`` (``Scaled.at(L)`` in NumPy; the rotary module evaluates
 in torch, also under ``torch.compile``). How the module picks ``L`` when decoding with a
 KV cache is documented in ``posenc.encodings.rope``.
 
+**Exact frequencies.** ``resolve`` calls a scaling function twice: on the float64 frequencies
+(validation, attention factor, length rule) and on the exact ones (an object array of 40-digit
+mpmath numbers, ``posenc.reference.positions.exact_inv_freq``), so every static method and both
+tables of LongRoPE get their true frequencies as double-doubles (``Scaled.inv_freq`` and
+``Scaled.inv_freq_lo``), evaluated from ``base``, ``i`` and the parameters with no float64
+rounding in between (the helpers ``_like`` and ``_two_pi`` keep the number type). ``dynamic``
+past ``original_max_positions`` changes its frequencies with every length: those are float64
+(``lo = 0``). With ``truncate=False`` YaRN's ramp ends are float64 logarithms, taken as given.
+A registered function that does not compute on object arrays gets float64 frequencies (``lo = 0``).
+
 A scaling function has the signature ``fn(inv_freq, *, head_dim, base, **params)`` and returns
 ``(inv_freq, attention_factor)``, or a :class:`Scaled` when it needs more (a ``ByLength``, or
 xPos's per-pair ``decay``). Invalid parameters raise ``ValueError`` naming the parameter, the
@@ -36,12 +46,13 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from posenc._validate import check_bool, check_float, check_float_list, check_int
+from posenc.reference.positions import exact_context, exact_split
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,8 @@ class ByLength:
         L >  switch:  long · s(L) ** exponent,   s(L) = max(1, slope·L + intercept)
 
     ``exponent=None`` means no power term (LongRoPE switches between two fixed tables);
-    dynamic NTK has ``long = short`` and a power that grows with ``L``.
+    dynamic NTK has ``long = short`` and a power that grows with ``L``. ``long_lo``: the low
+    halves of ``long`` as double-doubles (None: zeros).
     """
 
     switch: int
@@ -61,6 +73,7 @@ class ByLength:
     slope: float = 0.0
     intercept: float = 1.0
     exponent: np.ndarray | None = None
+    long_lo: np.ndarray | None = None
 
     def __call__(self, seq_len: int) -> np.ndarray:
         seq_len = check_int("seq_len", seq_len, min=0)
@@ -79,6 +92,8 @@ class Scaled:
     ``inv_freq`` holds the frequencies of short sequences (of every length when
     ``by_length`` is None). ``decay`` (xPos only) is ``ln ζ_i / scale_base`` per pair: a query
     at ``m`` is multiplied by ``exp(m·decay)``, a key at ``n`` by ``exp(−n·decay)``.
+    ``inv_freq_lo``: the low halves, ``inv_freq + inv_freq_lo`` being the true frequencies to
+    2^-106 (zeros when they were given as float64).
     """
 
     inv_freq: np.ndarray
@@ -87,6 +102,7 @@ class Scaled:
     by_length: ByLength | None = None
     decay: np.ndarray | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    inv_freq_lo: np.ndarray | None = None
 
     @property
     def length_dependent(self) -> bool:
@@ -97,6 +113,20 @@ class Scaled:
         if self.by_length is None or seq_len is None:
             return self.inv_freq
         return self.by_length(seq_len)
+
+    def exact_at(self, seq_len: int | None = None) -> np.ndarray:
+        """The frequencies at ``seq_len`` as ``at`` gives them, but as 40-digit numbers (an object
+        array: ``hi + lo``) where they are double-doubles, for the NumPy references."""
+        import mpmath
+
+        freq = self.at(seq_len)
+        rule = self.by_length
+        long = rule is not None and seq_len is not None and seq_len > rule.switch
+        lo = (rule.long_lo if rule.exponent is None else None) if long else self.inv_freq_lo
+        if lo is None:
+            return freq
+        with exact_context():
+            return np.array([mpmath.mpf(float(h)) + float(v) for h, v in zip(freq, lo)], dtype=object)
 
 
 ScalingFn = Callable[..., "tuple[np.ndarray, float] | Scaled"]
@@ -118,9 +148,28 @@ def _rotary_dim(inv_freq: np.ndarray) -> int:
     return 2 * len(inv_freq)
 
 
+def _like(inv_freq: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Exact ``values`` (integers) in the number type of ``inv_freq``: float64, or mpmath numbers
+    when ``inv_freq`` holds exact frequencies (an object array)."""
+    if inv_freq.dtype != object:
+        return np.asarray(values, dtype=np.float64)
+    import mpmath
+
+    return np.array([mpmath.mpf(int(v)) for v in np.ravel(values)], dtype=object).reshape(np.shape(values))
+
+
+def _two_pi(inv_freq: np.ndarray):
+    """2π in the number type of ``inv_freq``."""
+    if inv_freq.dtype != object:
+        return 2 * math.pi
+    import mpmath
+
+    return 2 * mpmath.pi
+
+
 def _pair_index(inv_freq: np.ndarray) -> np.ndarray:
-    """``2i`` for every pair: ``[0, 2, ..., d−2]`` float64."""
-    return np.arange(0, _rotary_dim(inv_freq), 2, dtype=np.float64)
+    """``2i`` for every pair: ``[0, 2, ..., d−2]`` (float64, or exact numbers, see ``_like``)."""
+    return _like(inv_freq, np.arange(0, _rotary_dim(inv_freq), 2))
 
 
 def _ntk_exponent(inv_freq: np.ndarray) -> np.ndarray:
@@ -223,7 +272,7 @@ def yarn(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, be
     low, high = yarn_correction_range(d, base, original, beta_fast, beta_slow, truncate)
     if low == high:
         high += 0.001  # a step instead of a ramp, as transformers does
-    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)  # 0: keep θ_i
+    ramp = np.clip((_like(inv_freq, np.arange(d // 2)) - low) / (high - low), 0.0, 1.0)  # 0: keep θ_i
     return inv_freq / factor * ramp + inv_freq * (1.0 - ramp), float(attention_factor)
 
 
@@ -243,10 +292,10 @@ def llama3(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, 
     if high <= low:
         raise ValueError(f"high_freq_factor must be > low_freq_factor; got high_freq_factor={high}, "
                          f"low_freq_factor={low}")
-    wavelen = 2 * math.pi / inv_freq
+    wavelen = _two_pi(inv_freq) / inv_freq
     smooth = (original / wavelen - low) / (high - low)
-    out = np.where(wavelen > original / low, inv_freq / factor, inv_freq)
-    medium = (wavelen >= original / high) & (wavelen <= original / low)
+    out = np.where((wavelen > original / low).astype(bool), inv_freq / factor, inv_freq)
+    medium = (wavelen >= original / high).astype(bool) & (wavelen <= original / low).astype(bool)
     out = np.where(medium, (1 - smooth) * out / factor + smooth * out, out)
     return out, 1.0
 
@@ -308,17 +357,22 @@ def xpos(inv_freq: np.ndarray, *, scale_base: float = 512.0, gamma: float = 0.4,
     """
     scale_base = check_float("scale_base", scale_base, min=0.0, min_open=True)
     gamma = check_float("gamma", gamma, min=0.0, min_open=True)
-    zeta = (_pair_index(inv_freq) / _rotary_dim(inv_freq) + gamma) / (1 + gamma)
+    zeta = (np.arange(0, len(inv_freq) * 2, 2, dtype=np.float64) / _rotary_dim(inv_freq) + gamma) / (1 + gamma)
     return Scaled(inv_freq, 1.0, decay=np.log(zeta) / scale_base)
 
 
 # -- resolution -----------------------------------------------------------------------------------
 
-def resolve(scaling: Mapping[str, Any] | None, inv_freq: np.ndarray, *, head_dim: int, base: float) -> Scaled:
-    """Applies ``scaling`` (``None`` or ``{"type": name, **params}``) to the base frequencies."""
+def resolve(scaling: Mapping[str, Any] | None, inv_freq: np.ndarray, *, head_dim: int, base: float,
+            exact: np.ndarray | None = None) -> Scaled:
+    """Applies ``scaling`` (``None`` or ``{"type": name, **params}``) to the base frequencies.
+
+    ``exact``: the same frequencies as exact numbers (``posenc.reference.positions.exact_inv_freq``);
+    the result then carries the true scaled frequencies as double-doubles (``inv_freq_lo``)."""
     inv_freq = np.asarray(inv_freq, dtype=np.float64)
     if scaling is None:
-        return Scaled(inv_freq)
+        out = Scaled(inv_freq)
+        return out if exact is None else _exact(out, exact)
     if not isinstance(scaling, Mapping):
         raise TypeError(f"scaling must be a dict like {{'type': 'linear', 'factor': 4}}, got {scaling!r}")
     params = dict(scaling)
@@ -342,5 +396,28 @@ def resolve(scaling: Mapping[str, Any] | None, inv_freq: np.ndarray, *, head_dim
     if not isinstance(out, Scaled):
         new, factor = out
         out = Scaled(np.asarray(new, dtype=np.float64), float(factor))
-    return Scaled(np.asarray(out.inv_freq, dtype=np.float64), float(out.attention_factor), kind,
-                  out.by_length, out.decay, dict(scaling))
+    out = Scaled(np.asarray(out.inv_freq, dtype=np.float64), float(out.attention_factor), kind,
+                 out.by_length, out.decay, dict(scaling))
+    if exact is None:
+        return out
+    try:
+        with exact_context():
+            result = fn(np.asarray(exact, dtype=object), head_dim=head_dim, base=base, **params)
+    except (TypeError, AttributeError):  # a registered function that needs float64: lo = 0
+        return out
+    return _exact(out, result.inv_freq if isinstance(result, Scaled) else result[0],
+                  result.by_length if isinstance(result, Scaled) else None)
+
+
+def _exact(out: Scaled, freq: np.ndarray, rule: ByLength | None = None) -> Scaled:
+    """``out`` with its frequencies replaced by the double-doubles of the exact ``freq`` (and of
+    ``rule``'s long table when it has no power term)."""
+    hi, lo = exact_split(np.asarray(freq, dtype=object))
+    by_length = out.by_length
+    if by_length is not None:
+        if by_length.exponent is None and rule is not None:
+            long_hi, long_lo = exact_split(np.asarray(rule.long, dtype=object))
+            by_length = replace(by_length, short=hi, long=long_hi, long_lo=long_lo)
+        else:  # dynamic: long = short, with a power of the length computed in float64
+            by_length = replace(by_length, short=hi, long=hi)
+    return replace(out, inv_freq=hi, inv_freq_lo=lo, by_length=by_length)

@@ -9,6 +9,10 @@ A SPEC is one of
   "original_max_positions": 4096}``;
 - a JSON file (``*.json``) or inline JSON object: ``{"scheme": "rope", "head_dim": 64}``.
 
+Every form refuses a key given twice (at any level of a JSON object), nesting deeper than
+``MAX_NESTING``, and a SPEC file that is not a regular file (a FIFO or a device is refused
+without waiting on it).
+
 Values parse strictly, never with ``eval``: integers, finite floats, ``true``/``false``,
 ``none``/``null``, JSON lists and objects (``short_factor=[1.0,1.1]``), quoted JSON strings, and
 bare words (``layout=half``).
@@ -24,6 +28,7 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,12 +67,55 @@ def parse_value(text: str, *, key: str = "value") -> Any:
         return value
     if s[:1] in ("[", "{", '"'):
         try:
-            return json.loads(s, parse_constant=_reject_constant)
+            return _json(s, f"{key}={s if len(s) < 60 else s[:57] + '...'}")
         except json.JSONDecodeError as e:
             raise ValueError(f"{key}={s} is not valid JSON ({e.msg} at character {e.pos})") from None
     if _WORD.fullmatch(s):
         return s
     raise ValueError(f"cannot read {key}={s!r}; a value is {ALLOWED_VALUES}")
+
+
+MAX_NESTING = 32
+"""The deepest a SPEC may nest lists and objects (a scaling dict in a spec is 2 levels; the
+``short_factor`` list of LongRoPE 3): deeper input is refused before it is parsed, rather than
+ending in Python's RecursionError."""
+
+
+def _check_nesting(text: str, where: str) -> None:
+    """Refuses ``text`` when its brackets (outside JSON strings) nest deeper than ``MAX_NESTING``."""
+    depth, quoted, escaped = 0, False, False
+    for ch in text:
+        if quoted:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quoted = False
+        elif ch == '"':
+            quoted = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise ValueError(f"{where} nests lists/objects more than {MAX_NESTING} levels deep; a SPEC is "
+                                 "one flat object with a scaling dict at most")
+        elif ch in "]}":
+            depth -= 1
+
+
+def _json(source: str, where: str) -> Any:
+    """``json.loads`` for SPECs: nesting bounded, no NaN/Infinity, no key given twice in any object."""
+    _check_nesting(source, where)
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ValueError(f"key {key!r} is given twice in {where}; give each key once")
+            out[key] = value
+        return out
+
+    return json.loads(source, parse_constant=_reject_constant, object_pairs_hook=pairs)
 
 
 def _reject_constant(name: str) -> Any:
@@ -109,11 +157,7 @@ def _load_json(text: str) -> dict[str, Any]:
         if os.path.isdir(text):
             raise ValueError(f"SPEC file {text!r} is a directory, not a JSON file")
         where = f"SPEC file {text!r}"
-        try:
-            with open(text, "rb") as f:
-                raw = f.read(MAX_SPEC_BYTES + 1)
-        except OSError as e:
-            raise ValueError(f"cannot read {where}: {e.strerror or e}") from None
+        raw = read_regular_file(text, MAX_SPEC_BYTES + 1, where=where)
         if len(raw) > MAX_SPEC_BYTES:
             raise ValueError(f"{where} is larger than {MAX_SPEC_BYTES:,} bytes; a SPEC file holds one JSON object")
         try:
@@ -121,7 +165,7 @@ def _load_json(text: str) -> dict[str, Any]:
         except UnicodeDecodeError:
             raise ValueError(f"{where} is not UTF-8 text; a SPEC file holds one JSON object") from None
     try:
-        data = json.loads(source, parse_constant=_reject_constant)
+        data = _json(source, where)
     except json.JSONDecodeError as e:
         raise ValueError(f"{where} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     if not isinstance(data, dict) or "scheme" not in data:
@@ -129,6 +173,25 @@ def _load_json(text: str) -> dict[str, Any]:
                          '{"scheme": "rope", "head_dim": 64}')
     registry.get(data["scheme"])  # the known schemes, named in the error
     return data
+
+
+def read_regular_file(path: str, limit: int, *, where: str) -> bytes:
+    """The first ``limit`` bytes of ``path``, which must be a regular file: a FIFO, a device or a
+    socket is refused without opening it for a blocking read (opening a FIFO waits for a writer)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens at once
+    except OSError as e:
+        raise ValueError(f"cannot read {where}: {e.strerror or e}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{where} is not a regular file (a FIFO, a device or a socket); give a file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit)
+    except OSError as e:
+        raise ValueError(f"cannot read {where}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
 
 
 def parse_spec(text: str) -> dict[str, Any]:

@@ -37,7 +37,8 @@ import math
 import torch
 from torch import nn
 
-from posenc._validate import check_float, check_int
+from posenc._validate import check_bool, check_float, check_int
+from posenc.limits import check_memory
 
 CHUNK = 64
 """Steps per chunk of the scan. Measured on this project's shared 2-core CPU (one torch thread,
@@ -50,6 +51,11 @@ DT_MIN, DT_MAX = 1e-3, 1.0
 """Initial Δ, log-spaced over the channels: time scales 1/Δ from 1 step (the previous byte) to
 1000 steps (past the quick profile's longest evaluation length, 512), as S4D spreads its
 decays over the scales of the task."""
+
+
+MAX_DT = 1e30
+"""The largest Δ: ``a = exp(−Δ)`` is already 0 in float32 past Δ ≈ 104, and a Δ past float32's range
+(3.4e38) becomes inf, where the scan's ``Δ·0`` on the diagonal is NaN."""
 
 
 def _scan_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -66,11 +72,13 @@ def diagonal_scan(v: torch.Tensor, dt: torch.Tensor, state: torch.Tensor | None 
         raise ValueError(f"v must have shape [B, L, N] and dt shape [N]; got {list(v.shape)} and {list(dt.shape)}")
     b, length, n = v.shape
     work = _scan_dtype(v.dtype)
-    v, dt = v.to(work), dt.to(work)
-    h = torch.zeros(b, n, dtype=work, device=v.device) if state is None else state.to(work)  # (B, N)
-    if h.shape != (b, n):
-        raise ValueError(f"state must have shape [{b}, {n}], got {list(h.shape)}")
+    if state is not None:
+        _check_state(state, b, n)
     k = min(chunk, max(length, 1))
+    check_memory("chunk", chunk, 2 * n * k * k, bytes_per=torch.empty((), dtype=work).element_size(),
+                 what=f"the scan's [N={n}, K, K] decay triangle (K = min(chunk, L) = {k})")
+    v, dt = v.to(work), dt.to(work)
+    h = torch.zeros(b, n, dtype=work, device=v.device) if state is None else state.to(v.device, work)  # (B, N)
     steps = torch.arange(k, device=v.device, dtype=work)  # (K,)
     lag = steps[:, None] - steps[None, :]  # (K, K): i − j
     causal = lag >= 0
@@ -89,6 +97,16 @@ def diagonal_scan(v: torch.Tensor, dt: torch.Tensor, state: torch.Tensor | None 
     return torch.cat(out, dim=1)  # (B, L, N)
 
 
+def _check_state(state, b: int, n: int) -> None:
+    """``state``: a floating-point tensor ``[B, N]`` (the previous chunk's last state)."""
+    if not isinstance(state, torch.Tensor) or not state.is_floating_point():
+        got = f"a {state.dtype} tensor" if isinstance(state, torch.Tensor) else type(state).__name__
+        raise TypeError(f"state must be a floating-point torch.Tensor [B, N] (the last state a previous call "
+                        f"returned with return_state=True) or None, got {got}")
+    if tuple(state.shape) != (b, n):
+        raise ValueError(f"state must have shape [{b}, {n}] ([B, N]), got {list(state.shape)}")
+
+
 class DiagonalSSM(nn.Module):
     """The ``ssm`` layer: ``x [B, L, C]`` -> ``y [B, L, C]`` (see the module docstring).
 
@@ -105,8 +123,13 @@ class DiagonalSSM(nn.Module):
         self.d_model = check_int("d_model", d_model, min=1)
         self.d_state = check_int("d_state", d_model if d_state is None else d_state, min=1)
         dt_min = check_float("dt_min", dt_min, min=0.0, min_open=True)
-        dt_max = check_float("dt_max", dt_max, min=dt_min)
+        dt_max = check_float("dt_max", dt_max, max=MAX_DT)
+        if dt_max < dt_min:
+            raise ValueError(f"dt_max must be >= {dt_min} (dt_min), got {dt_max}")
         self.chunk = check_int("chunk", chunk, min=1)
+        check_memory("d_model" if d_state is None else "d_state", self.d_state if d_state is not None else self.d_model,
+                     2 * self.d_model * self.d_state + 2 * self.d_model + 3 * self.d_state,
+                     what=f"the layer's weights (d_model={self.d_model} × d_state={self.d_state}, float32)")
         self.in_proj = nn.Linear(self.d_model, self.d_state)
         self.out_proj = nn.Linear(self.d_state, self.d_model)
         log_dt = torch.linspace(math.log(dt_max), math.log(dt_min), self.d_state, dtype=torch.float64)
@@ -130,6 +153,13 @@ class DiagonalSSM(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape [B, L, {self.d_model}] (d_model={self.d_model}), "
                              f"got {list(x.shape)}")
+        weights = self.in_proj.weight.dtype
+        if x.dtype != weights and not torch.is_autocast_enabled(x.device.type):  # autocast casts for Linear
+            raise TypeError(f"x has dtype {x.dtype} but the layer's weights are {weights}; give x in {weights} "
+                            f"or convert the layer (layer.to({x.dtype}))")
+        check_bool("return_state", return_state)
+        if state is not None:
+            _check_state(state, x.shape[0], self.d_state)
         work = _scan_dtype(x.dtype)
         u = self.in_proj(x)  # (B, L, N)
         dt = torch.exp(self.log_dt.to(work))  # (N,): Δ

@@ -72,9 +72,10 @@ def assert_close(actual, expected, *, dtype: torch.dtype | None = None, magnitud
 
 # -- a small instance of any scheme ------------------------------------------------------------
 
-SMALL = {"d_model": 32, "head_dim": 8, "num_heads": 4, "max_positions": 2048}
+SMALL = {"d_model": 32, "head_dim": 8, "num_heads": 4, "max_positions": 2048, "floor_scale": 4}
 """Sizes given to any scheme that takes these parameters (required or not), so that tensors built
-by ``module_args`` fit every module: d_model = num_heads · head_dim."""
+by ``module_args`` fit every module: d_model = num_heads · head_dim; ``floor_scale`` (Llama 4's
+NoPE temperature) steps every 4 positions, so short test inputs see it."""
 
 
 def schemes_of_kind(*kinds: str) -> list[str]:
@@ -186,6 +187,8 @@ def attention_reference(q, k, v, pe=None, *, q_positions=None, k_positions=None,
         if hasattr(pe, "reference_attention"):
             return pe.reference_attention(qn, kn, vn, qp, kp, causal=causal, scale=scale)
         bias = pe.reference(qn, kn, qp, kp)
+    elif kind == "none" and pe is not None:  # NoPE: unchanged; a temperature scales the queries
+        qn = pe.reference(qn, qp)
     elif kind != "none":
         raise AssertionError(f"attention does not take kind {kind!r}")
     return ref.attention(qn, kn, vn, bias=bias, causal=causal, scale=scale)

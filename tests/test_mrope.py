@@ -441,3 +441,58 @@ def test_default_sections_are_transformers_defaults_at_head_dim_128_and_fit_any_
             sections = ref.default_sections(rotary_dim, layout)
             assert sum(sections) == rotary_dim // 2 and min(sections) >= 0
             ref.mrope_axis_of_pair(sections, layout, rotary_dim=rotary_dim)  # accepted
+
+
+# -- the time interval as transformers computes it (float32) -------------------------------------
+
+def _qwen2_5_vl_rope_index(segments, tokens_per_second: int, seconds_per_grid, merge: int = 2) -> torch.Tensor:
+    """transformers' Qwen2.5-VL get_rope_index, ``second_per_grid_ts`` as given (the processor's
+    float32 tensor, or a list of Python floats)."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLModel
+
+    config = Qwen2_5_VLConfig(**TINY_VLM, vision_config=dict(depth=1, hidden_size=16, out_hidden_size=16,
+                                                             intermediate_size=16, num_heads=2,
+                                                             spatial_merge_size=merge,
+                                                             tokens_per_second=tokens_per_second))
+    types = _token_types(segments)
+    videos = [[s["video"][0], s["video"][1] * merge, s["video"][2] * merge] for s in segments if "video" in s]
+    position_ids, _ = Qwen2_5_VLModel(config).get_rope_index(
+        torch.zeros_like(types), types, video_grid_thw=torch.tensor(videos), second_per_grid_ts=seconds_per_grid)
+    return position_ids[:, 0].T  # (L, 3)
+
+
+@pytest.mark.parametrize("fps", [25, 50])
+def test_mrope_positions_equal_qwen2_5_vl_with_the_processors_float32_interval(fps):
+    """The processor hands ``second_per_grid_ts = temporal_patch_size / fps`` as a float32 tensor and
+    transformers multiplies ``arange(t)`` by ``tokens_per_second · that`` in float32 (so does it for
+    a Python float): ``time_dtype="float32"`` equals it in both cases, with the interval given as
+    the tensor's value or as the float; float64 (the default, the exact product) is one position
+    later or earlier at some frames."""
+    rng = random.Random(fps)
+    differs = 0
+    for tps in [5] + [rng.randint(1, 20) for _ in range(5)]:  # 5: the docstring's case (0.4 and 0.2 per frame)
+        seconds = 2 / fps  # temporal_patch_size = 2, as Qwen2.5-VL's processor
+        side = rng.randint(3, 10)
+        interval64 = tps * seconds
+        frames = min(24, int((side - 1) / interval64) + 1)  # time spans no longer than the side
+        processor = torch.tensor([seconds])  # float32, as BatchFeature makes it
+        for given, interval in [(processor, tps * processor[0]), ([seconds], interval64)]:
+            segments = [{"text": 2}, {"video": [frames, side, side], "time_interval": interval}, {"text": 2}]
+            theirs = _qwen2_5_vl_rope_index(segments, tps, given)
+            torch.testing.assert_close(posenc.mrope_positions(segments, time_dtype="float32"), theirs, rtol=0, atol=0)
+            exact = [{**s, "time_interval": interval64} if "video" in s else s for s in segments]
+            differs += not torch.equal(posenc.mrope_positions(exact), theirs)
+    assert differs, "no case where float64 and float32 differ: the test would not see the convention"
+
+
+def test_frame_positions_float32_is_torchs_product():
+    from posenc.reference.mrope import frame_positions
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        interval = float(rng.uniform(0.01, 8.0))
+        t = int(rng.integers(1, 300))
+        ours = frame_positions(t, interval, "float32")
+        torch.testing.assert_close(torch.from_numpy(ours), (torch.arange(t) * interval).long(), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="time_dtype must be one of 'float64', 'float32'; got 'bfloat16'"):
+        posenc.mrope_positions([{"text": 2}], time_dtype="bfloat16")

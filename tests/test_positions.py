@@ -58,10 +58,10 @@ def test_a_module_reads_its_axes_from_the_spec_never_from_the_tensor():
 
 
 def test_real_schemes_are_the_reference_list_and_declared_by_the_classes():
-    assert P.real_schemes() == sorted(P.real_schemes(), key=registry.schemes().index)
-    assert set(P.real_schemes()) == set(RP.REAL_SCHEMES)
-    assert {"sinusoidal", "rope", "alibi", "kerple", "fire"} <= set(P.real_schemes())
-    assert not {"learned", "t5", "shaw", "transformer_xl"} & set(P.real_schemes())
+    assert registry.real_schemes() == sorted(registry.real_schemes(), key=registry.schemes().index)
+    assert set(registry.real_schemes()) == set(RP.REAL_SCHEMES)
+    assert {"sinusoidal", "rope", "alibi", "kerple", "fire"} <= set(registry.real_schemes())
+    assert not {"learned", "t5", "shaw", "transformer_xl"} & set(registry.real_schemes())
 
 
 @pytest.mark.parametrize("name", registry.schemes())
@@ -180,11 +180,11 @@ def test_real_positions_must_be_finite():
 def _mp_angles(positions, theta):
     import mpmath
 
-    mpmath.mp.dps = 40
+    mpmath.mp.dps = max(mpmath.mp.dps, 40)
     out = np.empty((len(positions), len(theta)))
     for r, p in enumerate(positions):
         for c, t in enumerate(theta):
-            a = mpmath.mpf(int(p)) * mpmath.mpf(float(t))  # the float64 θ taken as exact
+            a = mpmath.mpf(int(p)) * (t if isinstance(t, mpmath.mpf) else mpmath.mpf(float(t)))  # a float64 θ: as exact
             out[r, c] = float(a - 2 * mpmath.pi * mpmath.floor(a / (2 * mpmath.pi) + mpmath.mpf(0.5)))
     return out
 
@@ -208,10 +208,14 @@ def test_angles_are_exact_to_2_40_and_beyond_against_40_digits():
 
 
 def test_rope_cos_sin_within_1e6_at_2_40_in_float32():
+    import mpmath
+
     rope = posenc.build({"scheme": "rope", "head_dim": 64})
     pos = [TWO40 - 1, TWO40, TWO40 + 12345, (1 << 39) + 3]
     cos, sin = rope.cos_sin(torch.tensor(pos))
-    truth = _mp_angles(pos, rope.inv_freq.numpy())
+    mpmath.mp.dps = 50
+    theta = [mpmath.mpf(10000) ** (-mpmath.mpf(2 * i) / 64) for i in range(32)]  # from base and i, not posenc's θ
+    truth = _mp_angles(pos, theta)
     assert np.abs(cos.numpy() - np.cos(truth)).max() <= 1e-6
     assert np.abs(sin.numpy() - np.sin(truth)).max() <= 1e-6
 
@@ -401,6 +405,71 @@ def test_resize_grid_equals_transformers_vit_interpolate_pos_encoding(old, new, 
         image = weight[:, extra:].reshape(1, *old, d).permute(0, 3, 1, 2)
         image = torch.nn.functional.interpolate(image, size=new, mode="bicubic", align_corners=False)
         torch.testing.assert_close(got[:, extra:], image.permute(0, 2, 3, 1).reshape(1, -1, d), rtol=0, atol=0)
+
+
+def _timm_resample_abs_pos_embed(posemb, new_size, old_size=None, num_prefix_tokens=1, interpolation="bicubic",
+                                 antialias=True, verbose=False):
+    """timm's ``resample_abs_pos_embed`` (timm/layers/pos_embed.py, timm 0.9 to 1.0.x; published source,
+    copied line for line but for the logging; timm is not a test dependency)."""
+    import math
+
+    import torch.nn.functional as F
+
+    num_pos_tokens = posemb.shape[1]
+    num_new_tokens = new_size[0] * new_size[1] + num_prefix_tokens
+    if num_new_tokens == num_pos_tokens and new_size[0] == new_size[1]:
+        return posemb
+    if old_size is None:
+        hw = int(math.sqrt(num_pos_tokens - num_prefix_tokens))
+        old_size = hw, hw
+    if num_prefix_tokens:
+        posemb_prefix, posemb = posemb[:, :num_prefix_tokens], posemb[:, num_prefix_tokens:]
+    else:
+        posemb_prefix, posemb = None, posemb
+    embed_dim = posemb.shape[-1]
+    orig_dtype = posemb.dtype
+    posemb = posemb.float()  # interpolate needs float32
+    posemb = posemb.reshape(1, old_size[0], old_size[1], -1).permute(0, 3, 1, 2)
+    posemb = F.interpolate(posemb, size=new_size, mode=interpolation, antialias=antialias)
+    posemb = posemb.permute(0, 2, 3, 1).reshape(1, -1, embed_dim)
+    posemb = posemb.to(orig_dtype)
+    if posemb_prefix is not None:
+        posemb = torch.cat([posemb_prefix, posemb], dim=1)
+    return posemb
+
+
+@pytest.mark.parametrize("antialias", [True, False])
+def test_resize_grid_equals_timm_resample_abs_pos_embed_both_ways(antialias):
+    """Random grids up and down, prefix tokens and modes: ``resize_grid(antialias=...)`` is timm's
+    resize exactly; the default (no antialias) differs from timm's default (antialias) for bicubic
+    and for a shrinking bilinear resize."""
+    from posenc.interop import resize_grid
+
+    rng = np.random.default_rng(11 + antialias)
+    differ = 0
+    for _ in range(12):
+        old = [int(n) for n in rng.integers(2, 12, size=2)]
+        new = [int(n) for n in rng.integers(2, 16, size=2)]
+        if new == old:
+            continue
+        extra, d = int(rng.integers(0, 3)), int(rng.integers(1, 9))
+        mode = str(rng.choice(["bicubic", "bilinear"]))
+        weight = torch.from_numpy(rng.standard_normal((1, extra + old[0] * old[1], d))).float()
+        theirs = _timm_resample_abs_pos_embed(weight, new, old, num_prefix_tokens=extra, interpolation=mode,
+                                              antialias=antialias)
+        got = resize_grid(weight, old, new, extra_tokens=extra, mode=mode, antialias=antialias)
+        torch.testing.assert_close(got, theirs, rtol=0, atol=0)
+        default = resize_grid(weight, old, new, extra_tokens=extra, mode=mode)
+        if antialias and mode == "bilinear" and new[0] >= old[0] and new[1] >= old[1]:
+            torch.testing.assert_close(default, theirs)  # bilinear upsampling: the same up to rounding
+        elif antialias:  # PyTorch's antialiased bicubic is PIL's kernel (a = -0.5), the plain one a = -0.75
+            differ += 1
+            assert (default - theirs).abs().max() > 1e-3
+    assert differ or not antialias
+    with pytest.raises(ValueError, match="antialias=True applies to mode='bilinear' or 'bicubic'"):
+        resize_grid(torch.zeros(4, 2), [2, 2], [1, 1], mode="nearest", antialias=True)
+    with pytest.raises(TypeError, match="antialias must be True or False, got 1"):
+        resize_grid(torch.zeros(4, 2), [2, 2], [1, 1], antialias=1)
 
 
 def test_learned_grid_resized_copy():

@@ -292,3 +292,56 @@ def test_apply_rotary_bad_cos_sin():
     _raises(lambda: posenc.apply_rotary(x, cos, torch.ones(5, 3)), error=ValueError, names=["sin"])
     _raises(lambda: posenc.apply_rotary(x, cos, cos.long()), error=TypeError, names=["sin"])
     _raises(lambda: posenc.apply_rotary(x, cos, cos, layout="neox"), error=ValueError, names=["layout"])
+
+
+def test_apply_rotary_cos_sin_of_the_wrong_length_or_batch_name_them():
+    x = torch.randn(2, 3, 5, 8)
+    for bad in (torch.ones(7, 4), torch.ones(3, 1, 5, 4), torch.ones(1, 1, 1, 5, 4)):
+        _raises(lambda: posenc.apply_rotary(x, bad, bad), error=ValueError, names=["cos", "sin"],
+                values=[list(bad.shape), [2, 3, 5, 4]])
+
+
+def test_apply_rotary_refuses_an_expanded_out_and_takes_every_other_layout():
+    x = torch.randn(2, 3, 5, 8)
+    cos, sin = torch.randn(5, 4).cos(), torch.randn(5, 4).sin()
+    expanded = torch.zeros(1, 3, 5, 8).expand(2, 3, 5, 8)
+    _raises(lambda: posenc.apply_rotary(x, cos, sin, out=expanded), error=ValueError, names=["out"],
+            values=[[2, 3, 5, 8], [0, 40, 8, 1]])
+    for layout in ("half", "interleaved"):
+        want = posenc.apply_rotary(x, cos, sin, layout=layout)
+        strided = torch.zeros(2, 3, 5, 16)[..., ::2]  # a valid non-contiguous out
+        assert posenc.apply_rotary(x, cos, sin, layout=layout, out=strided) is strided
+        torch.testing.assert_close(strided, want)  # out= may fuse the products (float32 rounding)
+        transposed = torch.zeros(2, 5, 3, 8).transpose(1, 2)
+        torch.testing.assert_close(posenc.apply_rotary(x, cos, sin, layout=layout, out=transposed), want)
+        # expanded inputs (x, cos, sin) read the same values twice: they simply work
+        one = x[:1].expand(2, 3, 5, 8)
+        big = (cos[None, None].expand(2, 3, 5, 4), sin[None, None].expand(2, 3, 5, 4))
+        torch.testing.assert_close(posenc.apply_rotary(one, *big, layout=layout),
+                                   posenc.apply_rotary(one.contiguous(), cos, sin, layout=layout))
+
+
+def test_ssm_state_and_dtype_are_checked_by_name():
+    from posenc.ssm import DiagonalSSM
+
+    layer = DiagonalSSM(4, 3)
+    x = torch.randn(2, 6, 4)
+    _raises(lambda: layer(x, [0.0, 0.0, 0.0]), error=TypeError, names=["state"], values=["list"])
+    _raises(lambda: layer(x, torch.zeros(2, 3, dtype=torch.long)), error=TypeError, names=["state"],
+            values=["torch.int64"])
+    _raises(lambda: layer(x, torch.zeros(2, 4)), error=ValueError, names=["state"], values=[[2, 3], [2, 4]])
+    _raises(lambda: layer(x.double()), error=TypeError, names=["x"], values=["torch.float64", "torch.float32"])
+    _raises(lambda: layer(x, return_state=1), error=TypeError, names=["return_state"], values=[1])
+    _raises(lambda: DiagonalSSM(4, dt_max=1e308), error=ValueError, names=["dt_max"], values=[1e308])
+    _raises(lambda: DiagonalSSM(4, dt_min=2.0, dt_max=1.0), error=ValueError, names=["dt_min", "dt_max"])
+    # a float64 state, an expanded or non-contiguous one, continue the sequence as a float32 one does
+    y, last = layer(x[:, :3], return_state=True)
+    want = layer(x[:, 3:], last)
+    for state in (last.double(), last[:1].expand(2, 3) if torch.equal(last[0], last[1]) else last.t().contiguous().t()):
+        torch.testing.assert_close(layer(x[:, 3:], state), want)
+
+
+def test_attention_with_head_dimension_zero_names_q():
+    q = torch.randn(1, 2, 5, 0)
+    _raises(lambda: posenc.attention(q, q, torch.randn(1, 2, 5, 4)), error=ValueError, names=["q", "D >= 1"],
+            values=[[1, 2, 5, 0]])

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from posenc.bench.rotary import RotaryCase
+    from posenc.bench.profiles import RotaryCase
 
 
 class NotApplicable(Exception):

@@ -52,3 +52,24 @@ PROFILES = {
     "quick": Profile(shapes=((1, 32, 4096, 128),), repeats=3,
                      lengths=(1024, 8192), materialize_max=1024, train_schemes=("alibi", "fire"), train_max=1024),
 }
+
+
+@dataclass(frozen=True)
+class RotaryCase:
+    """One rotation the benchmark times (``posenc.bench.rotary``), as the peers (``posenc.bench.peers``) see it."""
+
+    batch: int
+    heads: int
+    length: int
+    head_dim: int
+    dtype: str
+    layout: str
+    rotary_dim: int
+    offset: int = 0  # positions are offset..offset+length-1
+
+    @property
+    def label(self) -> str:
+        part = "" if self.rotary_dim == self.head_dim else f" rd={self.rotary_dim}"
+        at = f" @{self.offset}" if self.offset else ""
+        dt = {"float32": "f32", "bfloat16": "bf16"}.get(self.dtype, self.dtype)
+        return f"{self.batch}x{self.heads}x{self.length}x{self.head_dim}{at} {dt} {self.layout[:5]}{part}"

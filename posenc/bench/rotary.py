@@ -17,27 +17,8 @@ from dataclasses import asdict, dataclass
 
 from posenc.bench.peers import (INPUT_LAYOUTS, NotApplicable, _flash_rotary, _hf_rotary, _hf_step, _liger_rotary,
                                 _ret_rotary)
-from posenc.bench.profiles import Profile
+from posenc.bench.profiles import Profile, RotaryCase
 from posenc.bench.timing import time_interleaved
-
-
-@dataclass(frozen=True)
-class RotaryCase:
-    batch: int
-    heads: int
-    length: int
-    head_dim: int
-    dtype: str
-    layout: str
-    rotary_dim: int
-    offset: int = 0  # positions are offset..offset+length-1
-
-    @property
-    def label(self) -> str:
-        part = "" if self.rotary_dim == self.head_dim else f" rd={self.rotary_dim}"
-        at = f" @{self.offset}" if self.offset else ""
-        dt = {"float32": "f32", "bfloat16": "bf16"}.get(self.dtype, self.dtype)
-        return f"{self.batch}x{self.heads}x{self.length}x{self.head_dim}{at} {dt} {self.layout[:5]}{part}"
 
 
 def rotary_cases(profile: Profile, device: str = "cpu") -> list[RotaryCase]:

@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from posenc.cli import CLIError
+from posenc.cli import CLIError, check_output_file
 
 
 def _device(value: str) -> str:
@@ -82,7 +82,7 @@ def bench(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise CLIError(f"--threads must be >= 1, got {args.threads}")
     if args.json is not None:  # fail now, not after minutes of benchmarking
-        path = Path(args.json)
+        path = Path(check_output_file("--json", args.json))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
     result = run(what, "quick" if args.quick else "full", threads=args.threads,

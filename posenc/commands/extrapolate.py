@@ -8,7 +8,7 @@ import codecs
 import os
 from pathlib import Path
 
-from posenc.cli import CLIError
+from posenc.cli import CLIError, check_output_file
 
 PROFILE_NAMES = ("smoke", "quick", "full")
 PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
@@ -37,7 +37,8 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
                         f"(default {default_profile})")
     p.add_argument("--scheme", action="append", metavar="SPEC", dest="schemes",
                    help="a scheme to run instead of the profile's list (repeatable): a name, name:key=value,... "
-                        "or a JSON file; sizes come from the model")
+                        "or a JSON file; sizes come from the model. A JSON list of SPECs is a per-layer pattern "
+                        "repeated over the attention blocks, e.g. '[\"rope\", \"nope_temperature\"]'")
     p.add_argument("--part", action="append", choices=PART_NAMES, dest="parts",
                    help="run only these parts (repeatable): lm, scaling, tasks, image (digits at larger grids), "
                         "time (frame rates and durations) (default: the profile's)")
@@ -100,6 +101,7 @@ def _results_file(path: str) -> str:
     """``extrapolate --out``: a file (created with its folder if needed), never a directory."""
     if os.path.isdir(path):
         raise CLIError(f"--out {path!r} is a directory; give a results file such as {os.path.join(path, 'results.jsonl')!r}")
+    check_output_file("--out", path)
     _make_folder("--out", os.path.dirname(path) or ".")
     return path
 
@@ -117,18 +119,31 @@ def _make_folder(flag: str, path: str) -> str:
     return path
 
 
-def _schemes(texts: list[str] | None) -> list[str] | None:
-    """``--scheme`` SPECs parsed and bounded before any work (sizes within ``posenc.limits``)."""
-    from posenc.limits import check_spec
-    from posenc.spec import parse_spec
+def _schemes(texts: list[str] | None, profile) -> list[str] | None:
+    """``--scheme`` SPECs (or per-layer patterns: a JSON list of SPECs) parsed, bounded (sizes within
+    ``posenc.limits``) and resolved for the profile's models (as the benchmark's plan resolves them)
+    before any work or any file."""
+    from posenc.extrapolate.model import layer_pattern
+    from posenc.extrapolate.plan import plan
+    from posenc.registry import check_limits
+    from posenc.spec import as_spec
 
     for text in texts or ():
-        check_spec(parse_spec(text))
+        try:
+            pattern = layer_pattern(text)
+            for item in [text] if pattern is None else pattern:
+                check_limits(as_spec(item))
+            plan(profile, [text], corpus_sha="", log=lambda message: None)
+        except (ValueError, TypeError) as e:
+            shown = text if len(text) < 60 else text[:57] + "..."
+            raise CLIError(f"--scheme {shown!r}: {e}") from None
     return texts
 
 
-def _run_kwargs(args: argparse.Namespace) -> dict:
-    return {"schemes": _schemes(args.schemes), "corpus": _corpus(args.corpus), "threads": _positive("--threads", args.threads),
+def _run_kwargs(args: argparse.Namespace, profile) -> dict:
+    """Every argument but ``--out``, checked (so that nothing is created for a run that cannot start)."""
+    return {"schemes": _schemes(args.schemes, profile), "corpus": _corpus(args.corpus),
+            "threads": _positive("--threads", args.threads),
             "jobs": _positive("--jobs", args.jobs) or "auto",
             "device": args.device, "progress": not args.no_progress}
 
@@ -137,8 +152,9 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
     from posenc.extrapolate.driver import run
 
     profile = _profile(args)
+    kwargs = _run_kwargs(args, profile)  # every other argument checked before --out's folder is created
     out = _results_file(args.out or f"extrapolate-{profile.name}.jsonl")
-    records = run(profile, results=out, **_run_kwargs(args))
+    records = run(profile, results=out, **kwargs)
     if records:
         print(f"{len(records)} results in {out}")
     return 0
@@ -148,7 +164,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from posenc.extrapolate.report import make_report
 
     profile = _profile(args)
-    path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run, **_run_kwargs(args))
+    kwargs = _run_kwargs(args, profile)  # every other argument checked before --out is created
+    path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run, **kwargs)
     if path is not None:
         print(f"report written to {path}")
     return 0

@@ -18,8 +18,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from posenc.cli import CLIError
-from posenc.limits import MAX_DIM, MAX_HEADS, MAX_LENGTH
+from posenc.cli import CLIError, check_output_file
+from posenc.limits import MAX_DIM, MAX_GRID, MAX_HEADS, MAX_LENGTH
 
 DEMOS = ("order",)
 SPEC_HELP = ("a scheme name, name:key=value,... (e.g. rope:base=500000,scaling=linear,factor=4) "
@@ -39,7 +39,6 @@ def _bounded_int(name: str, low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-MAX_GRID = 128
 
 
 def _pair(name: str, sep: str, high: int, *, low: int = 1) -> Callable[[str], tuple[int, int]]:
@@ -64,11 +63,17 @@ def _spec(text: str, args: argparse.Namespace) -> dict[str, Any]:
     Each size a scheme declares (``posenc.limits``) is bounded here, so a typo
     (``rope:head_dim=10000000``, ``fire:hidden=100000000``) is one line, not an out-of-memory kill.
     """
-    from posenc.limits import check_spec
+    from posenc.registry import build, check_limits
     from posenc.spec import fill_sizes, parse_spec
 
-    spec = fill_sizes(parse_spec(text), dim=args.dim, num_heads=args.heads, length=args.length)
-    check_spec(spec)
+    try:
+        spec = fill_sizes(parse_spec(text), dim=args.dim, num_heads=args.heads, length=args.length)
+        check_limits(spec)
+        build(spec)  # its values checked here, so that their errors name the SPEC (sizes are bounded above)
+    except (ValueError, TypeError) as e:  # the SPEC argument named, as a flag is in its errors
+        message = str(e)
+        shown = text if len(text) < 60 else text[:57] + "..."
+        raise CLIError(message if message.startswith("SPEC") else f"SPEC {shown!r}: {message}") from None
     return spec
 
 
@@ -108,7 +113,9 @@ def _plot_path(path: str | None) -> str | None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"--plot: folder {folder!r} does not exist")
-    return path
+    if os.path.isdir(path):
+        raise CLIError(f"--plot {path!r} is a directory; give a file path")
+    return check_output_file("--plot", path)
 
 
 def _save(make: Callable[[], Any], path: str) -> None:

@@ -88,7 +88,7 @@ class Learned(AdditiveEncoding):
     def resized(self, new_grid: list[int], *, mode: str = "bicubic") -> "Learned":
         """A copy of this grid table interpolated to ``new_grid`` (``posenc.interop.resize_grid``,
         equal to transformers' ViT ``interpolate_pos_encoding``)."""
-        from posenc.interop import resize_grid
+        from posenc.interop.grid import resize_grid
 
         if self.grid is None:
             raise ValueError("resized() needs a grid table: build it with grid=[H, W]")

@@ -71,21 +71,47 @@ class MRoPE(RoPE):
     def reference(self, x, positions, *, role: str | None = None):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
         pos = ref.positions_array("positions", positions, axes=AXES, real=True, scheme="mrope")
-        freq = self.scaling.at(int(pos.max()) + 1 if pos.size else 0)
+        freq = self.scaling.exact_at(int(pos.max()) + 1 if pos.size else 0)
         return ref.mrope(x, pos, freq, self.axis_of_pair.cpu().numpy(), layout=self.layout,
                          attention_factor=self.attention_factor)
 
 
-def mrope_positions(segments: list[dict[str, Any]], *, offset: int = 0) -> torch.Tensor:
+def mrope_positions(segments: list[dict[str, Any]], *, offset: int = 0, time_dtype: str = "float64") -> torch.Tensor:
     """``[L, 3]`` int64 positions ``(t, h, w)`` of a sequence of text, image and video segments.
 
     ``segments`` is a list of ``{"text": n}``, ``{"image": [h, w]}`` and
     ``{"video": [t, h, w], "time_interval": 1.0}`` (sizes in tokens after any patch merge); the
     first segment starts at ``offset``. Text advances all three axes; a vision block takes
     ``(⌊i·time_interval⌋, row, col)`` offset by the current position; the next segment starts one
-    past the block's largest position. This equals transformers' Qwen2-VL ``get_rope_index`` for
-    text, images and videos no longer in time than in space; for longer videos transformers 5
-    advances by ``max(h, w)`` only (reusing positions), and posenc keeps transformers 4's and the
-    original Qwen2-VL's rule, one past the largest position. Details: ``posenc.reference.mrope_positions``.
+    past the block's largest position. Every position is at most 2^53 (checked before anything is
+    allocated, so nothing wraps in int64).
+
+    ``time_dtype``: ``"float64"`` (default) rounds ``i·time_interval`` once, in float64, the
+    product as written; ``"float32"`` rounds it as transformers' ``get_rope_index`` does (torch
+    multiplies ``arange(t)`` by the interval in float32, then truncates). For Qwen2.5-VL pass
+    ``time_interval = tokens_per_second * second_per_grid_ts[i]``, as a Python float or as the
+    processor's float32 tensor (a one-element tensor is read exactly): with ``time_dtype="float32"``
+    the positions then equal transformers' in both cases. The default stays float64 because it is
+    the formula's value (and posenc's since its first release); the two differ by one at some frames
+    of some intervals (25 and 50 fps at ``tokens_per_second`` 5, 9, 10, ...).
+
+    This equals transformers' Qwen2-VL ``get_rope_index`` for text, images and videos no longer in
+    time than in space; for longer videos transformers 5 advances by ``max(h, w)`` only (reusing
+    positions), and posenc keeps transformers 4's and the original Qwen2-VL's rule, one past the
+    largest position. Details: ``posenc.reference.mrope_positions``.
     """
-    return torch.from_numpy(ref.mrope_positions(segments, offset=check_int("offset", offset, min=0)))
+    return torch.from_numpy(ref.mrope_positions(_plain_intervals(segments), offset=offset, time_dtype=time_dtype))
+
+
+def _plain_intervals(segments: Any) -> Any:
+    """Segments whose ``time_interval`` is a one-element floating tensor (the processor's
+    ``second_per_grid_ts`` times ``tokens_per_second``) with that value as an exact Python float."""
+    if not isinstance(segments, (list, tuple)):
+        return segments
+    out = []
+    for seg in segments:
+        value = seg.get("time_interval") if isinstance(seg, dict) else None
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
+            seg = {**seg, "time_interval": float(value.item())}
+        out.append(seg)
+    return out

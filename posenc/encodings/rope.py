@@ -8,21 +8,24 @@ only on relative position:
 Long-context scalings (``scaling={"type": ...}``) only change the float64 frequencies θ and an
 attention factor; see ``posenc.scaling``.
 
-**Exact angles.** Angles come from ``posenc.rotary.angles``: ``m·θ_i`` reduced mod 2π exactly
-(the position split in 21-bit chunks, ``2^(21j)·θ_i mod 2π`` reduced once per frequency) in float64,
-and only then passed to cos/sin and cast, so cos and sin are within 1e-6 of a 40-digit reference
-at every integer position up to 2^40 and beyond in float32 (the plain float64 product drifts past
-2^24: 6e-5 at 2^40; transformers' float32 angles are off by 2e-3 at 32k), and a bfloat16 or
+**Exact angles.** Each frequency is a double-double ``inv_freq + inv_freq_lo``, the true
+``θ_i = base^(−2i/d)`` (and its scaled form, see ``posenc.scaling``) to 2^-106, computed once at
+build from ``base`` and ``i`` with 40 digits. Angles come from ``posenc.rotary.angles``: ``m·θ_i``
+reduced mod 2π exactly (the position split in 21-bit chunks, ``2^(21j)·θ_i mod 2π`` reduced once
+per frequency) in float64, and only then passed to cos/sin and cast, so cos and sin are within
+1e-8 of a 50-digit reference computed from ``base`` and ``i`` at every integer or real position
+below 2^63 (tests/test_angles.py; float64 θ alone is off by 0.3 at 2^53, transformers' float32
+angles by 2e-3 at 32k). Real positions at or above 2^63 are refused (ValueError). A bfloat16 or
 float16 input never changes which position is used.
 
 **Tables.** Outside ``torch.compile``, cos/sin tables are cached per (frequencies, device,
 dtype, scale) and grown by powers of two up to ``TABLE_MAX_ELEMENTS`` entries; past that, and
 under ``torch.compile``, they are computed directly. Both paths give the same values.
-``.to()``/``.cuda()`` drop the tables; the float64 frequencies stay float64. A decoding step
-rotates q and then k at the same positions: a second call with the same positions tensor (same
-object, unmodified: its version counter; at most ``REUSE_MAX_POSITIONS`` positions, static
-frequencies, not an inference tensor) reuses the first call's cos/sin, as transformers computes
-them once per step for q and k.
+``.to()``/``.cuda()`` drop the tables; the float64 frequencies stay float64. Nothing is cached
+per positions tensor: every call reads its positions' values (a tensor can change without torch
+seeing it: memory shared with NumPy, a write through ``.data``). A decoding step (one integer
+position) keeps the last step's table rows keyed on the position's value, so q and then k look
+the table up once.
 
 **Length-dependent scalings and the KV cache** (``dynamic``, ``longrope``). Their frequencies
 depend on a sequence length ``L``. The module keeps ``seen_length``, the largest ``max(position)
@@ -50,7 +53,11 @@ rotates its own contiguous slice of ``axes_dims[a]`` dims (default: an equal spl
 ``rotary_dim``) with its own spectrum ``base^(−2i/axes_dims[a])`` in the module's layout, i.e. a 1D
 rope of head_dim ``axes_dims[a]`` on that slice, so ``q·k`` depends only on the per-axis position
 differences. Angles come from ``posenc.rotary.angles`` with each pair's axis (``axis_of_pair``);
-the cached table is shared by the axes. Axial rope takes no scaling.
+the cached table is shared by the axes. Axial rope takes no scaling. The "half" layout pairs
+``(k, k + axes_dims[a]/2)`` inside axis ``a``'s slice; timm's ``apply_rot_embed_cat(half=True)``
+pairs ``(i, i + D/2)`` across the whole head (dims in quarters: row first, column first, row
+second, column second), so with two equal axes swap the second and third quarters of q and k to
+go from one to the other; "interleaved" (timm's default, EVA-02) is the same pairing in both.
 
 **Real positions** (floating point) are rotated by their exact angles, without the table.
 
@@ -75,7 +82,6 @@ from posenc.limits import Axes, Dim, check_memory
 ROLES = RotaryEncoding.ROLES
 TABLE_MIN_POSITIONS = 256
 TABLE_MAX_ELEMENTS = 1 << 22  # per table (cos or sin): 16 MB in float32
-REUSE_MAX_POSITIONS = 1024  # the last call's cos/sin are kept for the next call up to this many positions
 
 
 def check_axes_dims(axes_dims: Any, axes: int, rotary_dim: int | None, head_dim: int) -> list[int]:
@@ -131,25 +137,27 @@ class RoPE(RotaryEncoding):
         if self.axes > 1 and scaling is not None:
             raise ValueError(f"scaling applies to one-axis rope; axial rope (axes={self.axes}) takes scaling=None, "
                              f"got scaling={scaling!r}")
-        if self.axes_dims is None:
-            base_freq = ref.rope_inv_freq(self.rotary_dim, self.base)
-            axis_of_pair = None
-        else:  # axis a: a 1D rope of head_dim axes_dims[a] on its own slice
-            base_freq = np.concatenate([ref.rope_inv_freq(d, self.base) for d in self.axes_dims])
-            axis_of_pair = torch.cat([torch.full((d // 2,), a) for a, d in enumerate(self.axes_dims)])
+        dims = [self.rotary_dim] if self.axes_dims is None else self.axes_dims  # axis a: a 1D rope of axes_dims[a]
+        base_freq = np.concatenate([ref.rope_inv_freq(d, self.base) for d in dims])
+        exact = np.concatenate([ref.rope_inv_freq_exact(d, self.base) for d in dims])  # θ to 40 digits
+        axis_of_pair = None if self.axes_dims is None else torch.cat(
+            [torch.full((d // 2,), a) for a, d in enumerate(self.axes_dims)])
         self.register_buffer("axis_of_pair", axis_of_pair, persistent=False)
-        self.scaling = _scaling.resolve(scaling, base_freq, head_dim=self.head_dim, base=self.base)
+        self.scaling = _scaling.resolve(scaling, base_freq, head_dim=self.head_dim, base=self.base, exact=exact)
         self.register_float64("inv_freq", torch.from_numpy(self.scaling.inv_freq))
+        self.register_float64("inv_freq_lo", torch.from_numpy(self.scaling.inv_freq_lo))  # θ = inv_freq + lo
         rule = self.scaling.by_length
         if rule is not None:
             self.register_float64("_long_freq", torch.from_numpy(np.asarray(rule.long)))
+            long_lo = np.zeros(len(rule.long)) if rule.long_lo is None else rule.long_lo
+            self.register_float64("_long_freq_lo", torch.from_numpy(np.asarray(long_lo, dtype=np.float64)))
             exponent = np.zeros(len(rule.long)) if rule.exponent is None else rule.exponent
             self.register_float64("_length_exponent", torch.from_numpy(np.asarray(exponent, dtype=np.float64)))
             self.register_buffer("_seen_length", torch.zeros((), dtype=torch.int64), persistent=False)
         if self.scaling.decay is not None:
             self.register_float64("_decay", torch.from_numpy(self.scaling.decay))
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._last: tuple | None = None  # (positions, its version, dtype, scale, device, cos, sin)
+        self._row: tuple | None = None  # (position value, dtype, scale, device, cos, sin): see _cos_sin
 
     # -- frequencies ----------------------------------------------------------------------------
     @property
@@ -184,25 +192,31 @@ class RoPE(RotaryEncoding):
             long = long * s ** self._length_exponent
         return torch.where(length > rule.switch, long, self.inv_freq)
 
-    def _observe(self, positions: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """The frequencies for a call at ``positions``, and a key naming them for the table cache
-        (None when they are not worth caching). Raises ``seen_length`` to cover ``positions``."""
+    def _frequencies_lo_at(self, length: torch.Tensor) -> torch.Tensor:
+        """The low halves of ``_frequencies_at(length)`` (zeros past the switch for ``dynamic``)."""
+        return torch.where(length > self.scaling.by_length.switch, self._long_freq_lo, self.inv_freq_lo)
+
+    def _observe(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """The frequencies for a call at ``positions`` (``hi``, ``lo``), and a key naming them for
+        the table cache (None when they are not worth caching). Raises ``seen_length`` to cover
+        ``positions``."""
         rule = self.scaling.by_length
         if rule is None:
-            return self.inv_freq, "static"
+            return self.inv_freq, self.inv_freq_lo, "static"
         if positions.numel():
             if (not torch.compiler.is_compiling() and self._seen_length.is_inference()
                     and not torch.is_inference_mode_enabled()):  # built under inference_mode, used outside it
                 self._seen_length = self._seen_length.clone()  # an ordinary tensor from now on
-            needed = positions.max().to(device=self._seen_length.device, dtype=torch.int64) + 1
+            top = positions.max().to(device=self._seen_length.device, dtype=torch.int64)
+            needed = top.clamp(max=(1 << 63) - 2) + 1  # a position of 2^63 − 1: L = 2^63 − 1, not a wrap
             self._seen_length.copy_(torch.maximum(self._seen_length, needed))
-        freq = self._frequencies_at(self._seen_length)
+        freq, lo = self._frequencies_at(self._seen_length), self._frequencies_lo_at(self._seen_length)
         if torch.compiler.is_compiling():
-            return freq, None
+            return freq, lo, None
         length = int(self._seen_length)
         if length <= rule.switch:
-            return freq, "short"
-        return freq, ("long" if rule.exponent is None else None)
+            return freq, lo, "short"
+        return freq, lo, ("long" if rule.exponent is None else None)
 
     def observe(self, positions: torch.Tensor) -> None:
         """Raises ``seen_length`` to cover ``positions`` and rotates nothing (a no-op for static
@@ -213,45 +227,49 @@ class RoPE(RotaryEncoding):
 
     # -- cos and sin ----------------------------------------------------------------------------
     def _apply(self, fn, recurse=True):  # .to()/.cuda()/.half(): the tables are rebuilt on use
-        self._tables, self._last = {}, None
+        self._tables, self._row = {}, None
         return super()._apply(fn, recurse)
 
     def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, scale: float,
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[..., L, R]`` cos and sin at checked positions (``[..., L]`` or ``[..., L, A]``): the
-        last call's when it had the same positions tensor (see the module docstring), else from the
-        cached table for integer positions, else computed."""
-        reusable = (not torch.compiler.is_compiling() and self.scaling.by_length is None
-                    and positions.numel() <= REUSE_MAX_POSITIONS and not positions.is_inference())
-        last = self._last
-        if (reusable and last is not None and last[0] is positions and last[1] == positions._version
-                and last[2] == dtype and last[3] == scale and last[4] == device):
-            return last[5], last[6]
-        cos, sin = self._cos_sin_new(positions, dtype, scale, device, views=True)
-        self._last = (positions, positions._version, dtype, scale, device, cos, sin) if reusable else None
-        return cos, sin
+        """``[..., L, R]`` cos and sin at checked positions (``[..., L]`` or ``[..., L, A]``), read-only:
+        possibly views of the cached table.
+
+        One integer position (a decoding step, static frequencies): the last such call's table rows
+        are kept with the position's value, so q then k at one step look the table up once. The key
+        is the value read from the tensor at every call, never the tensor's identity or version."""
+        if (self.scaling.by_length is None and positions.dim() == 1 and positions.numel() == 1
+                and not positions.is_floating_point() and not torch.compiler.is_compiling()):
+            top, row = int(positions.item()), self._row
+            if row is not None and row[0] == top and row[1] == dtype and row[2] == scale and row[3] == device:
+                return row[4], row[5]
+            cos, sin = self._cos_sin_new(positions, dtype, scale, device, views=True)
+            self._row = (top, dtype, scale, device, cos, sin)
+            return cos, sin
+        return self._cos_sin_new(positions, dtype, scale, device, views=True)
 
     def _cos_sin_new(self, positions: torch.Tensor, dtype: torch.dtype, scale: float, device: torch.device, *,
                      views: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin computed or read from the table: new tensors, or with ``views`` (read-only
         callers) possibly views of the cached table."""
         positions = positions.to(device)
-        freq, key = self._observe(positions)
-        freq = freq.to(device)
+        freq, lo, key = self._observe(positions)
+        if freq.device != device:
+            freq, lo = freq.to(device), lo.to(device)
         axis_of_pair = self.axis_of_pair
         if (key is None or torch.compiler.is_compiling() or positions.numel() == 0
                 or positions.is_floating_point()):  # real positions have no table row
-            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair)
+            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo)
         top = int(positions.item() if positions.numel() == 1 else positions.max())
         width = freq.shape[0]
         if (top + 1) * width > TABLE_MAX_ELEMENTS:
-            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair)
+            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo)
         key = (key, device, dtype, scale)
         table = self._tables.get(key)
         if table is None or table[0].shape[0] <= top:
             n = max(TABLE_MIN_POSITIONS, 1 << top.bit_length())  # a power of two > top
             n = max(top + 1, min(n, TABLE_MAX_ELEMENTS // width))
-            table = angles_cos_sin(torch.arange(n, device=device), freq, dtype, scale)  # (n, R) each
+            table = angles_cos_sin(torch.arange(n, device=device), freq, dtype, scale, inv_freq_lo=lo)  # (n, R) each
             self._tables[key] = table
         if axis_of_pair is None:
             if views and positions.numel() == 1 and positions.dim() == 1:  # a decoding step: the table's row, no gather
@@ -324,7 +342,7 @@ class RoPE(RotaryEncoding):
         pos = np.asarray(positions)
         if self.axes_dims is not None:
             return ref.rope_axial(x, positions, self.axes_dims, self.base, layout=self.layout)
-        freq = self.scaling.at(int(pos.max()) + 1 if pos.size else 0)
+        freq = self.scaling.exact_at(int(pos.max()) + 1 if pos.size else 0)
         out = ref.rope(x, positions, freq, layout=self.layout, attention_factor=self.attention_factor)
         if self.scaling.decay is not None:
             check_choice("role", role, ("query", "key"))

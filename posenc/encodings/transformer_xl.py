@@ -16,7 +16,8 @@ for sin and cos), the angle-difference identities give
 
 i.e. the pairs ``(c, −s)`` rotated by ``ω i`` (``posenc.rotary.apply_rotary``) dotted with
 ``(cos ω j, sin ω j)``: one ``[Lq, d_r] @ [d_r, Lk]`` matmul. The angles of the absolute positions
-are float64 (``angles_cos_sin``), so cos and sin are exact to float32 rounding up to ~10^9.
+are float64 (``angles_cos_sin``) of the double-double θ, so cos and sin are exact to float32
+rounding at every position below 2^63.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from torch import nn
 
 from posenc import reference as ref
 from posenc._validate import check_float, check_int
+from posenc.reference.positions import exact_inv_freq, exact_split
 from posenc.registry import register
 from posenc.rotary import angles_cos_sin, apply_rotary
 from posenc.encodings._base import RelativeEncoding, to_numpy as _numpy
@@ -50,7 +52,10 @@ class TransformerXL(RelativeEncoding):
         check_memory("head_dim", self.head_dim, self.num_heads * self.head_dim * (self.d_r + 2),
                      what=f"its projection W_R of num_heads × head_dim × num_heads·head_dim = "
                           f"{self.num_heads} × {self.head_dim} × {self.d_r}")
-        self.register_float64("inv_freq", torch.from_numpy(ref.sinusoidal_inv_freq(self.d_r, self.base)))
+        ref.sinusoidal_inv_freq(self.d_r, self.base)  # checks
+        hi, lo = exact_split(exact_inv_freq(self.d_r, self.base))  # θ = hi + lo to 2^-106
+        self.register_float64("inv_freq", torch.from_numpy(hi))
+        self.register_float64("inv_freq_lo", torch.from_numpy(lo))
         self.w_r = nn.Parameter(torch.randn(self.num_heads, self.head_dim, self.d_r) / math.sqrt(self.d_r))
         self.u = nn.Parameter(torch.randn(self.num_heads, self.head_dim))  # (H, D)
         self.v = nn.Parameter(torch.randn(self.num_heads, self.head_dim))  # (H, D)
@@ -67,8 +72,8 @@ class TransformerXL(RelativeEncoding):
         w_r, u, v = self.w_r.to(work), self.u.to(work), self.v.to(work)
         g = torch.einsum("bhqd,hdr->bhqr", q + v.unsqueeze(-2), w_r)  # (B, H, Lq, d_r): (q_i + v) W_R
         pairs = torch.cat((g[..., 1::2], -g[..., 0::2]), dim=-1)  # (c | −s): frequency f pairs f and f + d_r/2
-        cos_q, sin_q = angles_cos_sin(q_positions, self.inv_freq, work)  # (..., Lq, d_r/2)
-        cos_k, sin_k = angles_cos_sin(k_positions, self.inv_freq, work)  # (..., Lk, d_r/2)
+        cos_q, sin_q = angles_cos_sin(q_positions, self.inv_freq, work, inv_freq_lo=self.inv_freq_lo)  # (..., Lq, d_r/2)
+        cos_k, sin_k = angles_cos_sin(k_positions, self.inv_freq, work, inv_freq_lo=self.inv_freq_lo)  # (..., Lk, d_r/2)
         if cos_q.dim() == 3:
             cos_q, sin_q = cos_q.unsqueeze(1), sin_q.unsqueeze(1)  # (B, 1, Lq, d_r/2)
         rotated = apply_rotary(pairs, cos_q, sin_q, layout="half")  # (B, H, Lq, d_r)

@@ -74,8 +74,7 @@ def schema() -> dict[str, Any]:
 
     from posenc import demo, registry, scaling
     from posenc.analysis import FINGERPRINT_RTOL, GRID_QUANTITY
-    from posenc.commands.inspect import MAX_GRID
-    from posenc.limits import MAX_CELLS, MAX_DIM, MAX_FIT_WORK, MAX_HEADS, MAX_LENGTH, MAX_PAIR_WORK
+    from posenc.limits import MAX_CELLS, MAX_DIM, MAX_FIT_WORK, MAX_GRID, MAX_HEADS, MAX_LENGTH, MAX_PAIR_WORK
     from posenc.spec import SIZE_PARAMS
 
     schemes = {}

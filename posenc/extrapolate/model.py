@@ -18,11 +18,21 @@ et al. 2024, arXiv:2403.19887). The positional scheme acts in the remaining atte
 state carries order by construction. The ssm block comes first, so the first attention block
 already reads order-aware features, as in Jamba, where Mamba layers precede attention.
 
+**Per-layer patterns** (``layer_pattern``): ``pe_spec`` may be a list of specs that repeats over
+the attention blocks, as Llama 4 puts RoPE in three layers of four and NoPE with its query
+temperature in the fourth: ``["rope", "rope", "rope", "nope_temperature"]``; ``{"scheme":
+"layers", "pattern": [...]}`` is the same pattern as a spec (what a run records). The number of
+attention blocks must be a multiple of the pattern's length; each entry's module is shared by the
+blocks that entry falls on (one per block with ``pe_per_layer``), and an additive entry is added
+before its own blocks.
+
 Notation used for tensor shapes: B batch, L length, C = n_embd, H heads, D = C // H.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +46,9 @@ from posenc.positions import text_positions
 from posenc.ssm import DiagonalSSM
 
 ARCHS = ("transformer", "hybrid")
+LAYERS = "layers"
+"""The ``scheme`` of a per-layer pattern's spec: ``{"scheme": "layers", "pattern": [spec, ...]}``."""
+MAX_PATTERN = 64  # entries in a per-layer pattern (a pattern repeats; 64 covers any model here)
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,63 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in a per-layer pattern (numbers must be finite)")
+
+
+def layer_pattern(value: Any) -> list[Any] | None:
+    """The entries of a per-layer pattern, or None when ``value`` names one scheme.
+
+    A pattern is a JSON list of SPECs (``'["rope", "rope", "rope", "nope_temperature:floor_scale=64"]'``,
+    as ``--scheme`` takes it), that list itself, or ``{"scheme": "layers", "pattern": [...]}`` (a
+    dict or its JSON text). Entries are SPEC strings or spec dicts, never patterns; parsed with
+    ``json.loads`` only (finite numbers), and anything else raises ValueError/TypeError.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith(("[", "{")):
+            return None
+        try:
+            parsed = json.loads(text, parse_constant=_no_constant)
+        except json.JSONDecodeError as e:
+            if text.startswith("{"):
+                return None  # a JSON SPEC: posenc.spec says what is wrong with it
+            raise ValueError(f"per-layer pattern {text[:80]!r} is not valid JSON ({e.msg} at character {e.pos}); "
+                             'write it as a JSON list of SPECs, e.g. ["rope", "rope", "rope", "nope_temperature"]') from None
+        if isinstance(parsed, Mapping) and parsed.get("scheme") != LAYERS:
+            return None
+        value = parsed
+    if isinstance(value, Mapping):
+        if value.get("scheme") != LAYERS:
+            return None
+        extra = sorted(set(value) - {"scheme", "pattern"})
+        if extra or "pattern" not in value:
+            raise ValueError(f"a {LAYERS!r} spec has exactly the keys 'scheme' and 'pattern' (a list of SPECs); "
+                             f"got keys {sorted(value)}")
+        value = value["pattern"]
+    if not isinstance(value, (list, tuple)):
+        return None
+    if not 1 <= len(value) <= MAX_PATTERN:
+        raise ValueError(f"a per-layer pattern has 1 to {MAX_PATTERN} entries, got {len(value)}")
+    for i, entry in enumerate(value):
+        if not isinstance(entry, (str, Mapping)):
+            raise TypeError(f"pattern[{i}] must be a SPEC string or a spec dict, got {entry!r} ({type(entry).__name__})")
+        if (entry.get("scheme") == LAYERS if isinstance(entry, Mapping) else entry.strip().startswith("[")):
+            raise ValueError(f"pattern[{i}] is itself a pattern; a per-layer pattern lists schemes")
+    return list(value)
+
+
+def pattern_label(labels: list[str]) -> str:
+    """``["rope", "rope", "rope", "nope_temperature"]`` -> ``"layers: rope x3, nope_temperature"``."""
+    runs: list[list[Any]] = []
+    for label in labels:
+        if runs and runs[-1][0] == label:
+            runs[-1][1] += 1
+        else:
+            runs.append([label, 1])
+    return f"{LAYERS}: " + ", ".join(label if n == 1 else f"{label} x{n}" for label, n in runs)
 
 
 def build_pe(pe_spec: Any, cfg: GPTConfig) -> nn.Module:
@@ -86,7 +156,7 @@ class CausalSelfAttention(nn.Module):
         b, length, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)  # 3 x (B, L, C)
         q, k, v = (t.view(b, length, self.n_head, c // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
-        use = pe if pe is not None and pe.kind not in ("additive", "none") else None
+        use = pe if pe is not None and (pe.kind not in ("additive", "none") or hasattr(pe, "query_scale")) else None
         # "chunked" bounds memory at long lengths and equals "materialize" when the map is small;
         # it never needs torch.compile (FlexAttention), so evaluation runs anywhere.
         where = positions if use is not None else None  # additive/none: attention needs no positions
@@ -139,7 +209,7 @@ class SSMBlock(nn.Module):
 
 class TinyGPT(nn.Module):
     """Decoder-only transformer (or, ``arch="hybrid"``, attention and ssm blocks in turn);
-    ``pe_spec`` is any spec ``posenc.build`` accepts."""
+    ``pe_spec`` is any spec ``posenc.build`` accepts, or a per-layer pattern (``layer_pattern``)."""
 
     def __init__(self, cfg: GPTConfig, pe_spec: Any, *, arch: str = "transformer") -> None:
         super().__init__()
@@ -163,17 +233,27 @@ class TinyGPT(nn.Module):
         Used to apply a RoPE scaling to a trained RoPE model: RoPE has no learned parameters, so
         swapping in ``{**spec, "scaling": {...}}`` changes only the frequencies.
         """
-        count = len(self._slot) if self.cfg.pe_per_layer else 1  # attention blocks only
-        pes = [build_pe(pe_spec, self.cfg) for _ in range(count)]
+        pattern = layer_pattern(pe_spec)
+        specs = [pe_spec] if pattern is None else pattern
+        blocks = len(self._slot)  # attention blocks only
+        if blocks % len(specs):
+            raise ValueError(f"a per-layer pattern of {len(specs)} entries needs a multiple of {len(specs)} attention "
+                             f"blocks; this model has {blocks} (n_layer={self.cfg.n_layer}, arch={self.arch!r})")
+        count = blocks if self.cfg.pe_per_layer else len(specs)
+        pes = [build_pe(specs[i % len(specs)], self.cfg) for i in range(count)]
         device = self.lm_head.weight.device
         self.pes = nn.ModuleList(p.to(device) for p in pes)
+        self.pattern = None if pattern is None else len(specs)  # the pattern's period, or None for one scheme
 
     @property
     def pe_spec(self) -> dict[str, Any]:
+        if self.pattern is not None:
+            return {"scheme": LAYERS, "pattern": [p.spec for p in self.pes[:self.pattern]]}
         return self.pes[0].spec
 
     def _pe(self, layer: int) -> nn.Module:
-        return self.pes[self._slot[layer] if self.cfg.pe_per_layer else 0]
+        """The pe of block ``layer``: its own (per layer), its pattern entry's, or the one shared."""
+        return self.pes[self._slot[layer] % len(self.pes)]
 
     # -- forward ----------------------------------------------------------------------------
     def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -183,7 +263,7 @@ class TinyGPT(nn.Module):
             positions = torch.arange(length, device=idx.device)
         x = self.tok_emb(idx)  # (B, L, C)
         one_axis = positions
-        per_layer = self.cfg.pe_per_layer
+        per_layer = self.cfg.pe_per_layer or self.pattern is not None
         # An additive pe is added to the embeddings once (shared), or before each attention block (per layer).
         if not per_layer and self.pes[0].kind == "additive":
             x = x + self.pes[0](text_positions(one_axis, getattr(self.pes[0], "axes", 1))).to(x.dtype)  # (B, L, C)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from posenc import registry
-from posenc.extrapolate.model import GPTConfig, build_pe
+from posenc.extrapolate.model import LAYERS, GPTConfig, build_pe, layer_pattern, pattern_label
 from posenc.extrapolate.profiles import Profile
 
 Log = Callable[[str], None]
@@ -35,7 +35,8 @@ Log = Callable[[str], None]
 # -- schemes -----------------------------------------------------------------------------------
 
 def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions: int) -> tuple[str, dict[str, Any]]:
-    """A SPEC (name, ``name:k=v,...``, JSON) as ``(label, full spec)`` sized for the model.
+    """A SPEC (name, ``name:k=v,...``, JSON) as ``(label, full spec)`` sized for the model; a
+    per-layer pattern (``model.layer_pattern``) as ``{"scheme": "layers", "pattern": [full specs]}``.
 
     Sizes the spec leaves out come from the model (``d_model``, ``head_dim``, ``num_heads``) and
     the longest training sequence (``max_positions``); a bias with a ``bidirectional`` switch
@@ -43,6 +44,13 @@ def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions:
     """
     from posenc import spec as S
 
+    pattern = layer_pattern(text)
+    if pattern is not None:  # a spec per attention block, repeated: each entry resolved as a scheme
+        if cfg.n_layer % len(pattern):
+            raise ValueError(f"a per-layer pattern of {len(pattern)} entries needs n_layer to be a multiple of "
+                             f"{len(pattern)}; the model has n_layer={cfg.n_layer}")
+        entries = [resolve_scheme(entry, cfg, max_positions=max_positions) for entry in pattern]
+        return pattern_label([lab for lab, _ in entries]), {"scheme": LAYERS, "pattern": [sp for _, sp in entries]}
     given = S.as_spec(text)
     filled = S.fill_sizes(given, dim=cfg.n_embd, num_heads=cfg.n_head, length=max_positions,
                           head_dim=cfg.head_dim)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import posenc
-from posenc.extrapolate.model import Block, GPTConfig
+from posenc.extrapolate.model import LAYERS, Block, GPTConfig, layer_pattern, pattern_label
 from posenc.extrapolate.profiles import TrainConfig
 from posenc.extrapolate.stack import Stack, stacks, train_stack
 from posenc.extrapolate.train import learning_rate
@@ -99,6 +99,14 @@ def fit_classifiers(models: list[nn.Module], cfg: TrainConfig, next_batches: lis
                        schedule=lambda step: learning_rate(step, cfg, cfg.lr))
 
 
+def pattern_cannot(text: Any, part: str) -> tuple[str, dict[str, Any], str]:
+    """A per-layer pattern's item in the image and time parts: recorded as "cannot run"."""
+    pattern = layer_pattern(text)
+    labels = [p.strip() if isinstance(p, str) else str(p.get("scheme")) for p in pattern]
+    return (pattern_label(labels), {"scheme": LAYERS, "pattern": pattern},
+            f"cannot: a per-layer pattern runs in the lm, scaling and tasks parts, not {part}")
+
+
 @torch.no_grad()
 def right_or_wrong(model: SetTransformer, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor,
                    pe: nn.Module | None = None, batch: int = 128) -> list[int]:
@@ -116,4 +124,4 @@ def accuracy_row(correct: list[int], **where: Any) -> dict[str, Any]:
             "bits": "".join(map(str, correct))}  # per example, for paired tests across schemes
 
 
-__all__ = ["SetTransformer", "fit_classifier", "fit_classifiers", "right_or_wrong", "accuracy_row"]
+__all__ = ["SetTransformer", "fit_classifier", "fit_classifiers", "pattern_cannot", "right_or_wrong", "accuracy_row"]

@@ -2,8 +2,11 @@
 
 - ``from_hf(config)``: the posenc rotary module that reproduces a transformers model's RoPE;
   ``HFRotaryEmbedding(rope)`` puts it back into a transformers model.
-- ``resize_grid(weight, old_grid, new_grid, *, extra_tokens=0, mode="bicubic")``: a learned grid
-  table resized to another grid, as transformers' ViT ``interpolate_pos_encoding``;
+- ``resize_grid(weight, old_grid, new_grid, *, extra_tokens=0, mode="bicubic", antialias=False)``: a
+  learned grid table resized to another grid, as transformers' ViT ``interpolate_pos_encoding``
+  (``antialias=True``: as timm's ``resample_abs_pos_embed``);
+- ``deberta_from_hf(layer, rel_embeddings)``: the ``deberta`` module of a transformers DeBERTa-v2/v3
+  attention layer (its relative embeddings and position projections);
 - ``interleaved_to_half`` / ``half_to_interleaved``: permute q/k projection weights between
   Meta's interleaved pairs and transformers' half layout.
 
@@ -12,9 +15,31 @@ transformers is never imported here: ``from_hf`` reads the config's attributes (
 
 from __future__ import annotations
 
-from posenc.interop.hf import HFRotaryEmbedding, from_hf, hf_rope_spec
-from posenc.interop.grid import resize_grid
-from posenc.interop.layout import half_to_interleaved, interleaved_to_half
+import importlib
+from typing import Any
 
-__all__ = ["from_hf", "hf_rope_spec", "HFRotaryEmbedding", "interleaved_to_half", "half_to_interleaved",
-           "resize_grid"]
+# name -> the module that defines it, imported on first use: ``posenc.interop.grid`` (a torch
+# table, below the registry) imports without ``posenc.interop.hf`` (which builds through it).
+_LAZY = {
+    "from_hf": "posenc.interop.hf",
+    "hf_rope_spec": "posenc.interop.hf",
+    "HFRotaryEmbedding": "posenc.interop.hf",
+    "interleaved_to_half": "posenc.interop.layout",
+    "half_to_interleaved": "posenc.interop.layout",
+    "resize_grid": "posenc.interop.grid",
+    "deberta_from_hf": "posenc.interop.deberta",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'posenc.interop' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

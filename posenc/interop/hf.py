@@ -234,9 +234,9 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str = "half")
     ``partial_rotary_factor`` is honoured as transformers' scaled rope types and partial-rotary
     models (GPT-NeoX, Phi, StableLM) honour it; Llama's own default RoPE ignores it.
     """
-    import posenc
+    from posenc.registry import build
 
-    return posenc.build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
+    return build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
 
 
 class HFRotaryEmbedding(nn.Module):

@@ -12,7 +12,7 @@ from posenc.reference.attention import attention, softmax
 from posenc.reference.sinusoidal import sinusoidal, sinusoidal_inv_freq
 from posenc.reference.learned import learned
 from posenc.reference.positions import angles, grid_positions, positions_array
-from posenc.reference.rope import rope, rope_angles, rope_axial, rope_inv_freq, rotate_pairs_index
+from posenc.reference.rope import rope, rope_angles, rope_axial, rope_inv_freq, rope_inv_freq_exact, rotate_pairs_index
 from posenc.reference.alibi import alibi, alibi_slopes
 from posenc.reference.t5 import t5, t5_bucket
 
@@ -21,7 +21,7 @@ __all__ = [
     "sinusoidal", "sinusoidal_inv_freq",
     "learned",
     "angles", "grid_positions", "positions_array",
-    "rope", "rope_angles", "rope_axial", "rope_inv_freq", "rotate_pairs_index",
+    "rope", "rope_angles", "rope_axial", "rope_inv_freq", "rope_inv_freq_exact", "rotate_pairs_index",
     "alibi", "alibi_slopes",
     "t5", "t5_bucket",
 ]
@@ -43,3 +43,10 @@ __all__ += [
 from posenc.reference.ssm import ssm, ssm_decay, ssm_scan
 
 __all__ += ["ssm", "ssm_decay", "ssm_scan"]
+from posenc.reference.deberta import (deberta, deberta_attention, deberta_bucket, deberta_index, deberta_project,
+                                      deberta_span)
+
+__all__ += ["deberta", "deberta_attention", "deberta_bucket", "deberta_index", "deberta_project", "deberta_span"]
+from posenc.reference.nope_temperature import nope_temperature, nope_temperature_scale
+
+__all__ += ["nope_temperature", "nope_temperature_scale"]

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from posenc._validate import check_choice, check_float, check_int
+from posenc.limits import check_memory
 from posenc.reference.positions import angles, grid_positions, positions_array
 from posenc.reference.rope import rotate_pairs_index
 
@@ -88,7 +89,9 @@ def mrope_angles(positions, inv_freq, axis_of_pair) -> np.ndarray:
     """``p[a(j)]·θ_j`` reduced exactly to ``[−π, π)``: ``[..., L, 3]`` positions (integer or real)
     -> ``[..., L, R]`` float64, by the shared angle function ``posenc.reference.positions.angles``."""
     pos = positions_array("positions", positions, axes=AXES, real=True, scheme="mrope")
-    inv_freq = np.asarray(inv_freq, dtype=np.float64)
+    inv_freq = np.asarray(inv_freq)  # float64 θ, or exact θ (an object array)
+    if inv_freq.dtype != object:
+        inv_freq = inv_freq.astype(np.float64)
     axis_of_pair = np.asarray(axis_of_pair)
     if inv_freq.ndim != 1 or axis_of_pair.shape != inv_freq.shape:
         raise ValueError(f"inv_freq and axis_of_pair must both have shape [rotary_dim/2], got "
@@ -163,7 +166,29 @@ MAX_POSITION = 1 << 53
 """The largest position: every integer up to it is exact in float64, where angles are formed."""
 
 
-def mrope_positions(segments, *, offset: int = 0) -> np.ndarray:
+TIME_DTYPES = ("float64", "float32")
+"""How a video's temporal positions ``⌊i·time_interval⌋`` are rounded (``mrope_positions``'s
+``time_dtype``): exactly in float64, or as transformers' ``get_rope_index`` computes them."""
+
+
+def frame_positions(t: int, interval: float, time_dtype: str = "float64", *, first: int = 0) -> np.ndarray:
+    """The temporal position of frames ``first..t−1``: ``⌊i·interval⌋`` int64, ``[t − first]``.
+
+    ``"float64"``: the product rounded once, in float64 (exact for every ``i·interval`` below 2^53
+    that is an integer). ``"float32"``: transformers' ``get_rope_index`` (Qwen2.5-VL), which computes
+    ``(torch.arange(t) * time_interval).long()``: torch multiplies an integer tensor by a float in
+    float32, so the interval is rounded to float32 (when it comes as the processor's float32
+    ``tokens_per_second * second_per_grid_ts[i]`` it already is), each product is rounded to float32,
+    then truncated. At 25 fps with ``tokens_per_second=5`` (interval 0.4) frame 5 lands at 1 in
+    float32 (``5 · 0.4f = 1.9999999``) and at 2 in float64.
+    """
+    i = np.arange(first, t, dtype=np.float64)
+    if time_dtype == "float32":
+        return np.trunc(i.astype(np.float32) * np.float32(interval)).astype(np.int64)
+    return np.floor(i * interval).astype(np.int64)
+
+
+def mrope_positions(segments, *, offset: int = 0, time_dtype: str = "float64") -> np.ndarray:
     """``[L, 3]`` int64 M-RoPE positions ``(t, h, w)`` of a sequence of segments.
 
     Segments, sizes in tokens after any patch merge:
@@ -171,14 +196,18 @@ def mrope_positions(segments, *, offset: int = 0) -> np.ndarray:
     - ``{"text": n}``: ``n`` tokens at ``(p, p, p), (p+1, p+1, p+1), ...``; the next starts at ``p + n``;
     - ``{"image": [h, w]}``: ``h·w`` tokens at ``(p, p + r, p + c)`` in row-major order;
     - ``{"video": [t, h, w], "time_interval": 1.0}``: ``t·h·w`` tokens at
-      ``(p + ⌊i·time_interval⌋, p + r, p + c)`` for frame ``i`` (``⌊·⌋`` in float64, as Qwen2.5-VL
-      spaces frames by ``tokens_per_second · seconds_per_frame`` and truncates);
+      ``(p + ⌊i·time_interval⌋, p + r, p + c)`` for frame ``i`` (``⌊·⌋`` of the product rounded as
+      ``time_dtype`` says: ``"float64"``, or ``"float32"`` as transformers computes it; see
+      ``frame_positions``; Qwen2.5-VL spaces frames by ``tokens_per_second · seconds_per_frame``);
 
     where ``p`` (``offset`` for the first) is the current position; after a vision block, the next
     segment starts one past the block's largest position: ``p + max(⌊(t−1)·time_interval⌋, h−1, w−1) + 1``.
+    Every position is at most ``MAX_POSITION`` (2^53), checked before anything is allocated.
 
     This equals transformers' Qwen2-VL/Qwen2.5-VL ``get_rope_index`` for text and images, and for
-    videos whose time span is no longer than their side (``⌊(t−1)·time_interval⌋ < max(h, w)``).
+    videos whose time span is no longer than their side (``⌊(t−1)·time_interval⌋ < max(h, w)``)
+    with ``time_dtype="float32"`` (at most intervals the two dtypes agree; they differ by one
+    position at some frames of some intervals, e.g. 0.4 and 0.08·21).
     For longer videos transformers' versions disagree: 4.x (and the original Qwen2-VL code)
     start the next segment one past the block's largest position, as posenc does; 5.x advances by
     ``max(h, w)`` only, so the text after a long video reuses positions of its later frames.
@@ -186,7 +215,8 @@ def mrope_positions(segments, *, offset: int = 0) -> np.ndarray:
     blocks here (transformers' ``get_rope_index`` merges adjacent tokens of one modality into
     one group, so give it a text token between them).
     """
-    offset = check_int("offset", offset, min=0)
+    offset = check_int("offset", offset, min=0, max=MAX_POSITION)
+    check_choice("time_dtype", time_dtype, TIME_DTYPES)
     if isinstance(segments, (str, bytes, Mapping)) or not isinstance(segments, Sequence):
         raise TypeError("segments must be a list of dicts like [{'text': n}, {'image': [h, w]}, ...], "
                         f"got {type(segments).__name__}")
@@ -196,24 +226,32 @@ def mrope_positions(segments, *, offset: int = 0) -> np.ndarray:
     total = sum(math.prod(sizes) for _, sizes, _ in parsed)
     if total > MAX_TOKENS:
         raise ValueError(f"segments hold {total} tokens; at most {MAX_TOKENS} are allowed")
-    blocks, p = [], offset
-    for kind, sizes, interval in parsed:
+    check_memory("segments", f"<{total} tokens>", total * AXES * 3, bytes_per=8,
+                 what="their positions (int64 [L, 3], with the grid temporaries)")
+    # every segment's largest position, before any array: nothing can pass 2^53 (nor wrap in int64)
+    ends, p = [], offset
+    for i, (kind, sizes, interval) in enumerate(parsed):
         if kind == "text":
-            n = sizes[0]
-            blocks.append(np.repeat((p + np.arange(n, dtype=np.int64))[:, None], AXES, axis=1))  # (n, 3)
-            p += n
-            continue
-        t, h, w = sizes
-        if (t - 1) * interval > MAX_POSITION:
-            raise ValueError(f"a video of {t} frames at time_interval={interval} spans {(t - 1) * interval:g} "
-                             f"positions; at most {MAX_POSITION} (2^53) is allowed")
-        frames = np.floor(np.arange(t, dtype=np.float64) * interval).astype(np.int64)
-        block = grid_positions((t, h, w))  # (t·h·w, 3) rows (i, r, c), row-major
-        block[:, 0] = frames[block[:, 0]]
-        blocks.append(p + block)
-        p += max(int(frames[-1]), h - 1, w - 1) + 1
-        if p > MAX_POSITION:
-            raise ValueError(f"positions reach {p} at segment {len(blocks) - 1} (a large time_interval or offset); "
-                             f"at most {MAX_POSITION} (2^53) is allowed")
+            last = p + sizes[0] - 1
+        else:
+            t, h, w = sizes
+            if (t - 1) * interval > MAX_POSITION:
+                raise ValueError(f"segments[{i}]: a video of {t} frames at time_interval={interval} spans "
+                                 f"{(t - 1) * interval:g} positions; at most {MAX_POSITION} (2^53) is allowed")
+            last = p + max(int(frame_positions(t, interval, time_dtype, first=t - 1)[0]), h - 1, w - 1)
+        if last > MAX_POSITION:
+            raise ValueError(f"positions reach {last} at segments[{i}] (offset={offset}, a large time_interval "
+                             f"or many tokens); at most {MAX_POSITION} (2^53) is allowed")
+        ends.append(last)
+        p = last + 1
+    blocks, p = [], offset
+    for (kind, sizes, interval), last in zip(parsed, ends):
+        if kind == "text":
+            blocks.append(np.repeat((p + np.arange(sizes[0], dtype=np.int64))[:, None], AXES, axis=1))  # (n, 3)
+        else:
+            t, h, w = sizes
+            block = grid_positions((t, h, w))  # (t·h·w, 3) rows (i, r, c), row-major
+            block[:, 0] = frame_positions(t, interval, time_dtype)[block[:, 0]]
+            blocks.append(p + block)
+        p = last + 1
     return np.concatenate(blocks, axis=0)
-

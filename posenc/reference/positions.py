@@ -7,8 +7,8 @@ or ``[B, L, A]``, where ``A`` comes from the scheme's spec (``axes``), never fro
 integers, or real numbers for the schemes that are functions of position (seconds of audio,
 fractional NaViT coordinates), where an integer-valued float gives exactly the integer result.
 
-**Exact angles.** ``p·θ mod 2π`` for positions up to 2^63: write ``p = Σ_j c_j·2^(21j)`` with
-``0 <= c_j < 2^21`` (exact splits of an integer or a float64), so
+**Exact angles.** ``p·θ mod 2π`` for positions below 2^63 (``POSITION_BOUND``): write
+``p = Σ_j c_j·2^(21j)`` with ``0 <= c_j < 2^21`` (exact splits of an integer or a float64), so
 
     p·θ ≡ Σ_j c_j · r_j   (mod 2π),     r_j = (2^(21j)·θ) mod 2π
 
@@ -16,10 +16,19 @@ Each ``r_j`` is reduced once per frequency (here exactly, with rational arithmet
 Cody–Waite split of 2π), and each product ``c_j·r_j`` is below 2^21·π, so its float64 rounding is
 below 5e-10: the angle is right to ~1e-9 at any position, where the plain float64 ``p·θ`` is off by
 ``ulp(p·θ)``, 1.2e-4 at 2^40.
+
+**True frequencies.** That is exact for the θ it is given. ``θ_i = base^(−2i/d)`` rounded to
+float64 is off by up to 1e-16 relative, i.e. by ``p·θ·1e-16`` in the angle (0.3 at 2^53), so the
+schemes whose frequencies are a closed form of ``base`` and ``i`` carry each θ as a double-double
+``hi + lo`` (``exact_split`` of ``exact_inv_freq``, evaluated once with 40 significant digits):
+``|θ − hi − lo| <= 2^-106·θ``, off by < 1e-13 in the angle at 2^63. The reduction takes ``lo``
+into ``r_j`` (``2^(21j)·lo`` is exact), so ``Σ_j c_j·r_j`` is the angle of the true θ.
+Real positions at or above 2^63 would need a fourth chunk: they are refused (``check_bound``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import Any
@@ -27,11 +36,19 @@ from typing import Any
 import numpy as np
 
 from posenc._validate import check_int
+from posenc.limits import check_memory
+
+INT64_MAX = (1 << 63) - 1
+"""The largest int64: positions are int64, and every integer that could pass it is refused first."""
 
 CHUNK_BITS = 21
 """Positions are split in 21-bit chunks: ``c_j·r_j < 2^21·2π`` rounds by < 5e-10, and three chunks
 cover every int64."""
 LEVELS = 3
+POSITION_BOUND = 1 << (CHUNK_BITS * LEVELS)
+"""Positions must be below 2^63: three 21-bit chunks, each product ``c_j·r_j`` below 2^21·π."""
+EXACT_DIGITS = 40
+"""Significant digits of ``exact_inv_freq``: θ to 1e-40 relative, more than the double-double's 2^-106."""
 TWO_PI = Fraction("6.28318530717958647692528676655900576839433879875021164194988918461563281257241799")
 """2π to 80 digits: exact enough to reduce ``2^42·θ`` (the largest multiple) to 1e-37."""
 
@@ -65,7 +82,7 @@ def positions_array(name: str, positions: Any, *, axes: int = 1, real: bool = Fa
 REAL_SCHEMES = ("alibi", "fire", "kerple", "mrope", "rope", "rope_mixed", "sinusoidal")
 """The schemes that are functions of position and so accept real-valued positions (the rest index
 tables: learned rows, T5 buckets, Shaw's clipped distances). ``tests/test_positions.py`` holds this
-list equal to the registry's (``posenc.positions.real_schemes()``)."""
+list equal to the registry's (``posenc.registry.real_schemes()``); the torch positions model names them in its errors."""
 
 
 def distance(q_positions, k_positions, *, real: bool = False, scheme: str = "") -> np.ndarray:
@@ -81,22 +98,73 @@ def grid_positions(shape, *, offset: int = 0) -> np.ndarray:
     to every axis."""
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__") or len(shape) == 0:
         raise TypeError(f"shape must be a non-empty list of sizes such as (H, W), got {shape!r}")
-    sizes = [check_int(f"shape[{i}]", s, min=1) for i, s in enumerate(shape)]
-    offset = check_int("offset", offset, min=0)
+    sizes = [check_int(f"shape[{i}]", s, min=1, max=INT64_MAX) for i, s in enumerate(shape)]
+    offset = check_int("offset", offset, min=0, max=INT64_MAX)
+    if offset + max(sizes) - 1 > INT64_MAX:  # the largest position, before it wraps in int64
+        raise ValueError(f"offset={offset} with shape {list(sizes)} reaches position {offset + max(sizes) - 1}; "
+                         f"positions are int64: offset + max(shape) - 1 must be <= 2**63 - 1 = {INT64_MAX}")
+    check_memory("shape", list(sizes), math.prod(sizes) * len(sizes) * 3, bytes_per=8,
+                 what="its grid positions (int64, with the meshgrid temporaries)")
     grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in sizes], indexing="ij")
     return np.stack([g.reshape(-1) for g in grids], axis=-1) + offset
 
 
 # -- exact angles -------------------------------------------------------------------------------
 
-def reduced_multiples(inv_freq) -> np.ndarray:
+def exact_inv_freq(rotary_dim: int, base: float) -> np.ndarray:
+    """``θ_i = base^(−2i/rotary_dim)`` for ``i < rotary_dim/2`` with ``EXACT_DIGITS`` digits: an object
+    array of mpmath numbers (mpmath ships with torch, through sympy). ``base`` is the float64 given.
+
+    Arithmetic on these numbers keeps their precision only inside ``exact_context()``."""
+    return np.array(_exact_inv_freq(int(rotary_dim), float(base)), dtype=object)
+
+
+@functools.lru_cache(maxsize=256)
+def _exact_inv_freq(rotary_dim: int, base: float) -> tuple:
+    import mpmath
+
+    with exact_context():
+        b = mpmath.mpf(base)
+        return tuple(b ** (-mpmath.mpf(2 * i) / rotary_dim) for i in range(rotary_dim // 2))
+
+
+def exact_context():
+    """The mpmath precision under which exact frequencies are computed and transformed (scalings)."""
+    import mpmath
+
+    return mpmath.workdps(EXACT_DIGITS)
+
+
+def exact_split(values) -> tuple[np.ndarray, np.ndarray]:
+    """``(hi, lo)`` float64 with ``hi = round(v)`` and ``lo = round(v − hi)``: a double-double per
+    value of an object array of exact numbers (``exact_inv_freq``); a float64 array gives ``lo = 0``."""
+    arr = np.asarray(values)
+    if arr.dtype != object:
+        hi = arr.astype(np.float64)
+        return hi, np.zeros_like(hi)
+    with exact_context():
+        hi = np.array([float(v) for v in arr.ravel()], dtype=np.float64).reshape(arr.shape)
+        lo = np.array([float(v - h) for v, h in zip(arr.ravel(), hi.ravel())], dtype=np.float64).reshape(arr.shape)
+    return hi, lo
+
+
+def check_bound(name: str, high: float) -> None:
+    """``high`` (the largest position) is below ``POSITION_BOUND``: past it the reduction is not exact."""
+    if high >= POSITION_BOUND:
+        raise ValueError(f"{name} must be below 2^63 = {POSITION_BOUND} (the bound of the exact angle reduction: "
+                         f"three 21-bit chunks), got {high!r}")
+
+
+def reduced_multiples(inv_freq, inv_freq_lo=None) -> np.ndarray:
     """``r_j = (2^(21j)·θ) mod 2π`` in ``[−π, π)`` for ``j < LEVELS``: ``[LEVELS, R]`` float64,
-    computed exactly (each θ is a float64, hence a rational) and rounded once."""
+    computed exactly from ``θ = inv_freq + inv_freq_lo`` (float64s, hence rationals) and rounded once."""
     theta = np.asarray(inv_freq, dtype=np.float64)
+    low = np.zeros_like(theta) if inv_freq_lo is None else np.broadcast_to(np.asarray(inv_freq_lo, np.float64),
+                                                                            theta.shape)
     out = np.empty((LEVELS,) + theta.shape)
     for j in range(LEVELS):
         for idx, t in np.ndenumerate(theta):
-            x = Fraction(float(t)) * (1 << (CHUNK_BITS * j))
+            x = (Fraction(float(t)) + Fraction(float(low[idx]))) * (1 << (CHUNK_BITS * j))
             r = x - TWO_PI * math.floor(x / TWO_PI + Fraction(1, 2))  # in [−π, π)
             out[(j,) + idx] = float(r)
     return out
@@ -123,15 +191,18 @@ def angles(positions, inv_freq, axis_of_pair=None) -> np.ndarray:
 
     ``positions``: ``[..., L]`` (one axis; ``axis_of_pair`` None) or ``[..., L, A]`` with
     ``axis_of_pair [R]`` naming the axis whose position pair ``i`` takes (axial RoPE, M-RoPE).
+    ``inv_freq``: float64 θ, or exact θ (``exact_inv_freq``: reduced as its double-double).
     Returns ``[..., L, R]``. Positions are checked non-negative by the callers
-    (``positions_array``).
+    (``positions_array``); below ``POSITION_BOUND`` here.
     """
     pos = np.asarray(positions)
-    theta = np.asarray(inv_freq, dtype=np.float64)
+    if pos.size:
+        check_bound("positions", pos.max().item())
+    hi, lo = exact_split(inv_freq)
     if axis_of_pair is None:
         per_pair = pos[..., None]  # (..., L, 1)
     else:
         per_pair = np.take(pos, np.asarray(axis_of_pair, dtype=np.int64), axis=-1)  # (..., L, R)
-    r = reduced_multiples(theta)  # (LEVELS, R)
+    r = reduced_multiples(hi, lo)  # (LEVELS, R)
     total = sum(c * r[j] for j, c in enumerate(chunks(per_pair)))
     return np.remainder(total + np.pi, 2 * np.pi) - np.pi

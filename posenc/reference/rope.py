@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from posenc._validate import check_choice, check_even, check_float, check_int
-from posenc.reference.positions import angles, positions_array
+from posenc.reference.positions import angles, exact_inv_freq, positions_array
 
 
 def rope_inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
@@ -23,6 +23,13 @@ def rope_inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
     rotary_dim = check_even("rotary_dim", check_int("rotary_dim", rotary_dim, min=2))
     base = check_float("base", base, min=0.0, min_open=True)
     return base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+
+
+def rope_inv_freq_exact(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
+    """``θ_i = base^(-2i/rotary_dim)`` with 40 digits (``posenc.reference.positions.exact_inv_freq``):
+    ``[rotary_dim/2]`` object array, which ``rope``/``angles`` reduce as double-doubles."""
+    rope_inv_freq(rotary_dim, base)  # checks rotary_dim and base
+    return exact_inv_freq(rotary_dim, base)
 
 
 def rope_angles(positions, inv_freq) -> np.ndarray:
@@ -52,7 +59,8 @@ def rope_axial(x, positions, axes_dims, base: float = 10000.0, *, layout: str = 
     x = np.asarray(x, dtype=np.float64)
     out, start = x.copy(), 0
     for a, d in enumerate(dims):
-        out[..., start:start + d] = rope(x[..., start:start + d], pos[..., a], rope_inv_freq(d, base), layout=layout)
+        out[..., start:start + d] = rope(x[..., start:start + d], pos[..., a], rope_inv_freq_exact(d, base),
+                                           layout=layout)
         start += d
     return out
 
@@ -61,11 +69,14 @@ def rope(x, positions, inv_freq, *, layout: str = "half", attention_factor: floa
     """Rotates ``x [B, H, L, D]`` (or ``[..., L, D]``) at ``positions [L]`` or ``[B, L]``.
 
     ``rotary_dim = 2 * len(inv_freq)``; the rotated dimensions are multiplied by
-    ``attention_factor`` (1 unless a scaling method says otherwise).
+    ``attention_factor`` (1 unless a scaling method says otherwise). ``inv_freq``: float64 θ, or
+    exact θ (``rope_inv_freq_exact``, an object array).
     """
     check_choice("layout", layout, ("half", "interleaved"))
     x = np.asarray(x, dtype=np.float64)
-    inv_freq = np.asarray(inv_freq, dtype=np.float64)
+    inv_freq = np.asarray(inv_freq)
+    if inv_freq.dtype != object:
+        inv_freq = inv_freq.astype(np.float64)
     if inv_freq.ndim != 1:
         raise ValueError(f"inv_freq must have shape [rotary_dim/2], got shape {list(inv_freq.shape)}")
     if x.ndim < 2 or x.shape[-1] < 2 * len(inv_freq):

@@ -5,14 +5,21 @@
 
 With ``axes = A`` (positions ``[..., L, A]``), axis ``a`` takes dims ``[a·d/A, (a+1)·d/A)``, each
 the encoding above with ``d/A`` dims (factorized 2D/3D sin-cos, ViT/MAE). Positions may be real.
+
+``layout="interleaved"`` (default) is the formula above; ``layout="half"`` puts each axis's block
+as ``[sin… | cos…]``: ``PE(pos, i) = sin(pos·θ_i)``, ``PE(pos, d/2 + i) = cos(pos·θ_i)`` (MAE, timm,
+diffusers), the pairing ``(i, i + d/2)`` of rope's "half" layout. The frequencies are exact
+(``exact_inv_freq``), reduced as double-doubles.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from posenc._validate import check_even, check_float, check_int
-from posenc.reference.positions import angles, positions_array
+from posenc._validate import check_choice, check_even, check_float, check_int
+from posenc.reference.positions import angles, exact_inv_freq, positions_array
+
+LAYOUTS = ("interleaved", "half")
 
 
 def sinusoidal_inv_freq(d_model: int, base: float = 10000.0) -> np.ndarray:
@@ -22,20 +29,24 @@ def sinusoidal_inv_freq(d_model: int, base: float = 10000.0) -> np.ndarray:
     return base ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
 
 
-def sinusoidal(positions, d_model: int, base: float = 10000.0, *, axes: int = 1) -> np.ndarray:
-    """``[..., L]`` (or ``[..., L, A]``) positions -> ``[..., L, d_model]`` float64, sin in even and
-    cos in odd dims (within each axis's block)."""
+def sinusoidal(positions, d_model: int, base: float = 10000.0, *, axes: int = 1,
+               layout: str = "interleaved") -> np.ndarray:
+    """``[..., L]`` (or ``[..., L, A]``) positions -> ``[..., L, d_model]`` float64: within each axis's
+    block, sin in even and cos in odd dims ("interleaved") or ``[sin… | cos…]`` ("half")."""
     sinusoidal_inv_freq(d_model, base)  # checks d_model and base
     axes = check_int("axes", axes, min=1)
+    check_choice("layout", layout, LAYOUTS)
     if d_model % (2 * axes):
         raise ValueError(f"d_model must be divisible by 2·axes = {2 * axes}, got d_model={d_model}")
     pos = positions_array("positions", positions, axes=axes, real=True)
     if axes == 1:
-        a = angles(pos, sinusoidal_inv_freq(d_model, base))  # (..., L, d/2)
-    else:
-        blocks = [angles(pos[..., i], sinusoidal_inv_freq(d_model // axes, base)) for i in range(axes)]
-        a = np.concatenate(blocks, axis=-1)  # (..., L, d/2): axis i's pairs in block i
-    out = np.empty(a.shape[:-1] + (d_model,), dtype=np.float64)
-    out[..., 0::2] = np.sin(a)
-    out[..., 1::2] = np.cos(a)
-    return out
+        pos = pos[..., None]  # (..., L, 1)
+    d = d_model // axes
+    blocks = []
+    for i in range(axes):
+        a = angles(pos[..., i], exact_inv_freq(d, base))  # (..., L, d/2)
+        if layout == "half":
+            blocks += [np.sin(a), np.cos(a)]
+        else:
+            blocks.append(np.stack((np.sin(a), np.cos(a)), axis=-1).reshape(a.shape[:-1] + (d,)))
+    return np.concatenate(blocks, axis=-1)

@@ -33,6 +33,7 @@ import posenc
 from posenc import registry
 from posenc.extrapolate.accuracy import ACCURACY_MARGIN, AccuracyTable, accuracy_cell, paired_claim
 from posenc.extrapolate.findings import Verdict, tested
+from posenc.extrapolate.model import layer_pattern
 from posenc.extrapolate.page import Page, e, status
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
@@ -40,7 +41,7 @@ from posenc.extrapolate.plan import Log, Run
 from posenc.extrapolate.profiles import ImageSettings, Profile, settings_hash
 from posenc.extrapolate.runs import Context
 from posenc.spec import fill_sizes
-from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifiers, right_or_wrong
+from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifiers, pattern_cannot, right_or_wrong
 
 NUM_CLASSES = 10
 
@@ -85,6 +86,9 @@ def image_items(settings: ImageSettings, schemes: list[Any] | None) -> list[tupl
 
     out = []
     for text in schemes:
+        if layer_pattern(text) is not None:
+            out.append(pattern_cannot(text, "image"))
+            continue
         given = as_spec(text)
         name = given["scheme"]
         label = name if isinstance(text, str) and text.strip() == name else str(text).strip()

@@ -21,13 +21,14 @@ import posenc
 from posenc import registry
 from posenc.extrapolate.accuracy import AccuracyTable, accuracy_cell, paired_claim
 from posenc.extrapolate.findings import Verdict
+from posenc.extrapolate.model import layer_pattern
 from posenc.extrapolate.page import Page, e, status
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run
 from posenc.extrapolate.profiles import Profile, TimeSettings, settings_hash
 from posenc.extrapolate.runs import Context
-from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifiers, right_or_wrong
+from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifiers, pattern_cannot, right_or_wrong
 from posenc.spec import fill_sizes
 
 CONTINUOUS = "positions as continuous time"
@@ -73,6 +74,9 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
 
     out = []
     for text in schemes or settings.schemes:
+        if layer_pattern(text) is not None:
+            out.append(pattern_cannot(text, "time"))
+            continue
         given = as_spec(text)
         plain = isinstance(text, str) and text.strip() == given["scheme"]
         label = given["scheme"] if plain else str(text).strip()

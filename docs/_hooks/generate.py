@@ -1,0 +1,63 @@
+"""mkdocs hook: the pages that are generated at build time, so they cannot drift from the code.
+
+- ``<!-- generated: cli -->`` becomes every command's ``--help``, from the argparse parser itself;
+- ``<!-- generated: api MODULE -->`` becomes one mkdocstrings block per public name of a package
+  whose names resolve lazily (``posenc``, ``posenc.interop``: their ``_LAZY`` table), at the module
+  that defines it;
+- ``<!-- generated: modules PACKAGE -->`` becomes one mkdocstrings block per public module of a
+  package (``posenc.reference``: one file per scheme).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+
+MARKER = re.compile(r"<!-- generated: (cli|api [\w.]+|modules [\w.]+) -->")
+
+
+def cli_markdown() -> str:
+    """``posenc --help`` and each subcommand's ``--help``, as an 80-column terminal prints them."""
+    from posenc.cli import build_parser
+
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"  # argparse reads the width when it formats
+    try:
+        parser = build_parser()
+        out = ["```text", "$ posenc --help", parser.format_help().rstrip(), "```"]
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for name, command in sub.choices.items():
+            out += ["", f"## posenc {name}", "", "```text", f"$ posenc {name} --help",
+                    command.format_help().rstrip(), "```"]
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
+    return "\n".join(out)
+
+
+def api_markdown(package: str) -> str:
+    """A ``::: module.name`` block for every name of ``package._LAZY``, in its order."""
+    lazy = importlib.import_module(package)._LAZY
+    return "\n\n".join(f"::: {module}.{name}" for name, module in lazy.items())
+
+
+def modules_markdown(package: str) -> str:
+    """A ``::: package.module`` block for every public module of ``package``, by name."""
+    import pkgutil
+
+    path = importlib.import_module(package).__path__
+    names = sorted(i.name for i in pkgutil.iter_modules(path) if not i.name.startswith("_"))
+    return "\n\n".join(f"::: {package}.{name}" for name in names)
+
+
+def _expand(match: re.Match) -> str:
+    what, _, arg = match.group(1).partition(" ")
+    return {"cli": cli_markdown, "api": api_markdown, "modules": modules_markdown}[what](*([arg] if arg else []))
+
+
+def on_page_markdown(markdown: str, **kwargs) -> str:
+    return MARKER.sub(_expand, markdown)

@@ -1,0 +1,153 @@
+"""The documentation site, built as ``make docs`` builds it (``mkdocs build --strict``) and opened in
+headless Chromium from ``file://`` with the network switched off: every page renders without a
+console error, every internal link and anchor resolves, search finds pages offline, and no page
+asks for anything over http(s) (every request the browser makes is logged through the DevTools
+protocol and checked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from test_explorer_browser import _executables
+
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("docs_site")]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _build(out: Path) -> Path:
+    try:
+        import mkdocs  # noqa: F401
+        import mkdocstrings  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("mkdocs is missing in CI; the test extra includes the docs extra")
+        pytest.skip("needs the docs extra (mkdocs, mkdocs-material, mkdocstrings); CI does not skip")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--config-file",
+                           str(ROOT / "mkdocs.yml"), "--site-dir", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    return _build(tmp_path_factory.mktemp("site") / "site")
+
+
+@pytest.fixture(scope="module")
+def browser(site):
+    exe, driver_path = _executables()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = exe
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+                 "--disable-background-networking", "--disable-component-update", "--no-first-run"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
+            "offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html") if p.name != "404.html")
+
+
+def _requests(driver) -> list[str]:
+    """The URLs of every request the browser sent since the last call (DevTools performance log)."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
+def _errors(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+
+
+def test_the_site_has_every_page(site):
+    names = {p.relative_to(site).as_posix() for p in _pages(site)}
+    guides = {f"guide/{n}.html" for n in ("kinds", "rope", "axes", "attention", "content", "benchmark",
+                                          "explorer", "errors", "cli")}
+    api = {f"api/{n}.html" for n in ("posenc", "reference", "interop", "scaling", "analysis")}
+    assert {"index.html", "numbers.html"} | guides | api <= names, sorted(names)
+    cli = (site / "guide" / "cli.html").read_text(encoding="utf-8")
+    assert "posenc extrapolate --help" in cli and "--profile" in cli  # generated from the parser
+    assert 'id="posenc.registry.build"' in (site / "api" / "posenc.html").read_text(encoding="utf-8")
+
+
+def test_every_page_renders_offline_without_errors_or_requests(site, browser):
+    """Each page loads from file:// with the network off: no console error, no http(s) request, and
+    its article has a heading and text."""
+    _requests(browser), _errors(browser)
+    problems = []
+    for page in _pages(site):
+        browser.get(page.as_uri())
+        title = browser.execute_script("const h = document.querySelector('article h1'); return h && h.textContent")
+        text = browser.execute_script("return document.querySelector('article').innerText.length")
+        name = page.relative_to(site).as_posix()
+        if not title or text < 200:
+            problems.append(f"{name}: no heading or almost no text ({text} characters)")
+        problems += [f"{name}: console: {m}" for m in _errors(browser)]
+        problems += [f"{name}: request {u}" for u in _requests(browser) if urlsplit(u).scheme not in ("file", "data", "blob")]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_internal_link_resolves(site):
+    """Every href and src between pages points to a file of the site, and every #anchor to an id there."""
+    ids: dict[Path, set[str]] = {}
+
+    def ids_of(path: Path) -> set[str]:
+        if path not in ids:
+            ids[path] = set(re.findall(r'\sid="([^"]+)"', path.read_text(encoding="utf-8")))
+        return ids[path]
+
+    broken, checked = [], 0
+    for page in _pages(site):
+        html = page.read_text(encoding="utf-8")
+        for ref in re.findall(r'\s(?:href|src)="([^"]*)"', html):
+            parts = urlsplit(ref)
+            if parts.scheme in ("http", "https", "mailto", "data") or parts.netloc:
+                continue  # external: a link a reader may follow; the page never loads it (tested above)
+            target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+            checked += 1
+            if not target.is_file():
+                broken.append(f"{page.relative_to(site)}: {ref} (no file)")
+            elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in ids_of(target):
+                broken.append(f"{page.relative_to(site)}: {ref} (no id {parts.fragment!r})")
+    assert checked > 500 and not broken, "\n".join(broken)
+
+
+def test_search_works_offline(site, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get((site / "index.html").as_uri())
+    browser.execute_script("document.querySelector('label[for=__search]').click()")
+    box = WebDriverWait(browser, 10).until(lambda d: (lambda e: e if e.is_displayed() else None)(
+        d.find_element(By.CSS_SELECTOR, "input.md-search__input")))
+    box.send_keys("mrope_positions")
+    WebDriverWait(browser, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".md-search-result__item"))
+    links = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, ".md-search-result__item a")]
+    assert any("guide/axes.html" in h for h in links), links
+    assert not _errors(browser)
+    assert [u for u in _requests(browser) if urlsplit(u).scheme not in ("file", "data", "blob")] == []
