@@ -3,8 +3,10 @@ against one stacked model (``train_seeds``, ``fit_classifiers``), interleaved (A
 a loaded machine slows both alike.
 
     python docs/bench_seeds.py [--steps 20] [--rounds 3] [--threads 1] [--parts lm,tasks,image,time]
+    python docs/bench_seeds.py --compile [--steps 30]   # one seed's LM step (alibi): eager vs torch.compile
 
-Prints, per part and scheme, the median milliseconds per step of three seeds each way and their ratio.
+Prints, per part and scheme, the median milliseconds per step of three seeds each way and their ratio;
+with ``--compile``, the first compiled step's seconds and the eager/compiled ratio per round.
 """
 
 from __future__ import annotations
@@ -110,15 +112,53 @@ def models(build):
     return out
 
 
+def compile_case(profile, steps: int, rounds: int) -> None:
+    """One seed's quick LM training step (alibi), eager against ``torch.compile`` of the forward and loss."""
+    from posenc.extrapolate.model import token_nll
+
+    build, tc, batches, _ = lm_case(profile, "alibi", steps)
+    torch.manual_seed(0)
+    model = build()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, _ = batches(0)(0)
+    compiled = torch.compile(lambda a: token_nll(model(a[:, :-1]), a[:, 1:]).mean())
+
+    def step(loss_fn):
+        loss = loss_fn(x)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    eager = lambda a: token_nll(model(a[:, :-1]), a[:, 1:]).mean()  # noqa: E731
+    step(eager)
+    t0 = time.perf_counter()
+    step(compiled)
+    print(f"first compiled step (compiling): {time.perf_counter() - t0:.1f} s", flush=True)
+    for _ in range(rounds):
+        per = {}
+        for name, fn in (("eager", eager), ("compiled", compiled)):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step(fn)
+            per[name] = (time.perf_counter() - t0) / steps
+        print(f"eager {per['eager'] * 1e3:.1f} ms/step, compiled {per['compiled'] * 1e3:.1f} ms/step: "
+              f"{per['eager'] / per['compiled']:.2f}x", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--parts", default="lm,tasks,image,time")
+    p.add_argument("--compile", action="store_true", help="time torch.compile of one seed's LM step instead")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     profile = get_profile("quick")
+    if args.compile:
+        compile_case(profile, args.steps, args.rounds)
+        return
     for part in args.parts.split(","):
         case, schemes = CASES[part]
         for scheme in schemes:
