@@ -4,6 +4,7 @@ a loaded machine slows both alike.
 
     python docs/bench_seeds.py [--steps 20] [--rounds 3] [--threads 1] [--parts lm,tasks,image,time]
     python docs/bench_seeds.py --compile [--steps 30]   # one seed's LM step (alibi): eager vs torch.compile
+    python docs/bench_seeds.py --thread-counts 1,2 [--parts lm,tasks]   # one seed's training at 1 and 2 threads
 
 Prints, per part and scheme, the median milliseconds per step of three seeds each way and their ratio;
 with ``--compile``, the first compiled step's seconds and the eager/compiled ratio per round.
@@ -146,6 +147,29 @@ def compile_case(profile, steps: int, rounds: int) -> None:
               f"{per['eager'] / per['compiled']:.2f}x", flush=True)
 
 
+def threads_case(profile, parts: list[str], counts: list[int], steps: int, rounds: int) -> None:
+    """One seed's training (the first scheme of each part) at each of ``counts`` torch threads, interleaved."""
+    for part in parts:
+        case, schemes = CASES[part]
+        build, tc, batches, kind = case(profile, schemes[0], steps)
+        times: dict[int, list[float]] = {n: [] for n in counts}
+        for _ in range(rounds + 1):  # the first round warms up and is dropped
+            for n in counts:
+                torch.set_num_threads(n)
+                torch.manual_seed(0)
+                model = build()
+                t0 = time.perf_counter()
+                if kind == "decoder":
+                    train(model, tc, batches(0), dist=Dist())
+                else:
+                    vision.fit_classifier(model, tc, batches(0))
+                times[n].append((time.perf_counter() - t0) / steps)
+        base = statistics.median(times[counts[0]][1:])
+        print(f"{part:6s} {schemes[0]:24s} " + ", ".join(
+            f"{n} thread(s) {statistics.median(times[n][1:]) * 1e3:.1f} ms/step "
+            f"({base / statistics.median(times[n][1:]):.2f}x)" for n in counts), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
@@ -153,11 +177,16 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--parts", default="lm,tasks,image,time")
     p.add_argument("--compile", action="store_true", help="time torch.compile of one seed's LM step instead")
+    p.add_argument("--thread-counts", default="", help="time one seed's training at these torch thread counts")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     profile = get_profile("quick")
     if args.compile:
         compile_case(profile, args.steps, args.rounds)
+        return
+    if args.thread_counts:
+        threads_case(profile, args.parts.split(","), [int(n) for n in args.thread_counts.split(",")], args.steps,
+                     args.rounds)
         return
     for part in args.parts.split(","):
         case, schemes = CASES[part]
