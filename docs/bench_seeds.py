@@ -23,7 +23,8 @@ from posenc.extrapolate import tasks as T
 from posenc.extrapolate import vision
 from posenc.extrapolate.distributed import Dist
 from posenc.extrapolate.model import TinyGPT
-from posenc.extrapolate.parts import image, time as timepart
+from posenc.extrapolate.parts import time as timepart
+from posenc.extrapolate.parts.image import runs as image
 from posenc.extrapolate.parts.tasks import task_max_positions
 from posenc.extrapolate.plan import resolve_scheme
 from posenc.extrapolate.profiles import get_profile
@@ -70,7 +71,7 @@ def image_case(profile, variant: str, steps: int):
     spec, _ = image.image_spec(variant, s)
     train_x, train_y, _, _ = image.digits(s.test_fraction)
     x_train = image.resample(train_x, s.grid).flatten(1)[..., None]  # (N, g², 1)
-    pos = image.image_positions(s.grid, s.grid, "grid")
+    pos = image.image_positions(s.grid, s.grid, "integer")
 
     def batches(seed: int):
         g = torch.Generator().manual_seed(seed)

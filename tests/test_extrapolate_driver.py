@@ -25,10 +25,17 @@ SERIAL = [*ARGS, "--jobs", "1"]
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _image_runs() -> int:
+    """Per seed: every variant without augmentation, and those ``augmented_variants`` names with it."""
+    s = SMOKE.image
+    return sum(a == "none" or s.augmented_variants is None or v in s.augmented_variants
+               for a in s.augments for v in s.variants)
+
+
 def _expected_runs() -> int:
     per_seed = len(SMOKE.schemes) * 2 + len(SMOKE.scaling.types) * 2 + 1  # lm + tasks, zero-shot + fine-tune + control
     per_seed += len(SMOKE.hybrid)  # the hybrid's lm rows beside the transformer's
-    per_seed += len(SMOKE.image.variants) + len(SMOKE.time.schemes)  # --part image, --part time
+    per_seed += _image_runs() + len(SMOKE.time.schemes)  # --part image, --part time
     return per_seed * len(SMOKE.seeds)
 
 
@@ -50,7 +57,7 @@ def test_smoke_writes_every_result_once(smoke_results):
     assert hybrid == [f"hybrid {s}" for s in SMOKE.hybrid] and all(r["arch"] == "transformer" for r in records
                                                                    if r["label"] not in hybrid)
     lengths = SMOKE.lm.lengths()
-    assert parts.count("image") == len(SMOKE.image.variants) and parts.count("time") == len(SMOKE.time.schemes)
+    assert parts.count("image") == _image_runs() and parts.count("time") == len(SMOKE.time.schemes)
     for r in records:
         if r["part"] == "tasks":
             assert {row["task"] for row in r["eval"]} == set(SMOKE.tasks.tasks)

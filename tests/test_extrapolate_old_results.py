@@ -1,5 +1,5 @@
 """A results file written before the benchmark was cut by part (issue 20, item 3) still renders:
-the same HTML ids and the same claims with the same verdicts as the code that wrote it rendered.
+every HTML id and the same claims with the same verdicts as the code that wrote it rendered.
 
 ``tests/data/extrapolate-smoke-v2.jsonl`` is ``posenc report --profile smoke`` as written by that
 code; ``extrapolate-smoke-v2.expected.json`` holds what that code's ``render`` made of it (ids, and
@@ -29,7 +29,7 @@ def rendered(records: list[dict]) -> dict:
     for table in re.findall(r"<table class=text>(.*?)</table>", html, flags=re.S):
         for row in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S):
             cells = re.findall(r"<td>(.*?)</td>", row, flags=re.S)
-            found = re.search(r'<span class="(?:agrees|disagrees|unclear)">([^<]*)</span>', cells[-1]) if cells else None
+            found = re.search(r'<span class="(?:agrees|disagrees|unclear)">([^<]*)</span>', cells[-1] if cells else "")
             if found:
                 claim = cells[1] if len(cells) == 5 else cells[0]  # the summary: source, claim, measured, p, verdict
                 verdicts.append([claim, found.group(1)])
@@ -40,11 +40,12 @@ def test_a_results_file_written_before_the_parts_still_renders_the_same_ids_and_
     records = list(load(DATA / "extrapolate-smoke-v2.jsonl").values())
     expected = json.loads((DATA / "extrapolate-smoke-v2.expected.json").read_text())
     got = rendered(records)
-    assert got["ids"] == expected["ids"]
+    assert [i for i in got["ids"] if i in expected["ids"]] == expected["ids"]  # every id, in order (new ones may join)
     assert sorted(got["verdicts"]) == sorted(expected["verdicts"])
     assert len(got["verdicts"]) > 20
 
 
 if __name__ == "__main__":  # writes the expected file from the code at hand (run it on the code that wrote the data)
     recs = list(load(DATA / "extrapolate-smoke-v2.jsonl").values())
-    (DATA / "extrapolate-smoke-v2.expected.json").write_text(json.dumps(rendered(recs), indent=1, ensure_ascii=False) + "\n")
+    text = json.dumps(rendered(recs), indent=1, ensure_ascii=False)
+    (DATA / "extrapolate-smoke-v2.expected.json").write_text(text + "\n")

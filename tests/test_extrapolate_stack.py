@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posenc.extrapolate import vision
-from posenc.extrapolate.parts import image
+from posenc.extrapolate.parts.image import runs as image
 from posenc.extrapolate.distributed import Dist
 from posenc.extrapolate.model import GPTConfig, TinyGPT
 from posenc.extrapolate.plan import resolve_scheme
@@ -106,7 +106,7 @@ def test_stacked_vision_seeds_train_as_each_alone():
     spec, _ = image.image_spec("learned grid (resized)", settings)
     cfg = dataclasses.replace(settings.train, steps=5, grad_clip=0.05)
     x_all, y_all = torch.rand(40, 64, 1), torch.randint(0, 10, (40,))
-    pos = image.image_positions(8, 8, "grid")
+    pos = image.image_positions(8, 8, "integer")
 
     def batches(seed):
         g = torch.Generator().manual_seed(seed)
@@ -168,7 +168,7 @@ def test_a_runs_seeds_trained_together_record_what_each_alone_records(tmp_path, 
 def test_the_quick_profile_trains_three_seeds_for_language_modelling_only():
     """``make report``'s profile: language modelling on seeds 0, 1, 2 (its verdicts are not
     indicative), the other parts and the hybrid rows on seed 0; ``--seeds`` sets every part's."""
-    from posenc.extrapolate.plan import plan
+    from posenc.extrapolate.parts import plan
     from posenc.extrapolate.profiles import with_overrides
 
     quick = PROFILES["quick"]

@@ -12,6 +12,7 @@ import pytest
 from posenc.cli import main
 from posenc.extrapolate import accuracy
 from posenc.extrapolate.parts import image
+from posenc.extrapolate.parts.image import claims as image_claims
 from posenc.extrapolate.parts import time as time_part
 from posenc.extrapolate.page import Page
 from posenc.extrapolate.profiles import PROFILES
@@ -31,10 +32,19 @@ def records(tmp_path_factory):
 def test_image_and_time_records(records):
     image = [r for r in records if r["part"] == "image"]
     time = [r for r in records if r["part"] == "time"]
-    assert [r["label"] for r in image] == list(SMOKE.image.variants)
+    assert [(r["augment"], r["label"]) for r in image] == [(a, v) for a in SMOKE.image.augments
+                                                            for v in SMOKE.image.variants]
     assert [r["label"] for r in time] == list(SMOKE.time.schemes)
-    for r in image:
-        assert r["spec"]["scheme"] and [row["size"] for row in r["eval"]] == list(SMOKE.image.test_grids)
+    for r in image:  # every condition at every grid (canvas only past the training grid), every mode that applies
+        modes = {"none": ["integer"], "learned grid (resized)": ["rescaled"]}.get(r["label"],
+                                                                                 ["integer", "rescaled"])
+        assert r["spec"]["scheme"] and [(row["condition"], row["size"], row["positions"]) for row in r["eval"]] == [
+            (c, s, m) for c in SMOKE.image.conditions for s in SMOKE.image.test_grids
+            if c == "zoom" or s != SMOKE.image.grid for m in modes]
+    for r in image:  # on the training grid the two position modes are the same positions
+        rows = {(row["condition"], row["size"], row["positions"]): row["bits"] for row in r["eval"]}
+        if ("zoom", 8, "rescaled") in rows and ("zoom", 8, "integer") in rows:
+            assert rows[("zoom", 8, "rescaled")] == rows[("zoom", 8, "integer")]
     for r in time:
         conditions = [(row["rate"], row["seconds"]) for row in r["eval"]]
         assert list(dict.fromkeys(conditions)) == list(SMOKE.time.test)
@@ -57,11 +67,12 @@ def test_a_one_axis_scheme_is_recorded_as_cannot_run(tmp_path):
     path = tmp_path / "t5.jsonl"
     assert main(["extrapolate", *ARGS, "--part", "image", "--scheme", "t5", "--scheme", "sinusoidal:axes=2",
                  "--out", str(path)]) == 0
-    rec, two = load(path).values()
+    rec, two = [r for r in load(path).values() if r["augment"] == "none"]
     assert rec["part"] == "image" and rec["label"] == "t5" and rec["spec"]["scheme"] == "t5"
     assert "one-axis" in rec["cannot_run"] and "(row, col)" in rec["cannot_run"] and rec["eval"] == []
     # a two-axis spec that is no LM scheme runs in the image part alone (it is not resolved for lm or tasks)
-    assert two["label"] == "sinusoidal (axes=2)" and two["spec"]["axes"] == 2 and len(two["eval"]) == 2
+    assert two["label"] == "sinusoidal (axes=2)" and two["spec"]["axes"] == 2
+    assert len(two["eval"]) == 6  # zoom at 8 and 12, canvas at 12; each at integer and rescaled positions
 
 
 def test_unknown_part_exits_2_with_one_line(capsys):
@@ -78,7 +89,8 @@ def test_report_sections_from_smoke_records(records):
     text = "".join(page.parts)
     assert "Images: train small, test large (resolution)" in text and "Time: frame indices or seconds" in text
     assert set(page.figures) == {"image_accuracy.png", "time_accuracy.png"} and not page.errors
-    for label in (*SMOKE.image.variants, "sinusoidal, time", "rope, index"):
+    for label in ("none, integer", "learned grid (resized), rescaled", "RoPE-Mixed, integer", "RoPE-Mixed, rescaled",
+                  "sinusoidal, time", "rope, index"):
         assert f"<td>{label}</td>" in text, label
     assert {v.source for v in verdicts} == {image.HEO, time_part.CONTINUOUS}
     assert all(v.status in ("agrees", "disagrees", "no clear difference", "not measured") for v in verdicts)
@@ -103,15 +115,16 @@ def test_paired_difference_matches_its_closed_form():
 
 
 def test_verdicts_call_a_difference_only_beyond_two_standard_errors():
-    def rec(label: str, accs: dict[int, str]) -> dict:
+    def rec(label: str, accs: dict[int, str]) -> dict:  # as written before the image protocol (issue 20)
         return {"label": label, "seed": 0, "part": "image", "train_size": 8,
+                "positions": "resize" if label == image.LEARNED else "grid",
                 "eval": [{"size": s, "accuracy": bits.count("1") / len(bits), "count": len(bits),
                           "correct": bits.count("1"), "bits": bits} for s, bits in accs.items()]}
 
     good, bad = "1" * 90 + "0" * 10, "1" * 20 + "0" * 80
     recs = [rec(image.MIXED, {8: good, 16: good}), rec(image.AXIAL, {8: good, 16: bad}),
             rec(image.LEARNED, {8: good, 16: good})]
-    t = accuracy.AccuracyTable(recs, lambda row: row["size"])
+    t = image.tables(image.normalized(recs))["none"]
     got = {v.claim: v.status for v in image.image_verdicts(t, 8)}
     status = {(k.split(", ")[-1] if "beats" in k else k.split(" holds")[0]): v for k, v in got.items()}
     assert status["RoPE-Mixed beats learned grid (resized)"] == "no clear difference"  # identical answers
@@ -119,3 +132,53 @@ def test_verdicts_call_a_difference_only_beyond_two_standard_errors():
     assert status["RoPE-Mixed beats axial RoPE"] == "agrees"
     assert status["RoPE-Mixed"] == "agrees" and status["axial RoPE"] == "disagrees"
     json.dumps([v.__dict__ for v in image.image_verdicts(t, 8)])  # plain data, as the summary table needs
+
+
+def _image_record(label: str, augment: str, rows: dict[tuple[str, str, int], str]) -> dict:
+    return {"label": label, "seed": 0, "part": "image", "train_size": 8, "augment": augment,
+            "eval": [{"condition": c, "positions": p, "size": s, "accuracy": bits.count("1") / len(bits),
+                      "count": len(bits), "correct": bits.count("1"), "bits": bits} for (c, p, s), bits in rows.items()]}
+
+
+def test_heo_claims_use_the_augmented_zoom_integer_protocol_and_every_condition_is_tabled():
+    good, bad = "1" * 90 + "0" * 10, "1" * 20 + "0" * 80
+    recs = []
+    for aug in ("none", "scale"):
+        # RoPE-Mixed beats the resized table only with augmentation, zoomed, at integer positions
+        mixed = {("zoom", "integer", 8): good, ("zoom", "integer", 16): good if aug == "scale" else bad,
+                 ("zoom", "rescaled", 16): bad, ("canvas", "integer", 16): bad, ("canvas", "rescaled", 16): bad}
+        learned = {("zoom", "rescaled", 8): good, ("zoom", "rescaled", 16): bad[::-1], ("canvas", "rescaled", 16): good}
+        recs += [_image_record(image.MIXED, aug, mixed), _image_record(image.AXIAL, aug, mixed),
+                 _image_record(image.LEARNED, aug, learned)]
+    t = image.tables(recs)
+    assert image_claims.protocol(t) == "scale"
+    got = {v.claim: v.status for v in image.image_verdicts(t["scale"], 8, augment="scale")}
+    assert all("scale-augmented" in claim for claim in got)
+    mixed_beats = next(s for c, s in got.items() if "RoPE-Mixed beats learned" in c)
+    assert mixed_beats == "agrees"  # 0.9 vs 0.2: the augmented zoom integer cells, not the others
+    rows = {(a, c, m): diffs for a, c, m, at, diffs in image.conditions(t, 8)}
+    assert set(rows) == {(a, c, m) for a in ("none", "scale") for c in ("zoom", "canvas")
+                         for m in ("integer", "rescaled")}
+    assert rows[("scale", "zoom", "integer")][0].mean > 0.5 and rows[("none", "zoom", "integer")][0].mean == 0
+    assert rows[("scale", "canvas", "integer")][0].mean < -0.5  # the learned table better on the canvas
+    page = Page()
+    image.image_section(page, recs)
+    html = "".join(page.parts)
+    assert 'id="image-conditions"' in html and "does not hold" in html and "canvas" in html
+
+
+def test_scale_augmentation_and_canvas_place_the_digit_where_they_say():
+    import torch
+
+    digit = torch.zeros(1, 8, 8)
+    digit[0, 2:6, 2:6] = 1.0  # a 4×4 square in the middle
+    on_canvas = image.canvas(digit.expand(5, 8, 8), 16)  # (5, 16, 16)
+    assert on_canvas.shape == (5, 16, 16) and torch.all(on_canvas.sum((1, 2)) == 16)  # the same pixels, moved
+    assert len({tuple(torch.nonzero(x)[0].tolist()) for x in on_canvas}) > 1  # at different offsets
+    assert torch.equal(image.canvas(digit.expand(5, 8, 8), 16), on_canvas)  # fixed per (image, grid)
+    g = torch.Generator().manual_seed(0)
+    out = image.scale_augment(digit.expand(400, 8, 8).contiguous(), (0.5, 2.0), g)
+    mass = out.sum((1, 2))  # the square's area scales as s²: 16·s² within the grid
+    assert out.shape == (400, 8, 8) and mass.min() < 8 and mass.max() > 30
+    same = image.scale_augment(digit, (1.0, 1.0), torch.Generator().manual_seed(0))
+    assert torch.allclose(same, digit, atol=1e-6)  # scale 1: no room to move, the image itself

@@ -124,7 +124,7 @@ def _schemes(texts: list[str] | None, profile) -> list[str] | None:
     ``posenc.limits``) and resolved for the profile's models (as the benchmark's plan resolves them)
     before any work or any file."""
     from posenc.extrapolate.model import layer_pattern
-    from posenc.extrapolate.plan import plan
+    from posenc.extrapolate.parts import plan
     from posenc.registry import check_limits
     from posenc.spec import as_spec
 

@@ -113,4 +113,14 @@ ACCURACY_MARGIN = 0.02
 """Non-inferiority margin of "holds its accuracy": a drop of at most 2 accuracy points."""
 
 
-__all__ = ["Diff", "paired", "Cell", "AccuracyTable", "accuracy_cell", "paired_claim", "ACCURACY_MARGIN"]
+def finish_axes(ax, chance: float, xlabel: str) -> None:
+    """The accuracy figures' common frame: chance dotted, 0…1, the legend beside the axes."""
+    ax.axhline(chance, color="0.6", ls=":", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("accuracy (95% interval)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the axes, off the data
+
+
+__all__ = ["Diff", "paired", "Cell", "AccuracyTable", "accuracy_cell", "paired_claim", "finish_axes", "ACCURACY_MARGIN"]

@@ -30,7 +30,8 @@ import torch
 
 from posenc.environment import available_cpus
 from posenc.extrapolate.distributed import Dist, barrier, broadcast, setup, teardown
-from posenc.extrapolate.plan import Log, Run, available_schemes, plan, resolve_scheme, seed_groups
+from posenc.extrapolate.parts import PARTS, owner, plan
+from posenc.extrapolate.plan import Log, Run, available_schemes, resolve_scheme, seed_groups
 from posenc.extrapolate.profiles import Profile
 from posenc.extrapolate.results import ResultStore
 from posenc.extrapolate.runs import Context, execute_seeds, summary
@@ -43,8 +44,6 @@ def checkpoints_dir(results: Path) -> Path:
 def _lm_data(profile: Profile, corpus: str | None):
     """The data the profile's parts share (the language-modelling corpus split; None when no part
     needs it), its source and hash: the first part's ``load`` that gives something."""
-    from posenc.extrapolate.parts import PARTS
-
     for part in PARTS:
         loaded = part.load(profile, corpus)
         if loaded is not None:
@@ -54,8 +53,6 @@ def _lm_data(profile: Profile, corpus: str | None):
 
 def _depends_on(run: Run, profile: Profile, corpus_sha: str) -> str | None:
     """The key of the run whose checkpoint ``run`` needs (a scaling run needs its RoPE model)."""
-    from posenc.extrapolate.parts import owner
-
     return owner(run.part).depends_on(run, profile, corpus_sha)
 
 
@@ -90,7 +87,7 @@ def _init_worker(profile: Profile, corpus: str | None, checkpoints: str, corpus_
 def _work(runs: list[Run]) -> list[dict[str, Any]]:
     if _WORKER is None:
         raise RuntimeError("worker not initialised")
-    return execute_seeds(_WORKER, runs)
+    return execute_seeds(_WORKER, runs, owner(runs[0].part))
 
 
 def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -> Iterator[dict[str, Any]]:
@@ -134,7 +131,7 @@ def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -
 
 def _serial(ctx: Context, todo: list[Run]) -> Iterator[dict[str, Any]]:
     for group in seed_groups(todo):
-        yield from execute_seeds(ctx, group)
+        yield from execute_seeds(ctx, group, owner(group[0].part))
         barrier(ctx.dist)  # ranks start the next run together
 
 
@@ -216,7 +213,7 @@ def _in_plan_order(runs: list[Run], store: ResultStore | None, new: Iterator[dic
             count += 1
             if overall is not None:
                 overall.update(1)
-            say(f"[{count}/{total}] {record['part']} {record['label']} seed {record['seed']}: {summary(record)} "
+            say(f"[{count}/{total}] {record['part']} {record['label']} seed {record['seed']}: {summary(record, owner(record['part']))} "
                 f"({record['seconds']:.1f} s)")
             while next_index < total and runs[next_index].key in store:
                 yield store.records[runs[next_index].key]

@@ -22,14 +22,32 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from posenc.extrapolate.distributed import Dist
     from posenc.extrapolate.findings import Verdict
     from posenc.extrapolate.model import GPTConfig
     from posenc.extrapolate.page import Page
     from posenc.extrapolate.plan import Run
     from posenc.extrapolate.profiles import Profile
-    from posenc.extrapolate.runs import Context
 
 Log = Callable[[str], None]
+
+
+@dataclass
+class Context:
+    """What a part's ``execute`` gets: the profile, the process group, the shared data (``load``)."""
+
+    profile: Profile
+    dist: Dist
+    checkpoints: Path  # where the trained RoPE models wait for the scaling runs
+    data: Any  # what the parts' ``load`` gave (the language-modelling corpus split), or None
+    corpus_source: str
+    corpus_sha: str
+    threads: int
+    log: Log
+    progress: bool
+    jobs: int = 1  # runs going on at once (worker processes)
 
 
 @dataclass

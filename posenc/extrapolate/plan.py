@@ -1,5 +1,5 @@
 """The plan: a profile and a list of schemes expand into runs, each with a stable key. Each part
-(``posenc.extrapolate.parts``) plans its own runs; ``plan`` puts them in order, per seed.
+(``posenc.extrapolate.parts``) plans its own runs; ``parts.plan`` puts them in order, per seed.
 
 A run's key hashes (profile, part, full scheme spec, variant, seed, settings hash), so the same
 arguments give the same keys and a finished run is recognised in the results file. User schemes
@@ -27,7 +27,6 @@ import numpy as np
 
 from posenc import registry
 from posenc.extrapolate.model import LAYERS, GPTConfig, build_pe, layer_pattern, pattern_label
-from posenc.extrapolate.profiles import Profile
 
 Log = Callable[[str], None]
 
@@ -126,7 +125,7 @@ class Run:
 
     @property
     def config(self) -> str:
-        """Everything but the seed: the runs of one configuration train as one stacked model."""
+        """Everything but the seed: the runs of one configuration train together."""
         return json.dumps({"profile": self.profile, "part": self.part, "label": self.label, "spec": self.spec,
                            "variant": self.variant, "settings": self.settings, "arch": self.arch}, sort_keys=True)
 
@@ -144,20 +143,3 @@ def arch_label(label: str, arch: str) -> str:
     """A run's legend label: the scheme's, prefixed with the architecture when it is not a transformer."""
     return label if arch == "transformer" else f"{arch} {label}"
 
-
-def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: str, log: Log) -> list[Run]:
-    """Every run of the profile, in order: per seed, each part's runs in the order of
-    ``posenc.extrapolate.parts.PARTS``, each followed by the rows other parts add beside them
-    (the hybrid rows after the transformer runs of each part in ``profile.hybrid_parts``)."""
-    from posenc.extrapolate.parts import PARTS
-
-    custom = list(schemes) != [s for s in profile.schemes if s in registry.schemes()]  # the user's --scheme
-    planned = [part.plan(profile, schemes, custom=custom, corpus_sha=corpus_sha, log=log) for part in PARTS]
-    runs: list[Run] = []
-    for seed in profile.all_seeds:
-        for mine in planned:
-            mine = [r for r in mine if r.seed == seed]
-            runs += mine
-            for part in PARTS:
-                runs += part.extend(profile, mine)
-    return runs

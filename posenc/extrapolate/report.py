@@ -24,6 +24,7 @@ from posenc.extrapolate import findings
 from posenc.extrapolate.demos import demonstrations
 from posenc.extrapolate.page import Page, e, status
 from posenc.extrapolate.page import table as html_table
+from posenc.extrapolate.parts import PARTS, owner
 from posenc.extrapolate.profiles import Profile
 
 
@@ -134,8 +135,6 @@ def _environment_section(page: Page, profile: Profile, records: list[dict[str, A
              + "</details>")
     page.add(f"<h3>Settings: profile <code>{e(profile.name)}</code></h3><p>{e(profile.description)}</p>"
              f"<pre>{e(json.dumps(profile.to_dict(), indent=1, default=str))}</pre>")
-    from posenc.extrapolate.parts import owner
-
     specs = {r["label"]: r["spec"] for r in records if owner(r["part"]).lists_specs}
     page.add("<details><summary>scheme specs</summary><pre>" + e(json.dumps(specs, indent=1)) + "</pre></details>")
 
@@ -143,8 +142,6 @@ def _environment_section(page: Page, profile: Profile, records: list[dict[str, A
 def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> Page:
     """The whole page for ``records`` (the plan's results, in plan order): the summary, the
     demonstrations, each part's section (``posenc.extrapolate.parts.PARTS``, in order), the method."""
-    from posenc.extrapolate.parts import PARTS
-
     page = Page()
     page.add(f"<h1>posenc report — train short, test long (profile <code>{e(profile.name)}</code>)</h1>"
              f"<p class=muted>Generated {e(meta['generated'])} by <code>posenc report --profile {e(profile.name)}"

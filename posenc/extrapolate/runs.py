@@ -10,30 +10,13 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from posenc import environment
-from posenc.extrapolate.distributed import Dist
 from posenc.extrapolate.model import TinyGPT
-from posenc.extrapolate.plan import Log, Run
-from posenc.extrapolate.profiles import Profile
+from posenc.extrapolate.part import Context, Part
+from posenc.extrapolate.plan import Run
 from posenc.extrapolate.train import train_seeds
-
-
-@dataclass
-class Context:
-    profile: Profile
-    dist: Dist
-    checkpoints: Path  # where the trained RoPE models wait for the scaling runs
-    data: Any  # what the parts' ``load`` gave (the language-modelling corpus split), or None
-    corpus_source: str
-    corpus_sha: str
-    threads: int
-    log: Log
-    progress: bool
-    jobs: int = 1  # runs going on at once (worker processes)
 
 
 def _environment(ctx: Context) -> dict[str, Any]:
@@ -53,7 +36,7 @@ def _bar(ctx: Context, total: int, desc: str):
 
 def train_with_bar(ctx: Context, models: list[TinyGPT], cfg, next_batches: list, desc: str, **kw: Any
                    ) -> list[list[float]]:
-    """Trains the models of a configuration's seeds as one (``train_seeds``); each seed's losses."""
+    """Trains the models of a configuration's seeds (``train_seeds``); each seed's losses."""
     steps = kw.get("steps") or cfg.steps
     bar = _bar(ctx, steps, desc)
 
@@ -78,20 +61,18 @@ def curve(losses: list[float], points: int = 200) -> list[float]:
     return [round(sum(losses[a:b]) / (b - a), 5) for a, b in zip(edges, edges[1:])]
 
 
-def execute(ctx: Context, run: Run) -> dict[str, Any]:
-    """Runs ``run`` (its part's ``execute``); returns its record (one line of the results file)."""
-    return execute_seeds(ctx, [run])[0]
+def execute(ctx: Context, run: Run, part: Part) -> dict[str, Any]:
+    """Runs ``run`` (``part.execute``, ``part`` the one ``run.part`` names); returns its record (one
+    line of the results file)."""
+    return execute_seeds(ctx, [run], part)[0]
 
 
-def execute_seeds(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
-    """Runs ``runs``, the seeds of one configuration (``plan.seed_groups``), trained as one stacked
-    model (the part's ``execute_seeds``); returns one record per seed, as ``execute`` writes it.
-    ``seconds`` and ``train_seconds`` are each seed's share of the group's time."""
-    from posenc.extrapolate.parts import owner
-
+def execute_seeds(ctx: Context, runs: list[Run], part: Part) -> list[dict[str, Any]]:
+    """Runs ``runs``, the seeds of one configuration (``plan.seed_groups``), together
+    (``part.execute_seeds``); returns one record per seed, as ``execute`` writes it. ``seconds``
+    and ``train_seconds`` are each seed's share of the group's time."""
     if len({r.config for r in runs}) != 1:
         raise ValueError("execute_seeds takes the runs of one configuration (they may differ by seed only)")
-    part = owner(runs[0].part)
     t0 = time.perf_counter()
     bodies = part.execute_seeds(ctx, runs)
     seconds = (time.perf_counter() - t0) / len(runs)
@@ -106,10 +87,8 @@ def execute_seeds(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
             for run, body in zip(runs, bodies)]
 
 
-def summary(record: dict[str, Any]) -> str:
-    """One line on a finished run (its part's ``summary``)."""
-    from posenc.extrapolate.parts import owner
-
+def summary(record: dict[str, Any], part: Part) -> str:
+    """One line on a finished run (``part.summary``, ``part`` the record's)."""
     if record.get("cannot_run"):
         return f"cannot run: {record['cannot_run']}"
-    return owner(record["part"]).summary(record)
+    return part.summary(record)

@@ -99,14 +99,6 @@ def fit_classifiers(models: list[nn.Module], cfg: TrainConfig, next_batches: lis
                        schedule=lambda step: learning_rate(step, cfg, cfg.lr))
 
 
-def pattern_cannot(text: Any, part: str) -> tuple[str, dict[str, Any], str]:
-    """A per-layer pattern's item in the image and time parts: recorded as "cannot run"."""
-    pattern = layer_pattern(text)
-    labels = [p.strip() if isinstance(p, str) else str(p.get("scheme")) for p in pattern]
-    return (pattern_label(labels), {"scheme": LAYERS, "pattern": pattern},
-            f"cannot: a per-layer pattern runs in the lm, scaling and tasks parts, not {part}")
-
-
 @torch.no_grad()
 def right_or_wrong(model: SetTransformer, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor,
                    pe: nn.Module | None = None, batch: int = 128) -> list[int]:
@@ -124,4 +116,15 @@ def accuracy_row(correct: list[int], **where: Any) -> dict[str, Any]:
             "bits": "".join(map(str, correct))}  # per example, for paired tests across schemes
 
 
-__all__ = ["SetTransformer", "fit_classifier", "fit_classifiers", "pattern_cannot", "right_or_wrong", "accuracy_row"]
+def pattern_cannot(text: Any, part: str) -> tuple[str, dict[str, Any], str] | None:
+    """A per-layer pattern's item in the image and time parts, recorded as "cannot run" (None: ``text``
+    is no pattern)."""
+    pattern = layer_pattern(text)
+    if pattern is None:
+        return None
+    labels = [p.strip() if isinstance(p, str) else str(p.get("scheme")) for p in pattern]
+    return (pattern_label(labels), {"scheme": LAYERS, "pattern": pattern},
+            f"cannot: a per-layer pattern runs in the lm, scaling and tasks parts, not {part}")
+
+
+__all__ = ["SetTransformer", "fit_classifier", "fit_classifiers", "right_or_wrong", "accuracy_row", "pattern_cannot"]

@@ -1,7 +1,8 @@
 """The parts of the benchmark, one module each: what it runs, how it evaluates, which claims it
 checks and its section of the page (the interface: ``posenc.extrapolate.part.Part``).
 
-``PARTS`` is the one table that names them, in the order of the plan (per seed) and of the page:
+``PARTS`` is the one table that names them, in the order of the plan (per seed) and of the page
+(``plan`` puts the parts' runs in that order):
 
 - ``text`` (``--part lm``): language modelling, perplexity by length (Press et al.);
 - ``hybrid``: the same decoder with ssm blocks, rows beside the text (and tasks) runs (Jamba);
@@ -13,8 +14,13 @@ checks and its section of the page (the interface: ``posenc.extrapolate.part.Par
 
 from __future__ import annotations
 
-from posenc.extrapolate.part import Part
+from typing import Any
+
+from posenc import registry
+from posenc.extrapolate.part import Log, Part
 from posenc.extrapolate.parts import hybrid, image, scalings, tasks, text, time
+from posenc.extrapolate.plan import Run
+from posenc.extrapolate.profiles import Profile
 
 PARTS: tuple[Part, ...] = (text.PART, hybrid.PART, scalings.PART, tasks.PART, image.PART, time.PART)
 
@@ -27,4 +33,20 @@ def owner(name: str) -> Part:
     raise ValueError(f"part must be one of {', '.join(p.name for p in PARTS)}; got {name!r}")
 
 
-__all__ = ["PARTS", "owner"]
+def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: str, log: Log) -> list[Run]:
+    """Every run of the profile, in order: per seed, each part's runs in the order of
+    ``PARTS``, each followed by the rows other parts add beside them
+    (the hybrid rows after the transformer runs of each part in ``profile.hybrid_parts``)."""
+    custom = list(schemes) != [s for s in profile.schemes if s in registry.schemes()]  # the user's --scheme
+    planned = [part.plan(profile, schemes, custom=custom, corpus_sha=corpus_sha, log=log) for part in PARTS]
+    runs: list[Run] = []
+    for seed in profile.all_seeds:
+        for mine in planned:
+            mine = [r for r in mine if r.seed == seed]
+            runs += mine
+            for part in PARTS:
+                runs += part.extend(profile, mine)
+    return runs
+
+
+__all__ = ["PARTS", "owner", "plan"]

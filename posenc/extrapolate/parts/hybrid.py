@@ -19,6 +19,7 @@ from posenc.extrapolate.model import check_arch
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
+from posenc.extrapolate.parts import tasks, text
 from posenc.extrapolate.plan import Log, Run, arch_label
 from posenc.extrapolate.profiles import Profile
 from posenc.extrapolate.stats import LMTable
@@ -166,12 +167,10 @@ class Hybrid(Part):
     name = "hybrid"  # no record has it: the rows are the text (and tasks) part's, with arch "hybrid"
 
     def plan(self, profile: Profile, schemes: list[Any], *, custom: bool, corpus_sha: str, log: Log) -> list[Run]:
-        from posenc.extrapolate.parts import owner
-
         if profile.arch == "transformer" and profile.hybrid:
-            for name in profile.hybrid_parts:
-                if name in profile.parts and (cfg := owner(name).model(profile)) is not None:
-                    check_arch("hybrid", cfg)
+            for part in (text.PART, tasks.PART):  # the parts whose runs can have hybrid rows
+                if part.name in profile.hybrid_parts and part.name in profile.parts:
+                    check_arch("hybrid", part.model(profile))
         return []
 
     def extend(self, profile: Profile, runs: list[Run]) -> list[Run]:

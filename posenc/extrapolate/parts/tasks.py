@@ -1,9 +1,14 @@
 """The tasks part (``--part tasks``): copy, reverse, sort, add and passkey, trained on sizes ≤ n,
-exact match at larger sizes (Kazemnejad et al. 2023, arXiv:2305.19466).
+exact match at larger sizes (Kazemnejad et al. 2023, arXiv:2305.19466); and where the profile
+selects them, the content tasks of contextual positions: counting with 1, 3 and 5 variables,
+selective copy and flip-flop, sparser at test (Golovneva et al. 2024, arXiv:2405.18719; Liu et al.
+2023, arXiv:2306.00946; formats in ``posenc.extrapolate.tasks``).
 
-One model per scheme learns every task (one task per batch, in turn); the verdicts use only the
-cells whose sequences are longer than every training sequence, and compare two schemes example by
-example (McNemar's exact test on the same examples, pooled over those cells and the seeds).
+One model per scheme learns every task of the profile (one task per batch, in turn); Kazemnejad et
+al.'s verdicts use only their tasks' cells whose sequences are longer than every training sequence;
+CoPE's counting order uses the counting cells at the trained size (the paper's test error is in
+distribution). Both compare two schemes example by example (McNemar's exact test on the same
+examples, pooled over those cells and the seeds).
 """
 
 from __future__ import annotations
@@ -30,7 +35,17 @@ from posenc.extrapolate.runs import Context, curve, train_with_bar
 from posenc.extrapolate.stats import TaskTable, learned_tasks, mcnemar_exact, mean_reciprocal_rank
 
 KAZEMNEJAD = "Kazemnejad et al. 2023"  # algorithmic tasks, train sizes <= 20, test to 40
-SOURCES = {KAZEMNEJAD: "algorithmic tasks, each trained separately, train sizes ≤ 20, test to 40"}
+GOLOVNEVA = "Golovneva et al. 2024"  # CoPE: counting, test error with 1/3/5 variables
+SOURCES = {KAZEMNEJAD: "algorithmic tasks, each trained separately, train sizes ≤ 20, test to 40",
+           GOLOVNEVA: "counting, one model per number of variables, up to 512 statements, 4 layers of width 256; "
+                      "test error in distribution"}
+
+COPE_ORDER = (("contextual", ("cope",), 1.2), ("relative", ("shaw", "t5"), 17.8),
+              ("absolute", ("learned", "sinusoidal"), 67.6))
+"""The three kinds of CoPE's counting claim with their test error (%) on 3 variables; each is played
+by the first of its schemes that has runs. Their relative PE is a learned vector per relative
+distance dotted with the query (posenc's ``shaw``; ``t5``'s learned scalar bias stands in without
+it); their absolute PE is a learned table (``learned``; ``sinusoidal`` without it)."""
 
 
 KAZEMNEJAD_MRR = {"nope": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
@@ -41,48 +56,66 @@ sinusoidal one stands for it here (a learned table cannot run there at all)."""
 # -- runs --------------------------------------------------------------------------------------
 
 def task_max_positions(profile: Profile) -> int:
-    return max(T.seq_len(t, profile.tasks.max_size) for t in profile.tasks.tasks)
+    return max(T.seq_len(t, profile.tasks.max_size) for t in T.trained(profile.tasks.tasks))
+
+
+def task_settings_hash(profile: Profile) -> str:
+    """The settings the task runs depend on; the content tasks' generators when one is selected
+    (so the algorithmic tasks keep the keys they had before there were content tasks)."""
+    ts = profile.tasks
+    if any(t in T.CONTENT for t in ts.tasks):
+        return settings_hash({"tasks": ts, "generators": T.GENERATORS})
+    return settings_hash({"tasks": ts})
 
 
 def _task_batches(ts, seed: int):
     g = torch.Generator().manual_seed(seed)
+    learn = T.trained(ts.tasks)  # an evaluation-only task (flip_flop_sparse) trains as the one it tests
 
     def next_batch(step: int):
-        b = T.train_batch(ts.tasks[step % len(ts.tasks)], batch=ts.train.batch_size, max_size=ts.max_size, g=g)
+        b = T.train_batch(learn[step % len(learn)], batch=ts.train.batch_size, max_size=ts.max_size, g=g)
         return b.tokens, b.mask
     return next_batch
 
 
 def run_tasks(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
-    """One configuration's seeds (``runs``), trained as one stacked model; a body per seed."""
+    """One configuration's seeds (``runs``), trained together; a body per seed."""
     ts, run = ctx.profile.tasks, runs[0]
     models = []
     for r in runs:
         torch.manual_seed(r.seed)
-        models.append(TinyGPT(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size, T.VOCAB_SIZE)),
+        models.append(TinyGPT(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size,
+                                                                           T.vocab_size(ts.tasks))),
                               run.spec, arch=run.arch).to(ctx.dist.device))
     t0 = time.perf_counter()
     curves = train_with_bar(ctx, models, ts.train, [_task_batches(ts, r.seed) for r in runs], f"tasks {run.label}")
     seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
     trained = task_max_positions(ctx.profile)  # one model learns every task: its longest training sequence
-    out = []
-    for model, losses in zip(models, curves):
-        rows: list[dict[str, Any]] = []
-        for task in ts.tasks:
-            for size in ts.sizes():
-                mult = round(size / ts.max_size, 4)
-                length = T.seq_len(task, size)
-                row: dict[str, Any] = {"task": task, "size": size, "mult": mult, "length": length,
-                                       "beyond_trained": length > trained}
-                reason = cannot_run(model, length)
-                if reason is not None:
-                    row["cannot_run"] = reason
-                else:
-                    row.update(task_scores(model, task, size, count=ts.eval_examples, dist=ctx.dist))
-                rows.append(row)
-        out.append({"train_loss": curve(losses), "train_seconds": round(seconds, 2), "params": model.num_params(),
-                    "max_size": ts.max_size, "trained_positions": trained, "eval": rows})
-    return out
+    return [_task_record(ctx, model, losses, seconds, trained) for model, losses in zip(models, curves)]
+
+
+def _task_record(ctx: Context, model: TinyGPT, losses: list[float], seconds: float, trained: int) -> dict[str, Any]:
+    ts = ctx.profile.tasks
+    rows: list[dict[str, Any]] = []
+    for task in ts.tasks:
+        for size in ts.sizes():
+            mult = round(size / ts.max_size, 4)
+            length = T.seq_len(task, size)
+            row: dict[str, Any] = {"task": task, "size": size, "mult": mult, "length": length,
+                                   "beyond_trained": length > trained}
+            if task in T.COUNT_VARIABLES:
+                row["variables"] = T.COUNT_VARIABLES[task]
+            if task in T.FLIP_FLOP_IGNORE:
+                row["p_ignore"] = T.FLIP_FLOP_IGNORE[task]
+                row["p_ignore_trained"] = T.FLIP_FLOP_IGNORE[T.TRAINED_AS.get(task, task)]
+            reason = cannot_run(model, length)
+            if reason is not None:
+                row["cannot_run"] = reason
+            else:
+                row.update(task_scores(model, task, size, count=ts.eval_examples, dist=ctx.dist))
+            rows.append(row)
+    return {"train_loss": curve(losses), "train_seconds": round(seconds, 2), "params": model.num_params(),
+            "max_size": ts.max_size, "trained_positions": trained, "eval": rows}
 
 
 @torch.no_grad()
@@ -118,54 +151,81 @@ def task_cells(table: TaskTable, tasks: list[str]) -> list[tuple[str, int]]:
     return [(t, s) for t in tasks for s in table.sizes if table.beyond(t, s)]
 
 
+def _seeds(table: TaskTable, labels: tuple[str, ...], cells: list[tuple[str, int]]) -> int:
+    return min(len(table.runs.get(lab, {}).get(t, {}).get(s, {})) for lab in labels for t, s in cells)
+
+
+def _mcnemar(table: TaskTable, source: str, claim: str, better: str, worse: str,
+             cells: list[tuple[str, int]], where: str, extra: str = "") -> Verdict | None:
+    """``better`` is right on more of the same examples than ``worse`` over ``cells`` (McNemar's
+    exact test, pooled over the cells and the seeds); None when there is nothing to compare."""
+    counts = table.discordant(better, worse, cells) if cells else None
+    if counts is None or counts[2] == 0:
+        return None
+    b, c, n = counts
+    measured = (f"exact match on {n} paired examples {where}: {better} alone right {b}, {worse} alone right {c} "
+                f"(difference {(b - c) / n:+.3f}){extra}")
+    direction = (b > c) - (b < c)
+    p = mcnemar_exact(b, c)
+    return Verdict(source, claim, measured, _decide(p, direction), p, direction, _seeds(table, (better, worse), cells))
+
+
 def task_verdicts(table: TaskTable) -> tuple[list[Verdict], dict[str, float], list[str]]:
-    """Kazemnejad et al.'s order on cells beyond the trained positions (McNemar's exact test on
-    the same examples, pooled over those cells and the seeds), the measured mean reciprocal
-    ranks, and the tasks they are computed on (those some scheme learned in distribution)."""
+    """Kazemnejad et al.'s order on their tasks' cells beyond the trained positions (McNemar's
+    exact test on the same examples, pooled over those cells and the seeds), the measured mean
+    reciprocal ranks, and the tasks they are computed on (their tasks some scheme learned in
+    distribution; the content tasks are not theirs)."""
     labels = [lab for lab in KAZEMNEJAD_MRR if lab in table.labels()]
-    tasks = learned_tasks(table)
+    tasks = [t for t in learned_tasks(table) if t in T.ALGORITHMIC]
     cells = task_cells(table, tasks)
     mrr = mean_reciprocal_rank(table, labels, cells=cells) if cells and labels else {}
     order = list(KAZEMNEJAD_MRR)
     out = []
     for better, worse in zip(order, order[1:]):
         claim = f"{better} generalises better than {worse} (MRR {KAZEMNEJAD_MRR[better]} vs {KAZEMNEJAD_MRR[worse]})"
-        counts = table.discordant(better, worse, cells) if better in labels and worse in labels and cells else None
-        if counts is None or counts[2] == 0:
-            out.append(Verdict(KAZEMNEJAD, claim, "not measured (no task learned, no cell beyond the trained "
-                                                  "positions, or a scheme missing)", "not measured"))
-            continue
-        b, c, n = counts
-        p = mcnemar_exact(b, c)
-        seeds = min(len(table.runs[lab][t][s]) for lab in (better, worse) for t, s in cells)
-        measured = (f"exact match on {n} paired examples beyond the trained positions: {better} alone right "
-                    f"{b}, {worse} alone right {c} (difference {(b - c) / n:+.3f}); "
-                    f"MRR {mrr.get(better, float('nan')):.2f} vs {mrr.get(worse, float('nan')):.2f}")
-        direction = (b > c) - (b < c)
-        out.append(Verdict(KAZEMNEJAD, claim, measured, _decide(p, direction), p, direction, seeds))
+        v = (_mcnemar(table, KAZEMNEJAD, claim, better, worse, cells, "beyond the trained positions",
+                      f"; MRR {mrr.get(better, float('nan')):.2f} vs {mrr.get(worse, float('nan')):.2f}")
+             if better in labels and worse in labels else None)
+        out.append(v or Verdict(KAZEMNEJAD, claim, "not measured (no task learned, no cell beyond the trained "
+                                                   "positions, or a scheme missing)", "not measured"))
     return out, mrr, tasks
 
 
-def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
-    page.add("<h2>5. Algorithmic tasks and passkey retrieval: exact match by size</h2>")
-    if not task_recs:
-        page.add("<p>Not run in this profile.</p>")
+def count_cells(table: TaskTable) -> list[tuple[str, int]]:
+    """The counting cells CoPE's claim is checked on: every number of variables at the trained
+    sizes (their test error is in distribution)."""
+    return [(t, s) for t in T.COUNT_VARIABLES if t in table.tasks for s in table.sizes if s <= table.max_size]
+
+
+def cope_players(table: TaskTable) -> dict[str, str | None]:
+    """Which scheme plays each kind of CoPE's counting claim (``COPE_ORDER``; None: none has runs)."""
+    return {kind: next((lab for lab in names if lab in table.runs), None) for kind, names, _ in COPE_ORDER}
+
+
+def counting_verdicts(table: TaskTable) -> list[Verdict]:
+    """CoPE's counting order, contextual < relative < absolute test error, as two paired claims
+    on ``count_cells``; "not measured" (missing) when a kind has no runs. Nothing without counting."""
+    cells = count_cells(table)
+    if not any(t in T.COUNT_VARIABLES for t in table.tasks):
         return []
-    table = stats.task_table(task_recs)
-    labels = list(dict.fromkeys(r["label"] for r in task_recs))
-    page.add(f"<p>One model per scheme trained on all of {', '.join(table.tasks)} (one task per batch, in turn) "
-             f"with sizes 1…{table.max_size}; "
-             "exact match (every answer token right under greedy decoding) on the same fixed examples for every "
-             "scheme. Cells show exact match and, in grey, the fraction of answer tokens right. Because one model "
-             "learns every task, a larger size of a short task can still lie within the positions trained by a "
-             f"longer one: the longest training sequence has {table.trained_positions or '?'} tokens, and only the "
-             "cells in <b>bold</b> (with †) have longer sequences — positions never trained. The verdicts use only "
-             "those cells (McNemar's exact test on the same examples). Passkey allows a shortcut: the key is found "
-             "by its content (the KEY marker among filler tokens), so a model can copy it without telling "
-             "positions apart; it tests retrieval across unseen distances, not position arithmetic.</p>")
-    page.figure("task_accuracy", lambda: F.accuracy(table, labels),
-                "Exact match against size; dashed: largest trained size.")
-    for task in table.tasks:
+    players = cope_players(table)
+    out = []
+    for (better, names_b, err_b), (worse, names_w, err_w) in zip(COPE_ORDER, COPE_ORDER[1:]):
+        claim = (f"counting: {better} positions ({'/'.join(names_b)}) make fewer errors than {worse} ones "
+                 f"({'/'.join(names_w)}); test error with 3 variables {err_b}% vs {err_w}%")
+        a, b = players[better], players[worse]
+        if a is None or b is None:
+            gone = " and ".join("/".join(n) for k, n, _ in COPE_ORDER if k in (better, worse) and players[k] is None)
+            out.append(Verdict(GOLOVNEVA, claim, f"missing: no runs of {gone}", "not measured"))
+            continue
+        v = _mcnemar(table, GOLOVNEVA, claim, a, b, cells, "of counting (1, 3, 5 variables) at the trained sizes")
+        out.append(v or Verdict(GOLOVNEVA, claim, "not measured (no counting cell with per-example results)",
+                                "not measured"))
+    return out
+
+
+def _exact_tables(page: Page, table: TaskTable, labels: list[str], tasks: list[str]) -> None:
+    for task in tasks:
         rows = []
         for label in labels:
             cells = [e(label)]
@@ -179,8 +239,80 @@ def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
             rows.append(cells)
         page.add(f'<div class="side"><h3>{e(task)}</h3>'
                  + html_table(["scheme"] + [f"n={s}" for s in table.sizes], rows) + "</div>")
+
+
+def _pooled_error(table: TaskTable, label: str, cells: list[tuple[str, int]]) -> str:
+    runs = [c for t, s in cells for c in table.runs.get(label, {}).get(t, {}).get(s, {}).values()]
+    if not runs:
+        return missing(None)
+    return f"{100 * (1 - sum(c.correct for c in runs) / sum(c.count for c in runs)):.1f}%"
+
+
+def counting_table(table: TaskTable, labels: list[str]) -> str:
+    """CoPE's table: test error (1 − exact match) by number of variables, at the trained sizes and,
+    in grey, pooled over the cells beyond the trained positions; their 3-variable errors beside."""
+    counts = [t for t in T.COUNT_VARIABLES if t in table.tasks]
+    inside = lambda t: [(t, s) for s in table.sizes if s <= table.max_size]  # noqa: E731
+    rows = [[e(lab)] + [f"{_pooled_error(table, lab, inside(t))} <span class=muted>"
+                        f"({_pooled_error(table, lab, task_cells(table, [t]))})</span>" for t in counts]
+            for lab in labels]
+    players = cope_players(table)
+    paper = [[f"Golovneva et al.: {kind} ({players[kind] or 'missing'})"]
+             + [f"{err}%" if T.COUNT_VARIABLES[t] == 3 else "" for t in counts] for kind, _, err in COPE_ORDER]
+    return html_table(["scheme"] + [f"{T.COUNT_VARIABLES[t]} variable{'s' * (T.COUNT_VARIABLES[t] > 1)}"
+                                    for t in counts], rows + paper)
+
+
+def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list[str]) -> list[Verdict]:
+    """The content tasks' tables, CoPE's counting table and its verdicts."""
+    page.add("<h3>Positions that count what matters: counting, selective copy, flip-flop</h3>"
+             "<p>Tasks where what must be counted or found is decided by the tokens, not by their index. "
+             "<b>count1/3/5</b> (Golovneva et al. 2024, CoPE): 2n statements <code>v =0</code>, <code>v ++</code>, "
+             "<code>pass ;</code> on 1, 3 or 5 variables, then <code>print v</code>; the answer is how many times "
+             "<code>v</code> was incremented since it was last set. <b>selective_copy</b>: n digits among 2n blanks, "
+             "copied in order. <b>flip_flop</b> (Liu et al. 2023): n instructions write/ignore/read with a bit, then "
+             f"read; the answer is the last written bit; ignore probability {T.FLIP_FLOP_IGNORE['flip_flop']} as "
+             f"trained, and <b>flip_flop_sparse</b> the same model tested at {T.FLIP_FLOP_IGNORE['flip_flop_sparse']} "
+             "(longer and sparser than trained, their glitch test).</p>")
+    sub = dataclasses.replace(table, tasks=tasks)
+    page.figure("content_task_accuracy", lambda: F.accuracy(sub, labels),
+                "Exact match against size on the content tasks; dashed: largest trained size.")
+    _exact_tables(page, table, labels, tasks)
+    if not any(t in T.COUNT_VARIABLES for t in tasks):
+        return []
+    page.add("<h3>Counting: test error by number of variables (CoPE's table)</h3>" + counting_table(table, labels)
+             + "<p class=muted>Error at the trained sizes; in brackets, pooled over the cells beyond the trained "
+               "positions. Their models learn one number of variables each, at up to 512 statements; here one model "
+               "learns all the tasks at up to 2n statements (see posenc.extrapolate.tasks).</p>")
+    return counting_verdicts(table)
+
+
+def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
+    page.add("<h2>5. Algorithmic tasks and passkey retrieval: exact match by size</h2>")
+    if not task_recs:
+        page.add("<p>Not run in this profile.</p>")
+        return []
+    table = stats.task_table(task_recs)
+    labels = list(dict.fromkeys(r["label"] for r in task_recs))
+    algorithmic = [t for t in table.tasks if t not in T.CONTENT]
+    content = [t for t in table.tasks if t in T.CONTENT]
+    page.add(f"<p>One model per scheme trained on all of {', '.join(T.trained(table.tasks))} (one task per batch, "
+             f"in turn) with sizes 1…{table.max_size}; "
+             "exact match (every answer token right under greedy decoding) on the same fixed examples for every "
+             "scheme. Cells show exact match and, in grey, the fraction of answer tokens right. Because one model "
+             "learns every task, a larger size of a short task can still lie within the positions trained by a "
+             f"longer one: the longest training sequence has {table.trained_positions or '?'} tokens, and only the "
+             "cells in <b>bold</b> (with †) have longer sequences — positions never trained. The verdicts use only "
+             "those cells (McNemar's exact test on the same examples). Passkey allows a shortcut: the key is found "
+             "by its content (the KEY marker among filler tokens), so a model can copy it without telling "
+             "positions apart; it tests retrieval across unseen distances, not position arithmetic.</p>")
+    if algorithmic:
+        sub = dataclasses.replace(table, tasks=algorithmic)
+        page.figure("task_accuracy", lambda: F.accuracy(sub, labels),
+                    "Exact match against size; dashed: largest trained size.")
+    _exact_tables(page, table, labels, algorithmic)
     verdicts, mrr, learned = task_verdicts(table)
-    unlearned = [t for t in table.tasks if t not in learned]
+    unlearned = [t for t in table.tasks if t not in learned and t in T.ALGORITHMIC]
     if unlearned:
         page.add(f'<p class="note">Not learned at this scale (no scheme reaches 50% exact match even at the '
                  f"trained size {table.max_size}): {', '.join(unlearned)}. These say nothing about length "
@@ -191,6 +323,8 @@ def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
                  + html_table(["scheme", "Kazemnejad et al. 2023", "measured"], rows)
                  + "<p class=muted>Their absolute-position scheme is represented by sinusoidal (a learned table "
                    "cannot run past its length).</p>")
+    if content:
+        verdicts += content_section(page, table, labels, content)
     return verdicts
 
 
@@ -206,7 +340,7 @@ class Tasks(Part):
             return []
         specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile)) for s in schemes]
         check_arch(profile.arch, profile.tasks.model)
-        settings = settings_hash({"tasks": profile.tasks})
+        settings = task_settings_hash(profile)
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
                     arch=profile.arch) for seed in profile.seeds_for(self.name) for lab, sp in specs]
 
@@ -219,7 +353,9 @@ class Tasks(Part):
         return f"mean exact match {acc:.2f}"
 
     def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
-        return Section(task_section(page, records), sources=SOURCES)
+        verdicts = task_section(page, records)
+        cited = {KAZEMNEJAD, *(v.source for v in verdicts)}
+        return Section(verdicts, sources={k: v for k, v in SOURCES.items() if k in cited})
 
 
 PART = Tasks()

@@ -19,9 +19,8 @@ import torch
 
 import posenc
 from posenc import registry
-from posenc.extrapolate.accuracy import AccuracyTable, accuracy_cell, paired_claim
+from posenc.extrapolate.accuracy import AccuracyTable, accuracy_cell, finish_axes, paired_claim
 from posenc.extrapolate.findings import Verdict
-from posenc.extrapolate.model import layer_pattern
 from posenc.extrapolate.page import Page, e, status
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
@@ -74,8 +73,8 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
 
     out = []
     for text in schemes or settings.schemes:
-        if layer_pattern(text) is not None:
-            out.append(pattern_cannot(text, "time"))
+        if (cannot := pattern_cannot(text, "time")) is not None:
+            out.append(cannot)
             continue
         given = as_spec(text)
         plain = isinstance(text, str) and text.strip() == given["scheme"]
@@ -96,7 +95,7 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
 
 
 def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mode: str = "") -> list[dict[str, Any]]:
-    """The bodies of one scheme's ``seeds``, trained as one stacked model."""
+    """The bodies of one scheme's ``seeds``, trained together."""
     s = settings
     if mode.startswith("cannot: "):
         return [{"cannot_run": mode[len("cannot: "):], "train_rate": s.train_rate, "eval": []} for _ in seeds]
@@ -200,14 +199,9 @@ def time_figure(t: AccuracyTable, conditions: list[tuple[float, float]]):
                 ax.errorbar([x for x, _ in pts], [c.accuracy for _, c in pts], yerr=[1.96 * c.se for _, c in pts],
                             marker="o" if kind == "index" else "s", ms=3, lw=1.2, ls=style, capsize=2,
                             label=f"{label}, {kind}", color=f"C{i % 10}")
-    ax.axhline(CHANCE_TIME, color="0.6", ls=":", lw=0.8)
     ax.set_xticks(xs)
     ax.set_xticklabels([f"{r:g} fps\n{s:g} s" for r, s in conditions], fontsize=8)
-    ax.set_xlabel("test frame rate and clip duration; dotted: chance")
-    ax.set_ylabel("accuracy (95% interval)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the axes, off the data
+    finish_axes(ax, CHANCE_TIME, "test frame rate and clip duration; dotted: chance")
     return fig
 
 
