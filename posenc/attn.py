@@ -11,6 +11,15 @@
 - ``none``: plain SDPA (``nope_temperature`` first scales each query by its temperature,
   ``pe(q, q_positions)``). ``additive`` encodings belong to the token embeddings, not here.
 
+**Far keys.** Scores and biases are float32 at least; a bias scheme whose bias grows with distance
+(ALiBi, KERPLE) has each query row's peak (its value at the row's nearest visible key) removed in
+float64 before the cast, on every backend: softmax sees only differences along a row, so this is
+exact, and keys 10^12 away keep their key-to-key differences (``BiasEncoding.nearest_keys``).
+
+**Shapes.** ``v`` may have a head size ``Dv`` other than q/k's on every backend (SDPA's fused CPU
+kernel, which wants one, gets zero columns: ``posenc.blockwise._one_head_size``); empty inputs
+(``B``, ``Lq`` or ``Lk`` zero) return what SDPA returns, with or without ``document_ids``.
+
 **Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
 query sees only the keys of its own document, on every backend, and default positions restart
 at 0 in each document.
@@ -80,7 +89,7 @@ def _check_documents(document_ids, b: int, lq: int, lk: int, device) -> torch.Te
     check_batch("document_ids", docs, b, lk)
     if lq > lk:
         raise ValueError(f"document_ids needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
-    return docs.long().view(-1, lk)
+    return docs.long().reshape(docs.shape[0] if docs.dim() == 2 else 1, lk)  # (1 or B, Lk), also when Lk = 0
 
 
 def _sdpa(q, k, v, *, causal: bool, scale, mask=None):
@@ -119,8 +128,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             ``"blockwise"`` (``posenc.blockwise``: query and key blocks with an online softmax,
             and a backward that recomputes them; trains at long context; no ``document_ids``),
             or ``"auto"`` (materialize when small; else, when no gradient is needed and the dtype
-            allows, flex off the CPU, under ``torch.compile`` or with ``document_ids``; else
-            blockwise, or chunked with ``document_ids``).
+            allows, flex off the CPU, under ``torch.compile`` or with ``document_ids`` — but
+            eagerly never for a scheme whose score_mod takes minutes to compile, FIRE's MLP
+            (``_flex_cheap``); else blockwise, or chunked with ``document_ids``).
         document_ids: integer ``[Lk]`` or ``[B, Lk]``, non-decreasing: the document of each key
             (queries are the last ``Lq`` keys). A query sees only keys of its own document.
 
@@ -213,6 +223,15 @@ def _flex_ok(pe) -> bool:
     return pe is None or (pe.kind == "bias" and pe.flex_ok)
 
 
+def _flex_cheap(pe) -> bool:
+    """Whether a first FlexAttention call of ``pe`` costs seconds, not minutes: ``auto`` takes flex
+    only then, eagerly (under the caller's ``torch.compile`` the caller has chosen to compile, and
+    flex is the route that compiles whole). A cold compile of ALiBi with a document mask took 27 s
+    on the CPU (2 cores, loaded; 0.08 s a call afterwards, chunked 0.99 s, L = 2048, two documents);
+    FIRE's score_mod unrolls its MLP and took 177–189 s at hidden = 128 (``flex_compiles_fast``)."""
+    return pe is None or getattr(pe, "flex_compiles_fast", True) or torch.compiler.is_compiling()
+
+
 def _flex_first(q) -> bool:
     """Whether ``auto`` prefers FlexAttention to ``blockwise`` for a bias forward without gradient:
     off the CPU (FlexAttention's kernels are the fast path there), and under the caller's own
@@ -242,7 +261,7 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None) -> str:
     if backend == "auto":
         if b * h * lq * lk <= MATERIALIZE_ELEMENTS:
             return "materialize"
-        if (_flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES
+        if (_flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe)
                 and (docs is not None or pe is None or _flex_first(q))):
             return "flex"
         return "chunked" if docs is not None or pe is None else "blockwise"
@@ -269,6 +288,19 @@ def _allowed(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, dev
     return allowed
 
 
+def _visible(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, device):
+    """The keys queries ``start..stop-1`` may see as index ranges ``first..last`` (inclusive, ``[c]`` or
+    ``[1 or B, c]``; ``first`` None: from key 0): the causal and document masks, for
+    ``BiasEncoding.nearest_keys``. Documents are contiguous, so a query's are one range."""
+    own = torch.arange(start, stop, device=device) + (lk - lq)  # (c,) each query's own key
+    last = own if causal else torch.full_like(own, lk - 1)
+    if docs is None:
+        return None, last
+    ids = docs.contiguous()  # (1 or B, Lk), non-decreasing
+    mine = ids[:, own]  # (1 or B, c)
+    return torch.searchsorted(ids, mine), torch.minimum(last, torch.searchsorted(ids, mine, right=True) - 1)
+
+
 def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, *, causal: bool, scale: float, chunk: int):
     """Exact attention over query blocks of ``chunk`` rows; scores in float32 at least.
     ``pe`` None: no bias, only the causal and document masks."""
@@ -281,15 +313,20 @@ def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, *, causal: bool, 
         stop = min(start + chunk, lq)
         qp = q_positions[..., start:stop]
         qc = q[:, :, start:stop]  # (B, H, c, D)
+        allowed = _allowed(lq, lk, start, stop, docs, causal=causal, device=q.device)
         if pe is None:
             bias = None
         elif isinstance(pe, BiasEncoding):  # float64 map cast once to the score dtype, not the module's
-            bias = pe(qp, k_positions, dtype=work)  # (H, c, Lk) or (B, H, c, Lk)
+            first, last = _visible(lq, lk, start, stop, docs, causal=causal, device=q.device)
+            near = pe.nearest_keys(qp, k_positions, first=first, last=last)  # (c,) or (B, c); None: no peak
+            if near is None:
+                bias = pe(qp, k_positions, dtype=work)  # (H, c, Lk) or (B, H, c, Lk)
+            else:  # each row's peak removed in float64 first (far keys)
+                bias = pe.peak_removed(as_working(qp), as_working(k_positions), near).to(work)
         elif pe.kind == "bias":
             bias = pe(qp, k_positions).to(work)
         else:
             bias = pe(qc, k, qp, k_positions).to(work)  # (B, H, c, Lk)
-        allowed = _allowed(lq, lk, start, stop, docs, causal=causal, device=q.device)
         if allowed is not None:
             bias = allowed if bias is None else torch.where(allowed, bias, float("-inf"))
         if getattr(pe, "value_term", None) is None:
@@ -381,9 +418,21 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
         qpos = as_working(q_positions).expand(b, lq).contiguous()  # (B, Lq): int64, or float64 if real
         kpos = as_working(k_positions).expand(b, lk).contiguous()  # (B, Lk)
         bias = pe.score_fn()
+        first, last = _visible(lq, lk, 0, lq, docs, causal=causal, device=q.device)
+        near = pe.nearest_keys(qpos, kpos, first=first, last=last)  # (B, Lq) or None
 
-        def score_mod(score, bi, hi, qi, ki):
-            return score + bias(hi, qpos[bi, qi], kpos[bi, ki]).to(torch.float32)
+        if near is None:
+            def score_mod(score, bi, hi, qi, ki):
+                return score + bias(hi, qpos[bi, qi], kpos[bi, ki]).to(torch.float32)
+        else:  # the row's peak removed in float64 before the cast (BiasEncoding.nearest_keys)
+            # a query's position and its nearest key's in one (B, Lq, 2) table: Inductor's CPU
+            # template with dynamic lengths fails to compile a second buffer read by qi (torch 2.13)
+            rows = torch.stack(torch.broadcast_tensors(*(t.to(torch.promote_types(qpos.dtype, near.dtype))
+                                                         for t in (qpos, near))), -1)
+
+            def score_mod(score, bi, hi, qi, ki):
+                q = rows[bi, qi, 0]
+                return score + (bias(hi, q, kpos[bi, ki]) - bias(hi, q, rows[bi, qi, 1])).to(torch.float32)
 
     block_mask = None
     if causal or docs is not None:

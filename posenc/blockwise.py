@@ -46,6 +46,13 @@ its mask, and merges the tiles' ``(o, lse)`` (``_forward_fused``): the loop abov
 over each block of scores where the kernel makes one (measured on a block of 256 x 512 keys, 8
 heads, one thread: 21 ns per score and head against 9.6 ns).
 
+Far keys: a bias that grows with distance (ALiBi, KERPLE) has each row's peak removed in float64
+before the cast to the score dtype (``BiasEncoding.nearest_keys``): per row from its nearest key
+on the per-block path, per head from the table's largest value on the Toeplitz path (a constant
+for every row of the head); both stay in the graph, so parameters' gradients sum ``ds·(∂b −
+∂b*)`` in float64. A value head size ``Dv`` other than ``D`` reaches the fused CPU kernel padded
+with zero columns (``_one_head_size``); the backward's loop takes any ``Dv``.
+
 Memory: besides q, k, v, o, lse and the gradients, one block of scores and its bias (``B·H·
 BLOCK_Q·BLOCK_K`` elements, with the scheme's temporaries for that block) lives at a time.
 Causal attention skips the key blocks entirely above the diagonal and masks only those that cross
@@ -101,7 +108,7 @@ class _Bias:
         self.value_fn = getattr(pe, "value_term", None)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
         self.qpos, self.kpos = as_working(q_positions), as_working(k_positions)
-        self.fn = self.block = self.table = None
+        self.fn = self.block = self.table = self.near = None
         # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only; the table of
         # differences needs integer positions
         self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
@@ -120,9 +127,14 @@ class _Bias:
             d = e - (lq - 1) + (self.kpos.reshape(-1)[0] - self.qpos.reshape(-1)[0])  # k − q at each e
             base = (-d.min()).clamp(min=0)  # evaluate at non-negative positions (base, base + d)
             u = self.fn(self.heads.view(-1, 1), base.view(1), base + d)  # (H, T) float64
+            u = u - u.amax(-1, keepdim=True)  # one constant per head, so per row: exact (far keys), in the graph
             if self.causal:
                 u = u.masked_fill(e >= lk, float("-inf"))
             self.table = u.to(self.work).contiguous()
+            return
+        # each row's nearest key, where its bias peaks: removed from every block before the cast
+        last = torch.arange(self.lq, device=self.qpos.device) + (self.lk - self.lq) if self.causal else None
+        self.near = self.pe.nearest_keys(self.qpos, self.kpos, last=last)
 
     def view(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
         """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``."""
@@ -134,13 +146,19 @@ class _Bias:
         qp, kp = self.qpos[..., qs:qe], self.kpos[..., ks:ke]
         if self.relative:
             return self.pe(q, k, qp, kp).to(self.work)  # (B, H, c, n)
+        if self.fn is not None and self.near is not None:  # the row's peak removed in float64, then the cast
+            return self.pe.peak_removed(qp, kp, self.near[..., qs:qe], self.fn).to(self.work)
         if self.fn is not None:  # float64 bias, cast once to the score dtype (not the module's)
             return self.fn(self.heads, qp.unsqueeze(-1).unsqueeze(-3), kp.unsqueeze(-2).unsqueeze(-3)).to(self.work)
         return self.pe(qp, kp).to(self.work)  # (H, c, n) or (B, H, c, n)
 
     def values(self, qs: int, qe: int, ks: int, ke: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """The block's bias without a graph: the scheme's ``block_fn`` for a bias kind (the same values
-        up to rounding in the score dtype, faster for FIRE), else as ``__call__``."""
+        """The block's bias without a graph: with each row's peak removed where the scheme has one
+        (far keys), else the scheme's ``block_fn`` for a bias kind (the same values up to rounding
+        in the score dtype, faster for FIRE), else as ``__call__``."""
+        if self.near is not None:  # the row's peak removed in float64, then the cast
+            with torch.no_grad():
+                return self(qs, qe, ks, ke, q, k)
         if self.block is not None:
             return self.block(self.qpos[..., qs:qe], self.kpos[..., ks:ke], self.work)
         return self(qs, qe, ks, ke, q, k)
@@ -186,8 +204,24 @@ def _masked(s: torch.Tensor, qs: int, ks: int, shift: int) -> torch.Tensor:
     return s.masked_fill(torch.arange(ks, ks + n, device=s.device) > rows, float("-inf"))
 
 
+def _one_head_size(q, k, v):
+    """``q, k, v`` with one head size, as SDPA's fused CPU kernel wants it (the "Q/K/V should have the
+    same head size" error otherwise): zero columns added to ``v`` (``Dv < D``; the output's extra
+    columns are 0, cut off after) or to ``q`` and ``k`` (``Dv > D``; ``q·k`` unchanged, and ``scale``
+    is explicit). For the kernel only: a relative scheme's bias takes the original ``q, k``."""
+    d, dv = q.shape[-1], v.shape[-1]
+    pad = torch.nn.functional.pad
+    if dv < d:
+        return q, k, pad(v, (0, d - dv))
+    if dv > d:
+        return pad(q, (0, dv - d)), pad(k, (0, dv - d)), v
+    return q, k, v
+
+
 def _forward_toeplitz(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int):
     """Toeplitz mode: SDPA's fused CPU kernel per query block (rows reversed), the bias a view."""
+    dv = v.shape[-1]
+    q, k, v = _one_head_size(q, k, v)
     b, h, lq, _ = q.shape
     lk = k.shape[2]
     shift = lk - lq
@@ -201,7 +235,7 @@ def _forward_toeplitz(q, k, v, bias: _Bias, *, causal: bool, scale: float, block
             attn_mask=bias.view(qs, qe, 0, kend), scale=scale)  # (B, H, c, Dv), (B, H, c), rows reversed
         out[:, :, qs:qe] = o.flip(2)
         lse[:, :, qs:qe] = m.flip(2)
-    return out, lse
+    return out[..., :dv].contiguous(), lse
 
 
 def _key_tiles(qs: int, qe: int, lk: int, shift: int, causal: bool, block_k: int) -> list[tuple[int, int]]:
@@ -224,22 +258,23 @@ def _forward_fused(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q:
 
     (each ``o_t`` is ``Σ_{j∈t} e^{s_j − lse_t} v_j``), which costs ``O(c·Dv)`` per tile against the
     tile's ``O(c·n·D)``."""
+    dv = v.shape[-1]
+    qp, kp, vp = _one_head_size(q, k, v)  # the kernel's
     b, h, lq, _ = q.shape
     lk = k.shape[2]
     shift = lk - lq
-    out = q.new_empty(b, h, lq, v.shape[-1])
+    out = q.new_empty(b, h, lq, vp.shape[-1])
     lse = q.new_empty(b, h, lq)
     for qs in range(0, lq, block_q):
         qe = min(qs + block_q, lq)
-        qb = q[:, :, qs:qe]  # (B, H, c, D)
         o = m = None
         for ks, ke in _key_tiles(qs, qe, lk, shift, causal, block_k):
-            kb, vb = k[:, :, ks:ke], v[:, :, ks:ke]
-            mask = bias.values(qs, qe, ks, ke, qb, kb)  # (H, c, n) or (B, H, c, n)
+            mask = bias.values(qs, qe, ks, ke, q[:, :, qs:qe], k[:, :, ks:ke])  # (H, c, n) or (B, H, c, n)
             if causal:
                 mask = _masked(mask, qs, ks, shift)
             o_t, m_t = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                qb, kb, vb, 0.0, False, attn_mask=mask.expand(b, h, qe - qs, ke - ks), scale=scale)
+                qp[:, :, qs:qe], kp[:, :, ks:ke], vp[:, :, ks:ke], 0.0, False,
+                attn_mask=mask.expand(b, h, qe - qs, ke - ks), scale=scale)
             if o is None:
                 o, m = o_t, m_t  # (B, H, c, Dv), (B, H, c)
                 continue
@@ -248,14 +283,14 @@ def _forward_fused(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q:
             m = m_new
         out[:, :, qs:qe] = o
         lse[:, :, qs:qe] = m
-    return out, lse
+    return out[..., :dv].contiguous(), lse
 
 
 def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, block_k: int):
     """Online softmax over key blocks: ``o [B, H, Lq, Dv]`` and ``lse [B, H, Lq]``."""
     if bias.toeplitz:
         return _forward_toeplitz(q, k, v, bias, causal=causal, scale=scale, block_q=FUSED_BLOCK_Q)
-    if q.device.type == "cpu" and bias.value_fn is None and v.shape[-1] == q.shape[-1] and q.shape[0] > 0:
+    if q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0:
         return _forward_fused(q, k, v, bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
     b, h, lq, _ = q.shape
     lk, dv = k.shape[2], v.shape[-1]
@@ -340,7 +375,8 @@ class _BlockwiseAttention(torch.autograd.Function):
         q, k, v, out, lse, *params = ctx.saved_tensors
         args = ctx.args
         bias: _Bias = args["bias"]
-        if bias.toeplitz and not params:  # nothing to learn in the bias: SDPA's fused backward per block
+        if bias.toeplitz and not params and v.shape[-1] == q.shape[-1]:  # nothing to learn in the bias:
+            # SDPA's fused backward per block (one head size; else the loop below)
             return (*_backward_toeplitz(dout, q, k, v, out, lse, bias, causal=args["causal"], scale=args["scale"],
                                         block_q=FUSED_BLOCK_Q), None)
         causal, scale, block_q, block_k = args["causal"], args["scale"], args["block_q"], args["block_k"]

@@ -207,12 +207,91 @@ class BiasEncoding(PositionalEncoding):
 
     num_heads: int
     flex_ok: bool = True  # score_fn() can run inside FlexAttention's score_mod
+    # score_fn()'s one-score form compiles in seconds; False where compiling it costs minutes
+    # (FIRE unrolls its MLP), so ``posenc.attention``'s auto takes another exact route
+    flex_compiles_fast: bool = True
+    # The bias falls as |k − q| grows (ALiBi, KERPLE): a row's largest value is at its nearest key
+    # (``nearest_keys``), which the backends remove from the row before the cast (far keys).
+    # T5 (a bounded table) and FIRE (an MLP of a log ratio) have no term that grows with position.
+    peak_at_nearest_key: bool = False
     # The bias depends on k_pos - q_pos only, so at contiguous positions it is a Toeplitz map of
     # one table over the differences (posenc.blockwise reads blocks as views of it).
     translation_invariant: bool = False
 
     def score_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
+
+    def nearest_keys(self, q_pos: torch.Tensor, k_pos: torch.Tensor, *, first: torch.Tensor | None = None,
+                     last: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Each query's nearest key position, ``[Lq]`` (``[B, Lq]``), for a scheme whose rows peak there
+        (``peak_at_nearest_key``); None for the others. Query ``i`` sees the keys of index
+        ``first[i] … last[i]`` (``[Lq]`` or ``[B, Lq]`` int64, inclusive; all keys by default):
+        the causal and document masks are such ranges.
+
+        **Far keys.** Softmax sees only differences along a row, so the backends subtract each
+        row's peak ``bias(h, q_i, near_i)`` from the row in float64 before the cast to the score
+        dtype (``peak_removed``): exact, and what survives the cast is the part that matters (at
+        keys ``10^12`` away, ALiBi's float32 bias is ``−m·10^12`` rounded to multiples of
+        ``2^16·m``, which erases every key-to-key difference; after the subtraction they are
+        ``−m·|Δ|`` again). Keys sorted within each row's range (positions restarting in each
+        document included): a binary search per row, ``O(Lq log Lk)``; otherwise (and under
+        ``torch.compile``, which cannot branch on the keys' order) the smallest ``|q − k|`` over
+        the pairs, ``2^22`` at a time (no head factor).
+        """
+        if not self.peak_at_nearest_key:
+            return None
+        q, k = as_working(q_pos), as_working(k_pos)
+        lq, lk = q.shape[-1], k.shape[-1]
+        bounds = [t for t in (first, last) if t is not None]
+        batch = torch.broadcast_shapes(q.shape[:-1], k.shape[:-1], *(t.shape[:-1] for t in bounds))
+        q, k = q.expand(*batch, lq).contiguous(), k.expand(*batch, lk).contiguous()  # (..., Lq), (..., Lk)
+        if lq == 0 or lk == 0:
+            return q
+        lo = torch.zeros_like(q, dtype=torch.long) if first is None else first.expand(*batch, lq)
+        hi = torch.full_like(q, lk - 1, dtype=torch.long) if last is None else last.expand(*batch, lq)
+        falls = torch.cumsum(torch.nn.functional.pad((k[..., 1:] < k[..., :-1]).long(), (1, 0)), -1)  # descents up to j
+        if not torch.compiler.is_compiling() and bool((falls.gather(-1, hi) == falls.gather(-1, lo)).all()):
+            a, b = lo.clone(), hi + 1  # the first key >= q in [lo, hi] (hi + 1 if none): binary search
+            for _ in range(lk.bit_length() + 1):
+                mid = (a + b) // 2
+                less = (a < b) & (k.gather(-1, mid.clamp(max=lk - 1)) < q)
+                a, b = torch.where(less, mid + 1, a), torch.where((a < b) & ~less, mid, b)
+            k_lo, k_hi = k.gather(-1, (a - 1).maximum(lo)), k.gather(-1, a.minimum(hi))  # the two candidates
+            return torch.where((q - k_lo).abs() <= (k_hi - q).abs(), k_lo, k_hi)
+        near = torch.empty_like(q)
+        step = max(1, (1 << 22) // lk)
+        cols = torch.arange(lk, device=q.device)
+        for s in range(0, lq, step):  # (..., c, Lk) distances, keys a query may not see excluded
+            d = (q[..., s:s + step, None] - k[..., None, :]).abs()
+            hidden = (cols < lo[..., s:s + step, None]) | (cols > hi[..., s:s + step, None])
+            d = d.masked_fill(hidden, torch.inf if d.is_floating_point() else torch.iinfo(d.dtype).max)
+            near[..., s:s + step] = k.gather(-1, d.argmin(-1))
+        return near
+
+    def peak_removed(self, q_pos: torch.Tensor, k_pos: torch.Tensor, near: torch.Tensor,
+                     fn: Callable | None = None) -> torch.Tensor:
+        """``bias(h, q_i, k_j) − bias(h, q_i, near_i)``, float64 ``[H, c, n]`` (``[B, H, c, n]``), for
+        ``q_pos [c]``, ``k_pos [n]``, ``near [c]`` (or ``[B, ·]``; ``nearest_keys``), ``fn`` the
+        scheme's ``score_fn()`` (made once per pass by the caller; by default here).
+
+        With a parameter to train, one call of ``fn`` over the keys and each row's nearest one, so
+        that the parameter's gradient is ``Σ_j ds_ij (∂b_ij − ∂b_i*)/∂θ``, summed in float64: two
+        calls would each round their ``Σ_j ds_ij ∂b/∂θ`` to the parameter's float32, and at keys
+        10^12 away (KERPLE's ``∂b/∂r2 ~ 10^12``) their difference to nothing. Without one, the
+        block and its peaks separately, the peaks subtracted in place (one pass more than the
+        bias alone)."""
+        fn = self.score_fn() if fn is None else fn
+        heads = torch.arange(self.num_heads, device=q_pos.device).view(-1, 1, 1)  # (H, 1, 1)
+        q = q_pos.unsqueeze(-1).unsqueeze(-3)  # (..., 1, c, 1)
+        near = near.unsqueeze(-1)  # (..., c, 1)
+        if not (torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())):
+            b = fn(heads, q, k_pos.unsqueeze(-2).unsqueeze(-3))  # (..., H, c, n)
+            peak = fn(heads, q, near.unsqueeze(-3))  # (..., H, c, 1)
+            same = torch.broadcast_shapes(b.shape, peak.shape) == b.shape
+            return b.sub_(peak) if same else b - peak
+        keys = torch.cat([k_pos.unsqueeze(-2).expand(*near.shape[:-1], k_pos.shape[-1]), near], -1)  # (..., c, n + 1)
+        b = fn(heads, q, keys.unsqueeze(-3))  # (..., H, c, n + 1)
+        return b[..., :-1] - b[..., -1:]
 
     def block_fn(self) -> Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]:
         """``bias(q_pos [c] or [B, c], k_pos [n] or [B, n], dtype) -> [H, c, n]`` (``[B, H, c, n]``)

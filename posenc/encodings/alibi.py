@@ -24,6 +24,7 @@ class ALiBi(BiasEncoding):
     real_positions = True  # a function of the distance: real-valued positions are accepted
 
     translation_invariant = True  # a function of k − q only
+    peak_at_nearest_key = True  # falls with |k − q|: each row peaks at its nearest key
 
     def __init__(self, *, num_heads: Heads) -> None:
         super().__init__()

@@ -156,8 +156,12 @@ class DeBERTa(RelativeEncoding):
         if out.numel() == 0:
             return out.to(dtype)
         rows = self.index(q_positions, k_positions)  # (Lq, Lk) or (B, Lq, Lk): δ(i, j)
-        # only the rows this call reads are projected (a block of queries and keys reads a band of them)
-        lo, hi = int(rows.min()), int(rows.max())
+        # only the rows this call reads are projected (a block of queries and keys reads a band of them);
+        # under torch.compile the whole table, as a band's size would be data-dependent
+        if torch.compiler.is_compiling():
+            lo, hi = 0, 2 * self.span - 1
+        else:
+            lo, hi = int(rows.min()), int(rows.max())
         rows = (rows - lo).unsqueeze(-3).expand(shape)  # (B, H, Lq, Lk)
         for term, proj in self.projections().items():
             table = self._table(proj, work, lo, hi)  # (H, n, D)

@@ -65,6 +65,9 @@ class Fire(BiasEncoding):
     """A learned MLP of the log distance over the log query position (FIRE)."""
 
     real_positions = True  # a function of the distance: real-valued positions are accepted
+    # FlexAttention's score_mod unrolls the MLP over its hidden units: compiling it took 51 s at
+    # hidden=32 and 177–189 s at 128 on the CPU (issue 22), where chunked runs the call in 0.3 s
+    flex_compiles_fast = False
 
     def __init__(self, *, num_heads: Heads, hidden: Width = 32, c: float = 0.1, L_threshold: float = 512.0) -> None:
         super().__init__()

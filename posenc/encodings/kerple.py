@@ -35,6 +35,7 @@ class Kerple(BiasEncoding):
     real_positions = True  # a function of the distance: real-valued positions are accepted
 
     translation_invariant = True  # a function of k − q only
+    peak_at_nearest_key = True  # falls with |k − q|: each row peaks at its nearest key
 
     def __init__(self, *, num_heads: Heads, variant: str = "log", eps: float = 1e-2) -> None:
         super().__init__()
