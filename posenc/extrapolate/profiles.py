@@ -3,11 +3,13 @@
 parts, whose verdicts are marked indicative), ``full`` (three seeds everywhere, the fewest behind a
 verdict that is not indicative; bigger, longer).
 
-The seeds of one configuration train as one stacked model (``posenc.extrapolate.stack``). On a
-CPU that costs what training them one by one costs (measured in ``docs/bench_seeds.py``: the
-models are small but each step is already arithmetic, not overhead), so three seeds cost three
-times one seed's time, and the quick profile gives three seeds only to the part whose verdicts
-cost least per seed (``part_seeds``).
+The seeds of one configuration run together; where it pays they train as one stacked model
+(``posenc.extrapolate.stack``), but on a CPU that costs what training them one by one costs
+(measured with ``docs/bench_seeds.py``: the models are small but each step is already
+arithmetic, not overhead), so there they train one by one and three seeds cost three times one
+seed's time, and the quick profile gives three seeds to language modelling only
+(``part_seeds``; its 16 extra runs took 41% more CPU time than one seed of every part, measured
+under load: docs/numbers.md). ``part_seeds=()`` is one seed everywhere.
 
 Every setting that changes a number is in these dataclasses; their hash is part of each
 result's key, so changing a setting re-runs what it affects and nothing else. The architecture
@@ -185,7 +187,7 @@ PROFILES: dict[str, Profile] = {
         time=TimeSettings(train=TrainConfig(steps=200, batch_size=64, lr=3e-3, warmup=20)),
         description="three seeds for language modelling, one for the other parts (their verdicts are indicative: "
                     "the spread between training runs is not measured), a 2-layer width-64 model trained at 32 "
-                    "bytes, with hybrid rows, images and time: about 7 minutes on 2 idle CPU cores",
+                    "bytes, with hybrid rows, images and time: about 10 minutes on 2 idle CPU cores",
         hybrid=("nope", "rope"), part_seeds=(("lm", (0, 1, 2)),),
     ),
     "full": Profile(
