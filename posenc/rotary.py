@@ -284,8 +284,10 @@ def _fusable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
 
 
 def _plain_wins(x: torch.Tensor, layout: str) -> bool:
-    """Under ``torch.compile`` the plain expression is the faster one: Inductor fuses it into one pass."""
-    return torch.compiler.is_compiling()
+    """Under ``torch.compile`` the plain expression is the faster one: Inductor fuses it into one pass.
+    Under ``torch.func`` transforms (``vmap``: the benchmark's seeds trained as one model) it is the
+    only one they run: ``out=`` kernels have no batching rule."""
+    return torch.compiler.is_compiling() or torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
 TRITON_ON_CPU = False

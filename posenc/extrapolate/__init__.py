@@ -12,7 +12,7 @@ and its section of the page behind one interface (``part.Part``); ``parts.PARTS`
 table that names them. The shared machinery knows no part by name, in dependency order:
 ``model`` (TinyGPT on ``posenc.attention``), ``data`` (corpus and the held-out protocol),
 ``tasks`` (the task generators: copy, reverse, sort, add, passkey), ``profiles`` (smoke / quick /
-full: every part's settings), ``train``, ``vision`` (the image and time parts' classifier),
+full: every part's settings), ``stack`` (a configuration's seeds as one model), ``train``, ``vision`` (the image and time parts' classifier),
 ``evaluate`` (can a model run at a length), ``distributed`` (torchrun), ``results`` (crash-safe
 JSONL), ``plan`` (runs, their keys, their order), ``part``, ``runs`` (a run's record),
 ``driver`` (every run of a profile: resume, worker processes), ``stats``, ``accuracy`` and

@@ -31,10 +31,10 @@ import torch
 from posenc.environment import available_cpus
 from posenc.extrapolate.distributed import Dist, barrier, broadcast, setup, teardown
 from posenc.extrapolate.parts import PARTS, owner, plan
-from posenc.extrapolate.plan import Log, Run, available_schemes, resolve_scheme
+from posenc.extrapolate.plan import Log, Run, available_schemes, resolve_scheme, seed_groups
 from posenc.extrapolate.profiles import Profile
 from posenc.extrapolate.results import ResultStore
-from posenc.extrapolate.runs import Context, execute, summary
+from posenc.extrapolate.runs import Context, execute_seeds, summary
 
 
 def checkpoints_dir(results: Path) -> Path:
@@ -84,39 +84,40 @@ def _init_worker(profile: Profile, corpus: str | None, checkpoints: str, corpus_
     _WORKER = Context(profile, Dist(), Path(checkpoints), data, source, sha, 1, lambda msg: None, False, jobs)
 
 
-def _work(run: Run) -> dict[str, Any]:
+def _work(runs: list[Run]) -> list[dict[str, Any]]:
     if _WORKER is None:
         raise RuntimeError("worker not initialised")
-    return execute(_WORKER, run, owner(run.part))
+    return execute_seeds(_WORKER, runs, owner(runs[0].part))
 
 
 def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -> Iterator[dict[str, Any]]:
-    """Runs ``todo`` on ``jobs`` worker processes; yields records as they finish. A scaling run
-    waits for its RoPE model's run when both are to do."""
+    """Runs ``todo`` on ``jobs`` worker processes, the seeds of a configuration together
+    (``seed_groups``); yields records as they finish. A scaling run waits for its RoPE model's
+    run when both are to do."""
     import multiprocessing
 
     keys = {r.key for r in todo}
     deps = {r.key: d for r in todo if (d := _depends_on(r, ctx.profile, ctx.corpus_sha)) in keys}
-    pending, finished = list(todo), set()
-    running: dict[Future, Run] = {}
+    pending, finished = seed_groups(todo), set()
+    running: dict[Future, list[Run]] = {}
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker,
                                initargs=(ctx.profile, corpus, str(ctx.checkpoints), ctx.corpus_sha, jobs))
 
     def submit_ready() -> None:
-        for run in [r for r in pending if deps.get(r.key) in (None, *finished)]:
-            pending.remove(run)
-            running[pool.submit(_work, run)] = run
+        for group in [g for g in pending if all(deps.get(r.key) in (None, *finished) for r in g)]:
+            pending.remove(group)
+            running[pool.submit(_work, group)] = group
 
     try:
         submit_ready()
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                run = running.pop(future)
-                record = future.result()  # a worker's error is raised here
-                finished.add(run.key)
-                yield record
+                group = running.pop(future)
+                records = future.result()  # a worker's error is raised here
+                finished.update(r.key for r in group)
+                yield from records
             submit_ready()
     except BaseException:
         # Ctrl-C, an error, or the consumer stopped: stop the workers now, not after their runs.
@@ -129,8 +130,8 @@ def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -
 
 
 def _serial(ctx: Context, todo: list[Run]) -> Iterator[dict[str, Any]]:
-    for run in todo:
-        yield execute(ctx, run, owner(run.part))
+    for group in seed_groups(todo):
+        yield from execute_seeds(ctx, group, owner(group[0].part))
         barrier(ctx.dist)  # ranks start the next run together
 
 
@@ -177,7 +178,7 @@ def iter_runs(profile: Profile, *, results: str | os.PathLike, schemes: list[str
         try:
             done = set(broadcast(sorted(store.records) if store else None, dist))
             todo = [r for r in runs if r.key not in done] if run_missing else []
-            jobs = min(jobs, max(1, len(todo)))
+            jobs = min(jobs, max(1, len(seed_groups(todo))))
             ctx = Context(profile, dist, checkpoints_dir(results), data, source, sha, threads, say, progress, jobs)
             say(f"posenc extrapolate: profile {profile.name}, {len(runs)} runs, {len(runs) - len(todo)} already in "
                 f"{results}, {len(todo)} to run ({_workers(dist, jobs, threads)})")

@@ -8,6 +8,7 @@ is the one table that names them, in the order of the plan (per seed) and of the
     plan(profile, schemes, custom=, corpus_sha=, log=)  the part's runs, every seed (Run.part = name)
     extend(profile, runs)                               rows it adds beside another part's runs
     execute(ctx, run)                                   one run's record body (a dict)
+    execute_seeds(ctx, runs)                            the bodies of one configuration's seeds (trained as one)
     section(page, records, profile)                     its HTML; its verdicts, summary, sources
 
 Adding a part: a module under ``parts/`` with one ``Part`` subclass, one line in ``PARTS``, its name
@@ -86,6 +87,10 @@ class Part:
         return None
 
     def execute(self, ctx: Context, run: Run) -> dict[str, Any]:
+        return self.execute_seeds(ctx, [run])[0]
+
+    def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+        """The record bodies of ``runs``, the seeds of one configuration (``plan.seed_groups``)."""
         raise NotImplementedError(f"part {self.name!r} runs nothing")
 
     def summary(self, record: dict[str, Any]) -> str:

@@ -123,6 +123,21 @@ class Run:
         text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
+    @property
+    def config(self) -> str:
+        """Everything but the seed: the runs of one configuration train together."""
+        return json.dumps({"profile": self.profile, "part": self.part, "label": self.label, "spec": self.spec,
+                           "variant": self.variant, "settings": self.settings, "arch": self.arch}, sort_keys=True)
+
+
+def seed_groups(runs: list[Run]) -> list[list[Run]]:
+    """``runs`` grouped by configuration (``Run.config``), each group in seed order, the groups in
+    the order of their first run."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.config, []).append(run)
+    return [sorted(g, key=lambda r: r.seed) for g in groups.values()]
+
 
 def arch_label(label: str, arch: str) -> str:
     """A run's legend label: the scheme's, prefixed with the architecture when it is not a transformer."""

@@ -1,6 +1,15 @@
 """Benchmark profiles: how big, how long, which schemes. ``smoke`` (tests, seconds), ``quick``
-(``make report``: minutes on 2 CPU cores, one seed, so its verdicts are marked indicative),
-``full`` (three seeds, the fewest behind a verdict that is not indicative; bigger, longer).
+(``make report``: minutes on 2 CPU cores; three seeds for language modelling, one for the other
+parts, whose verdicts are marked indicative), ``full`` (three seeds everywhere, the fewest behind a
+verdict that is not indicative; bigger, longer).
+
+The seeds of one configuration run together; where it pays they train as one stacked model
+(``posenc.extrapolate.stack``), but on a CPU that costs what training them one by one costs
+(measured with ``docs/bench_seeds.py``: the models are small but each step is already
+arithmetic, not overhead), so there they train one by one and three seeds cost three times one
+seed's time, and the quick profile gives three seeds to language modelling only
+(``part_seeds``; its 16 extra runs took 41% more CPU time than one seed of every part, measured
+under load: docs/numbers.md). ``part_seeds=()`` is one seed everywhere.
 
 Every setting that changes a number is in these dataclasses; their hash is part of each
 result's key, so changing a setting re-runs what it affects and nothing else. The architecture
@@ -118,6 +127,17 @@ class Profile:
     arch: str = "transformer"  # the model of the scheme runs: posenc.extrapolate.model.ARCHS (--arch)
     hybrid: tuple[str, ...] = ()  # arch "transformer" only: these schemes also run as hybrids, beside it
     hybrid_parts: tuple[str, ...] = ("lm",)  # the parts the hybrid rows run in
+    # (part, seeds) for the parts that train other seeds than ``seeds``; "hybrid" names the hybrid rows
+    part_seeds: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def seeds_for(self, part: str) -> tuple[int, ...]:
+        """The seeds ``part`` trains: its entry in ``part_seeds``, else ``seeds``."""
+        return dict(self.part_seeds).get(part, self.seeds)
+
+    @property
+    def all_seeds(self) -> tuple[int, ...]:
+        """Every seed some part trains, in order."""
+        return tuple(sorted({*self.seeds, *(s for _, seeds in self.part_seeds for s in seeds)}))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -165,10 +185,10 @@ PROFILES: dict[str, Profile] = {
                             canvas_grids=(16,),
                             augmented_variants=("learned grid (resized)", "axial RoPE", "RoPE-Mixed")),
         time=TimeSettings(train=TrainConfig(steps=200, batch_size=64, lr=3e-3, warmup=20)),
-        description="one seed (its verdicts are indicative: the spread between training runs is not measured), "
-                    "a 2-layer width-64 model trained at 32 bytes, with hybrid rows, images and time: about "
-                    "6 minutes on 2 idle CPU cores",
-        hybrid=("nope", "rope"),
+        description="three seeds for language modelling, one for the other parts (their verdicts are indicative: "
+                    "the spread between training runs is not measured), a 2-layer width-64 model trained at 32 "
+                    "bytes, with hybrid rows, images and time: about 10 minutes on 2 idle CPU cores",
+        hybrid=("nope", "rope"), part_seeds=(("lm", (0, 1, 2)),),
     ),
     "full": Profile(
         name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
@@ -202,8 +222,8 @@ def with_overrides(profile: Profile, *, seeds: tuple[int, ...] | None = None,
     changes: dict[str, Any] = {}
     if arch is not None:
         changes["arch"] = check_choice("arch", arch, ARCHS)
-    if seeds is not None:
-        changes["seeds"] = tuple(seeds)
+    if seeds is not None:  # the user's seeds, for every part
+        changes["seeds"], changes["part_seeds"] = tuple(seeds), ()
     if schemes is not None:
         changes["schemes"] = tuple(schemes)
     if parts is not None:

@@ -79,6 +79,14 @@ def _method(profile: Profile) -> str:
                  if seeds >= findings.MIN_SEEDS else
                  f"{seeds} seed{'s' * (seeds > 1)}: the spread between training runs is not measured, so every "
                  "verdict is marked indicative (the full profile has three seeds)")
+    more = [(part, len(s)) for part, s in profile.part_seeds if part in (*profile.parts, "hybrid")]
+    if more:  # some parts train other seeds than the profile's
+        seed_text = (", ".join(f"{n} seed{'s' * (n > 1)} for <code>{e(part)}</code>" for part, n in more)
+                     + f", {seeds} seed{'s' * (seeds > 1)} for the other parts (training runs with different initial "
+                     "weights and batches). Behind three seeds or more, seeds are paired by their number, and "
+                     "intervals and tests use Student's t with seeds − 1 degrees of freedom; behind fewer, the spread "
+                     "between training runs is not measured, so those verdicts are marked indicative (the full "
+                     "profile has three seeds for every part)")
     items = [
         "<b>Clean split.</b> The text is drawn as whole documents (the standard library's files, or pieces of "
         "about 4 KB of your file) in an order fixed by a seed, from across the corpus. Exact copies and near "

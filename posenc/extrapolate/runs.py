@@ -16,7 +16,7 @@ from posenc import environment
 from posenc.extrapolate.model import TinyGPT
 from posenc.extrapolate.part import Context, Part
 from posenc.extrapolate.plan import Run
-from posenc.extrapolate.train import train
+from posenc.extrapolate.train import train_seeds
 
 
 def _environment(ctx: Context) -> dict[str, Any]:
@@ -34,7 +34,9 @@ def _bar(ctx: Context, total: int, desc: str):
     return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
-def train_with_bar(ctx: Context, model: TinyGPT, cfg, next_batch, desc: str, **kw: Any) -> list[float]:
+def train_with_bar(ctx: Context, models: list[TinyGPT], cfg, next_batches: list, desc: str, **kw: Any
+                   ) -> list[list[float]]:
+    """Trains the models of a configuration's seeds (``train_seeds``); each seed's losses."""
     steps = kw.get("steps") or cfg.steps
     bar = _bar(ctx, steps, desc)
 
@@ -45,7 +47,7 @@ def train_with_bar(ctx: Context, model: TinyGPT, cfg, next_batch, desc: str, **k
                 bar.set_postfix(loss=f"{loss:.3f}")
 
     try:
-        return train(model, cfg, next_batch, dist=ctx.dist, on_step=on_step, **kw)
+        return train_seeds(models, cfg, next_batches, dist=ctx.dist, on_step=on_step, **kw)
     finally:
         if bar is not None:
             bar.close()
@@ -62,16 +64,27 @@ def curve(losses: list[float], points: int = 200) -> list[float]:
 def execute(ctx: Context, run: Run, part: Part) -> dict[str, Any]:
     """Runs ``run`` (``part.execute``, ``part`` the one ``run.part`` names); returns its record (one
     line of the results file)."""
+    return execute_seeds(ctx, [run], part)[0]
+
+
+def execute_seeds(ctx: Context, runs: list[Run], part: Part) -> list[dict[str, Any]]:
+    """Runs ``runs``, the seeds of one configuration (``plan.seed_groups``), together
+    (``part.execute_seeds``); returns one record per seed, as ``execute`` writes it. ``seconds``
+    and ``train_seconds`` are each seed's share of the group's time."""
+    if len({r.config for r in runs}) != 1:
+        raise ValueError("execute_seeds takes the runs of one configuration (they may differ by seed only)")
     t0 = time.perf_counter()
-    body = part.execute(ctx, run)
+    bodies = part.execute_seeds(ctx, runs)
+    seconds = (time.perf_counter() - t0) / len(runs)
     corpus = {"source": ctx.corpus_source, "sha256": ctx.corpus_sha} if ctx.corpus_sha else None
     if corpus is not None and part.split_in_record and ctx.data is not None and ctx.data.info:
         corpus["split"] = {k: v for k, v in ctx.data.info.items() if k not in ("source", "heldout_names")}
-    return {"key": run.key, "profile": ctx.profile.name, "part": run.part, "label": run.label,
-            "scheme": run.spec["scheme"], "spec": run.spec, "arch": run.arch, "seed": run.seed,
-            "settings": run.settings,
-            "corpus": corpus, **body, "seconds": round(time.perf_counter() - t0, 2),
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx)}
+    return [{"key": run.key, "profile": ctx.profile.name, "part": run.part, "label": run.label,
+             "scheme": run.spec["scheme"], "spec": run.spec, "arch": run.arch, "seed": run.seed,
+             "settings": run.settings,
+             "corpus": corpus, **body, "seconds": round(seconds, 2),
+             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx)}
+            for run, body in zip(runs, bodies)]
 
 
 def summary(record: dict[str, Any], part: Part) -> str:

@@ -16,6 +16,7 @@ import torch
 from posenc.extrapolate.distributed import Dist, all_sum, wrap
 from posenc.extrapolate.model import token_nll
 from posenc.extrapolate.profiles import TrainConfig
+from posenc.extrapolate.stack import Stack, stacks, train_stack
 
 # A step's global batch: tokens (B, T+1) and the mask (B, T) of scored targets (None: all).
 BatchFn = Callable[[int], tuple[torch.Tensor, torch.Tensor | None]]
@@ -67,3 +68,51 @@ def train(model: torch.nn.Module, cfg: TrainConfig, next_batch: BatchFn, *, dist
             on_step(step, loss)
     model.eval()
     return losses
+
+
+def train_seeds(models: list[torch.nn.Module], cfg: TrainConfig, next_batches: list[BatchFn], *, dist: Dist,
+                lr: float | None = None, steps: int | None = None,
+                on_step: Callable[[int, float], None] | None = None, stacked: bool | None = None
+                ) -> list[list[float]]:
+    """``train`` for the models of several seeds of one configuration: as one stacked model
+    (``posenc.extrapolate.stack``) where that pays (``stacked=None``: by device, ``STACK_DEVICES``),
+    else one by one; each seed takes the steps it takes alone, on its own ``next_batches[s]``.
+    Returns each seed's losses. Under DDP the seeds train one by one."""
+    if len(models) != len(next_batches):
+        raise ValueError(f"one batch function per model: {len(models)} models, {len(next_batches)} batch functions")
+    if dist.active or not stacks(models, stacked):
+        return [train(m, cfg, nb, dist=dist, lr=lr, steps=steps, on_step=on_step) for m, nb in zip(models, next_batches)]
+
+    steps = cfg.steps if steps is None else steps
+    peak = cfg.lr if lr is None else lr
+    schedule = TrainConfig(steps=steps, warmup=min(cfg.warmup, steps), batch_size=cfg.batch_size)
+    for m in models:
+        m.train()
+    stack = Stack(models)
+
+    def step_loss(step: int) -> tuple[torch.Tensor, list[float]]:
+        tokens, mask = _common_batch([nb(step) for nb in next_batches])  # (S, B, T+1), (S, B, T)
+        tokens, mask = tokens.to(dist.device), mask.to(dist.device)
+        nll = token_nll(stack(tokens[..., :-1], in_dims=(0,)).flatten(0, 1), tokens[..., 1:].flatten(0, 1))
+        counts = mask.flatten(1).sum(1)  # (S,)
+        sums = (nll.view(mask.shape) * mask).flatten(1).sum(1)  # (S,)
+        return sums / counts, [float(s) / int(c) for s, c in zip(sums.detach(), counts)]
+
+    return train_stack(stack, cfg, step_loss, lr=peak, steps=steps,
+                       schedule=lambda step: learning_rate(step, schedule, peak),
+                       on_step=None if on_step is None else lambda step, values: on_step(step, values[0]))
+
+
+def _common_batch(batches: list[tuple[torch.Tensor, torch.Tensor | None]], pad: int = 0
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The seeds' batches as one ``(S, B, T+1)`` tokens and ``(S, B, T)`` mask: a shorter batch is
+    padded at the end with unscored ``pad`` tokens (the model is causal: no earlier token sees them)."""
+    width = max(t.shape[1] for t, _ in batches)
+    tokens, masks = [], []
+    for t, m in batches:
+        if m is None:
+            m = torch.ones(t.shape[0], t.shape[1] - 1, dtype=torch.bool)
+        extra = width - t.shape[1]
+        tokens.append(torch.nn.functional.pad(t, (0, extra), value=pad))
+        masks.append(torch.nn.functional.pad(m, (0, extra), value=False))
+    return torch.stack(tokens), torch.stack(masks)

@@ -17,6 +17,7 @@ from torch import nn
 import posenc
 from posenc.extrapolate.model import LAYERS, Block, GPTConfig, layer_pattern, pattern_label
 from posenc.extrapolate.profiles import TrainConfig
+from posenc.extrapolate.stack import Stack, stacks, train_stack
 from posenc.extrapolate.train import learning_rate
 
 
@@ -47,8 +48,9 @@ class SetTransformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def fit_classifier(model: nn.Module, cfg: TrainConfig, next_batch, seed: int) -> list[float]:
-    """AdamW with warm-up and cosine decay (the benchmark's schedule) on cross-entropy."""
+def fit_classifier(model: nn.Module, cfg: TrainConfig, next_batch) -> list[float]:
+    """AdamW with warm-up and cosine decay (the benchmark's schedule) on cross-entropy;
+    ``next_batch(step)`` gives ``(x, positions, labels)``."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -58,8 +60,8 @@ def fit_classifier(model: nn.Module, cfg: TrainConfig, next_batch, seed: int) ->
     for step in range(cfg.steps):
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, cfg, cfg.lr)
-        logits, labels = next_batch(step)
-        loss = F.cross_entropy(logits(), labels)
+        x, positions, labels = next_batch(step)
+        loss = F.cross_entropy(model(x, positions), labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -70,6 +72,31 @@ def fit_classifier(model: nn.Module, cfg: TrainConfig, next_batch, seed: int) ->
         losses.append(value)
     model.eval()
     return losses
+
+
+def fit_classifiers(models: list[nn.Module], cfg: TrainConfig, next_batches: list, *,
+                    stacked: bool | None = None) -> list[list[float]]:
+    """``fit_classifier`` for the models of several seeds: as one stacked model
+    (``posenc.extrapolate.stack``) where that pays (``stacked=None``: by device), else one by one;
+    each seed takes the steps it takes alone, on its own batches; the positions (the same for every
+    seed) are shared."""
+    if len(models) != len(next_batches):
+        raise ValueError(f"one batch function per model: {len(models)} models, {len(next_batches)} batch functions")
+    if not stacks(models, stacked):
+        return [fit_classifier(m, cfg, nb) for m, nb in zip(models, next_batches)]
+    for m in models:
+        m.train()
+    stack = Stack(models)
+
+    def step_loss(step: int) -> tuple[torch.Tensor, list[float]]:
+        xs, positions, ys = zip(*(nb(step) for nb in next_batches))
+        logits = stack(torch.stack(xs), positions[0], in_dims=(0, None))  # (S, B, classes)
+        y = torch.stack(ys)  # (S, B)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)  # (S,)
+        return loss, loss.detach().tolist()
+
+    return train_stack(stack, cfg, step_loss, lr=cfg.lr, steps=cfg.steps,
+                       schedule=lambda step: learning_rate(step, cfg, cfg.lr))
 
 
 @torch.no_grad()
@@ -100,4 +127,4 @@ def pattern_cannot(text: Any, part: str) -> tuple[str, dict[str, Any], str] | No
             f"cannot: a per-layer pattern runs in the lm, scaling and tasks parts, not {part}")
 
 
-__all__ = ["SetTransformer", "fit_classifier", "right_or_wrong", "accuracy_row", "pattern_cannot"]
+__all__ = ["SetTransformer", "fit_classifier", "fit_classifiers", "right_or_wrong", "accuracy_row", "pattern_cannot"]

@@ -40,7 +40,7 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
     custom = list(schemes) != [s for s in profile.schemes if s in registry.schemes()]  # the user's --scheme
     planned = [part.plan(profile, schemes, custom=custom, corpus_sha=corpus_sha, log=log) for part in PARTS]
     runs: list[Run] = []
-    for seed in profile.seeds:
+    for seed in profile.all_seeds:
         for mine in planned:
             mine = [r for r in mine if r.seed == seed]
             runs += mine

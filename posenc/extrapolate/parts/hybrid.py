@@ -179,7 +179,7 @@ class Hybrid(Part):
         return [Run(r.part, r.seed, arch_label(r.label, "hybrid"), r.spec, r.settings, profile=profile.name,
                     arch="hybrid") for r in runs
                 if r.part in profile.hybrid_parts and r.arch == "transformer" and not r.variant
-                and r.label in profile.hybrid]
+                and r.label in profile.hybrid and r.seed in profile.seeds_for(self.name)]
 
     def records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in records if r["part"] == "lm"]

@@ -94,15 +94,17 @@ def _base_model(ctx: Context, run: Run) -> TinyGPT:
         ctx.log(f"checkpoint of the RoPE model (seed {run.seed}) not found; training it again")
         lm = ctx.profile.lm
         batches = lm_batches(ctx, run.seed, batch=lm.train.batch_size, length=lm.train_length)
-        train_with_bar(ctx, model, lm.train, batches, "lm rope (base)")
+        train_with_bar(ctx, [model], lm.train, [batches], "lm rope (base)")
         save_checkpoint(ctx, base, model)
     model.eval()
     return model
 
 
-def run_scaling(ctx: Context, run: Run) -> dict[str, Any]:
-    lm, sc = ctx.profile.lm, ctx.profile.scaling
-    model = _base_model(ctx, run)
+def run_scaling(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+    """One scaling of the trained RoPE model for each of ``runs`` (its seeds); a fine-tune trains
+    the seeds as one stacked model."""
+    lm, sc, run = ctx.profile.lm, ctx.profile.scaling, runs[0]
+    models = [_base_model(ctx, r) for r in runs]
     kind, mode = run.variant["type"], run.variant["mode"]
     L = lm.train_length
 
@@ -112,21 +114,24 @@ def run_scaling(ctx: Context, run: Run) -> dict[str, Any]:
         return {**run.spec, "scaling": scaling_dict(kind, factor, L, head_dim=run.spec.get("head_dim"),
                                                     base=run.spec.get("base", 10000.0))}
 
-    record: dict[str, Any] = {"train_length": L, "variant": run.variant}
+    records: list[dict[str, Any]] = [{"train_length": L, "variant": run.variant} for _ in runs]
     if mode == "zero-shot":
-        record["eval"] = lm_eval(ctx, model, set_pe=lambda length: model.set_pe(scaled(length / L)))
-        return record
+        for record, model in zip(records, models):
+            record["eval"] = lm_eval(ctx, model, set_pe=lambda length, m=model: m.set_pe(scaled(length / L)))
+        return records
     f = sc.finetune_factor
-    model.set_pe(scaled(f))
+    for model in models:
+        model.set_pe(scaled(f))
     batch = max(1, lm.train.batch_size // f)  # the same tokens per step as training (not world-dependent)
     cfg = dataclasses.replace(lm.train, steps=sc.finetune_steps, batch_size=batch,
                               warmup=max(1, sc.finetune_steps // 10))
     t0 = time.perf_counter()
-    losses = train_with_bar(ctx, model, cfg, lm_batches(ctx, run.seed + 10_000, batch=batch, length=f * L),
-                            f"finetune {kind}", lr=sc.finetune_lr)
-    record.update(train_loss=curve(losses), train_seconds=round(time.perf_counter() - t0, 2),
-                  eval=lm_eval(ctx, model))
-    return record
+    curves = train_with_bar(ctx, models, cfg, [lm_batches(ctx, r.seed + 10_000, batch=batch, length=f * L)
+                                               for r in runs], f"finetune {kind}", lr=sc.finetune_lr)
+    seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
+    for record, model, losses in zip(records, models, curves):
+        record.update(train_loss=curve(losses), train_seconds=round(seconds, 2), eval=lm_eval(ctx, model))
+    return records
 
 
 # -- claims and section ----------------------------------------------------------------------
@@ -223,7 +228,7 @@ class Scalings(Text):
         settings = settings_hash({"lm": profile.lm, "scaling": profile.scaling, "corpus": corpus_sha})
         f = profile.scaling.finetune_factor
         runs = []
-        for seed in profile.seeds:
+        for seed in profile.seeds_for(self.name):
             for mode, kinds in (("zero-shot", types), ("fine-tune", ["none", *types])):
                 for kind in kinds:
                     variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
@@ -234,8 +239,8 @@ class Scalings(Text):
     def depends_on(self, run: Run, profile: Profile, corpus_sha: str) -> str | None:
         return base_run(run, profile, corpus_sha).key
 
-    def execute(self, ctx: Context, run: Run) -> dict[str, Any]:
-        return run_scaling(ctx, run)
+    def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+        return run_scaling(ctx, runs)
 
     def records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in records if r["part"] in ("lm", self.name)]  # the base model's rows too

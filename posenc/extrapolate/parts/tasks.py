@@ -68,23 +68,35 @@ def task_settings_hash(profile: Profile) -> str:
     return settings_hash({"tasks": ts})
 
 
-def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
-    ts = ctx.profile.tasks
-    torch.manual_seed(run.seed)
-    model = TinyGPT(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size, T.vocab_size(ts.tasks))),
-                    run.spec, arch=run.arch).to(ctx.dist.device)
-    g = torch.Generator().manual_seed(run.seed)
+def _task_batches(ts, seed: int):
+    g = torch.Generator().manual_seed(seed)
     learn = T.trained(ts.tasks)  # an evaluation-only task (flip_flop_sparse) trains as the one it tests
 
     def next_batch(step: int):
         b = T.train_batch(learn[step % len(learn)], batch=ts.train.batch_size, max_size=ts.max_size, g=g)
         return b.tokens, b.mask
+    return next_batch
 
+
+def run_tasks(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+    """One configuration's seeds (``runs``), trained together; a body per seed."""
+    ts, run = ctx.profile.tasks, runs[0]
+    models = []
+    for r in runs:
+        torch.manual_seed(r.seed)
+        models.append(TinyGPT(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size,
+                                                                           T.vocab_size(ts.tasks))),
+                              run.spec, arch=run.arch).to(ctx.dist.device))
     t0 = time.perf_counter()
-    losses = train_with_bar(ctx, model, ts.train, next_batch, f"tasks {run.label}")
-    t1 = time.perf_counter()
-    rows: list[dict[str, Any]] = []
+    curves = train_with_bar(ctx, models, ts.train, [_task_batches(ts, r.seed) for r in runs], f"tasks {run.label}")
+    seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
     trained = task_max_positions(ctx.profile)  # one model learns every task: its longest training sequence
+    return [_task_record(ctx, model, losses, seconds, trained) for model, losses in zip(models, curves)]
+
+
+def _task_record(ctx: Context, model: TinyGPT, losses: list[float], seconds: float, trained: int) -> dict[str, Any]:
+    ts = ctx.profile.tasks
+    rows: list[dict[str, Any]] = []
     for task in ts.tasks:
         for size in ts.sizes():
             mult = round(size / ts.max_size, 4)
@@ -102,7 +114,7 @@ def run_tasks(ctx: Context, run: Run) -> dict[str, Any]:
             else:
                 row.update(task_scores(model, task, size, count=ts.eval_examples, dist=ctx.dist))
             rows.append(row)
-    return {"train_loss": curve(losses), "train_seconds": round(t1 - t0, 2), "params": model.num_params(),
+    return {"train_loss": curve(losses), "train_seconds": round(seconds, 2), "params": model.num_params(),
             "max_size": ts.max_size, "trained_positions": trained, "eval": rows}
 
 
@@ -330,10 +342,10 @@ class Tasks(Part):
         check_arch(profile.arch, profile.tasks.model)
         settings = task_settings_hash(profile)
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
-                    arch=profile.arch) for seed in profile.seeds for lab, sp in specs]
+                    arch=profile.arch) for seed in profile.seeds_for(self.name) for lab, sp in specs]
 
-    def execute(self, ctx: Context, run: Run) -> dict[str, Any]:
-        return run_tasks(ctx, run)
+    def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+        return run_tasks(ctx, runs)
 
     def summary(self, record: dict[str, Any]) -> str:
         ok = [r for r in record.get("eval", []) if "correct" in r]

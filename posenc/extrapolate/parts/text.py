@@ -102,17 +102,22 @@ def save_checkpoint(ctx: Context, run: Run, model: TinyGPT) -> None:
     os.replace(tmp, path)  # atomic: a killed save leaves no half checkpoint
 
 
-def run_lm(ctx: Context, run: Run) -> dict[str, Any]:
-    lm = ctx.profile.lm
-    model = lm_model(ctx, run.spec, run.seed, run.arch)
+def run_lm(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+    """One configuration's seeds (``runs``), trained as one stacked model; a body per seed."""
+    lm, run = ctx.profile.lm, runs[0]
+    models = [lm_model(ctx, run.spec, r.seed, run.arch) for r in runs]
     t0 = time.perf_counter()
-    losses = train_with_bar(ctx, model, lm.train, lm_batches(ctx, run.seed, batch=lm.train.batch_size,
-                                                             length=lm.train_length), f"lm {run.label}")
-    t1 = time.perf_counter()
-    if run.spec["scheme"] == "rope" and run.arch == ctx.profile.arch:
-        save_checkpoint(ctx, run, model)  # the base of the scaling runs
-    return {"train_loss": curve(losses), "train_seconds": round(t1 - t0, 2), "params": model.num_params(),
-            "train_length": lm.train_length, "eval": lm_eval(ctx, model)}
+    curves = train_with_bar(ctx, models, lm.train, [lm_batches(ctx, r.seed, batch=lm.train.batch_size,
+                                                               length=lm.train_length) for r in runs],
+                            f"lm {run.label}")
+    seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
+    out = []
+    for r, model, losses in zip(runs, models, curves):
+        if run.spec["scheme"] == "rope" and run.arch == ctx.profile.arch:
+            save_checkpoint(ctx, r, model)  # the base of the scaling runs
+        out.append({"train_loss": curve(losses), "train_seconds": round(seconds, 2), "params": model.num_params(),
+                    "train_length": lm.train_length, "eval": lm_eval(ctx, model)})
+    return out
 
 
 @torch.no_grad()
@@ -250,9 +255,9 @@ def _scale_note(profile: Profile, lm_records: list[dict[str, Any]]) -> str:
                 "0.05, and any disagreement is listed, not hidden.</p>")
     return (f'<p class="note">Scale: a {lm.model.n_layer}-layer decoder, width {lm.model.n_embd}, '
             f"{lm.model.n_head} heads ({params or '?'} parameters), trained for {lm.train.steps} steps of "
-            f"{lm.train.batch_size} × {lm.train_length} bytes ({tokens:,} training tokens), {len(profile.seeds)} "
-            f"seed(s). Press et al. trained 247M-parameter models on WikiText-103 at 512 tokens; Kazemnejad et al. "
-            "trained on each task separately for far longer. These are the numbers this small run measured, not "
+            f"{lm.train.batch_size} × {lm.train_length} bytes ({tokens:,} training tokens), "
+            f"{len({r['seed'] for r in lm_records})} seed(s). Press et al. trained 247M-parameter models on "
+            "WikiText-103 at 512 tokens; Kazemnejad et al. trained on each task separately for far longer. These are the numbers this small run measured, not "
             "a reproduction of the papers: a claim is marked as agreeing only when its test, Holm-corrected over the "
             "page's verdicts, has p below 0.05, and any disagreement is listed, not hidden.</p>")
 
@@ -272,7 +277,7 @@ def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> 
              f"{n_blocks * table.lengths[-1]:,}-byte held-out stream, "  # blocks of the longest length
              f"so lengths differ only in context. Intervals are 95% from {n_blocks} blocks of the stream "
              "(Newey–West errors: neighbouring blocks are correlated)"
-             f"{' and the seed spread (Student t)' if len(profile.seeds) > 1 else ''}; differences between schemes "
+             f"{' and the seed spread (Student t)' if len({r['seed'] for r in lm_recs}) > 1 else ''}; differences between schemes "
              "are paired block by block and seed by seed.</p>")
     page.figure("perplexity", lambda: F.perplexity(table, labels),
                 "Perplexity per byte (lower is better) against evaluation length; dashed: training length.")
@@ -327,10 +332,10 @@ class Text(Part):
         check_arch(profile.arch, profile.lm.model)
         settings = lm_settings(profile, corpus_sha)
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
-                    arch=profile.arch) for seed in profile.seeds for lab, sp in lm_specs(profile, schemes)]
+                    arch=profile.arch) for seed in profile.seeds_for(self.name) for lab, sp in lm_specs(profile, schemes)]
 
-    def execute(self, ctx: Context, run: Run) -> dict[str, Any]:
-        return run_lm(ctx, run)
+    def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+        return run_lm(ctx, runs)
 
     def summary(self, record: dict[str, Any]) -> str:
         return ppl_summary(record)

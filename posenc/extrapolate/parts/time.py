@@ -27,7 +27,7 @@ from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run
 from posenc.extrapolate.profiles import Profile, TimeSettings, settings_hash
 from posenc.extrapolate.runs import Context
-from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifier, pattern_cannot, right_or_wrong
+from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifiers, pattern_cannot, right_or_wrong
 from posenc.spec import fill_sizes
 
 CONTINUOUS = "positions as continuous time"
@@ -94,37 +94,44 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
     return out
 
 
-def run_time(settings: TimeSettings, spec: dict[str, Any], seed: int, mode: str = "") -> dict[str, Any]:
+def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mode: str = "") -> list[dict[str, Any]]:
+    """The bodies of one scheme's ``seeds``, trained together."""
     s = settings
     if mode.startswith("cannot: "):
-        return {"cannot_run": mode[len("cannot: "):], "train_rate": s.train_rate, "eval": []}
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = SetTransformer(s.model, spec, in_dim=s.frame_dim, classes=4)
-    real = model.pe.kind != "none" and getattr(model.pe, "real_positions", False)
+        return [{"cannot_run": mode[len("cannot: "):], "train_rate": s.train_rate, "eval": []} for _ in seeds]
     frames = int(round(s.train_seconds * s.train_rate))
     pos = torch.arange(frames)  # at the training rate, frame indices = seconds × train_rate
+    models, batches = [], []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+        models.append(SetTransformer(s.model, spec, in_dim=s.frame_dim, classes=4))
 
-    def next_batch(step: int):
-        x, y, _ = time_batch(s.train.batch_size, rate=s.train_rate, seconds=s.train_seconds, s=s, g=g)
-        return (lambda: model(x, pos)), y
+        def next_batch(step: int, g: torch.Generator = g):
+            x, y, _ = time_batch(s.train.batch_size, rate=s.train_rate, seconds=s.train_seconds, s=s, g=g)
+            return x, pos, y
+        batches.append(next_batch)
 
     t0 = time.perf_counter()
-    losses = fit_classifier(model, s.train, next_batch, seed)
-    seconds = time.perf_counter() - t0
-    rows = []
-    for rate, duration in s.test:
-        ge = torch.Generator().manual_seed(100_000 + int(rate * 1000) + int(duration * 10))  # same for every run
-        x, y, times = time_batch(s.eval_examples, rate=rate, seconds=duration, s=s, g=ge)
-        for kind in ("index", "time"):
-            if kind == "time" and not real:
-                continue  # nope has no positions; table schemes take only integers
-            p = torch.arange(x.shape[1]) if kind == "index" else times * s.train_rate  # (T,)
-            rows.append(accuracy_row(right_or_wrong(model, x, y, p), rate=rate, seconds=duration, frames=x.shape[1],
-                                     positions=kind))
-    return {"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
-            "train_seconds": round(seconds, 2), "params": model.num_params(),
-            "train_rate": s.train_rate, "train_duration": s.train_seconds, "eval": rows}
+    curves = fit_classifiers(models, s.train, batches)
+    seconds = (time.perf_counter() - t0) / len(seeds)  # each seed's share
+    out = []
+    for model, losses in zip(models, curves):
+        real = model.pe.kind != "none" and getattr(model.pe, "real_positions", False)
+        rows = []
+        for rate, duration in s.test:
+            ge = torch.Generator().manual_seed(100_000 + int(rate * 1000) + int(duration * 10))  # same for every run
+            x, y, times = time_batch(s.eval_examples, rate=rate, seconds=duration, s=s, g=ge)
+            for kind in ("index", "time"):
+                if kind == "time" and not real:
+                    continue  # nope has no positions; table schemes take only integers
+                p = torch.arange(x.shape[1]) if kind == "index" else times * s.train_rate  # (T,)
+                rows.append(accuracy_row(right_or_wrong(model, x, y, p), rate=rate, seconds=duration,
+                                         frames=x.shape[1], positions=kind))
+        out.append({"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
+                    "train_seconds": round(seconds, 2), "params": model.num_params(),
+                    "train_rate": s.train_rate, "train_duration": s.train_seconds, "eval": rows})
+    return out
 
 
 def time_spec(name: Any, s: TimeSettings) -> dict[str, Any]:
@@ -249,10 +256,10 @@ class Time(Part):
         items = time_items(profile.time, schemes if custom else None)
         settings = settings_hash({"time": profile.time})
         return [Run(self.name, seed, lab, sp, settings, {"cannot": mode} if mode else {}, profile.name)
-                for seed in profile.seeds for lab, sp, mode in items]
+                for seed in profile.seeds_for(self.name) for lab, sp, mode in items]
 
-    def execute(self, ctx: Context, run: Run) -> dict[str, Any]:
-        return run_time(ctx.profile.time, run.spec, run.seed, run.variant.get("cannot", ""))
+    def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+        return run_time(ctx.profile.time, runs[0].spec, [r.seed for r in runs], runs[0].variant.get("cannot", ""))
 
     def summary(self, record: dict[str, Any]) -> str:
         rows = record.get("eval", [])

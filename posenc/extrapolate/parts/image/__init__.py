@@ -47,11 +47,11 @@ class Image(Part):
             return aug == "none" or custom or s.augmented_variants is None or label in s.augmented_variants
 
         return [Run(self.name, seed, lab, sp, settings, {"positions": how, "augment": aug}, profile.name)
-                for seed in profile.seeds for aug in s.augments for lab, sp, how in items if trained(aug, lab)]
+                for seed in profile.seeds_for(self.name) for aug in s.augments for lab, sp, how in items if trained(aug, lab)]
 
-    def execute(self, ctx: Context, run: Run) -> dict[str, Any]:
-        return run_image(ctx.profile.image, run.spec, run.variant["positions"], run.seed,
-                         run.variant.get("augment", "none"))
+    def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+        return run_image(ctx.profile.image, runs[0].spec, runs[0].variant["positions"], [r.seed for r in runs],
+                         runs[0].variant.get("augment", "none"))
 
     def summary(self, record: dict[str, Any]) -> str:
         rows = record.get("eval", [])

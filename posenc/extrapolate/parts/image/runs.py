@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import posenc
 from posenc import registry
 from posenc.extrapolate.profiles import ImageSettings
-from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifier, pattern_cannot, right_or_wrong
+from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifiers, pattern_cannot, right_or_wrong
 from posenc.spec import fill_sizes
 
 NUM_CLASSES = 10
@@ -192,40 +192,48 @@ def test_images(test_x: torch.Tensor, condition: str, size: int) -> torch.Tensor
     return x.flatten(1)[..., None]
 
 
-def run_image(settings: ImageSettings, spec: dict[str, Any], how: str, seed: int,
-              augment: str = "none") -> dict[str, Any]:
-    """Trains one variant (``augment``: see the module docstring) and evaluates it under every
-    condition, test grid and position mode that applies."""
+def run_image(settings: ImageSettings, spec: dict[str, Any], how: str, seeds: list[int],
+              augment: str = "none") -> list[dict[str, Any]]:
+    """Trains one variant's ``seeds`` together (``augment``: see the module docstring) and evaluates
+    each under every condition, test grid and position mode that applies; a body per seed."""
     s = settings
     if how.startswith("cannot: "):
-        return {"cannot_run": how[len("cannot: "):], "train_size": s.grid, "augment": augment, "eval": []}
+        return [{"cannot_run": how[len("cannot: "):], "train_size": s.grid, "augment": augment, "eval": []}
+                for _ in seeds]
     train_x, train_y, test_x, test_y = digits(s.test_fraction)
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = SetTransformer(s.model, spec, in_dim=1, classes=NUM_CLASSES)
     pos = image_positions(s.grid, s.grid, "integer")
     x_train = resample(train_x, s.grid)  # (N, g, g)
+    models, batches = [], []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+        models.append(SetTransformer(s.model, spec, in_dim=1, classes=NUM_CLASSES))
 
-    def next_batch(step: int):
-        idx = torch.randint(len(train_y), (s.train.batch_size,), generator=g)
-        x = x_train[idx] if augment == "none" else scale_augment(x_train[idx], s.scale_range, g)
-        x = x.flatten(1)[..., None]  # (B, g², 1)
-        return (lambda: model(x, pos)), train_y[idx]
+        def next_batch(step: int, g: torch.Generator = g):
+            idx = torch.randint(len(train_y), (s.train.batch_size,), generator=g)
+            x = x_train[idx] if augment == "none" else scale_augment(x_train[idx], s.scale_range, g)
+            return x.flatten(1)[..., None], pos, train_y[idx]  # (B, g², 1)
+        batches.append(next_batch)
 
     t0 = time.perf_counter()
-    losses = fit_classifier(model, s.train, next_batch, seed)
-    seconds = time.perf_counter() - t0
-    rows = []
-    for condition in s.conditions:
-        for size in s.test_grids:
-            if condition != "zoom" and (size == s.grid or (s.canvas_grids is not None and size not in s.canvas_grids)):
-                continue  # the trained size on the trained grid is the zoom row
-            x = test_images(test_x, condition, size)
-            for mode in position_modes(model.pe, how):
-                pe = model.pe.resized([size, size]) if how == "resize" and size != s.grid else None
-                positions = image_positions(size, s.grid, "integer" if how == "resize" else mode)  # a resized table
-                right = right_or_wrong(model, x, test_y, positions, pe)
-                rows.append(accuracy_row(right, condition=condition, positions=mode, size=size, tokens=size * size))
-    return {"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
-            "train_seconds": round(seconds, 2), "params": model.num_params(), "train_size": s.grid,
-            "positions": how, "augment": augment, "eval": rows}
+    curves = fit_classifiers(models, s.train, batches)
+    seconds = (time.perf_counter() - t0) / len(seeds)  # each seed's share
+    out = []
+    for model, losses in zip(models, curves):
+        rows = []
+        for condition in s.conditions:
+            for size in s.test_grids:
+                if condition != "zoom" and (size == s.grid or (s.canvas_grids is not None
+                                                               and size not in s.canvas_grids)):
+                    continue  # the trained size on the trained grid is the zoom row
+                x = test_images(test_x, condition, size)
+                for mode in position_modes(model.pe, how):
+                    pe = model.pe.resized([size, size]) if how == "resize" and size != s.grid else None
+                    positions = image_positions(size, s.grid, "integer" if how == "resize" else mode)  # resized table
+                    right = right_or_wrong(model, x, test_y, positions, pe)
+                    rows.append(accuracy_row(right, condition=condition, positions=mode, size=size,
+                                             tokens=size * size))
+        out.append({"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
+                    "train_seconds": round(seconds, 2), "params": model.num_params(), "train_size": s.grid,
+                    "positions": how, "augment": augment, "eval": rows})
+    return out
