@@ -165,17 +165,24 @@ def test_a_runs_seeds_trained_together_record_what_each_alone_records(tmp_path, 
                     assert b[name] == pytest.approx(a[name], abs=1e-4), (alone["part"], name)
 
 
-def test_the_quick_profile_trains_three_seeds_for_language_modelling_only():
-    """``make report``'s profile: language modelling on seeds 0, 1, 2 (its verdicts are not
-    indicative), the other parts and the hybrid rows on seed 0; ``--seeds`` sets every part's."""
+def test_part_seeds_give_one_part_its_own_seeds_and_seeds_sets_every_part():
+    """``part_seeds`` trains one part (here language modelling) on seeds 0, 1, 2 and the other parts
+    and the hybrid rows on ``seeds``; ``make report``'s quick profile has none (one seed fits its
+    10 minutes); ``--seeds`` sets every part's."""
+    import dataclasses
+
     from posenc.extrapolate.parts import plan
     from posenc.extrapolate.profiles import with_overrides
 
+    def seeds_by_part(profile):
+        seeds: dict[tuple[str, str], set[int]] = {}
+        for r in plan(profile, list(profile.schemes), corpus_sha="0", log=lambda msg: None):
+            seeds.setdefault((r.part, r.arch), set()).add(r.seed)
+        return seeds
+
     quick = PROFILES["quick"]
-    runs = plan(quick, list(quick.schemes), corpus_sha="0", log=lambda msg: None)
-    seeds: dict[tuple[str, str], set[int]] = {}
-    for r in runs:
-        seeds.setdefault((r.part, r.arch), set()).add(r.seed)
+    assert all(s == {0} for s in seeds_by_part(quick).values())
+    seeds = seeds_by_part(dataclasses.replace(quick, part_seeds=(("lm", (0, 1, 2)),)))
     assert seeds.pop(("lm", "transformer")) == {0, 1, 2}
     assert seeds and all(s == {0} for s in seeds.values()), seeds
     mine = plan(with_overrides(quick, seeds=(4, 5)), list(quick.schemes), corpus_sha="0", log=lambda msg: None)
