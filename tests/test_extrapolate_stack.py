@@ -166,9 +166,8 @@ def test_a_runs_seeds_trained_together_record_what_each_alone_records(tmp_path, 
 
 
 def test_part_seeds_give_one_part_its_own_seeds_and_seeds_sets_every_part():
-    """``part_seeds`` trains one part (here language modelling) on seeds 0, 1, 2 and the other parts
-    and the hybrid rows on ``seeds``; ``make report``'s quick profile has none (one seed fits its
-    10 minutes); ``--seeds`` sets every part's."""
+    """``part_seeds`` trains one part (here language modelling alone) on seeds 0, 1, 2 and the other
+    parts and the hybrid rows on ``seeds``; ``--seeds`` sets every part's."""
     import dataclasses
 
     from posenc.extrapolate.parts import plan
@@ -180,9 +179,11 @@ def test_part_seeds_give_one_part_its_own_seeds_and_seeds_sets_every_part():
             seeds.setdefault((r.part, r.arch), set()).add(r.seed)
         return seeds
 
-    quick = PROFILES["quick"]
-    assert all(s == {0} for s in seeds_by_part(quick).values())
-    seeds = seeds_by_part(dataclasses.replace(quick, part_seeds=(("lm", (0, 1, 2)),)))
+    quick = PROFILES["quick"]  # make report's: three seeds for every part but the tasks
+    assert seeds_by_part(quick) == {("lm", "transformer"): {0, 1, 2}, ("lm", "hybrid"): {0, 1, 2},
+                                    ("scaling", "transformer"): {0, 1, 2}, ("tasks", "transformer"): {0},
+                                    ("image", "transformer"): {0, 1, 2}, ("time", "transformer"): {0, 1, 2}}
+    seeds = seeds_by_part(dataclasses.replace(quick, seeds=(0,), part_seeds=(("lm", (0, 1, 2)),)))
     assert seeds.pop(("lm", "transformer")) == {0, 1, 2}
     assert seeds and all(s == {0} for s in seeds.values()), seeds
     mine = plan(with_overrides(quick, seeds=(4, 5)), list(quick.schemes), corpus_sha="0", log=lambda msg: None)

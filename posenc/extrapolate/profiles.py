@@ -1,15 +1,15 @@
 """Benchmark profiles: how big, how long, which schemes. ``smoke`` (tests, seconds), ``quick``
-(``make report``: minutes on 2 CPU cores; one seed, so its verdicts are marked indicative),
-``full`` (three seeds everywhere, the fewest behind a
+(``make report``: minutes on 2 CPU cores; three seeds for every part but the tasks, whose one
+seed leaves their verdicts indicative), ``full`` (three seeds everywhere, the fewest behind a
 verdict that is not indicative; bigger, longer).
 
 The seeds of one configuration run together; where it pays they train as one stacked model
 (``posenc.extrapolate.stack``), but on a CPU that costs what training them one by one costs
 (measured with ``docs/bench_seeds.py``: the models are small but each step is already
 arithmetic, not overhead), so there they train one by one and three seeds cost three times one
-seed's time. The quick profile has no room for them within ``make report``'s 10 minutes (three
-seeds for language modelling alone took 41% more CPU time: docs/numbers.md), so it trains one
-seed everywhere; ``part_seeds`` gives a part other seeds than ``seeds``.
+seed's time. ``part_seeds`` gives a part other seeds than ``seeds``: the quick profile trains
+seeds 0, 1, 2 for every part but the tasks, whose runs cost the most (209 of 437 CPU seconds of
+one seed), so that ``make report`` stays within 10 minutes (measured: docs/numbers.md).
 
 Every setting that changes a number is in these dataclasses; their hash is part of each
 result's key, so changing a setting re-runs what it affects and nothing else. The architecture
@@ -185,10 +185,12 @@ PROFILES: dict[str, Profile] = {
                             canvas_grids=(16,),
                             augmented_variants=("learned grid (resized)", "axial RoPE", "RoPE-Mixed")),
         time=TimeSettings(train=TrainConfig(steps=200, batch_size=64, lr=3e-3, warmup=20)),
-        description="one seed (its verdicts are indicative: the spread between training runs is not measured; "
-                    "--seeds 0,1,2 for three), a 2-layer width-64 model trained at 32 bytes, with hybrid rows, "
-                    "images and time: under 10 minutes on 2 idle CPU cores",
+        description="three seeds for every part but the tasks (one seed: their verdicts are indicative), a 2-layer "
+                    "width-64 model trained at 32 bytes, with hybrid rows, images and time: under 10 minutes on "
+                    "2 idle CPU cores",
         hybrid=("nope", "rope"),
+        # every part but the tasks on three seeds: the most that fits make report's 10 minutes (docs/numbers.md)
+        part_seeds=tuple((part, (0, 1, 2)) for part in ("lm", "hybrid", "scaling", "image", "time")),
     ),
     "full": Profile(
         name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
