@@ -78,6 +78,22 @@ by ``module_args`` fit every module: d_model = num_heads · head_dim; ``floor_sc
 NoPE temperature) steps every 4 positions, so short test inputs see it."""
 
 
+def assert_directional_gradients(leaves: dict, loss, *, seed: int, eps: float = 1e-6, rtol: float = 1e-7) -> None:
+    """Each leaf's ``.grad`` along a random direction equals the central difference of ``loss()``
+    (a float64 reference of the same scalar) along it; the leaves are restored afterwards."""
+    g = torch.Generator().manual_seed(seed)
+    for name, leaf in leaves.items():
+        direction = torch.randn(leaf.shape, generator=g, dtype=torch.float64)
+        with torch.no_grad():
+            leaf += eps * direction
+            up = loss()
+            leaf -= 2 * eps * direction
+            down = loss()
+            leaf += eps * direction
+        numeric = (up - down) / (2 * eps)
+        assert abs(float((leaf.grad * direction).sum()) - numeric) < rtol * max(1.0, abs(numeric)), name
+
+
 def schemes_of_kind(*kinds: str) -> list[str]:
     """Registered scheme names of the given kinds (all of them when none are given)."""
     return [n for n in registry.schemes() if not kinds or registry.get(n).kind in kinds]

@@ -14,7 +14,7 @@ import torch
 import posenc
 from posenc import reference as ref
 from posenc.interop import deberta_from_hf
-from conftest import assert_close, tolerance
+from conftest import assert_close, assert_directional_gradients, tolerance
 
 pytest.importorskip("transformers")
 from transformers import DebertaV2Config  # noqa: E402
@@ -122,18 +122,7 @@ def test_gradients_match_the_reference():
         out = pe.reference_attention(q, k, v, pos.numpy(), pos.numpy(), causal=True)
         return float((out * w.numpy()).sum())
 
-    g = torch.Generator().manual_seed(3)
-    eps = 1e-6
-    for name, leaf in leaves.items():
-        direction = torch.randn(leaf.shape, generator=g, dtype=torch.float64)
-        with torch.no_grad():
-            leaf += eps * direction
-            up = loss()
-            leaf -= 2 * eps * direction
-            down = loss()
-            leaf += eps * direction
-        numeric = (up - down) / (2 * eps)
-        assert abs(float((leaf.grad * direction).sum()) - numeric) < 1e-7 * max(1.0, abs(numeric)), name
+    assert_directional_gradients(leaves, loss, seed=3)
 
 
 def test_bad_settings_are_refused():

@@ -11,7 +11,7 @@ import torch
 
 import posenc
 from posenc import reference as ref
-from conftest import assert_close, tolerance
+from conftest import assert_close, assert_directional_gradients, tolerance
 
 
 def _exact(p: int, attn_scale: float, floor_scale: float) -> float:
@@ -62,22 +62,12 @@ def test_gradients_match_the_reference():
     q, k, v = (t.requires_grad_(True) for t in _qkv(seed=1))
     w = torch.randn(2, 3, 7, 4, dtype=torch.float64)
     (posenc.attention(q, k, v, pe, causal=True) * w).sum().backward()
-    eps, g = 1e-6, torch.Generator().manual_seed(2)
 
     def loss() -> float:
         scaled = ref.nope_temperature(q.detach(), np.arange(5, 12), attn_scale=0.5, floor_scale=2)
         return float((ref.attention(scaled, k.detach(), v.detach(), causal=True) * w.numpy()).sum())
 
-    for name, leaf in (("q", q), ("k", k), ("v", v)):
-        direction = torch.randn(leaf.shape, generator=g, dtype=torch.float64)
-        with torch.no_grad():
-            leaf += eps * direction
-            up = loss()
-            leaf -= 2 * eps * direction
-            down = loss()
-            leaf += eps * direction
-        numeric = (up - down) / (2 * eps)
-        assert abs(float((leaf.grad * direction).sum()) - numeric) < 1e-7 * max(1.0, abs(numeric)), name
+    assert_directional_gradients({"q": q, "k": k, "v": v}, loss, seed=2)
 
 
 def test_bad_settings_are_refused():

@@ -8,6 +8,7 @@ variants on the same examples can be compared example by example (``posenc.extra
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import torch
@@ -74,6 +75,22 @@ def fit_classifier(model: nn.Module, cfg: TrainConfig, next_batch) -> list[float
     return losses
 
 
+def fit_seeds(seeds: list[int], cfg: TrainConfig, make_model, make_batches):
+    """One classifier per seed, trained together (``fit_classifiers``): seed ``s`` draws its initial
+    weights after ``torch.manual_seed(s)`` (``make_model()``) and its batches from its own generator
+    (``make_batches(g) -> next_batch(step)``). Returns the models, their loss curves and each seed's
+    share of the training's wall seconds."""
+    models, batches = [], []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+        models.append(make_model())
+        batches.append(make_batches(g))
+    t0 = time.perf_counter()
+    curves = fit_classifiers(models, cfg, batches)
+    return models, curves, (time.perf_counter() - t0) / max(len(seeds), 1)
+
+
 def fit_classifiers(models: list[nn.Module], cfg: TrainConfig, next_batches: list, *,
                     stacked: bool | None = None) -> list[list[float]]:
     """``fit_classifier`` for the models of several seeds: as one stacked model
@@ -127,4 +144,4 @@ def pattern_cannot(text: Any, part: str) -> tuple[str, dict[str, Any], str] | No
             f"cannot: a per-layer pattern runs in the lm, scaling and tasks parts, not {part}")
 
 
-__all__ = ["SetTransformer", "fit_classifier", "fit_classifiers", "right_or_wrong", "accuracy_row", "pattern_cannot"]
+__all__ = ["SetTransformer", "fit_classifier", "fit_classifiers", "fit_seeds", "right_or_wrong", "accuracy_row", "pattern_cannot"]

@@ -12,7 +12,6 @@ frames. The model and its training: ``posenc.extrapolate.vision``; the paired st
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -27,7 +26,7 @@ from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run
 from posenc.extrapolate.profiles import Profile, TimeSettings, settings_hash
 from posenc.extrapolate.runs import Context
-from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifiers, pattern_cannot, right_or_wrong
+from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_seeds, pattern_cannot, right_or_wrong
 from posenc.spec import fill_sizes
 
 CONTINUOUS = "positions as continuous time"
@@ -101,20 +100,14 @@ def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mod
         return [{"cannot_run": mode[len("cannot: "):], "train_rate": s.train_rate, "eval": []} for _ in seeds]
     frames = int(round(s.train_seconds * s.train_rate))
     pos = torch.arange(frames)  # at the training rate, frame indices = seconds × train_rate
-    models, batches = [], []
-    for seed in seeds:
-        g = torch.Generator().manual_seed(seed)
-        torch.manual_seed(seed)
-        models.append(SetTransformer(s.model, spec, in_dim=s.frame_dim, classes=4))
-
-        def next_batch(step: int, g: torch.Generator = g):
+    def batches(g: torch.Generator):
+        def next_batch(step: int):
             x, y, _ = time_batch(s.train.batch_size, rate=s.train_rate, seconds=s.train_seconds, s=s, g=g)
             return x, pos, y
-        batches.append(next_batch)
+        return next_batch
 
-    t0 = time.perf_counter()
-    curves = fit_classifiers(models, s.train, batches)
-    seconds = (time.perf_counter() - t0) / len(seeds)  # each seed's share
+    models, curves, seconds = fit_seeds(
+        seeds, s.train, lambda: SetTransformer(s.model, spec, in_dim=s.frame_dim, classes=4), batches)
     out = []
     for model, losses in zip(models, curves):
         real = model.pe.kind != "none" and getattr(model.pe, "real_positions", False)

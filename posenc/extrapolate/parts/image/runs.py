@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from typing import Any
 
 import torch
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 import posenc
 from posenc import registry
 from posenc.extrapolate.profiles import ImageSettings
-from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_classifiers, pattern_cannot, right_or_wrong
+from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_seeds, pattern_cannot, right_or_wrong
 from posenc.spec import fill_sizes
 
 NUM_CLASSES = 10
@@ -203,21 +202,15 @@ def run_image(settings: ImageSettings, spec: dict[str, Any], how: str, seeds: li
     train_x, train_y, test_x, test_y = digits(s.test_fraction)
     pos = image_positions(s.grid, s.grid, "integer")
     x_train = resample(train_x, s.grid)  # (N, g, g)
-    models, batches = [], []
-    for seed in seeds:
-        g = torch.Generator().manual_seed(seed)
-        torch.manual_seed(seed)
-        models.append(SetTransformer(s.model, spec, in_dim=1, classes=NUM_CLASSES))
-
-        def next_batch(step: int, g: torch.Generator = g):
+    def batches(g: torch.Generator):
+        def next_batch(step: int):
             idx = torch.randint(len(train_y), (s.train.batch_size,), generator=g)
             x = x_train[idx] if augment == "none" else scale_augment(x_train[idx], s.scale_range, g)
             return x.flatten(1)[..., None], pos, train_y[idx]  # (B, g², 1)
-        batches.append(next_batch)
+        return next_batch
 
-    t0 = time.perf_counter()
-    curves = fit_classifiers(models, s.train, batches)
-    seconds = (time.perf_counter() - t0) / len(seeds)  # each seed's share
+    models, curves, seconds = fit_seeds(
+        seeds, s.train, lambda: SetTransformer(s.model, spec, in_dim=1, classes=NUM_CLASSES), batches)
     out = []
     for model, losses in zip(models, curves):
         rows = []
