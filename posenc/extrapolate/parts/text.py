@@ -382,8 +382,9 @@ def content_section(page: Page, table: LMTable, pattern: str) -> list[Verdict]:
              "position; CoPE counts the keys whose gate fires; DAPE passes the scores and KERPLE's bias through a "
              "small MLP; stick-breaking attention replaces the softmax with a break of the remaining mass from the "
              "query backwards, without any position; Llama 4 puts NoPE (with a query temperature) in one block of "
-             "four and RoPE in the rest. CoPE's own claim is about counting: its verdicts are in the "
-             '<a href="#tasks">tasks section</a>, when the content tasks ran (the full profile, with '
+             "four and RoPE in the rest. CoPE's row has no claim here: its own claim is about counting, and its verdicts "
+             "are in the "
+             '<a href="#tasks">tasks section</a> when the content tasks ran (the full profile, with '
              "<code>--scheme cope</code>: docs/guide/benchmark.md).</p>")
     labels = [lab for lab in (*CONTENT_PLAYERS, pattern) if lab in table.labels()]
     if labels:
