@@ -22,9 +22,10 @@ def _model(name: str, cfg: GPTConfig = CFG, max_positions: int = 24, arch: str =
     return TinyGPT(cfg, spec, arch=arch).eval()
 
 
-# content schemes (issue 19) join the benchmark model with its restructuring; their causality is
-# tested in tests/test_content.py
-@pytest.mark.parametrize("name", [n for n in posenc.schemes() if posenc.registry.get(n).kind != "content"])
+CONTENT = [n for n in posenc.schemes() if posenc.registry.get(n).kind == "content"]
+
+
+@pytest.mark.parametrize("name", posenc.schemes())
 def test_every_scheme_is_causal(name):
     """Changing token t changes no logit before t, and does change the logits at t (position-aware or not)."""
     model = _model(name)
@@ -36,6 +37,50 @@ def test_every_scheme_is_causal(name):
     assert a.shape == (2, 20, CFG.vocab_size)
     torch.testing.assert_close(a[:, :12], b[:, :12], rtol=0, atol=1e-5)
     assert (a[:, 12:] - b[:, 12:]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("name", CONTENT)
+def test_content_schemes_train_in_the_model(name):
+    """A content scheme's parameters (FoX's gate, CoPE's embeddings, DAPE's MLP, PaTH's
+    reflections) get a gradient through the model, and one optimizer step lowers the loss."""
+    model = _model(name).train()
+    x = torch.randint(0, CFG.vocab_size, (4, 17), generator=torch.Generator().manual_seed(4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses = []
+    for _ in range(2):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        loss.backward()
+        losses.append(float(loss.detach()))
+        for p in model.pes.parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().max() > 0, name
+        opt.step()
+    assert losses[1] < losses[0], (name, losses)
+
+
+def test_fox_reads_the_attention_blocks_input_and_no_positions():
+    """FoX's full gate reads LN(x), the attention block's input (``hidden=``): the model's first
+    block equals ``posenc.attention`` called with it, and shifting positions changes nothing."""
+    model = _model("fox")
+    assert model.pes[0].reads_hidden and model.pe_spec["d_model"] == CFG.n_embd
+    x = torch.randint(0, CFG.vocab_size, (2, 9), generator=torch.Generator().manual_seed(5))
+    block, pe = model.blocks[0], model.pes[0]
+    with torch.no_grad():
+        h = block.ln_1(model.tok_emb(x))  # (B, L, C)
+        q, k, v = (t.view(2, 9, CFG.n_head, CFG.head_dim).transpose(1, 2)  # (B, H, L, D)
+                   for t in block.attn.qkv(h).split(CFG.n_embd, 2))
+        want = block.attn.proj(posenc.attention(q, k, v, pe, causal=True, hidden=h, backend="materialize")
+                               .transpose(1, 2).reshape(2, 9, CFG.n_embd))
+        torch.testing.assert_close(block.attn(h, torch.arange(9), pe), want)
+        torch.testing.assert_close(model(x, torch.arange(9)), model(x, torch.arange(9) + 7), rtol=0, atol=0)
+
+
+def test_path_cannot_run_past_its_bound():
+    path = _model("path:max_length=24")
+    assert cannot_run(path, 24) is None
+    reason = cannot_run(path, 25)
+    assert reason is not None and "max_length=24" in reason
+    assert cannot_run(_model("fox"), 1000) is None
 
 
 def test_positions_matter_except_for_nope():

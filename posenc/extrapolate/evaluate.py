@@ -29,6 +29,8 @@ def cannot_run(model: TinyGPT, length: int) -> str | None:
                 elif pe.kind == "relative":
                     q = torch.zeros(1, cfg.n_head, 1, cfg.head_dim, device=device)
                     pe(q, torch.zeros(1, cfg.n_head, length, cfg.head_dim, device=device), last, pos)
+                elif pe.kind == "content":  # PaTH refuses lengths past its bound
+                    pe.check_length(length, length)
         except ValueError as e:
             return str(e).splitlines()[0]
     return None

@@ -6,7 +6,10 @@
 
 Attention is ``posenc.attention(q, k, v, pe, q_positions=..., k_positions=..., causal=True)``, so
 rotary, bias and relative kinds are applied inside attention and additive ones are added to the
-token embeddings. By default **one** pe module is shared by all layers (as T5 shares its bias
+token embeddings. A ``content`` scheme (FoX, CoPE, DAPE, stick-breaking, PaTH) counts its
+positions from the tokens: it gets no positions, and one that reads the layer's input
+(``pe.reads_hidden``: FoX's full gate, PaTH) gets the attention block's input, ``LN(x)``, as
+``hidden=``. By default **one** pe module is shared by all layers (as T5 shares its bias
 table across layers, and as RoPE/ALiBi have no per-layer state anyway); ``pe_per_layer=True``
 gives each layer its own (learned tables are then per layer). Positions are always explicit.
 
@@ -132,11 +135,11 @@ def pattern_label(labels: list[str]) -> str:
 def build_pe(pe_spec: Any, cfg: GPTConfig) -> nn.Module:
     """``posenc.build(pe_spec)``, checked against the model's sizes (ValueError naming both)."""
     pe = posenc.build(pe_spec)
-    if pe.kind == "additive" and getattr(pe, "d_model", cfg.n_embd) != cfg.n_embd:
-        raise ValueError(f"additive pe has d_model={pe.d_model} but the model has n_embd={cfg.n_embd}")
-    if pe.kind in ("rotary", "relative") and getattr(pe, "head_dim", cfg.head_dim) != cfg.head_dim:
+    if pe.kind in ("additive", "content") and (getattr(pe, "d_model", None) or cfg.n_embd) != cfg.n_embd:
+        raise ValueError(f"{pe.kind} pe has d_model={pe.d_model} but the model has n_embd={cfg.n_embd}")
+    if pe.kind in ("rotary", "relative", "content") and getattr(pe, "head_dim", cfg.head_dim) != cfg.head_dim:
         raise ValueError(f"{pe.kind} pe has head_dim={pe.head_dim} but the model has head_dim={cfg.head_dim}")
-    if pe.kind in ("bias", "relative") and getattr(pe, "num_heads", cfg.n_head) != cfg.n_head:
+    if pe.kind in ("bias", "relative", "content") and getattr(pe, "num_heads", cfg.n_head) != cfg.n_head:
         raise ValueError(f"{pe.kind} pe has num_heads={pe.num_heads} but the model has n_head={cfg.n_head}")
     return pe
 
@@ -159,9 +162,11 @@ class CausalSelfAttention(nn.Module):
         use = pe if pe is not None and (pe.kind not in ("additive", "none") or hasattr(pe, "query_scale")) else None
         # "chunked" bounds memory at long lengths and equals "materialize" when the map is small;
         # it never needs torch.compile (FlexAttention), so evaluation runs anywhere.
-        where = positions if use is not None else None  # additive/none: attention needs no positions
+        content = use is not None and use.kind == "content"  # positions counted from the tokens
+        where = positions if use is not None and not content else None  # additive/none/content: no positions
+        hidden = x if content and use.reads_hidden else None  # (B, L, C): the block's input, LN(x)
         y = posenc.attention(q, k, v, use, q_positions=where, k_positions=where, causal=self.causal,
-                             backend="chunked")  # (B, H, L, D)
+                             backend="chunked", hidden=hidden)  # (B, H, L, D)
         return self.proj(y.transpose(1, 2).reshape(b, length, c))  # (B, L, C)
 
 

@@ -36,6 +36,12 @@ PARTS = ("lm", "scaling", "tasks", "image", "time")
 grids than trained (``posenc.extrapolate.vision``); ``time``: event order and gaps at other frame rates."""
 
 DEFAULT_SCHEMES = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire")
+CONTENT_LM_ROWS = ("fox", "fox:gate=bias_only", "cope", "dape", "stick_breaking",
+                   '["rope", "rope", "rope", "nope_temperature"]')
+"""Issue 19's language-modelling rows: positions that depend on content (FoX with its full gate
+and reduced to its bias, CoPE, DAPE around KERPLE, stick-breaking) and Llama 4's RoPE/NoPE layer
+pattern (NoPE with its query temperature in one block of four; the model needs a multiple of 4
+blocks). Their claims: ``posenc.extrapolate.parts.text.content_verdicts``."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,9 @@ class Profile:
     hybrid_parts: tuple[str, ...] = ("lm",)  # the parts the hybrid rows run in
     # (part, seeds) for the parts that train other seeds than ``seeds``; "hybrid" names the hybrid rows
     part_seeds: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # SPECs the language-modelling part runs after ``schemes`` unless --scheme replaces the list
+    # (CONTENT_LM_ROWS); run keys of the other rows are unchanged by them
+    lm_rows: tuple[str, ...] = ()
 
     def seeds_for(self, part: str) -> tuple[int, ...]:
         """The seeds ``part`` trains: its entry in ``part_seeds``, else ``seeds``."""
@@ -207,6 +216,7 @@ PROFILES: dict[str, Profile] = {
         time=TimeSettings(train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=40)),
         description="three seeds, d=128, 4 layers: hours on 2 CPU cores, minutes on a GPU",
         hybrid=("nope", "rope", "alibi", "sinusoidal"), hybrid_parts=("lm", "tasks"),
+        lm_rows=CONTENT_LM_ROWS,
     ),
 }
 

@@ -280,7 +280,7 @@ def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list
     _exact_tables(page, table, labels, tasks)
     if not any(t in T.COUNT_VARIABLES for t in tasks):
         return []
-    page.add("<h3>Counting: test error by number of variables (CoPE's table)</h3>" + counting_table(table, labels)
+    page.add("<h3 id=counting>Counting: test error by number of variables (CoPE's table)</h3>" + counting_table(table, labels)
              + "<p class=muted>Error at the trained sizes; in brackets, pooled over the cells beyond the trained "
                "positions. Their models learn one number of variables each, at up to 512 statements; here one model "
                "learns all the tasks at up to 2n statements (see posenc.extrapolate.tasks).</p>")
@@ -288,7 +288,7 @@ def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list
 
 
 def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
-    page.add("<h2>5. Algorithmic tasks and passkey retrieval: exact match by size</h2>")
+    page.add('<h2 id="tasks">5. Algorithmic tasks and passkey retrieval: exact match by size</h2>')
     if not task_recs:
         page.add("<p>Not run in this profile.</p>")
         return []

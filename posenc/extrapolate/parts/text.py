@@ -3,7 +3,10 @@
 Protocol (Press et al. 2022, arXiv:2108.12409): train at length L, score the same held-out bytes at
 L·{1, 1.5, 2, 4, 8, 16}, with non-overlapping and sliding windows (``posenc.extrapolate.data``).
 Claims: Press et al.'s order at the longest length, "does not degrade" as non-inferiority on the
-same bytes at positions past L (``posenc.extrapolate.findings``), and the learned table's limit.
+same bytes at positions past L (``posenc.extrapolate.findings``), and the learned table's limit;
+and those of positions that depend on content (issue 19; the rows ``profile.lm_rows``: the full
+profile's): FoX against RoPE and NoPE, DAPE-KERPLE against KERPLE, stick-breaking past L, and
+Llama 4's RoPE/NoPE layer pattern against RoPE (``content_verdicts``, section ``#content``).
 The trained RoPE model is saved for the scalings part (``posenc.extrapolate.parts.scalings``).
 """
 
@@ -24,7 +27,7 @@ from posenc.extrapolate.data import LMData, load_corpus, sample_batch, split, wi
 from posenc.extrapolate.distributed import Dist, all_sum
 from posenc.extrapolate.evaluate import cannot_run
 from posenc.extrapolate.findings import Verdict, position_claim, ppl_claim
-from posenc.extrapolate.model import TinyGPT, check_arch, token_nll
+from posenc.extrapolate.model import TinyGPT, check_arch, pattern_label, token_nll
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
@@ -34,7 +37,23 @@ from posenc.extrapolate.runs import Context, curve, train_with_bar
 from posenc.extrapolate.stats import LMTable
 
 PRESS = "Press et al. 2022"  # ALiBi; WikiText-103, trained at 512, tested to 15512 (~30L)
-SOURCES = {PRESS: "WikiText-103, 247M parameters, trained at 512 tokens, tested to 15512 (~30L)"}
+LIN = "Lin et al. 2025 (FoX)"
+ZHENG = "Zheng et al. 2024 (DAPE)"
+TAN = "Tan et al. 2025 (stick-breaking)"
+YANG = "Yang et al. 2025 (RoPE to NoPE)"
+SOURCES = {PRESS: "WikiText-103, 247M parameters, trained at 512 tokens, tested to 15512 (~30L)",
+           LIN: "the Forgetting Transformer, no other positional encoding, against RoPE and NoPE transformers; "
+                "language models trained on LongCrawl64 at long context (up to 760M parameters)",
+           ZHENG: "DAPE's MLP over the scores and the bias (width 32) around ALiBi, KERPLE and FIRE; trained at 128 "
+                  "or 512 tokens, perplexity far past the training length",
+           TAN: "stick-breaking attention without any positional encoding, against softmax attention with RoPE; "
+                "language models evaluated past their training length",
+           YANG: "RoPE layers interleaved with NoPE layers (Llama 4: NoPE with a query temperature in one layer of "
+                 "four) against RoPE in every layer; long-context evaluations"}
+CONTENT_COMMAND = "posenc extrapolate --profile full --part lm"
+"""What measures the content claims (the full profile's ``lm_rows``); at the quick profile's size,
+``--scheme`` each row and its baselines (docs/guide/benchmark.md)."""
+PATTERN = pattern_label(["rope", "rope", "rope", "nope_temperature"])  # the full profile's, as its runs are labelled
 
 
 # -- runs --------------------------------------------------------------------------------------
@@ -166,6 +185,51 @@ def lm_verdicts(table: LMTable) -> list[Verdict]:
                   ("alibi", long), ("t5", long)),
         _learned_verdict(table),
     ]
+
+
+def rope_nope_label(records: list[dict[str, Any]]) -> str:
+    """The label of the first transformer run of a RoPE/NoPE layer pattern (rope and
+    nope_temperature entries, both present), e.g. ``"layers: rope x3, nope_temperature"``;
+    ``PATTERN`` when there is none."""
+    for r in records:
+        spec = r.get("spec") or {}
+        if spec.get("scheme") == "layers" and r.get("arch", "transformer") == "transformer":
+            names = {entry.get("scheme") for entry in spec.get("pattern", ())}
+            if names == {"rope", "nope_temperature"}:
+                return r["label"]
+    return PATTERN
+
+
+def _missing(table: LMTable, source: str, claim: str, labels: tuple[str, ...]) -> Verdict | None:
+    """"not measured" naming the schemes with no runs and the command that runs them; None if all ran."""
+    gone = [lab for lab in labels if lab not in table.labels()]
+    if not gone:
+        return None
+    return Verdict(source, claim, f"missing: no runs of {', '.join(gone)} ({CONTENT_COMMAND} runs them)",
+                   "not measured")
+
+
+def content_verdicts(table: LMTable, pattern: str = PATTERN) -> list[Verdict]:
+    """The claims of positions that depend on content, at the longest length (16L) or past L:
+    FoX (no other position) beats RoPE and NoPE; DAPE around KERPLE beats KERPLE; stick-breaking
+    does not degrade past L (non-inferiority, as ALiBi's); the RoPE/NoPE layer pattern
+    (``pattern``, its label) beats RoPE. A claim whose schemes have no runs is "not measured"."""
+    long = max(table.lengths) if table.lengths else table.train_length
+    x = f"{long // table.train_length}L" if table.train_length else "long"
+    claims = [
+        (LIN, f"at {x}, FoX (a forget gate, no other position) beats RoPE", ("fox", "rope"),
+         lambda c: ppl_claim(table, LIN, c, ("fox", long), ("rope", long))),
+        (LIN, f"at {x}, FoX beats NoPE", ("fox", "nope"),
+         lambda c: ppl_claim(table, LIN, c, ("fox", long), ("nope", long))),
+        (ZHENG, f"at {x}, DAPE around KERPLE beats KERPLE", ("dape", "kerple"),
+         lambda c: ppl_claim(table, ZHENG, c, ("dape", long), ("kerple", long))),
+        (TAN, f"stick-breaking holds past its training length (here: positions past L within a {x} window, "
+              "non-inferiority, margin 2% perplexity)", ("stick_breaking",),
+         lambda c: position_claim(table, TAN, c, "stick_breaking", degrades=False)),
+        (YANG, f"at {x}, RoPE layers with a NoPE layer (Llama 4's pattern, {pattern}) beat RoPE in every layer",
+         (pattern, "rope"), lambda c: ppl_claim(table, YANG, c, (pattern, long), ("rope", long))),
+    ]
+    return [_missing(table, source, claim, labels) or check(claim) for source, claim, labels, check in claims]
 
 
 def _learned_verdict(table: LMTable) -> Verdict:
@@ -302,7 +366,45 @@ def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> 
     page.figure("lm_training_loss", lambda: F.losses(lm_recs, steps=profile.lm.train.steps,
                                                      title="language-modelling training loss"),
                 "Training loss per scheme (same batches for every scheme).")
-    return lm_verdicts(table)
+    return lm_verdicts(table) + content_section(page, table, rope_nope_label(lm_recs))
+
+
+CONTENT_PLAYERS = ("fox", "fox (gate=bias_only)", "cope", "dape", "stick_breaking")
+CONTENT_BASELINES = ("rope", "nope", "kerple", "alibi")
+
+
+def content_section(page: Page, table: LMTable, pattern: str) -> list[Verdict]:
+    """Positions that depend on content (``#content``): their rows beside their baselines, and
+    their claims in words, agreeing or not, before Holm (the summary has them after it)."""
+    verdicts = content_verdicts(table, pattern)
+    page.add('<div id="content"><h3>Positions that depend on content</h3>'
+             "<p>FoX adds a learned forget gate's log-sum between key and query to the scores and no other "
+             "position; CoPE counts the keys whose gate fires; DAPE passes the scores and KERPLE's bias through a "
+             "small MLP; stick-breaking attention replaces the softmax with a break of the remaining mass from the "
+             "query backwards, without any position; Llama 4 puts NoPE (with a query temperature) in one block of "
+             "four and RoPE in the rest. CoPE's row has no claim here: its own claim is about counting, and its verdicts "
+             "are in the "
+             '<a href="#tasks">tasks section</a> when the content tasks ran (the full profile, with '
+             "<code>--scheme cope</code>: docs/guide/benchmark.md).</p>")
+    labels = [lab for lab in (*CONTENT_PLAYERS, pattern) if lab in table.labels()]
+    if labels:
+        labels += [lab for lab in CONTENT_BASELINES if lab in table.labels()]
+        page.add(ppl_table(table, labels, "nonoverlap"))
+    else:
+        page.add(f"<p>No runs of these schemes here: <code>{e(CONTENT_COMMAND)}</code> runs them (the full profile's "
+                 "rows), or, at this profile's size, <code>posenc extrapolate --part lm --scheme fox --scheme rope "
+                 "--scheme nope ...</code> with each scheme named (--scheme replaces the list).</p>")
+    groups: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        groups.setdefault(v.status, []).append(v)
+    words = (("agrees", "Agrees with the papers"), ("disagrees", "Does not agree (the opposite was measured)"),
+             ("no clear difference", "No clear difference at this scale"), ("not measured", "Not measured"))
+    page.add("<ul>" + "".join(f"<li><b>{e(name)}:</b> " + "; ".join(f"{e(v.claim)} ({e(v.source)}; {e(v.measured)})"
+                                                                     for v in groups[status]) + ".</li>"
+                              for status, name in words if status in groups) + "</ul>"
+             "<p class=muted>Before Holm's correction; the summary's verdict table has them after it, with the "
+             "page's other claims.</p></div>")
+    return verdicts
 
 
 def _split_note(info: dict[str, Any] | None) -> str:
@@ -331,8 +433,10 @@ class Text(Part):
             return []
         check_arch(profile.arch, profile.lm.model)
         settings = lm_settings(profile, corpus_sha)
+        # --scheme replaces the profile's rows too; a layer pattern is a transformer's (``--arch hybrid``: none)
+        rows = [*schemes, *([] if custom or profile.arch != "transformer" else profile.lm_rows)]
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
-                    arch=profile.arch) for seed in profile.seeds_for(self.name) for lab, sp in lm_specs(profile, schemes)]
+                    arch=profile.arch) for seed in profile.seeds_for(self.name) for lab, sp in lm_specs(profile, rows)]
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
         return run_lm(ctx, runs)
