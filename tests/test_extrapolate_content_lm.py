@@ -78,5 +78,6 @@ def test_the_full_profile_plans_the_content_rows_and_quick_is_unchanged():
     assert mine == ["rope", "fox"]  # --scheme replaces the profile's rows, these too
     quick = PROFILES["quick"]
     assert quick.lm_rows == () and PROFILES["smoke"].lm_rows == ()
-    lm = [r.label for r in plan(quick, list(quick.schemes), **quiet) if r.part == "lm" and r.arch == "transformer" and r.seed == 0]
+    lm = [r.label for r in plan(quick, list(quick.schemes), **quiet)
+          if r.part == "lm" and r.arch == "transformer" and r.seed == 0]
     assert lm == list(DEFAULT_SCHEMES)
