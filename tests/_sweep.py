@@ -245,18 +245,23 @@ def main_calls() -> None:
             dist.destroy_process_group()
 
 
+def _report(case: str, run) -> None:
+    """Runs one case under the alarm and prints its outcome as one JSON line."""
+    signal.alarm(CASE_SECONDS)
+    try:
+        outcome = run()
+    except Hang:
+        outcome = f"FAIL: over {CASE_SECONDS} s"
+    except BaseException as e:  # noqa: BLE001 - what escaped is the finding
+        outcome = f"FAIL: {type(e).__name__}: {str(e)[:300]}"
+    finally:
+        signal.alarm(0)
+    print(json.dumps({"case": case, "outcome": outcome}), flush=True)
+
+
 def _run_calls() -> None:
     for case, parameter, call in calls():
-        signal.alarm(CASE_SECONDS)
-        try:
-            outcome = run_call(call, parameter)
-        except Hang:
-            outcome = f"FAIL: over {CASE_SECONDS} s"
-        except BaseException as e:  # noqa: BLE001 - what escaped is the finding
-            outcome = f"FAIL: {type(e).__name__}: {str(e)[:300]}"
-        finally:
-            signal.alarm(0)
-        print(json.dumps({"case": case, "outcome": outcome}), flush=True)
+        _report(case, lambda: run_call(call, parameter))
 
 
 def main() -> None:
@@ -271,19 +276,9 @@ def main() -> None:
     for scheme, key, extra in numeric_keys():
         for value in VALUES:
             for what in ("build", "show", "compare") if value in ("0", "1000000000") else ("build", "show"):
-                signal.alarm(CASE_SECONDS)
-                try:
-                    if what == "build":
-                        outcome = run_build(scheme, key, extra, value)
-                    else:
-                        outcome = run_cli(what, scheme, key, extra, value)
-                except Hang:
-                    outcome = f"FAIL: over {CASE_SECONDS} s"
-                except BaseException as e:  # noqa: BLE001 - what escaped is the finding
-                    outcome = f"FAIL: {type(e).__name__}: {str(e)[:300]}"
-                finally:
-                    signal.alarm(0)
-                print(json.dumps({"case": f"{what} {scheme}:{extra}{key}={value}", "outcome": outcome}), flush=True)
+                _report(f"{what} {scheme}:{extra}{key}={value}",
+                        lambda: run_build(scheme, key, extra, value) if what == "build"
+                        else run_cli(what, scheme, key, extra, value))
 
 
 if __name__ == "__main__":
