@@ -42,6 +42,31 @@ def _inputs(m, lq: int, lk: int, *, batch: int = 2, seed: int = 0, grad: bool = 
     return q, k, v, hidden
 
 
+def test_only_large_blocks_give_their_memory_back(monkeypatch):
+    """glibc's ``malloc_trim`` costs about a millisecond: after a small block (a training step of
+    the benchmark's model) it is not called, after blocks of ``TRIM_ELEMENTS`` scores it is, in the
+    blockwise forward and backward and the chunked forward."""
+    calls = []
+
+    class Libc:
+        def malloc_trim(self, pad):
+            calls.append(pad)
+
+    monkeypatch.setattr(rowwise, "_LIBC", Libc())
+    monkeypatch.setattr(rowwise, "ROW_TRIM", True)
+    m = _module("fox")
+    q, k, v, hidden = _inputs(m, 16, 16, grad=True)
+    posenc.attention(q, k, v, m, hidden=hidden, causal=True).sum().backward()  # materialized: 2·4·16·16 scores
+    assert calls == []
+    monkeypatch.setattr(rowwise, "TRIM_ELEMENTS", 2 * 4 * 4 * 12)  # blocks of 4 rows that read 12 keys or more
+    monkeypatch.setattr(rowwise, "ROW_ELEMENTS", 2 * 4 * 16 * 4)
+    posenc.attention(q, k, v, m, hidden=hidden, causal=True, backend="blockwise").sum().backward()
+    assert len(calls) == 2 + 2  # the blocks of rows 8–11 and 12–15, forward and backward
+    with torch.no_grad():
+        posenc.attention(q, k, v, m, hidden=hidden, causal=True, backend="chunked")
+    assert len(calls) == 4 + 2
+
+
 @pytest.mark.parametrize("name", CONTENT)
 def test_blockwise_output_and_gradients_equal_the_materialized_path(name, monkeypatch):
     """float64, several row blocks, packed documents and Lq < Lk: the output and the gradients into
