@@ -34,6 +34,7 @@ def _image_runs() -> int:
 
 def _expected_runs() -> int:
     per_seed = len(SMOKE.schemes) * 2 + len(SMOKE.scaling.types) * 2 + 1  # lm + tasks, zero-shot + fine-tune + control
+    per_seed += len(SMOKE.content_task_schemes)  # the content tasks' own models
     per_seed += len(SMOKE.hybrid)  # the hybrid's lm rows beside the transformer's
     per_seed += _image_runs() + len(SMOKE.time.schemes)  # --part image, --part time
     return per_seed * len(SMOKE.seeds)
@@ -52,15 +53,19 @@ def test_smoke_writes_every_result_once(smoke_results):
     records = [json.loads(x) for x in lines]
     assert len(records) == _expected_runs() == len({r["key"] for r in records})
     parts = [r["part"] for r in records]
-    assert parts.count("lm") == len(SMOKE.schemes) + len(SMOKE.hybrid) and parts.count("tasks") == len(SMOKE.schemes)
+    assert parts.count("lm") == len(SMOKE.schemes) + len(SMOKE.hybrid)
+    assert parts.count("tasks") == len(SMOKE.schemes) + len(SMOKE.content_task_schemes)
+    content = [r["label"] for r in records if r["part"] == "tasks" and r["eval"][0]["task"] in SMOKE.content_tasks.tasks]
+    assert content == list(SMOKE.content_task_schemes)
     hybrid = [r["label"] for r in records if r["arch"] == "hybrid"]
     assert hybrid == [f"hybrid {s}" for s in SMOKE.hybrid] and all(r["arch"] == "transformer" for r in records
                                                                    if r["label"] not in hybrid)
     lengths = SMOKE.lm.lengths()
     assert parts.count("image") == _image_runs() and parts.count("time") == len(SMOKE.time.schemes)
     for r in records:
-        if r["part"] == "tasks":
-            assert {row["task"] for row in r["eval"]} == set(SMOKE.tasks.tasks)
+        if r["part"] == "tasks":  # the schemes' models, and the content tasks' own
+            learned = {row["task"] for row in r["eval"]}
+            assert learned in (set(SMOKE.tasks.tasks), set(SMOKE.content_tasks.tasks)), r["label"]
             continue
         if r["part"] in ("image", "time"):  # checked in tests/test_extrapolate_vision.py
             assert r["eval"] and all(0 <= row["accuracy"] <= 1 for row in r["eval"])
@@ -201,3 +206,14 @@ def test_unknown_arch_exits_2(capsys):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "argument --arch: invalid choice: 'mamba'" in err and "hybrid" in err
     assert err.count("\n") == 1, err
+
+
+def test_the_benchmark_keeps_its_heap_and_the_content_kinds_trim_is_off(monkeypatch):
+    """``keep_heap`` (the workers, and a serial run): the process keeps freed memory for the next
+    evaluation block (``mallopt``), and the content kind's trim after each block is off."""
+    import posenc.rowwise as rowwise
+    from posenc.extrapolate import driver
+
+    monkeypatch.setattr(rowwise, "ROW_TRIM", True)
+    driver.keep_heap()
+    assert rowwise.ROW_TRIM is (not sys.platform.startswith("linux"))
