@@ -14,10 +14,18 @@ OUT    ?= report
 
 all: test
 
-$(STAMP): pyproject.toml constraints.txt
+# The report needs the `extrapolate` extra alone (26 s from the pip cache instead of 54 s for
+# everything the tests need); the tests add the rest to the same environment.
+REPORT_STAMP := $(VENV)/.installed-report
+
+$(REPORT_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
+	$(PIP) install --quiet -c constraints.txt -e '.[extrapolate]'
+	touch $(REPORT_STAMP)
+
+$(STAMP): $(REPORT_STAMP)
 	$(PIP) install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
@@ -30,7 +38,7 @@ chromium:
 test: $(STAMP) chromium
 	$(PY) -m pytest -n 2 --dist loadgroup -q
 
-report: $(STAMP)
+report: $(REPORT_STAMP)
 	$(VENV)/bin/posenc report --profile $(PROFILE) --out $(OUT)
 
 # The documentation site, offline (mkdocs.yml): site/index.html opens from file://.
