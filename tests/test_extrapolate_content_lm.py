@@ -5,6 +5,7 @@ are missing."""
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import numpy as np
@@ -13,7 +14,7 @@ from posenc.extrapolate import findings
 from posenc.extrapolate.page import Page
 from posenc.extrapolate.parts import plan
 from posenc.extrapolate.parts import text as T
-from posenc.extrapolate.profiles import CONTENT_LM_ROWS, DEFAULT_SCHEMES, PROFILES, with_overrides
+from posenc.extrapolate.profiles import CONTENT_LM_ROWS, DEFAULT_SCHEMES, PROFILES, content_lm_rows, with_overrides
 
 L, LENGTHS = 16, (16, 32, 64)
 PATTERN = "layers: rope, nope_temperature"  # a 2-long pattern, as a 2-layer model runs it
@@ -68,7 +69,7 @@ def test_content_claims_are_missing_without_their_runs():
     assert 'id="content"' in html and T.CONTENT_COMMAND in html
 
 
-def test_the_full_profile_plans_the_content_rows_and_quick_is_unchanged():
+def test_the_full_and_quick_profiles_plan_the_content_rows_and_quick_trains_them_on_one_seed():
     quiet = {"corpus_sha": "0", "log": lambda msg: None}
     full = with_overrides(PROFILES["full"], parts=("lm",), seeds=(0,))
     labels = [r.label for r in plan(full, list(DEFAULT_SCHEMES), **quiet) if r.arch == "transformer"]
@@ -77,7 +78,12 @@ def test_the_full_profile_plans_the_content_rows_and_quick_is_unchanged():
     mine = [r.label for r in plan(full, ["rope", "fox"], **quiet) if r.arch == "transformer"]
     assert mine == ["rope", "fox"]  # --scheme replaces the profile's rows, these too
     quick = PROFILES["quick"]
-    assert quick.lm_rows == () and PROFILES["smoke"].lm_rows == ()
-    lm = [r.label for r in plan(quick, list(quick.schemes), **quiet)
-          if r.part == "lm" and r.arch == "transformer" and r.seed == 0]
-    assert lm == list(DEFAULT_SCHEMES)
+    assert quick.lm_rows == content_lm_rows(2) and PROFILES["smoke"].lm_rows == ()
+    assert content_lm_rows(2)[-1] == '["rope", "nope_temperature"]' and content_lm_rows(8) == CONTENT_LM_ROWS
+    lm = [(r.seed, r.label) for r in plan(quick, list(quick.schemes), **quiet) if r.part == "lm" and r.arch == "transformer"]
+    rows = ["fox", "fox (gate=bias_only)", "cope", "dape", "stick_breaking", "layers: rope, nope_temperature"]
+    assert lm == [(seed, lab) for seed in (0, 1, 2) for lab in [*DEFAULT_SCHEMES, *rows * (seed == 0)]]
+    # the other rows keep the keys they had before the content rows (their results are reused)
+    before = dataclasses.replace(quick, lm_rows=())
+    keys = {r.key for r in plan(before, list(quick.schemes), **quiet)}
+    assert keys <= {r.key for r in plan(quick, list(quick.schemes), **quiet)}

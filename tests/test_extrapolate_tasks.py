@@ -45,7 +45,8 @@ def test_old_token_ids_and_vocabulary_are_unchanged():
     assert PROFILES["quick"].tasks.tasks == T.ALGORITHMIC  # the quick profile (make report) is untouched
     quick = dataclasses.replace(PROFILES["quick"])
     assert task_part.task_settings_hash(quick) == settings_hash({"tasks": quick.tasks})  # its keys too
-    assert set(PROFILES["full"].tasks.tasks) == set(T.TASKS)
+    full = PROFILES["full"]
+    assert full.tasks.tasks == T.ALGORITHMIC and full.content_tasks.tasks == T.CONTENT
 
 
 @pytest.mark.parametrize("task", ["count1", "count3", "count5"])
@@ -150,7 +151,7 @@ def test_a_tiny_run_of_the_content_tasks_renders_their_tables_and_the_counting_c
     from posenc.extrapolate.report import render
 
     smoke = PROFILES["smoke"]
-    profile = dataclasses.replace(smoke, parts=("tasks",), hybrid=(),
+    profile = dataclasses.replace(smoke, parts=("tasks",), hybrid=(), content_tasks=None,  # one model learns all
                                   tasks=dataclasses.replace(smoke.tasks, tasks=T.TASKS, eval_examples=4))
     records = list(iter_runs(profile, results=tmp_path / "r.jsonl", schemes=["nope", "learned"],
                              threads=1, progress=False, log=lambda m: None))
@@ -167,3 +168,58 @@ def test_a_tiny_run_of_the_content_tasks_renders_their_tables_and_the_counting_c
     assert page.figures.keys() >= {"content_task_accuracy.png", "task_accuracy.png"} and not page.errors
     assert "test error by number of variables" in html and "5 variables" in html
     assert re.search(r"counting: contextual positions.*?missing: no runs of cope", html, flags=re.S)
+
+
+def test_the_content_tasks_models_of_their_own_measure_copes_counting_claim(tmp_path):
+    """``Profile.content_tasks``: the content tasks learned by models of their own, one per scheme of
+    ``content_task_schemes`` (absolute, relative, contextual), beside the algorithmic tasks' models of
+    the profile's schemes; the counting claim is measured (a cope run), each table lists the schemes
+    that learned its tasks, and "beyond the trained positions" is each group's own."""
+    from posenc.extrapolate.driver import iter_runs
+    from posenc.extrapolate.report import render
+
+    smoke = PROFILES["smoke"]
+    profile = dataclasses.replace(smoke, parts=("tasks",), hybrid=(), task_schemes=("nope",),
+                                  content_task_schemes=("learned", "shaw", "cope"))
+    records = list(iter_runs(profile, results=tmp_path / "r.jsonl", threads=1, progress=False, log=lambda m: None))
+    assert [r["label"] for r in records] == ["nope", "learned", "shaw", "cope"]
+    assert {row["task"] for row in records[0]["eval"]} == set(T.ALGORITHMIC)
+    assert all({row["task"] for row in r["eval"]} == set(T.CONTENT) for r in records[1:])
+    assert records[0]["trained_positions"] != records[1]["trained_positions"]
+    table = stats.task_table(records)
+    for r in records:  # each record's own longest training sequence decides its cells
+        for row in r["eval"]:
+            assert table.beyond(row["task"], row["size"]) == row["beyond_trained"]
+    now = time.perf_counter()
+    meta = {"start": now, "render_start": now, "bench_seconds": 0.0, "new": 4, "reused": 0, "generated": "fixed"}
+    html = render(profile, records, meta).html("tiny")
+    counting = re.search(r"counting: contextual positions.*?</tr>", html, flags=re.S).group(0)
+    assert "missing" not in counting and "cope alone right" in counting
+    copy_table = re.search(r"<h3>copy</h3>(.*?)</table>", html, flags=re.S).group(1)
+    count_table = re.search(r"<h3>count3</h3>(.*?)</table>", html, flags=re.S).group(1)
+    assert "nope" in copy_table and "cope" not in copy_table
+    assert "cope" in count_table and "nope" not in count_table
+    assert "One model per scheme (learned, shaw, cope) trained on all of count1" in html
+    # --scheme: the user's schemes learn both groups
+    mine = [(r.label, r.variant) for r in task_part.PART.plan(profile, ["rope"], custom=True, corpus_sha="",
+                                                              log=lambda m: None)]
+    assert mine == [("rope", {}), ("rope", task_part.CONTENT_GROUP)]
+
+
+def test_a_task_in_both_groups_is_refused():
+    smoke = PROFILES["smoke"]
+    both = dataclasses.replace(smoke, tasks=dataclasses.replace(smoke.tasks, tasks=("copy", "count3")))
+    with pytest.raises(ValueError, match="count3 are in both profile.tasks and profile.content_tasks"):
+        task_part.PART.plan(both, ["nope"], custom=False, corpus_sha="", log=lambda m: None)
+
+
+def test_quick_trains_the_content_tasks_beside_kazemnejads_five_and_keeps_their_keys():
+    quick = PROFILES["quick"]
+    runs = task_part.PART.plan(quick, list(quick.schemes), custom=False, corpus_sha="", log=lambda m: None)
+    assert [(r.seed, r.label, bool(r.variant)) for r in runs] == (
+        [(0, lab, False) for lab in quick.task_schemes] + [(0, lab, True) for lab in ("learned", "shaw", "cope")])
+    assert set(quick.task_schemes) == set(task_part.KAZEMNEJAD_MRR)
+    before = dataclasses.replace(quick, content_tasks=None, task_schemes=None)  # the plan before the content tasks
+    old = {r.label: r.key for r in task_part.PART.plan(before, list(quick.schemes), custom=False, corpus_sha="",
+                                                        log=lambda m: None)}
+    assert all(old[r.label] == r.key for r in runs if not r.variant)  # their results are reused

@@ -1,7 +1,8 @@
 """Benchmark profiles: how big, how long, which schemes. ``smoke`` (tests, seconds), ``quick``
-(``make report``: minutes on 2 CPU cores; three seeds for every part but the tasks, whose one
-seed leaves their verdicts indicative), ``full`` (three seeds everywhere, the fewest behind a
-verdict that is not indicative; bigger, longer).
+(``make report``: minutes on 2 CPU cores; three seeds for every part but the tasks and the
+language-modelling rows of positions that depend on content, whose one seed leaves their verdicts
+indicative), ``full`` (three seeds everywhere, the fewest behind a verdict that is not indicative;
+bigger, longer).
 
 The seeds of one configuration run together; where it pays they train as one stacked model
 (``posenc.extrapolate.stack``), but on a CPU that costs what training them one by one costs
@@ -9,7 +10,8 @@ The seeds of one configuration run together; where it pays they train as one sta
 arithmetic, not overhead), so there they train one by one and three seeds cost three times one
 seed's time. ``part_seeds`` gives a part other seeds than ``seeds``: the quick profile trains
 seeds 0, 1, 2 for every part but the tasks, whose runs cost the most (209 of 437 CPU seconds of
-one seed), so that ``make report`` stays within 10 minutes (measured: docs/numbers.md).
+one seed), and the content rows (``lm_rows``), so that ``make report`` stays within 10 minutes
+(measured: docs/numbers.md).
 
 Every setting that changes a number is in these dataclasses; their hash is part of each
 result's key, so changing a setting re-runs what it affects and nothing else. The architecture
@@ -27,7 +29,7 @@ from typing import Any
 
 from posenc._validate import check_choice
 from posenc.extrapolate.model import ARCHS, GPTConfig
-from posenc.extrapolate.tasks import ALGORITHMIC, TASKS
+from posenc.extrapolate.tasks import ALGORITHMIC, CONTENT
 
 BENCH_VERSION = 2  # bump when the protocol changes, so old results are not reused
 PARTS = ("lm", "scaling", "tasks", "image", "time")
@@ -36,12 +38,23 @@ PARTS = ("lm", "scaling", "tasks", "image", "time")
 grids than trained (``posenc.extrapolate.vision``); ``time``: event order and gaps at other frame rates."""
 
 DEFAULT_SCHEMES = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire")
-CONTENT_LM_ROWS = ("fox", "fox:gate=bias_only", "cope", "dape", "stick_breaking",
-                   '["rope", "rope", "rope", "nope_temperature"]')
-"""Issue 19's language-modelling rows: positions that depend on content (FoX with its full gate
-and reduced to its bias, CoPE, DAPE around KERPLE, stick-breaking) and Llama 4's RoPE/NoPE layer
-pattern (NoPE with its query temperature in one block of four; the model needs a multiple of 4
-blocks). Their claims: ``posenc.extrapolate.parts.text.content_verdicts``."""
+def content_lm_rows(n_layer: int) -> tuple[str, ...]:
+    """Issue 19's language-modelling rows for a model of ``n_layer`` attention blocks: positions
+    that depend on content (FoX with its full gate and reduced to its bias, CoPE, DAPE around
+    KERPLE, stick-breaking) and Llama 4's RoPE/NoPE layer pattern (NoPE with its query temperature
+    in one block of four, RoPE in the rest; a model whose blocks are not a multiple of 4 runs it
+    in one block of two, the closest it has). Their claims:
+    ``posenc.extrapolate.parts.text.content_verdicts``."""
+    pattern = ["rope"] * (3 if n_layer % 4 == 0 else 1) + ["nope_temperature"]
+    return ("fox", "fox:gate=bias_only", "cope", "dape", "stick_breaking", json.dumps(pattern))
+
+
+CONTENT_LM_ROWS = content_lm_rows(4)
+"""The rows of a 4-layer model (the full profile's), with Llama 4's pattern as it is."""
+CONTENT_TASK_SCHEMES = ("learned", "shaw", "cope")
+"""The schemes that learn the content tasks by default: one of each kind in CoPE's counting claim,
+absolute (a learned table), relative (Shaw et al.'s learned vector per distance, the paper's
+relative PE) and contextual (``posenc.extrapolate.parts.tasks.COPE_ORDER``)."""
 
 
 @dataclass(frozen=True)
@@ -136,12 +149,24 @@ class Profile:
     # (part, seeds) for the parts that train other seeds than ``seeds``; "hybrid" names the hybrid rows
     part_seeds: tuple[tuple[str, tuple[int, ...]], ...] = ()
     # SPECs the language-modelling part runs after ``schemes`` unless --scheme replaces the list
-    # (CONTENT_LM_ROWS); run keys of the other rows are unchanged by them
+    # (content_lm_rows), on the seeds of "lm_rows" in ``part_seeds`` (else the lm part's); run keys of
+    # the other rows are unchanged by them
     lm_rows: tuple[str, ...] = ()
+    # the content tasks (counting, selective copy, flip-flop) learned by models of their own, one per
+    # scheme of ``content_task_schemes`` (--scheme: the user's), on the seeds of "content_tasks" in
+    # ``part_seeds`` (else the tasks part's); None: no such models (``tasks`` may hold them: one model per scheme learns every task)
+    content_tasks: TaskSettings | None = None
+    content_task_schemes: tuple[str, ...] = ()
+    # the schemes whose models learn ``tasks`` (--scheme: the user's); None: ``schemes``
+    task_schemes: tuple[str, ...] | None = None
 
-    def seeds_for(self, part: str) -> tuple[int, ...]:
-        """The seeds ``part`` trains: its entry in ``part_seeds``, else ``seeds``."""
-        return dict(self.part_seeds).get(part, self.seeds)
+    def seeds_for(self, part: str, within: str | None = None) -> tuple[int, ...]:
+        """The seeds ``part`` trains: its entry in ``part_seeds``, else the seeds of ``within`` (the
+        part whose rows they are: "lm_rows" within "lm", "content_tasks" within "tasks"), else ``seeds``."""
+        given = dict(self.part_seeds)
+        if part in given:
+            return given[part]
+        return self.seeds_for(within) if within is not None else self.seeds
 
     @property
     def all_seeds(self) -> tuple[int, ...]:
@@ -160,6 +185,12 @@ def settings_hash(obj: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+QUICK_CONTENT_TASKS = TaskSettings(
+    model=GPTConfig(vocab_size=32, n_layer=2, n_head=4, n_embd=64),
+    train=TrainConfig(steps=1500, batch_size=64, lr=3e-3), tasks=CONTENT, max_size=6,
+    test_sizes=(6, 8, 10, 12, 18), eval_examples=150)
+"""The quick profile's tasks settings, on the content tasks."""
+
 PROFILES: dict[str, Profile] = {
     "smoke": Profile(
         name="smoke", seeds=(0,), schemes=("nope", "sinusoidal", "learned", "rope", "alibi", "t5"),
@@ -169,7 +200,7 @@ PROFILES: dict[str, Profile] = {
         scaling=ScalingSettings(types=("linear", "yarn"), finetune_steps=3),
         tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2),
                            train=TrainConfig(steps=8, batch_size=4, warmup=2), max_size=2,
-                           test_sizes=(2, 4), eval_examples=8, tasks=TASKS),  # the content tasks: +0.2 s
+                           test_sizes=(2, 4), eval_examples=8),
         image=ImageSettings(model=GPTConfig(vocab_size=2, n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
                             train=TrainConfig(steps=4, batch_size=8, warmup=1), test_grids=(8, 12),
                             test_fraction=0.05),
@@ -178,6 +209,10 @@ PROFILES: dict[str, Profile] = {
                           eval_examples=16),
         description="seconds; exercises every code path, numbers mean nothing",
         hybrid=("nope", "rope"),
+        content_tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2),
+                                   train=TrainConfig(steps=8, batch_size=4, warmup=2), max_size=2,
+                                   test_sizes=(2, 4), eval_examples=8, tasks=CONTENT),
+        content_task_schemes=CONTENT_TASK_SCHEMES,
     ),
     "quick": Profile(
         name="quick", seeds=(0,), schemes=DEFAULT_SCHEMES,
@@ -194,12 +229,19 @@ PROFILES: dict[str, Profile] = {
                             canvas_grids=(16,),
                             augmented_variants=("learned grid (resized)", "axial RoPE", "RoPE-Mixed")),
         time=TimeSettings(train=TrainConfig(steps=200, batch_size=64, lr=3e-3, warmup=20)),
-        description="three seeds for every part but the tasks (one seed: their verdicts are indicative), a 2-layer "
-                    "width-64 model trained at 32 bytes, with hybrid rows, images and time: under 10 minutes on "
-                    "2 idle CPU cores",
+        description="three seeds for every part but the tasks and the rows of positions that depend on content "
+                    "(one seed: their verdicts are indicative), a 2-layer width-64 model trained at 32 bytes, with "
+                    "hybrid rows, images and time: under 10 minutes on 2 idle CPU cores",
         hybrid=("nope", "rope"),
-        # every part but the tasks on three seeds: the most that fits make report's 10 minutes (docs/numbers.md)
-        part_seeds=tuple((part, (0, 1, 2)) for part in ("lm", "hybrid", "scaling", "image", "time")),
+        lm_rows=content_lm_rows(2),
+        content_tasks=QUICK_CONTENT_TASKS, content_task_schemes=CONTENT_TASK_SCHEMES,
+        # the algorithmic tasks: the five schemes of Kazemnejad et al.'s order (the learned table cannot run past
+        # its length, KERPLE and FIRE have no claim there); the content tasks' models take their time
+        task_schemes=("nope", "sinusoidal", "rope", "alibi", "t5"),
+        # every part but the tasks and the content rows on three seeds: the most that fits make report's
+        # 10 minutes (docs/numbers.md)
+        part_seeds=(*((part, (0, 1, 2)) for part in ("lm", "hybrid", "scaling", "image", "time")),
+                    ("lm_rows", (0,))),
     ),
     "full": Profile(
         name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
@@ -207,9 +249,8 @@ PROFILES: dict[str, Profile] = {
                       train=TrainConfig(steps=2000, batch_size=16), train_length=64,
                       multipliers=(1, 1.5, 2, 4, 8, 16), heldout_tokens=65_536, corpus_bytes=4_000_000),
         scaling=ScalingSettings(finetune_steps=200),
-        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=4, n_head=4, n_embd=128),  # 44 with content tasks
-                           train=TrainConfig(steps=8000, batch_size=64, lr=3e-3), max_size=10,  # 800 a trained task
-                           tasks=TASKS,
+        tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=4, n_head=4, n_embd=128),
+                           train=TrainConfig(steps=4000, batch_size=64, lr=3e-3), max_size=10,  # 800 a task
                            test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
         image=ImageSettings(train=TrainConfig(steps=600, batch_size=64, lr=3e-3, warmup=40),
                             test_grids=(8, 10, 12, 16, 24)),
@@ -217,6 +258,10 @@ PROFILES: dict[str, Profile] = {
         description="three seeds, d=128, 4 layers: hours on 2 CPU cores, minutes on a GPU",
         hybrid=("nope", "rope", "alibi", "sinusoidal"), hybrid_parts=("lm", "tasks"),
         lm_rows=CONTENT_LM_ROWS,
+        content_tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=4, n_head=4, n_embd=128),
+                                   train=TrainConfig(steps=4000, batch_size=64, lr=3e-3), max_size=10,
+                                   tasks=CONTENT, test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
+        content_task_schemes=(*CONTENT_TASK_SCHEMES, "t5", "nope", "rope", "fox", "stick_breaking"),
     ),
 }
 

@@ -281,6 +281,9 @@ class TaskTable:
     max_size: int
     lengths: dict[tuple[str, int], int] | None = None  # (task, size) -> sequence length
     trained_positions: int = 0
+    # (task, size) -> its sequences are longer than every training sequence of the models that learn
+    # the task (the records' ``beyond_trained``: the content tasks' models have their own longest)
+    beyond_trained: dict[tuple[str, int], bool] | None = None
 
     def labels(self) -> list[str]:
         return list(dict.fromkeys([*self.runs, *self.cannot]))
@@ -288,6 +291,8 @@ class TaskTable:
     def beyond(self, task: str, size: int) -> bool:
         """Whether the cell's sequences are longer than every training sequence (positions never
         trained); without the lengths, whether the size is past the training sizes."""
+        if self.beyond_trained and (task, size) in self.beyond_trained:
+            return self.beyond_trained[(task, size)]
         if self.lengths and self.trained_positions and (task, size) in self.lengths:
             return self.lengths[(task, size)] > self.trained_positions
         return size > self.max_size
@@ -333,6 +338,7 @@ def task_table(records: Iterable[dict[str, Any]]) -> TaskTable:
     sizes: set[int] = set()
     tasks: list[str] = []
     lengths: dict[tuple[str, int], int] = {}
+    beyond: dict[tuple[str, int], bool] = {}
     max_size = trained = 0
     for rec in records:
         max_size = rec.get("max_size", max_size)
@@ -341,6 +347,8 @@ def task_table(records: Iterable[dict[str, Any]]) -> TaskTable:
             sizes.add(row["size"])
             if "length" in row:
                 lengths[(row["task"], row["size"])] = row["length"]
+            if "beyond_trained" in row:
+                beyond[(row["task"], row["size"])] = bool(row["beyond_trained"])
             if row["task"] not in tasks:
                 tasks.append(row["task"])
             if "cannot_run" in row:
@@ -353,7 +361,8 @@ def task_table(records: Iterable[dict[str, Any]]) -> TaskTable:
     def plain(d: dict) -> dict:
         return {k: {t: dict(s) for t, s in v.items()} for k, v in d.items()}
 
-    return TaskTable(plain(runs), plain(token), plain(cannot), sorted(sizes), tasks, max_size, lengths, trained)
+    return TaskTable(plain(runs), plain(token), plain(cannot), sorted(sizes), tasks, max_size, lengths, trained,
+                     beyond)
 
 
 def learned_tasks(table: TaskTable, *, threshold: float = 0.5) -> list[str]:

@@ -30,7 +30,7 @@ from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run, arch_label, resolve_scheme
-from posenc.extrapolate.profiles import Profile, settings_hash
+from posenc.extrapolate.profiles import Profile, TaskSettings, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
 from posenc.extrapolate.stats import TaskTable, learned_tasks, mcnemar_exact, mean_reciprocal_rank
 
@@ -55,17 +55,44 @@ sinusoidal one stands for it here (a learned table cannot run there at all)."""
 
 # -- runs --------------------------------------------------------------------------------------
 
-def task_max_positions(profile: Profile) -> int:
-    return max(T.seq_len(t, profile.tasks.max_size) for t in T.trained(profile.tasks.tasks))
+CONTENT_GROUP = {"tasks": "content"}
+"""The ``variant`` of a run of the content tasks' own models (``Profile.content_tasks``)."""
 
 
-def task_settings_hash(profile: Profile) -> str:
-    """The settings the task runs depend on; the content tasks' generators when one is selected
-    (so the algorithmic tasks keep the keys they had before there were content tasks)."""
-    ts = profile.tasks
+def task_max_positions(profile: Profile, ts: TaskSettings | None = None) -> int:
+    """The longest training sequence of the models that learn ``ts`` (default: ``profile.tasks``)."""
+    ts = profile.tasks if ts is None else ts
+    return max(T.seq_len(t, ts.max_size) for t in T.trained(ts.tasks))
+
+
+def task_settings_hash(profile: Profile, ts: TaskSettings | None = None) -> str:
+    """The settings the runs learning ``ts`` (default: ``profile.tasks``) depend on; the content tasks'
+    generators when one is selected (so the algorithmic tasks keep the keys they had before there
+    were content tasks)."""
+    ts = profile.tasks if ts is None else ts
     if any(t in T.CONTENT for t in ts.tasks):
         return settings_hash({"tasks": ts, "generators": T.GENERATORS})
     return settings_hash({"tasks": ts})
+
+
+def run_settings(profile: Profile, run: Run) -> TaskSettings:
+    """What ``run`` learns: ``profile.content_tasks`` for a run of the content tasks' own models."""
+    if run.variant == CONTENT_GROUP:
+        if profile.content_tasks is None:
+            raise ValueError("a run of the content tasks' models needs a profile with content_tasks")
+        return profile.content_tasks
+    return profile.tasks
+
+
+def check_task_groups(profile: Profile) -> None:
+    """The content tasks' models and the models of ``profile.tasks`` learn different tasks (a cell
+    of the page comes from one model)."""
+    if profile.content_tasks is None:
+        return
+    both = sorted(set(profile.tasks.tasks) & set(profile.content_tasks.tasks))
+    if both:
+        raise ValueError(f"tasks {', '.join(both)} are in both profile.tasks and profile.content_tasks; "
+                         "a task is learned by the models of one of them")
 
 
 def _task_batches(ts, seed: int):
@@ -80,7 +107,8 @@ def _task_batches(ts, seed: int):
 
 def run_tasks(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
     """One configuration's seeds (``runs``), trained together; a body per seed."""
-    ts, run = ctx.profile.tasks, runs[0]
+    run = runs[0]
+    ts = run_settings(ctx.profile, run)
     models = []
     for r in runs:
         torch.manual_seed(r.seed)
@@ -90,12 +118,12 @@ def run_tasks(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
     t0 = time.perf_counter()
     curves = train_with_bar(ctx, models, ts.train, [_task_batches(ts, r.seed) for r in runs], f"tasks {run.label}")
     seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
-    trained = task_max_positions(ctx.profile)  # one model learns every task: its longest training sequence
-    return [_task_record(ctx, model, losses, seconds, trained) for model, losses in zip(models, curves)]
+    trained = task_max_positions(ctx.profile, ts)  # one model learns every task: its longest training sequence
+    return [_task_record(ctx, ts, model, losses, seconds, trained) for model, losses in zip(models, curves)]
 
 
-def _task_record(ctx: Context, model: TinyGPT, losses: list[float], seconds: float, trained: int) -> dict[str, Any]:
-    ts = ctx.profile.tasks
+def _task_record(ctx: Context, ts: TaskSettings, model: TinyGPT, losses: list[float], seconds: float,
+                 trained: int) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for task in ts.tasks:
         for size in ts.sizes():
@@ -263,8 +291,9 @@ def counting_table(table: TaskTable, labels: list[str]) -> str:
                                     for t in counts], rows + paper)
 
 
-def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list[str]) -> list[Verdict]:
-    """The content tasks' tables, CoPE's counting table and its verdicts."""
+def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list[str], models: str = "") -> list[Verdict]:
+    """The content tasks' tables, CoPE's counting table and its verdicts; ``models``: a sentence on
+    the models that learned them when they are not those of the algorithmic tasks."""
     page.add("<h3>Positions that count what matters: counting, selective copy, flip-flop</h3>"
              "<p>Tasks where what must be counted or found is decided by the tokens, not by their index. "
              "<b>count1/3/5</b> (Golovneva et al. 2024, CoPE): 2n statements <code>v =0</code>, <code>v ++</code>, "
@@ -273,7 +302,7 @@ def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list
              "copied in order. <b>flip_flop</b> (Liu et al. 2023): n instructions write/ignore/read with a bit, then "
              f"read; the answer is the last written bit; ignore probability {T.FLIP_FLOP_IGNORE['flip_flop']} as "
              f"trained, and <b>flip_flop_sparse</b> the same model tested at {T.FLIP_FLOP_IGNORE['flip_flop_sparse']} "
-             "(longer and sparser than trained, their glitch test).</p>")
+             f"(longer and sparser than trained, their glitch test). {e(models)}</p>")
     sub = dataclasses.replace(table, tasks=tasks)
     page.figure("content_task_accuracy", lambda: F.accuracy(sub, labels),
                 "Exact match against size on the content tasks; dashed: largest trained size.")
@@ -283,8 +312,20 @@ def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list
     page.add("<h3 id=counting>Counting: test error by number of variables (CoPE's table)</h3>" + counting_table(table, labels)
              + "<p class=muted>Error at the trained sizes; in brackets, pooled over the cells beyond the trained "
                "positions. Their models learn one number of variables each, at up to 512 statements; here one model "
-               "learns all the tasks at up to 2n statements (see posenc.extrapolate.tasks).</p>")
+               "learns every content task at up to 2n statements (see posenc.extrapolate.tasks).</p>")
     return counting_verdicts(table)
+
+
+def _models(recs: list[dict[str, Any]], tasks: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[str], str]:
+    """The records of models that learned any of ``tasks``: them, their labels, and a sentence on
+    what they learned (their trained tasks, sizes and longest training sequence)."""
+    mine = [r for r in recs if any(row["task"] in tasks for row in r.get("eval", []))]
+    learned = list(dict.fromkeys(row["task"] for r in mine for row in r.get("eval", [])))
+    longest = max((r.get("trained_positions", 0) for r in mine), default=0)
+    size = max((r.get("max_size", 0) for r in mine), default=0)
+    return mine, list(dict.fromkeys(r["label"] for r in mine)), (
+        f"trained on all of {', '.join(T.trained(learned))} (one task per batch, in turn) with sizes 1…{size or '?'}; "
+        f"the longest training sequence has {longest or '?'} tokens")
 
 
 def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
@@ -293,16 +334,15 @@ def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
         page.add("<p>Not run in this profile.</p>")
         return []
     table = stats.task_table(task_recs)
-    labels = list(dict.fromkeys(r["label"] for r in task_recs))
     algorithmic = [t for t in table.tasks if t not in T.CONTENT]
     content = [t for t in table.tasks if t in T.CONTENT]
-    page.add(f"<p>One model per scheme trained on all of {', '.join(T.trained(table.tasks))} (one task per batch, "
-             f"in turn) with sizes 1…{table.max_size}; "
-             "exact match (every answer token right under greedy decoding) on the same fixed examples for every "
+    _, labels, what = _models(task_recs, T.ALGORITHMIC)
+    page.add(f"<p>One model per scheme {what}. "
+             "Exact match (every answer token right under greedy decoding) on the same fixed examples for every "
              "scheme. Cells show exact match and, in grey, the fraction of answer tokens right. Because one model "
              "learns every task, a larger size of a short task can still lie within the positions trained by a "
-             f"longer one: the longest training sequence has {table.trained_positions or '?'} tokens, and only the "
-             "cells in <b>bold</b> (with †) have longer sequences — positions never trained. The verdicts use only "
+             "longer one: only the cells in <b>bold</b> (with †) have sequences longer than every training "
+             "sequence — positions never trained. The verdicts use only "
              "those cells (McNemar's exact test on the same examples). Passkey allows a shortcut: the key is found "
              "by its content (the KEY marker among filler tokens), so a model can copy it without telling "
              "positions apart; it tests retrieval across unseen distances, not position arithmetic.</p>")
@@ -324,7 +364,10 @@ def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
                  + "<p class=muted>Their absolute-position scheme is represented by sinusoidal (a learned table "
                    "cannot run past its length).</p>")
     if content:
-        verdicts += content_section(page, table, labels, content)
+        mine, content_labels, what = _models(task_recs, T.CONTENT)
+        together = all(any(row["task"] in T.ALGORITHMIC for row in r.get("eval", [])) for r in mine)
+        verdicts += content_section(page, table, content_labels, content,
+                                    "" if together else f"One model per scheme ({', '.join(content_labels)}) {what}.")
     return verdicts
 
 
@@ -336,13 +379,27 @@ class Tasks(Part):
         return profile.tasks.model
 
     def plan(self, profile: Profile, schemes: list[Any], *, custom: bool, corpus_sha: str, log: Log) -> list[Run]:
+        """The models of ``profile.tasks``, one per scheme (``profile.task_schemes`` when it names them);
+        then those of the content tasks
+        (``profile.content_tasks``), one per scheme of ``content_task_schemes`` (``--scheme``: the
+        user's schemes learn both), each seed's runs in that order."""
         if self.name not in profile.parts:
             return []
-        specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile)) for s in schemes]
-        check_arch(profile.arch, profile.tasks.model)
-        settings = task_settings_hash(profile)
-        return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
-                    arch=profile.arch) for seed in profile.seeds_for(self.name) for lab, sp in specs]
+        check_task_groups(profile)
+        mine = list(schemes) if custom or profile.task_schemes is None else list(profile.task_schemes)
+        groups = [(profile.tasks, mine, {}, profile.seeds_for(self.name))]
+        if profile.content_tasks is not None:
+            groups.append((profile.content_tasks, list(schemes) if custom else list(profile.content_task_schemes),
+                           CONTENT_GROUP, profile.seeds_for("content_tasks", self.name)))
+        planned = []
+        for ts, names, variant, seeds in groups:
+            check_arch(profile.arch, ts.model)
+            specs = [resolve_scheme(s, ts.model, max_positions=task_max_positions(profile, ts)) for s in names]
+            planned.append((specs, task_settings_hash(profile, ts), variant, seeds))
+        return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, dict(variant), profile=profile.name,
+                    arch=profile.arch)
+                for seed in sorted({s for *_, seeds in planned for s in seeds})
+                for specs, settings, variant, seeds in planned if seed in seeds for lab, sp in specs]
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
         return run_tasks(ctx, runs)

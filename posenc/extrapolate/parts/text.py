@@ -4,8 +4,7 @@ Protocol (Press et al. 2022, arXiv:2108.12409): train at length L, score the sam
 L·{1, 1.5, 2, 4, 8, 16}, with non-overlapping and sliding windows (``posenc.extrapolate.data``).
 Claims: Press et al.'s order at the longest length, "does not degrade" as non-inferiority on the
 same bytes at positions past L (``posenc.extrapolate.findings``), and the learned table's limit;
-and those of positions that depend on content (issue 19; the rows ``profile.lm_rows``: the full
-profile's): FoX against RoPE and NoPE, DAPE-KERPLE against KERPLE, stick-breaking past L, and
+and those of positions that depend on content (issue 19; the rows ``profile.lm_rows``): FoX against RoPE and NoPE, DAPE-KERPLE against KERPLE, stick-breaking past L, and
 Llama 4's RoPE/NoPE layer pattern against RoPE (``content_verdicts``, section ``#content``).
 The trained RoPE model is saved for the scalings part (``posenc.extrapolate.parts.scalings``).
 """
@@ -50,9 +49,9 @@ SOURCES = {PRESS: "WikiText-103, 247M parameters, trained at 512 tokens, tested 
                 "language models evaluated past their training length",
            YANG: "RoPE layers interleaved with NoPE layers (Llama 4: NoPE with a query temperature in one layer of "
                  "four) against RoPE in every layer; long-context evaluations"}
-CONTENT_COMMAND = "posenc extrapolate --profile full --part lm"
-"""What measures the content claims (the full profile's ``lm_rows``); at the quick profile's size,
-``--scheme`` each row and its baselines (docs/guide/benchmark.md)."""
+CONTENT_COMMAND = "posenc extrapolate --part lm"
+"""What measures the content claims: the profile's ``lm_rows`` run after its schemes (the quick
+profile's, on one seed; ``--scheme`` replaces both: name each row and its baselines)."""
 PATTERN = pattern_label(["rope", "rope", "rope", "nope_temperature"])  # the full profile's, as its runs are labelled
 
 
@@ -382,17 +381,16 @@ def content_section(page: Page, table: LMTable, pattern: str) -> list[Verdict]:
              "position; CoPE counts the keys whose gate fires; DAPE passes the scores and KERPLE's bias through a "
              "small MLP; stick-breaking attention replaces the softmax with a break of the remaining mass from the "
              "query backwards, without any position; Llama 4 puts NoPE (with a query temperature) in one block of "
-             "four and RoPE in the rest. CoPE's row has no claim here: its own claim is about counting, and its verdicts "
-             "are in the "
-             '<a href="#tasks">tasks section</a> when the content tasks ran (the full profile, with '
-             "<code>--scheme cope</code>: docs/guide/benchmark.md).</p>")
+             "four and RoPE in the rest (a model of two blocks runs one of two). CoPE's row has no claim here: its "
+             "own claim is about counting, and its verdicts are in the "
+             '<a href="#tasks">tasks section</a> when the content tasks ran.</p>')
     labels = [lab for lab in (*CONTENT_PLAYERS, pattern) if lab in table.labels()]
     if labels:
         labels += [lab for lab in CONTENT_BASELINES if lab in table.labels()]
         page.add(ppl_table(table, labels, "nonoverlap"))
     else:
-        page.add(f"<p>No runs of these schemes here: <code>{e(CONTENT_COMMAND)}</code> runs them (the full profile's "
-                 "rows), or, at this profile's size, <code>posenc extrapolate --part lm --scheme fox --scheme rope "
+        page.add(f"<p>No runs of these schemes here: <code>{e(CONTENT_COMMAND)}</code> runs them (the profile's "
+                 "rows, after its schemes), or <code>posenc extrapolate --part lm --scheme fox --scheme rope "
                  "--scheme nope ...</code> with each scheme named (--scheme replaces the list).</p>")
     groups: dict[str, list[Verdict]] = {}
     for v in verdicts:
@@ -434,9 +432,13 @@ class Text(Part):
         check_arch(profile.arch, profile.lm.model)
         settings = lm_settings(profile, corpus_sha)
         # --scheme replaces the profile's rows too; a layer pattern is a transformer's (``--arch hybrid``: none)
-        rows = [*schemes, *([] if custom or profile.arch != "transformer" else profile.lm_rows)]
+        rows = [] if custom or profile.arch != "transformer" else profile.lm_rows
+        groups = [(lm_specs(profile, schemes), profile.seeds_for(self.name)),
+                  (lm_specs(profile, rows), profile.seeds_for("lm_rows", self.name))]
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
-                    arch=profile.arch) for seed in profile.seeds_for(self.name) for lab, sp in lm_specs(profile, rows)]
+                    arch=profile.arch)
+                for seed in sorted({s for _, seeds in groups for s in seeds})
+                for specs, seeds in groups if seed in seeds for lab, sp in specs]
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
         return run_lm(ctx, runs)
