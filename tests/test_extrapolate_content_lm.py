@@ -87,3 +87,16 @@ def test_the_full_and_quick_profiles_plan_the_content_rows_and_quick_trains_them
     before = dataclasses.replace(quick, lm_rows=())
     keys = {r.key for r in plan(before, list(quick.schemes), **quiet)}
     assert keys <= {r.key for r in plan(quick, list(quick.schemes), **quiet)}
+
+
+def test_a_claim_on_rows_of_one_seed_against_three_quotes_the_perplexities_of_the_shared_seed():
+    """make report trains the content rows on seed 0 and RoPE on seeds 0, 1, 2: the paired
+    difference is seed 0's, and so are the perplexities it quotes (the three seeds' mean of RoPE
+    beside a one-seed ΔNLL could read the other way)."""
+    rope = [_record("rope", 1.0, 2.0 + 0.5 * seed, seed=seed) for seed in (0, 1, 2)]
+    _, verdicts = _section(rope + [_record("nope", 1.2, 0.5), _record("kerple", 1.0, 1.0), CONTENT[0]])
+    fox_rope = verdicts[0]
+    assert f"rope @64: {np.exp(2.0):.2f}" in fox_rope.measured and ", seed 0)" in fox_rope.measured
+    assert fox_rope.seeds == 1 and fox_rope.status == "agrees"
+    _, verdicts = _section(BASELINES + CONTENT)  # the same seeds on both sides: nothing added
+    assert "seed" not in verdicts[0].measured

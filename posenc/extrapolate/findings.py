@@ -26,7 +26,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from posenc.extrapolate.stats import ALPHA, Estimate, LMTable, holm
+from posenc.extrapolate.stats import ALPHA, Estimate, LMTable, combine, holm
 
 MARGIN = math.log(1.02)  # non-inferiority margin of "does not degrade": perplexity at most 2% higher
 MIN_SEEDS = 3  # fewer seeds behind a verdict: "indicative"
@@ -79,9 +79,12 @@ def ppl_claim(table: LMTable, source: str, claim: str, lower: tuple[str, int], h
     d = table.diff(lower, higher, mode)
     if d is None:
         return Verdict(source, claim, "not measured (a scheme or length is missing)", "not measured")
-    a, b = table.estimate(*lower[:1], mode, lower[1]), table.estimate(*higher[:1], mode, higher[1])
+    ra, rb = table.seeds(lower[0], mode, lower[1]), table.seeds(higher[0], mode, higher[1])
+    both = sorted(set(ra) & set(rb))  # the seeds the paired difference has: its perplexities are theirs
+    a, b = combine({s: ra[s] for s in both}), combine({s: rb[s] for s in both})
+    where = "" if len(both) == len(ra) == len(rb) else f", seed{'s' * (len(both) > 1)} {', '.join(map(str, both))}"
     measured = (f"{lower[0]} @{lower[1]}: {a.ppl:.2f} vs {higher[0]} @{higher[1]}: {b.ppl:.2f} "
-                f"(ΔNLL {d.mean:+.4f} ± {d.se:.4f} nats/token)")
+                f"(ΔNLL {d.mean:+.4f} ± {d.se:.4f} nats/token{where})")
     return tested(source, claim, measured, d, expect_negative=True)
 
 
