@@ -111,7 +111,8 @@ def test_any_bad_spec_value_raises_value_or_type_error_naming_the_key(data):
         assert re.search(rf"\b{re.escape(key)}\b", str(e)), f"{key!r} not named in: {e}"
         return
     # Accepted: the module must then work (a value it cannot use must have been refused).
-    args = module_args(m, length=min(5, getattr(m, "max_positions", 5)))
+    # within the module's own bound on length (learned: max_positions; path: max_length)
+    args = module_args(m, length=min(5, getattr(m, "max_positions", 5), getattr(m, "max_length", 5)))
     out = m(*args)
     assert torch.isfinite(out).all() or name == "nope", f"{name} with {key}={value!r} gives non-finite output"
 
