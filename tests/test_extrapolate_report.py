@@ -3,6 +3,7 @@ figures render in a real headless Chromium without console errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -148,3 +149,13 @@ def test_scalings_are_compared_with_their_base_run_under_its_own_label():
     verdicts = scaling_section(page, lm, sc)
     assert [v.status for v in verdicts] == ["agrees"], verdicts
     assert "<td>rope (base=500)</td><td>20.39" in "".join(page.parts)
+
+
+def test_the_method_names_the_rows_that_train_other_seeds_than_their_part():
+    from posenc.extrapolate.profiles import PROFILES
+    from posenc.extrapolate.report import _method
+
+    text = _method(PROFILES["quick"])
+    assert "3 seeds for <code>lm</code>" in text and "1 seed for the content rows of <code>lm</code>" in text
+    only_tasks = dataclasses.replace(PROFILES["quick"], parts=("tasks",))
+    assert "content rows" not in _method(only_tasks)  # rows of a part that does not run: not named

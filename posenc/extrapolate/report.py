@@ -79,9 +79,12 @@ def _method(profile: Profile) -> str:
                  if seeds >= findings.MIN_SEEDS else
                  f"{seeds} seed{'s' * (seeds > 1)}: the spread between training runs is not measured, so every "
                  "verdict is marked indicative (the full profile has three seeds)")
-    more = [(part, len(s)) for part, s in profile.part_seeds if part in (*profile.parts, "hybrid")]
+    rows = {"lm_rows": ("lm", "the content rows of <code>lm</code>"),  # rows within a part: named as such
+            "content_tasks": ("tasks", "the content tasks' models of <code>tasks</code>")}
+    more = [(rows[part][1] if part in rows else f"<code>{e(part)}</code>", len(s)) for part, s in profile.part_seeds
+            if part in (*profile.parts, "hybrid") or (part in rows and rows[part][0] in profile.parts)]
     if more:  # some parts train other seeds than the profile's
-        seed_text = (", ".join(f"{n} seed{'s' * (n > 1)} for <code>{e(part)}</code>" for part, n in more)
+        seed_text = (", ".join(f"{n} seed{'s' * (n > 1)} for {part}" for part, n in more)
                      + f", {seeds} seed{'s' * (seeds > 1)} for the other parts (training runs with different initial "
                      "weights and batches). Behind three seeds or more, seeds are paired by their number, and "
                      "intervals and tests use Student's t with seeds − 1 degrees of freedom; behind fewer, the spread "
