@@ -65,3 +65,15 @@ def test_every_script_file_is_in_the_page():
     assert sorted(explorer.JS_FILES) == files
     script = explorer.script()
     assert all(f"// ---- {name}\n" in script for name in files)
+
+
+def test_cope_panel_has_its_ids_and_posenc_show_copes_sentence():
+    from posenc.encodings import cope
+    from posenc.reference.cope import CONVENTIONS
+
+    text = explorer.page()
+    for name in ("fig-cope", "cope-sentence", "cope-marks", "cope-error", "cope-table", "cope-note"):  # contracts
+        assert f'id="{name}"' in text, name
+    assert explorer.schema()["cope"] == {"sentence": cope.SENTENCE, "max_text": cope.MAX_TEXT,
+                                         "conventions": list(CONVENTIONS),
+                                         "npos_max": registry.get("cope").params["npos_max"]}

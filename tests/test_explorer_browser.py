@@ -137,6 +137,8 @@ def _draw(rng: random.Random, scheme: str, scaling_type: str | None) -> tuple[st
         half = nb // 2 if bidi else nb
         parts += [f"bidirectional={str(bidi).lower()}", f"num_buckets={nb}",
                   f"max_distance={rng.randint(half // 2 + 1, 200)}", f"init_std={num(0.1, 2)}"]
+    if scheme == "cope":
+        parts += [f"npos_max={rng.randint(1, 80)}", rng.choice(["convention=ram", "convention=scaled"])]
     return scheme + (":" + ",".join(parts) if parts else ""), length, dim, heads
 
 
@@ -166,6 +168,7 @@ def test_key_numbers_equal_posenc_show_for_random_parameters(page, seed):
     draws = [(s, None) for s in ("nope", "sinusoidal", "alibi", "kerple", "t5", "rope")]
     draws += [("rope", t) for t in scaling.SCALINGS]
     draws += [(rng.choice(["sinusoidal", "alibi", "kerple", "t5"]), None) for _ in range(4)]
+    draws += [("cope", None)]  # last: its rows of contextual positions are printed below too
     for scheme, scaling_type in draws:
         spec, length, dim, heads = _draw(rng, scheme, scaling_type)
         _goto(page, spec, length, dim, heads)
@@ -382,4 +385,54 @@ def test_grid_schemes_draw_each_patch_against_the_chosen_patch(page):
     WebDriverWait(d, 10).until(lambda x: x.find_element("id", "patch-error").text)
     assert d.find_element("id", "patch-error").text == "patch must lie inside the grid 14×14, got (14, 0)"
     patch.clear()
+    assert _console_errors(d) == []
+
+
+def _cope_sentence(d, text: str, marks: str) -> tuple[list[int], list[float], int]:
+    """Types ``text`` into the CoPE panel (long ones set at once), chooses the marks; the page's positions."""
+    import json
+
+    from selenium.webdriver.support.ui import Select
+
+    box = d.find_element("id", "cope-sentence")
+    box.clear()
+    if len(text) <= 60:
+        box.send_keys(text)
+    else:
+        d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", box, text)
+    Select(d.find_element("id", "cope-marks")).select_by_value(marks)
+    fig = d.find_element("id", "fig-cope")
+    assert d.find_element("id", "cope-error").text == "" and box.get_attribute("aria-invalid") == "false"
+    return (json.loads(fig.get_attribute("data-token-positions")), json.loads(fig.get_attribute("data-cope-positions")),
+            int(fig.get_attribute("data-npos-max")))
+
+
+def test_cope_positions_of_typed_sentences_are_sentence_positions(page):
+    from posenc.encodings.cope import MAX_TEXT, SENTENCE, CoPE
+
+    d = page
+    _goto(d, "cope:npos_max=8", 64, 16, 2)
+    assert not d.find_element("id", "fig-cope").get_attribute("hidden")
+    assert d.find_element("id", "cope-sentence").get_attribute("value") == SENTENCE  # posenc show cope's
+    assert _key_numbers(d) == _show("cope:npos_max=8", 64, 16, 2)  # its rows of contextual positions too
+    marks = {"space": " ", "stop": ".", "both": " ."}
+    many = " ".join(f"w{i}." if i % 7 == 6 else f"w{i}" for i in range(75))  # over 64 words: the clamp
+    for spec, text, choice in (("cope:npos_max=8", SENTENCE, "space"),
+                               ("cope:npos_max=8", "Dr. Who ran.  Then  he hid. ", "stop"),
+                               ("cope:npos_max=8", many, "both"),  # over 8 positions: clamped at 7
+                               ("rope", many, "space")):  # another scheme: CoPE's default npos_max, 64
+        if spec != d.find_element("id", "spec").get_attribute("value"):
+            _goto(d, spec, 64, 16, 2)
+        tokens, positions, npos_max = _cope_sentence(d, text, choice)
+        want = CoPE(head_dim=4, npos_max=npos_max).sentence_positions(text, marks[choice]).tolist()
+        assert npos_max == (8 if spec.startswith("cope") else 64)
+        assert positions == want, (spec, text, choice)  # every float64 digit
+        assert tokens == list(range(len(text) - 1, -1, -1))
+        assert max(want) == npos_max - 1 or len(text) < 60
+    # bad input: a message next to the box, as the other inputs have
+    box = d.find_element("id", "cope-sentence")
+    for text, message in (("   ", "type a sentence"), ("a" * (MAX_TEXT + 1), f"at most {MAX_TEXT} characters")):
+        d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", box, text)
+        assert message in d.find_element("id", "cope-error").text
+        assert box.get_attribute("aria-invalid") == "true"
     assert _console_errors(d) == []

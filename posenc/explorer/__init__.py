@@ -20,6 +20,7 @@ The script is ``js/*.js``, one job per file, joined in ``JS_FILES`` order into o
     draw.js          palettes, heatmaps, line charts, colour bars
     figures.js       one function per figure
     order.js         "dog bites man" with the reader's sentences
+    cope.js          CoPE's contextual positions of the reader's sentence (CoPE.sentence_positions)
     ui.js            controls, URL fragment state, error messages
 
 What the page may not drift from is written into it from Python at build time (``schema()``):
@@ -41,8 +42,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-PAGE_SCHEMES = ("nope", "sinusoidal", "rope", "alibi", "kerple", "t5")
-"""The schemes the page draws: every deterministic one (learned ones drawn from seed 0)."""
+PAGE_SCHEMES = ("nope", "sinusoidal", "rope", "alibi", "kerple", "t5", "cope")
+"""The schemes the page draws: every deterministic one (learned ones drawn from seed 0), and CoPE,
+whose contextual positions of a typed sentence (``CoPE.sentence_positions``) need no weights."""
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")
@@ -74,6 +76,7 @@ def schema() -> dict[str, Any]:
 
     from posenc import demo, registry, scaling
     from posenc.analysis import FINGERPRINT_RTOL, GRID_QUANTITY
+    from posenc.encodings import cope
     from posenc.limits import MAX_CELLS, MAX_DIM, MAX_FIT_WORK, MAX_GRID, MAX_HEADS, MAX_LENGTH, MAX_PAIR_WORK
     from posenc.spec import SIZE_PARAMS
 
@@ -106,6 +109,8 @@ def schema() -> dict[str, Any]:
         "fingerprint_rtol": FINGERPRINT_RTOL,
         "grid": {"default": [14, 14], "max": MAX_GRID, "quantity": GRID_QUANTITY},  # `posenc show --grid/--patch`
         "demo": {"d_model": demo.D_MODEL, "num_heads": demo.NUM_HEADS},  # the sizes of `posenc demo order`
+        "cope": {"sentence": cope.SENTENCE, "max_text": cope.MAX_TEXT, "conventions": list(cope.CONVENTIONS),
+                 "npos_max": registry.get("cope").params["npos_max"]},  # `posenc show cope`'s sentence
     }
 
 
@@ -114,7 +119,7 @@ def _asset(name: str) -> str:
 
 
 JS_FILES = ("python.js", "crmath.js", "spec.js", "checks.js", "torch_random.js", "scaling.js", "schemes.js",
-            "numbers.js", "draw.js", "figures.js", "order.js", "ui.js")
+            "numbers.js", "draw.js", "figures.js", "order.js", "cope.js", "ui.js")
 
 
 def script() -> str:

@@ -32,7 +32,7 @@ function title(g, text) { g.ctx.font = '600 13px system-ui, sans-serif'; g.ctx.t
 var notShown = [];
 function notApplicable(id, text) {  // a figure that does not apply to this kind is hidden and listed
   var g = canvasOf(id);
-  if (id !== 'fig-order') { document.getElementById(id).hidden = true; notShown.push(FIGURE_NAMES[id]); }
+  if (id !== 'fig-order' && id !== 'fig-cope') { document.getElementById(id).hidden = true; notShown.push(FIGURE_NAMES[id]); }  // those two hold the reader's input
   g.ctx.fillStyle = '#f3f3f3'; g.ctx.fillRect(0, 0, g.W, g.H); g.ctx.fillStyle = '#555';
   g.ctx.textAlign = 'center'; g.ctx.fillText(text, g.W / 2, g.H / 2);
   g.c.setAttribute('aria-label', text);

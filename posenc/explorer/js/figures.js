@@ -1,7 +1,8 @@
 // The figures, one function each; a figure that does not apply to the scheme's kind is hidden.
-var NAMES = {nope: 'NoPE', sinusoidal: 'sinusoidal', rope: 'RoPE', alibi: 'ALiBi', kerple: 'KERPLE', t5: 'T5'};
+var NAMES = {nope: 'NoPE', sinusoidal: 'sinusoidal', rope: 'RoPE', alibi: 'ALiBi', kerple: 'KERPLE', t5: 'T5', cope: 'CoPE'};
 var FIGURE_NAMES = {'fig-table': 'the table', 'fig-similarity': 'similarity vs distance', 'fig-qk': 'q·k vs distance',
-                    'fig-wavelengths': 'wavelengths', 'fig-bias': 'bias maps', 'fig-grid': 'the grid map'};
+                    'fig-wavelengths': 'wavelengths', 'fig-bias': 'bias maps', 'fig-grid': 'the grid map',
+                    'fig-cope': 'contextual positions'};
 function gridOnly(id, m) { return notApplicable(id, 'a grid scheme (axes=' + m.axes + '): see each patch\'s signal on the grid'); }
 function figTable(m, full, L) {
   if (m.axes > 1) return gridOnly('fig-table', m);

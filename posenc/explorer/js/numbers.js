@@ -62,7 +62,8 @@ function gridNumbers(m, view) {
   return [['grid', h + ' × ' + w + ' patches, signal with patch (' + r + ', ' + c + '): ' + SCHEMA.grid.quantity[m.kind]],
           ['signal at ' + picks.map(function (p) { return p[0]; }).join(', '), picks.map(function (p) { return fmtG(v[p[1][0] * w + p[1][1]], 3); }).join(', ')]];
 }
-function keyNumbers(full, L, m, view) {  // m: the model of full, when the caller has built it; view: {grid, patch} of a grid scheme
+function keyNumbers(full, L, m, view, numHeads) {  // m: the model of full, when the caller has built it; view: {grid, patch} of a grid scheme;
+  // numHeads: --heads (a content scheme's weights are a mean over that many heads)
   m = m || build(full);
   var out = [];
   var specText = [];
@@ -114,5 +115,13 @@ function keyNumbers(full, L, m, view) {  // m: the model of full, when the calle
     out.push(['symmetric in i−j (first ' + n + ' positions)', sym ? 'yes' : 'no']);
   }
   if (m.kind === 'none') out.push(['positional signal', 'none: attention is permutation-equivariant without a causal mask']);
+  if (m.kind === 'content') {  // CoPE (the only content scheme drawn): e = 0 at first, so identical tokens weigh 1/L each
+    var heads = numHeads || SCHEMA.defaults.heads, wsum = 0;
+    for (var hh = 0; hh < heads; hh++) wsum += 1 / L;  // analysis.content_weights(...).mean(0): the heads summed in order
+    out.push(['positions', 'counted from the tokens (no position input)' + (m.causalOnly ? '; causal only' : '')]);
+    out.push(["reads the layer's input (hidden=)", m.readsHidden ? 'yes' : 'no']);
+    out.push(['weight at r=0, 1, L-1 (identical tokens)', [0, 1, L - 1].map(function () { return fmtG(wsum / heads, 3); }).join(', ')]);
+    out = out.concat(copeDescribe(SCHEMA.cope.sentence, m.nposMax));
+  }
   return out;
 }

@@ -68,6 +68,8 @@ function figOrder(full) {
   document.getElementById('order-note').textContent = !same ? 'The outputs differ: the layer can tell the two orders apart.'
     : a.join(' ') === b.join(' ') ? 'The two sentences are the same: type another order in B.'
     : m.kind === 'none' ? 'Every shared word has the same output in both: the layer sees only a permutation.'
+    : m.kind === 'content' ? 'Every shared word has the same output in both: CoPE\'s position embeddings start at zero (CoPE starts '
+      + 'as NoPE); what it learns to count is below, in the contextual positions of your sentence.'
     : 'Every shared word has the same output in both, although this scheme encodes position: its term depends only on '
       + 'the distance |i − j|' + (a.slice().reverse().join(' ') === b.join(' ') ? ', and B is A reversed' : '')
       + '. Put a word in front of both sentences (a start token, as real models do) and the outputs differ; only NoPE '

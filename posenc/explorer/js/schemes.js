@@ -2,12 +2,13 @@
 // it validates the spec as the module's __init__ does and returns a model of one of the kinds
 // below; the key numbers and figures dispatch on the kind. A grid scheme (axes >= 2, gridModel) is
 // additive or rotary with `axes` set: its figure is figGrid and its rows gridNumbers (numbers.js).
-// A model has: kind ('none' | 'additive' | 'rotary' | 'bias'), and by kind
+// A model has: kind ('none' | 'additive' | 'rotary' | 'bias' | 'content'), and by kind
 //   additive, rotary: width, row(p) -> Float64Array (the table's row at position p, [L, width]),
 //                     invFreq (θ the scheme registers), and an isometry: row(p) = R(p)·row(0);
 //   rotary:           headDim, rotaryDim, freqAt(L), attentionFactor, decay (xPos) or null,
 //                     spectrum() -> {before, after, context, extended};
-//   bias:             numHeads, bias(h, i, j) (query i, key j), buckets (T5) optional.
+//   bias:             numHeads, bias(h, i, j) (query i, key j), buckets (T5) optional;
+//   content:          nposMax, causalOnly, readsHidden (CoPE; its positions: cope.js).
 function ropeInvFreq(rd, base) { return range(rd / 2, function (i) { return powCR(base, -(2 * i) / rd); }); }
 function alibiSlopes(n) {
   function pow2(k) { var start = powCR(2, -powCR(2, -(Math.log2(k) - 3))); var a = []; for (var i = 0; i < k; i++) a.push(start * powCR(start, i)); return a; }
@@ -148,5 +149,11 @@ var SCHEMES = {
     }
     return {kind: 'bias', numHeads: H, buckets: {count: nb, at: bucket},
             bias: function (h, i, j) { return W[bucket(j - i) * H + h]; }};
+  },
+  cope: function (s) {  // Golovneva et al. 2024: positions counted by gates; e = 0 at first (CoPE starts as NoPE)
+    checkInt('head_dim', s.get('head_dim'), 1);
+    var nposMax = checkInt('npos_max', s.get('npos_max'), 1);
+    checkChoice('convention', s.get('convention'), SCHEMA.cope.conventions);
+    return {kind: 'content', nposMax: nposMax, causalOnly: true, readsHidden: false};
   }
 };

@@ -112,7 +112,7 @@ function splitItems(text) {
 function scheme(name) {  // registry.get
   if (typeof name !== 'string') fail('scheme must be a string, got ' + pyRepr(name) + ' (' + pyType(name) + ')');
   if (SCHEMA.all_schemes.indexOf(name) < 0) fail('unknown scheme ' + strRepr(name) + '; known schemes: ' + SCHEMA.all_schemes.join(', '));
-  if (!SCHEMES[name]) fail('the explorer draws the deterministic schemes (' + Object.keys(SCHEMES).join(', ') + '); ' + strRepr(name) + ' has learned or query-dependent terms: use `posenc show ' + name + '`');
+  if (!SCHEMES[name]) fail('the explorer draws ' + Object.keys(SCHEMES).join(', ') + '; ' + strRepr(name) + ' has learned or query-dependent terms: use `posenc show ' + name + '`');
   return {name: name, kind: SCHEMA.schemes[name].kind, params: PARAMS[name]};
 }
 var PARAMS = {};  // scheme -> Map(param -> default or REQUIRED)

@@ -3,6 +3,7 @@
 var $ = function (id) { return document.getElementById(id); };
 var SIZE = ['length', 'dim', 'heads'];
 var state = {spec: null, full: null, sizes: null};
+var CHOICES = {layout: ['half', 'interleaved'], variant: ['log', 'power'], convention: SCHEMA.cope.conventions};  // a select each
 var SLIDERS = {base: [10, 100, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 500000, 1000000, 10000000],
                factor: [1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64]};
 function setError(id, msg) {
@@ -50,9 +51,9 @@ function paramControls(given) {
     lab.htmlFor = id; lab.textContent = key + (scaled ? ' (scaling)' : '');
     div.appendChild(lab);
     var input;
-    if (key === 'layout' || key === 'variant') {
+    if (CHOICES[key]) {
       input = document.createElement('select');
-      (key === 'layout' ? ['half', 'interleaved'] : ['log', 'power']).forEach(function (o) { var op = document.createElement('option'); op.value = o; op.textContent = o; input.appendChild(op); });
+      CHOICES[key].forEach(function (o) { var op = document.createElement('option'); op.value = o; op.textContent = o; input.appendChild(op); });
       input.value = value === undefined ? dflt : value;
     } else {
       input = document.createElement('input');
@@ -200,7 +201,7 @@ function update(opt) {
 var pending = 0, BIG = 1 << 21;  // about 0.1 s of cos/sin in V8 (measured: 16384 × 4096 takes ~9 s)
 function render(full, sizes, view) {
   var L = sizes.length, m = build(full);
-  var numbers = keyNumbers(full, L, m, view), body = document.querySelector('#key-numbers tbody');
+  var numbers = keyNumbers(full, L, m, view, sizes.heads), body = document.querySelector('#key-numbers tbody');
   body.textContent = '';
   numbers.forEach(function (kv) { var tr = document.createElement('tr'); kv.forEach(function (c) { var td = document.createElement('td'); td.textContent = c; tr.appendChild(td); }); body.appendChild(tr); });
   $('show-command').textContent = 'posenc show ' + shellQuote(pyStrip($('spec').value)) +
@@ -210,6 +211,7 @@ function render(full, sizes, view) {
   figs.forEach(function (f) { f[1](m, full, L, view); });
   $('not-shown').textContent = notShown.length ? 'Not drawn for ' + NAMES[full.get('scheme')] + ' (' + m.kind + '): ' + notShown.join(', ') + '.' : '';
   figOrder(full);
+  figCope(full);
   lastGood = {full: full, sizes: sizes};
   renders += 1;
   document.documentElement.setAttribute('data-renders', String(renders));
@@ -251,11 +253,15 @@ function init() {
     $(n).addEventListener('input', function () { $('patch').value = $('patch-row-slider').value + ',' + $('patch-col-slider').value; update(); });
   });
   ['sentence-a', 'sentence-b'].forEach(function (id) { $(id).addEventListener('input', function () { if (lastGood) figOrder(lastGood.full); }); });
+  $('cope-sentence').value = SCHEMA.cope.sentence;
+  $('cope-sentence').addEventListener('input', function () { if (lastGood) figCope(lastGood.full); });
+  $('cope-marks').addEventListener('change', function () { if (lastGood) figCope(lastGood.full); });
   window.addEventListener('hashchange', function () { if (location.hash !== written) readHash(); });
   readHash();
 }
 // what the browser tests (and a console) can call: the same functions the page uses
 globalThis.posencExplorer = {parseSpec: parseSpec, fullSpec: fullSpec, keyNumbers: keyNumbers, pyRepr: pyRepr,
+                             copePositions: function (text, marks, nposMax) { return Array.from(copePositions(text, marks, nposMax)); },
                              fmtF: fmtF, fmtE: fmtE, fmtG: fmtG, floatRepr: floatRepr, SpecError: SpecError,
                              gridValues: function (full, h, w, r, c) { return Array.from(gridValues(build(full), h, w, r, c)); }};
 if (typeof document !== 'undefined' && document.getElementById('controls')) init();
