@@ -82,6 +82,12 @@ class Part:
         """Runs to add right after ``runs`` (one part's runs of one seed); the hybrid rows."""
         return []
 
+    def note_own_model(self, profile: Profile, log: Log) -> None:
+        """For a part that trains its own bidirectional transformer (image, time): ``--arch`` does not apply."""
+        if profile.arch != "transformer":
+            log(f"note: --arch {profile.arch} applies to lm, scaling and tasks; the {self.name} part uses its own "
+                "bidirectional transformer")
+
     def depends_on(self, run: Run, profile: Profile, corpus_sha: str) -> str | None:
         """The key of the run whose checkpoint ``run`` needs (None: it needs none)."""
         return None

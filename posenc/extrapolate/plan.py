@@ -130,6 +130,13 @@ class Run:
                            "variant": self.variant, "settings": self.settings, "arch": self.arch}, sort_keys=True)
 
 
+def by_seed(groups: list[tuple[list[Any], tuple[int, ...]]]) -> list[tuple[int, Any]]:
+    """``(seed, item)`` for the items of each ``(items, seeds)`` group on its seeds: seed by seed,
+    the groups in their order within a seed (a part's rows that train other seeds than its schemes)."""
+    seeds = sorted({s for _, group_seeds in groups for s in group_seeds})
+    return [(seed, item) for seed in seeds for items, group_seeds in groups if seed in group_seeds for item in items]
+
+
 def seed_groups(runs: list[Run]) -> list[list[Run]]:
     """``runs`` grouped by configuration (``Run.config``), each group in seed order, the groups in
     the order of their first run."""

@@ -29,7 +29,7 @@ from posenc.extrapolate.model import TinyGPT, check_arch
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
-from posenc.extrapolate.plan import Log, Run, arch_label, resolve_scheme
+from posenc.extrapolate.plan import Log, Run, arch_label, by_seed, resolve_scheme
 from posenc.extrapolate.profiles import Profile, TaskSettings, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
 from posenc.extrapolate.stats import TaskTable, learned_tasks, mcnemar_exact, mean_reciprocal_rank
@@ -394,12 +394,11 @@ class Tasks(Part):
         planned = []
         for ts, names, variant, seeds in groups:
             check_arch(profile.arch, ts.model)
+            settings = task_settings_hash(profile, ts)
             specs = [resolve_scheme(s, ts.model, max_positions=task_max_positions(profile, ts)) for s in names]
-            planned.append((specs, task_settings_hash(profile, ts), variant, seeds))
+            planned.append(([(lab, sp, settings, variant) for lab, sp in specs], seeds))
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, dict(variant), profile=profile.name,
-                    arch=profile.arch)
-                for seed in sorted({s for *_, seeds in planned for s in seeds})
-                for specs, settings, variant, seeds in planned if seed in seeds for lab, sp in specs]
+                    arch=profile.arch) for seed, (lab, sp, settings, variant) in by_seed(planned)]
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
         return run_tasks(ctx, runs)

@@ -30,7 +30,7 @@ from posenc.extrapolate.model import TinyGPT, check_arch, pattern_label, token_n
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
-from posenc.extrapolate.plan import Log, Run, arch_label, resolve_scheme
+from posenc.extrapolate.plan import Log, Run, arch_label, by_seed, resolve_scheme
 from posenc.extrapolate.profiles import Profile, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
 from posenc.extrapolate.stats import LMTable
@@ -436,9 +436,7 @@ class Text(Part):
         groups = [(lm_specs(profile, schemes), profile.seeds_for(self.name)),
                   (lm_specs(profile, rows), profile.seeds_for("lm_rows", self.name))]
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
-                    arch=profile.arch)
-                for seed in sorted({s for _, seeds in groups for s in seeds})
-                for specs, seeds in groups if seed in seeds for lab, sp in specs]
+                    arch=profile.arch) for seed, (lab, sp) in by_seed(groups)]
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
         return run_lm(ctx, runs)

@@ -243,9 +243,7 @@ class Time(Part):
     def plan(self, profile: Profile, schemes: list[Any], *, custom: bool, corpus_sha: str, log: Log) -> list[Run]:
         if self.name not in profile.parts:
             return []
-        if profile.arch != "transformer":
-            log(f"note: --arch {profile.arch} applies to lm, scaling and tasks; the time part uses its own "
-                "bidirectional transformer")
+        self.note_own_model(profile, log)
         items = time_items(profile.time, schemes if custom else None)
         settings = settings_hash({"time": profile.time})
         return [Run(self.name, seed, lab, sp, settings, {"cannot": mode} if mode else {}, profile.name)

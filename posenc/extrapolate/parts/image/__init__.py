@@ -36,9 +36,7 @@ class Image(Part):
     def plan(self, profile: Profile, schemes: list[Any], *, custom: bool, corpus_sha: str, log: Log) -> list[Run]:
         if self.name not in profile.parts:
             return []
-        if profile.arch != "transformer":
-            log(f"note: --arch {profile.arch} applies to lm, scaling and tasks; the image part uses its own "
-                "bidirectional transformer")
+        self.note_own_model(profile, log)
         s = profile.image
         items = image_items(s, schemes if custom else None)  # the profile's, or the user's made two-axis
         settings = settings_hash({"image": s})
