@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from posenc._validate import check_choice, check_float
 from posenc.blockwise import blockwise_attention
 from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_qkv
+from posenc.masking import AttentionMask, check_attention_mask
 from posenc.positions import as_working, text_positions
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
@@ -93,13 +94,43 @@ def _check_documents(document_ids, b: int, lq: int, lk: int, device) -> torch.Te
 
 
 def _sdpa(q, k, v, *, causal: bool, scale, mask=None):
+    """SDPA; with grouped heads (``k``'s ``H_kv`` < ``q``'s ``H``) through ``enable_gqa``, which on the
+    CPU's fused kernel (no mask) reads each key/value head for its group without repeating it."""
     lq, lk = q.shape[-2], k.shape[-2]
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
     if causal and mask is None and lq == lk:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, **gqa)
     if causal:
         allowed = _causal_allowed(lq, lk, q.device)
         mask = allowed if mask is None else mask.masked_fill(~allowed, float("-inf"))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **gqa)
+
+
+def _fold(x: torch.Tensor, group: int) -> torch.Tensor:
+    """``[B, H, c, X] -> [B, H/G, G·c, X]``: the ``G`` query heads that share a key/value head as one
+    head of ``G·c`` rows (head ``h = kv·G + g``, row ``g·c + r``), so a product with ``k [B, H/G, X, n]``
+    reads each key/value head once instead of repeating it ``G`` times (grouped-query attention)."""
+    if group == 1:
+        return x
+    b, h, c = x.shape[:3]
+    return x.reshape(b, h // group, group * c, *x.shape[3:])
+
+
+def _unfold(x: torch.Tensor, group: int) -> torch.Tensor:
+    """``[B, H/G, G·c, X] -> [B, H, c, X]``, the inverse of ``_fold``."""
+    if group == 1:
+        return x
+    b, hk, gc = x.shape[:3]
+    return x.reshape(b, hk * group, gc // group, *x.shape[3:])
+
+
+def _repeat_kv(k: torch.Tensor, v: torch.Tensor, h: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``k, v [B, H_kv, Lk, ·]`` repeated to ``H`` heads (head ``h`` reads ``h // (H / H_kv)``), for
+    the kinds whose scheme reads keys per query head (relative, content)."""
+    group = h // k.shape[1]
+    if group == 1:
+        return k, v
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
 def _needs_grad(q, k, v, pe) -> bool:
@@ -110,8 +141,15 @@ def _needs_grad(q, k, v, pe) -> bool:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
               q_positions: torch.Tensor | None = None, k_positions: torch.Tensor | None = None,
               causal: bool = False, scale: float | None = None, backend: str = "auto",
-              document_ids: torch.Tensor | None = None, hidden: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention of ``q [B, H, Lq, D]`` over ``k, v [B, H, Lk, D]`` with positional encoding ``pe``.
+              document_ids: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D]`` with positional encoding ``pe``.
+
+    **Grouped heads** (GQA, MQA): ``k`` and ``v`` may have ``H_kv`` heads with ``H % H_kv == 0``;
+    query head ``h`` reads key/value head ``h // (H / H_kv)`` (transformers' ``repeat_kv``). Kinds
+    none, rotary and bias never repeat them, on every backend (the ``G = H / H_kv`` query heads
+    of a group are folded into one head of ``G·c`` rows for each product, ``_fold``); relative and
+    content schemes, whose terms read keys per query head, repeat them.
 
     Args:
         pe: a module from ``posenc.build`` (or None, the same as ``nope``).
@@ -138,16 +176,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             scheme owns the attention (``pe(q, k, v, ...)``, see ``posenc.rowwise``) and takes no
             positions; its backends are ``materialize``, ``chunked``, ``blockwise`` and, for FoX,
             ``flex``.
+        attention_mask: a key padding mask ``[B, Lk]`` (bool or 0/1: False/0 marks padding) or a
+            4D mask ``[B or 1, H or 1, Lq, Lk]``, bool (True: may see) or additive float (added to
+            the scores; ``−inf`` or transformers' ``finfo.min`` masks), combined with ``causal``
+            and ``document_ids`` on every backend (``posenc.masking``). A query that sees no key
+            returns zeros (and zero gradients). Content schemes take bool and padding masks.
 
     Returns:
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
     """
-    q, k, v = check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v, grouped=True)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
     check_choice("backend", backend, BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
+    mask = check_attention_mask(attention_mask, b=b, h=h, lq=lq, lk=lk, device=q.device)
     if scale is None:  # a scheme may fix its own (DeBERTa: 1/√(D·f)); else 1/√D
         scale = getattr(pe, "default_scale", None) or 1.0 / math.sqrt(d)
     else:
@@ -162,7 +206,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         if q_positions is not None or k_positions is not None:
             raise ValueError(f"pe {pe.name!r} is a content scheme: its positions are counted from the tokens, "
                              "so it takes no q_positions/k_positions (pass None)")
-        return _content(q, k, v, pe, hidden, document_ids, causal=causal, scale=scale, backend=backend)
+        k, v = _repeat_kv(k, v, h)
+        return _content(q, k, v, pe, hidden, document_ids, mask, causal=causal, scale=scale, backend=backend)
     axes, check = getattr(pe, "axes", 1), getattr(pe, "check_positions", check_positions)  # the pe's positions model
     docs = None if document_ids is None else _check_documents(document_ids, b, lq, lk, q.device)
     if q_positions is None or k_positions is None:
@@ -186,6 +231,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         raise TypeError(f"pe must be a module from posenc.build (with a kind), got {type(pe).__name__}")
     if kind == "bias" and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
+    if kind == "relative":
+        k, v = _repeat_kv(k, v, h)
     if getattr(pe, "value_term", None) is not None and v.shape[-1] != pe.head_dim:
         raise ValueError(f"pe {pe.name!r} adds value embeddings of head_dim={pe.head_dim} to the output, so v must "
                          f"have last dimension {pe.head_dim}, got {v.shape[-1]} (shape {list(v.shape)})")
@@ -200,11 +247,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     if lq == 0 or lk == 0:  # no scores to bias: what SDPA gives (empty, or zeros over no keys)
         return _sdpa(q, k, v, causal=False, scale=scale)
     if kind in ("none", "rotary"):
-        if docs is None:
+        if docs is None and mask is None:
             return _sdpa(q, k, v, causal=causal, scale=scale)
-        pe = None  # the document mask is the only term on the scores: dispatched like a bias
+        pe = None  # the document and attention masks are the only terms on the scores: dispatched like a bias
 
-    backend = _choose_backend(backend, q, k, v, pe, docs)
+    backend = _choose_backend(backend, q, k, v, pe, docs, mask)
     if backend == "flex" and docs is not None and lk < FLEX_BLOCK:
         # compiled CPU FlexAttention with a document mask_mod is wrong when all keys fit in one
         # block (torch 2.13: error 0.24 at Lk = 120, exact at 128, 256, 311); chunked is exact
@@ -213,24 +260,30 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         if docs is not None:
             raise ValueError("backend='blockwise' does not take document_ids yet; use backend='chunked' "
                              "(or 'auto', which picks it) for packed documents")
-        return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale)
+        if pe is None:
+            raise ValueError("backend='blockwise' needs a bias or relative scheme; with only an attention_mask "
+                             "use backend='chunked' (or 'auto', which picks it)")
+        return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale, mask=mask)
     if backend == "flex":
-        out = _flex(q, k, v, pe, q_positions, k_positions, docs, causal=causal, scale=scale)
+        out = _flex(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale)
         if out is not None:
             return out
         backend = "chunked"  # compiling was unavailable for this case (warned once)
     chunk = lq if backend == "materialize" else max(1, CHUNK_ELEMENTS // max(1, b * h * lk))
-    return _chunked(q, k, v, pe, q_positions, k_positions, docs, causal=causal, scale=scale, chunk=chunk)
+    return _chunked(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale, chunk=chunk)
 
 
-def _content(q, k, v, pe, hidden, document_ids, *, causal: bool, scale: float, backend: str) -> torch.Tensor:
+def _content(q, k, v, pe, hidden, document_ids, mask, *, causal: bool, scale: float, backend: str) -> torch.Tensor:
     """A content scheme's attention: FlexAttention for a scheme whose score is an elementwise bias of
     per-token state (FoX: ``score_mod`` reads ``c[q] − c[kv]``), else the scheme's own backends."""
     if backend == "flex" and not pe.flex_ok:
         raise ValueError(f"backend='flex' needs a scheme whose score is elementwise; {pe.name!r} is not one "
                          f"(use 'blockwise', 'chunked' or 'materialize')")
+    if backend == "flex" and mask is not None:
+        raise ValueError(f"backend='flex' does not take an attention_mask for content scheme {pe.name!r} yet; use "
+                         "'blockwise', 'chunked' or 'materialize' (or 'auto', which picks one)")
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    if backend in ("flex", "auto") and pe.flex_ok and lq and lk:
+    if backend in ("flex", "auto") and pe.flex_ok and lq and lk and mask is None:
         needs_grad = _needs_grad(q, k, v, pe) or (torch.is_grad_enabled() and hidden is not None
                                                   and hidden.requires_grad)
         wanted = backend == "flex" or (b * h * lq * lk > MATERIALIZE_ELEMENTS and not needs_grad
@@ -248,7 +301,8 @@ def _content(q, k, v, pe, hidden, document_ids, *, causal: bool, scale: float, b
             if out is not None:
                 return out
         backend = "auto" if backend == "flex" else backend  # compiling was unavailable (warned once)
-    return pe(q, k, v, hidden=hidden, causal=causal, scale=scale, document_ids=document_ids, backend=backend)
+    extra = {} if mask is None else {"attention_mask": mask}
+    return pe(q, k, v, hidden=hidden, causal=causal, scale=scale, document_ids=document_ids, backend=backend, **extra)
 
 
 def _flex_ok(pe) -> bool:
@@ -286,20 +340,27 @@ def _flex_first(q) -> bool:
     return q.device.type != "cpu" or torch.compiler.is_compiling()
 
 
-def _choose_backend(backend: str, q, k, v, pe, docs=None) -> str:
-    """``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype and grad mode."""
+def _choose_backend(backend: str, q, k, v, pe, docs=None, mask: AttentionMask | None = None) -> str:
+    """``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype, grad mode and mask.
+
+    ``auto`` never compiles FlexAttention for a mask alone on the CPU (``chunked`` is exact and
+    bounded, with no minutes-long first call)."""
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     needs_grad = _needs_grad(q, k, v, pe)
+    flex_mask_ok = mask is None or mask.bias is None  # flex reads a bool mask in its mask_mod
     if backend == "auto":
         if b * h * lq * lk <= MATERIALIZE_ELEMENTS:
             return "materialize"
-        if (_flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe)
-                and (docs is not None or pe is None or _flex_first(q))):
+        if (_flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe) and flex_mask_ok
+                and (docs is not None or (pe is None and mask is None) or _flex_first(q))):
             return "flex"
         return "chunked" if docs is not None or pe is None else "blockwise"
     if backend == "flex":
         if not _flex_ok(pe):
             raise ValueError(f"backend='flex' needs a bias scheme with an elementwise score; {pe.name!r} is not one")
+        if not flex_mask_ok:
+            raise ValueError("backend='flex' takes a bool or key padding attention_mask; an additive float mask with "
+                             "values other than 0 and -inf runs on 'chunked', 'materialize' or 'blockwise'")
         _check_flex(q, needs_grad)
     return backend
 
@@ -338,19 +399,29 @@ def _visible(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, dev
     return torch.searchsorted(ids, mine), torch.minimum(last, torch.searchsorted(ids, mine, right=True) - 1)
 
 
-def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, *, causal: bool, scale: float, chunk: int):
+def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, mask: AttentionMask | None = None, *,
+             causal: bool, scale: float, chunk: int):
     """Exact attention over query blocks of ``chunk`` rows; scores in float32 at least.
-    ``pe`` None: no bias, only the causal and document masks."""
+    ``pe`` None: no bias, only the causal, document and attention masks. Grouped heads are folded
+    (``_fold``), never repeated; a query that sees no key gives zeros."""
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     q, k, v = q.to(work), k.to(work), v.to(work)
-    lq, lk = q.shape[2], k.shape[2]
+    b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    group = h // k.shape[1]
     outs = []
     for start in range(0, lq, chunk):
         stop = min(start + chunk, lq)
         qp = q_positions[..., start:stop]
         qc = q[:, :, start:stop]  # (B, H, c, D)
         allowed = _allowed(lq, lk, start, stop, docs, causal=causal, device=q.device)
+        seen = added = None
+        if mask is not None:
+            own = mask.allowed(start, stop, 0, lk)  # (1 or B, 1 or H, c or 1, Lk)
+            allowed = own if allowed is None else allowed & own
+            seen = allowed.any(-1, keepdim=True)  # (.., c, 1): a query with no key gives zeros
+            allowed = allowed | ~seen  # ... and sees every key meanwhile, so nothing is NaN
+            added = mask.added(start, stop, 0, lk)
         if pe is None:
             bias = None
         elif isinstance(pe, BiasEncoding):  # float64 map cast once to the score dtype, not the module's
@@ -364,22 +435,27 @@ def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, *, causal: bool, 
             bias = pe(qp, k_positions).to(work)
         else:
             bias = pe(qc, k, qp, k_positions).to(work)  # (B, H, c, Lk)
+        if added is not None:
+            bias = added.to(work) if bias is None else bias + added.to(work)
         if allowed is not None:
             bias = allowed if bias is None else torch.where(allowed, bias, float("-inf"))
         if getattr(pe, "value_term", None) is None:
-            outs.append(F.scaled_dot_product_attention(qc, k, v, attn_mask=bias, scale=scale))
+            if group > 1 and bias is not None:  # (.., c, Lk) -> (B or 1, H/G, G·c, Lk)
+                bias = _fold(bias.expand(bias.shape[0] if bias.dim() == 4 else 1, h, stop - start, lk), group)
+            out = _unfold(F.scaled_dot_product_attention(_fold(qc, group), k, v, attn_mask=bias, scale=scale), group)
         else:  # Shaw: the output also mixes relative value embeddings with the same weights
             p = torch.softmax(qc @ k.transpose(-1, -2) * scale + bias, dim=-1)  # (B, H, c, Lk)
-            outs.append(p @ v + pe.value_term(p, qp, k_positions))
+            out = p @ v + pe.value_term(p, qp, k_positions)
+        outs.append(out if seen is None else out * seen)
     return torch.cat(outs, dim=2).to(dtype)
 
 
 # -- FlexAttention ----------------------------------------------------------------------------
 
-def _flex_call(q, k, v, score_mod, block_mask, scale):
+def _flex_call(q, k, v, score_mod, block_mask, scale, enable_gqa):
     from torch.nn.attention.flex_attention import flex_attention
 
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 
 
 _FLEX: dict[tuple, object] = {}  # structural case -> its compiled flex_attention (None: use chunked)
@@ -408,9 +484,10 @@ def _flex_unavailable(key: tuple, why: str) -> None:
                   "the chunked backend from now on (exact, memory bounded)", FlexFallbackWarning, stacklevel=4)
 
 
-def _block_mask(b: int, lq: int, lk: int, docs, mask_mod, *, causal: bool, device):
+def _block_mask(b: int, lq: int, lk: int, docs, mask_mod, *, causal: bool, device, masked: bool = False):
     """The ``BlockMask`` of the causal and/or document mask, built from ``FLEX_BLOCK`` blocks directly:
-    ``[nq, nk]`` block tables, never the ``[Lq, Lk]`` mask (nor a compile of create_block_mask)."""
+    ``[nq, nk]`` block tables, never the ``[Lq, Lk]`` mask (nor a compile of create_block_mask).
+    ``masked``: an attention mask also applies, so no block is known whole (``mask_mod`` runs on each)."""
     from torch.nn.attention.flex_attention import BlockMask
 
     n = FLEX_BLOCK
@@ -431,6 +508,8 @@ def _block_mask(b: int, lq: int, lk: int, docs, mask_mod, *, causal: bool, devic
         some = some & (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
         every = every & ((q_lo == q_hi)[:, :, None] & (k_lo == k_hi)[:, None, :]
                          & (q_lo[:, :, None] == k_lo[:, None, :]))
+    if masked:
+        every = every & False
     partial = some & ~every
 
     def table(m):  # (Bm, nq, nk) -> the count and the indices (allowed first) of each row's blocks
@@ -442,7 +521,8 @@ def _block_mask(b: int, lq: int, lk: int, docs, mask_mod, *, causal: bool, devic
                                     seq_lengths=(lq, lk))
 
 
-def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: float):
+def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | None = None, *, causal: bool,
+          scale: float):
     """FlexAttention: the bias is computed score by score in ``score_mod``, never a whole map; the
     masks are a block mask with a ``mask_mod``. None when compiling is unavailable for this case."""
     from torch.nn.attention.flex_attention import flex_attention
@@ -450,6 +530,7 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
     dtype = q.dtype
     q, k, v = q.float(), k.float(), v.float()  # scores and bias in float32 (a float16 bias overflows)
     b, lq, lk = q.shape[0], q.shape[2], k.shape[2]
+    gqa = k.shape[1] != q.shape[1]  # flex reads key/value head h // G for query head h, without a repeat
     score_mod = None
     if pe is not None:
         qpos = as_working(q_positions).expand(b, lq).contiguous()  # (B, Lq): int64, or float64 if real
@@ -472,16 +553,23 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
                 return score + (bias(hi, q, kpos[bi, ki]) - bias(hi, q, rows[bi, qi, 1])).to(torch.float32)
 
     block_mask = None
-    if causal or docs is not None:
+    if causal or docs is not None or mask is not None:
         shift = lk - lq
         if not torch.compiler.is_compiling():  # a tensor, so that our compile does not specialize on it
             shift = torch.tensor(shift, device=q.device)  # (the caller's compile takes only inputs in a mask_mod)
         kdoc = None if docs is None else docs.expand(b, lk).contiguous()  # (B, Lk)
+        keys = None if mask is None or mask.keys is None else mask.keys.expand(b, lk).contiguous()  # (B, Lk)
+        pairs = None if mask is None else mask.pairs  # (1 or B, 1 or H, Lq, Lk)
+        pair_b, pair_h = (False, False) if pairs is None else (pairs.shape[0] > 1, pairs.shape[1] > 1)
 
         def mask_mod(bi, hi, qi, ki):
             allowed = ki <= qi + shift if causal else ki >= 0
             if kdoc is not None:
                 allowed = allowed & (kdoc[bi, qi + shift] == kdoc[bi, ki])
+            if keys is not None:
+                allowed = allowed & keys[bi, ki]
+            if pairs is not None:
+                allowed = allowed & pairs[bi if pair_b else 0, hi if pair_h else 0, qi, ki]
             return allowed
 
         if torch.compiler.is_compiling():  # the caller's compile fuses create_block_mask (no [Lq, Lk] mask)
@@ -489,14 +577,15 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
 
             block_mask = create_block_mask(mask_mod, None if docs is None else b, None, lq, lk, device=q.device)
         else:
-            block_mask = _block_mask(b, lq, lk, docs, mask_mod, causal=causal, device=q.device)
+            block_mask = _block_mask(b, lq, lk, docs, mask_mod, causal=causal, device=q.device, masked=mask is not None)
     # CPU FlexAttention has no backward; elsewhere keep the caller's grad mode (never force it on)
     grad = torch.no_grad() if q.device.type == "cpu" else contextlib.nullcontext()
     if torch.compiler.is_compiling():  # the caller's compile captures flex_attention
         with grad:
-            out = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+            out = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
         return out.to(dtype)
-    key = (None if pe is None else pe.name, causal, docs is not None, q.device.type)
+    key = (None if pe is None else pe.name, causal, docs is not None, q.device.type, gqa,
+           None if mask is None else ("keys" if mask.keys is not None else "pairs"))
     run = _compiled_flex(key)
     if run is None:
         return None
@@ -505,7 +594,7 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, *, causal: bool, scale: f
 
     try:  # past the recompile limit raise, rather than run flex_attention eagerly (a whole score map)
         with grad, torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=FLEX_RECOMPILES):
-            out = run(q, k, v, score_mod, block_mask, scale)
+            out = run(q, k, v, score_mod, block_mask, scale, gqa)
     except FailOnRecompileLimitHit:
         _flex_unavailable(key, "dynamo's recompile limit is reached")
         return None

@@ -70,6 +70,7 @@ from __future__ import annotations
 import torch
 
 from posenc.encodings._base import BiasEncoding
+from posenc.masking import AttentionMask
 from posenc.positions import as_working
 
 # Blocks of 256 queries x 512 keys: 8 heads' scores are 4 MB in float32 and the largest float64
@@ -102,8 +103,8 @@ class _Bias:
     """
 
     def __init__(self, pe, q_positions: torch.Tensor, k_positions: torch.Tensor, work: torch.dtype, *,
-                 causal: bool, lq: int, lk: int) -> None:
-        self.pe, self.work, self.causal, self.lq, self.lk = pe, work, causal, lq, lk
+                 causal: bool, lq: int, lk: int, mask: AttentionMask | None = None) -> None:
+        self.pe, self.work, self.causal, self.lq, self.lk, self.mask = pe, work, causal, lq, lk, mask
         self.relative = pe.kind == "relative"
         self.value_fn = getattr(pe, "value_term", None)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
@@ -113,7 +114,7 @@ class _Bias:
         # differences needs integer positions
         self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
                          and not self.qpos.is_floating_point() and not self.kpos.is_floating_point()
-                         and _contiguous(self.qpos) and _contiguous(self.kpos))
+                         and _contiguous(self.qpos) and _contiguous(self.kpos) and mask is None)
 
     def prepare(self) -> None:
         if not isinstance(self.pe, BiasEncoding):
@@ -136,11 +137,22 @@ class _Bias:
         last = torch.arange(self.lq, device=self.qpos.device) + (self.lk - self.lq) if self.causal else None
         self.near = self.pe.nearest_keys(self.qpos, self.kpos, last=last)
 
-    def view(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
-        """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``."""
+    def view(self, qs: int, qe: int, ks: int, ke: int, group: int = 1, g: int = 0) -> torch.Tensor:
+        """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``;
+        with ``group`` > 1, that of heads ``g, g + G, …`` only (``[1, H/G, c, n]``: grouped heads)."""
         h, t = self.table.shape
-        return self.table.as_strided((1, h, qe - qs, ke - ks), (0, t, 1, 1),
-                                     self.table.storage_offset() + ks + self.lq - qe)
+        return self.table.as_strided((1, h // group, qe - qs, ke - ks), (0, group * t, 1, 1),
+                                     self.table.storage_offset() + g * t + ks + self.lq - qe)
+
+    def masked(self, s: torch.Tensor, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
+        """Scores (or an additive bias tile) ``[.., c, n]`` with the attention mask applied: its
+        additive values added, ``−∞`` where it masks (``posenc.masking``); ``s`` itself without one."""
+        if self.mask is None:
+            return s
+        added = self.mask.added(qs, qe, ks, ke)
+        if added is not None:
+            s = s + added.to(s.dtype)
+        return s.masked_fill(~self.mask.allowed(qs, qe, ks, ke), float("-inf"))
 
     def __call__(self, qs: int, qe: int, ks: int, ke: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         qp, kp = self.qpos[..., qs:qe], self.kpos[..., ks:ke]
@@ -176,6 +188,29 @@ def _contiguous(positions: torch.Tensor) -> bool:
         return False
     flat = positions.reshape(-1)
     return flat.numel() < 2 or bool((flat[1:] - flat[:-1] == 1).all())
+
+
+def _fold(x: torch.Tensor, group: int) -> torch.Tensor:
+    """``[B, H, c, ·] -> [B, H/G, G·c, ·]`` (``[B, H, c]`` too): the ``G`` query heads of a key/value head
+    as one head of ``G·c`` rows, so products read each key/value head once (grouped heads)."""
+    if group == 1:
+        return x
+    return x.reshape(x.shape[0], x.shape[1] // group, group * x.shape[2], *x.shape[3:])
+
+
+def _unfold(x: torch.Tensor, group: int) -> torch.Tensor:
+    """``[B, H/G, G·c, ·] -> [B, H, c, ·]``, the inverse of ``_fold``."""
+    if group == 1:
+        return x
+    return x.reshape(x.shape[0], x.shape[1] * group, x.shape[2] // group, *x.shape[3:])
+
+
+def _empty_rows(m: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """A query that sees no key (its running maximum ``m`` still ``−∞``, an attention mask's doing):
+    output 0 and ``lse`` +∞, so that the backward's ``p = e^{s − lse}`` is 0 on its row."""
+    empty = torch.isneginf(m)
+    out.masked_fill_(empty.unsqueeze(-1), 0.0)
+    lse.masked_fill_(empty, float("inf"))
 
 
 def _antidiagonal_sums(x: torch.Tensor) -> torch.Tensor:
@@ -219,22 +254,27 @@ def _one_head_size(q, k, v):
 
 
 def _forward_toeplitz(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int):
-    """Toeplitz mode: SDPA's fused CPU kernel per query block (rows reversed), the bias a view."""
+    """Toeplitz mode: SDPA's fused CPU kernel per query block (rows reversed), the bias a view; with
+    grouped heads, per member ``g`` of each group (query heads ``g, g + G, …`` against every key/value
+    head, and the table's rows of those heads), so keys and values are never repeated."""
     dv = v.shape[-1]
     q, k, v = _one_head_size(q, k, v)
     b, h, lq, _ = q.shape
-    lk = k.shape[2]
+    lk, group = k.shape[2], h // k.shape[1]
     shift = lk - lq
     out = q.new_empty(b, h, lq, v.shape[-1])
     lse = q.new_empty(b, h, lq)
-    for qs in range(0, lq, block_q):
-        qe = min(qs + block_q, lq)
-        kend = _key_end(qe, lk, shift, causal)
-        o, m = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q[:, :, qs:qe].flip(2), k[:, :, :kend], v[:, :, :kend], 0.0, False,
-            attn_mask=bias.view(qs, qe, 0, kend), scale=scale)  # (B, H, c, Dv), (B, H, c), rows reversed
-        out[:, :, qs:qe] = o.flip(2)
-        lse[:, :, qs:qe] = m.flip(2)
+    q_g = q.view(b, h // group, group, lq, q.shape[-1])  # (B, H/G, G, Lq, D): head kv·G + g
+    out_g, lse_g = out.view(b, h // group, group, lq, out.shape[-1]), lse.view(b, h // group, group, lq)
+    for g in range(group):
+        for qs in range(0, lq, block_q):
+            qe = min(qs + block_q, lq)
+            kend = _key_end(qe, lk, shift, causal)
+            o, m = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q_g[:, :, g, qs:qe].flip(2), k[:, :, :kend], v[:, :, :kend], 0.0, False,
+                attn_mask=bias.view(qs, qe, 0, kend, group, g), scale=scale)  # (B, H/G, c, Dv), rows reversed
+            out_g[:, :, g, qs:qe] = o.flip(2)
+            lse_g[:, :, g, qs:qe] = m.flip(2)
     return out[..., :dv].contiguous(), lse
 
 
@@ -251,17 +291,19 @@ def _key_tiles(qs: int, qe: int, lk: int, shift: int, causal: bool, block_k: int
 
 def _forward_fused(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, block_k: int):
     """SDPA's fused CPU kernel per tile of ``block_q`` queries x ``block_k`` keys (``_key_tiles``), the
-    tile's bias (``bias.values``) its mask. Each tile gives the softmax over its keys, ``o_t`` and
-    ``lse_t``; two tiles' results combine exactly as
+    tile's bias (``bias.values``, with the attention mask) its mask. Each tile gives the softmax over
+    its keys, ``o_t`` and ``lse_t``; two tiles' results combine exactly as
 
         lse = log(e^{lse_1} + e^{lse_2}),   o = e^{lse_1 − lse} o_1 + e^{lse_2 − lse} o_2
 
     (each ``o_t`` is ``Σ_{j∈t} e^{s_j − lse_t} v_j``), which costs ``O(c·Dv)`` per tile against the
-    tile's ``O(c·n·D)``."""
+    tile's ``O(c·n·D)``. Grouped heads are folded into the tile's rows (``_fold``). The kernel returns
+    ``o = 0, lse = 0`` for a row its mask hides whole, which only an attention mask makes: such rows
+    get ``lse_t = −∞`` (no mass) before they combine."""
     dv = v.shape[-1]
     qp, kp, vp = _one_head_size(q, k, v)  # the kernel's
     b, h, lq, _ = q.shape
-    lk = k.shape[2]
+    lk, group = k.shape[2], h // k.shape[1]
     shift = lk - lq
     out = q.new_empty(b, h, lq, vp.shape[-1])
     lse = q.new_empty(b, h, lq)
@@ -272,32 +314,46 @@ def _forward_fused(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q:
             mask = bias.values(qs, qe, ks, ke, q[:, :, qs:qe], k[:, :, ks:ke])  # (H, c, n) or (B, H, c, n)
             if causal:
                 mask = _masked(mask, qs, ks, shift)
+            mask = bias.masked(mask, qs, qe, ks, ke).expand(b, h, qe - qs, ke - ks)
             o_t, m_t = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                qp[:, :, qs:qe], kp[:, :, ks:ke], vp[:, :, ks:ke], 0.0, False,
-                attn_mask=mask.expand(b, h, qe - qs, ke - ks), scale=scale)
+                _fold(qp[:, :, qs:qe], group), kp[:, :, ks:ke], vp[:, :, ks:ke], 0.0, False,
+                attn_mask=_fold(mask, group), scale=scale)
+            o_t, m_t = _unfold(o_t, group), _unfold(m_t, group)  # (B, H, c, Dv), (B, H, c)
+            if bias.mask is not None:  # a row the tile hides whole carries no mass
+                m_t = m_t.masked_fill(torch.isneginf(mask).all(-1), float("-inf"))
             if o is None:
-                o, m = o_t, m_t  # (B, H, c, Dv), (B, H, c)
+                o, m = o_t, m_t
                 continue
             m_new = torch.logaddexp(m, m_t)
-            o = o.mul_((m - m_new).exp_().unsqueeze(-1)).add_(o_t.mul_((m_t - m_new).exp_().unsqueeze(-1)))
+            safe = m_new.masked_fill(torch.isneginf(m_new), 0.0) if bias.mask is not None else m_new
+            o = o.mul_((m - safe).exp_().unsqueeze(-1)).add_(o_t.mul_((m_t - safe).exp_().unsqueeze(-1)))
             m = m_new
         out[:, :, qs:qe] = o
         lse[:, :, qs:qe] = m
+    if bias.mask is not None:
+        _empty_rows(lse.clone(), out, lse)
     return out[..., :dv].contiguous(), lse
+
+
+def _fused_forward(q, bias: _Bias) -> bool:
+    """Whether the forward runs SDPA's fused CPU kernel per tile (the CPU, no value term, a batch);
+    else the online-softmax loop below (other devices, Shaw)."""
+    return q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0
 
 
 def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, block_k: int):
     """Online softmax over key blocks: ``o [B, H, Lq, Dv]`` and ``lse [B, H, Lq]``."""
     if bias.toeplitz:
         return _forward_toeplitz(q, k, v, bias, causal=causal, scale=scale, block_q=FUSED_BLOCK_Q)
-    if q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0:
+    if _fused_forward(q, bias):
         return _forward_fused(q, k, v, bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
     b, h, lq, _ = q.shape
-    lk, dv = k.shape[2], v.shape[-1]
+    lk, dv, group = k.shape[2], v.shape[-1], h // k.shape[1]
     shift = lk - lq
     out = q.new_empty(b, h, lq, dv)
     lse = q.new_empty(b, h, lq)
-    kt = k.transpose(-1, -2)  # (B, H, D, Lk)
+    kt = k.transpose(-1, -2)  # (B, H_kv, D, Lk)
+    masked = bias.mask is not None  # an attention mask may hide a row whole: guard its −∞ maximum
     for qs in range(0, lq, block_q):
         qe = min(qs + block_q, lq)
         qb = q[:, :, qs:qe]  # (B, H, c, D)
@@ -305,50 +361,61 @@ def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, 
         m = l = acc = None
         for ks in range(0, _key_end(qe, lk, shift, causal), block_k):
             ke = min(ks + block_k, _key_end(qe, lk, shift, causal))
-            s = torch.matmul(qb_scaled, kt[..., ks:ke])  # (B, H, c, n)
+            s = _unfold(torch.matmul(_fold(qb_scaled, group), kt[..., ks:ke]), group)  # (B, H, c, n)
             s += bias.values(qs, qe, ks, ke, qb, k[:, :, ks:ke])
             if causal:
                 s = _masked(s, qs, ks, shift)
+            s = bias.masked(s, qs, qe, ks, ke)
             block_max = s.amax(-1, keepdim=True)  # (B, H, c, 1)
             m_new = block_max if m is None else torch.maximum(m, block_max)
-            p = s.sub_(m_new).exp_()  # e^{s - m}, in place of s
-            pv = torch.matmul(p, v[:, :, ks:ke])  # (B, H, c, Dv)
+            sub = m_new.masked_fill(torch.isneginf(m_new), 0.0) if masked else m_new  # no key yet: e^{−∞ − 0} = 0
+            p = s.sub_(sub).exp_()  # e^{s - m}, in place of s
+            pv = _unfold(torch.matmul(_fold(p, group), v[:, :, ks:ke]), group)  # (B, H, c, Dv)
             extra = bias.value_term(p, qs, qe, ks, ke)
             if extra is not None:
                 pv = pv + extra
             if m is None:
                 l, acc = p.sum(-1, keepdim=True), pv
             else:
-                alpha = torch.exp(m - m_new)  # (B, H, c, 1)
+                alpha = torch.exp(m - sub)  # (B, H, c, 1)
                 l = l * alpha + p.sum(-1, keepdim=True)
                 acc = acc * alpha + pv
             m = m_new
         out[:, :, qs:qe] = acc / l
         lse[:, :, qs:qe] = (m + torch.log(l)).squeeze(-1)
+    if masked:  # rows with no key: l = 0, so acc / l is NaN and log l is −∞
+        _empty_rows(lse.clone(), out.nan_to_num_(0.0), lse)
     return out, lse
 
 
 def _backward_toeplitz(dout, q, k, v, out, lse, bias: _Bias, *, causal: bool, scale: float, block_q: int):
     """Toeplitz mode without parameters to train: SDPA's fused CPU backward per query block, given
     the saved ``o`` and ``lse`` (the global ones, so each block's ``p`` and ``δ`` are the true
-    softmax's), rows reversed as in the forward; the blocks' ``dk, dv`` add up."""
-    lq, lk = q.shape[2], k.shape[2]
+    softmax's), rows reversed as in the forward; the blocks' ``dk, dv`` add up (and, with grouped
+    heads, those of the group's members, run one after the other as in the forward)."""
+    b, h, lq = q.shape[:3]
+    lk, group = k.shape[2], h // k.shape[1]
     shift = lk - lq
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     dout = dout.contiguous()
     with torch.no_grad():
         bias.prepare()
-    for qs in range(0, lq, block_q):
-        qe = min(qs + block_q, lq)
-        kend = _key_end(qe, lk, shift, causal)
-        rows = slice(qs, qe)
-        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            dout[:, :, rows].flip(2), q[:, :, rows].flip(2), k[:, :, :kend], v[:, :, :kend],
-            out[:, :, rows].flip(2), lse[:, :, rows].flip(2), 0.0, False,
-            attn_mask=bias.view(qs, qe, 0, kend), scale=scale)
-        dq[:, :, rows] = gq.flip(2)
-        dk[:, :, :kend] += gk
-        dv[:, :, :kend] += gv
+
+    def member(t, g):  # (B, H, Lq, ·) -> (B, H/G, Lq, ·): query heads g, g + G, …
+        return t.view(b, h // group, group, lq, *t.shape[3:])[:, :, g]
+
+    for g in range(group):
+        for qs in range(0, lq, block_q):
+            qe = min(qs + block_q, lq)
+            kend = _key_end(qe, lk, shift, causal)
+            rows = slice(qs, qe)
+            gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                member(dout, g)[:, :, rows].flip(2), member(q, g)[:, :, rows].flip(2), k[:, :, :kend],
+                v[:, :, :kend], member(out, g)[:, :, rows].flip(2), member(lse, g)[:, :, rows].flip(2), 0.0, False,
+                attn_mask=bias.view(qs, qe, 0, kend, group, g), scale=scale)
+            member(dq, g)[:, :, rows] = gq.flip(2)
+            dk[:, :, :kend] += gk
+            dv[:, :, :kend] += gv
     return dq, dk, dv
 
 
@@ -381,7 +448,7 @@ class _BlockwiseAttention(torch.autograd.Function):
                                         block_q=FUSED_BLOCK_Q), None)
         causal, scale, block_q, block_k = args["causal"], args["scale"], args["block_q"], args["block_k"]
         b, h, lq, _ = q.shape
-        lk = k.shape[2]
+        lk, group = k.shape[2], h // k.shape[1]
         shift = lk - lq
         rev = bias.toeplitz  # rows reversed: the bias is a view of one table, causal folded in
         dout = dout.contiguous()
@@ -428,12 +495,13 @@ class _BlockwiseAttention(torch.autograd.Function):
                     bias_value = bias_b.detach()
                 else:
                     bias_value = bias.values(qs, qe, ks, ke, qb, kb)
-                s = torch.matmul(qb_scaled, kb.transpose(-1, -2)) + bias_value  # (B, H, c, n)
+                s = _unfold(torch.matmul(_fold(qb_scaled, group), kb.transpose(-1, -2)), group) + bias_value
                 if causal and not rev:
                     s = _masked(s, qs, ks, shift)
+                s = bias.masked(s, qs, qe, ks, ke)  # (B, H, c, n)
                 p = s.sub_(lse_b).exp_()  # softmax weights of the block, in place of s
-                dv[:, :, ks:ke] += torch.matmul(p.transpose(-1, -2), dob)
-                dp = torch.matmul(dob, vb.transpose(-1, -2))  # (B, H, c, n)
+                dv[:, :, ks:ke] += torch.matmul(_fold(p, group).transpose(-1, -2), _fold(dob, group))
+                dp = _unfold(torch.matmul(_fold(dob, group), vb.transpose(-1, -2)), group)  # (B, H, c, n)
                 if has_value_term:  # dp += dO_i · a^V_ij, and w^V's gradient, from the block's value term
                     with torch.enable_grad():
                         p_leaf = p.detach().requires_grad_()
@@ -443,8 +511,8 @@ class _BlockwiseAttention(torch.autograd.Function):
                     dp = dp + grads[0]
                     add(grads, 1)
                 ds = p.mul_(dp.sub_(delta_b))  # (B, H, c, n): p ∘ (dp − δ), in place of p
-                dqb += torch.matmul(ds, kb) * scale
-                dk[:, :, ks:ke] += torch.matmul(ds.transpose(-1, -2), qb_scaled)
+                dqb += _unfold(torch.matmul(_fold(ds, group), kb), group) * scale
+                dk[:, :, ks:ke] += torch.matmul(_fold(ds, group).transpose(-1, -2), _fold(qb_scaled, group))
                 if dtable is not None:  # view at offset ks + Lq − qe: anti-diagonal r + c reads u[offset + r + c]
                     offset = ks + lq - qe
                     dtable[:, offset:offset + (qe - qs) + (ke - ks) - 1] += _antidiagonal_sums(ds.sum(0))
@@ -467,14 +535,17 @@ class _BlockwiseAttention(torch.autograd.Function):
 
 
 def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q_positions: torch.Tensor,
-                        k_positions: torch.Tensor, *, causal: bool, scale: float) -> torch.Tensor:
-    """Exact attention of ``q [B, H, Lq, D]`` over ``k, v [B, H, Lk, D|Dv]`` with the bias or
+                        k_positions: torch.Tensor, *, causal: bool, scale: float,
+                        mask: AttentionMask | None = None) -> torch.Tensor:
+    """Exact attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D|Dv]`` with the bias or
     relative scheme ``pe``, block by block (see the module docstring); checked inputs, as
-    ``posenc.attention`` passes them. Scores in float32 at least; returns q's dtype."""
+    ``posenc.attention`` passes them (``mask`` a checked attention mask, ``posenc.masking``).
+    Grouped heads (``H_kv < H``, bias kind) are folded into each product's rows, never repeated.
+    Scores in float32 at least; returns q's dtype."""
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     params = [p for p in pe.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
-    bias = _Bias(pe, q_positions, k_positions, work, causal=causal, lq=q.shape[2], lk=k.shape[2])
+    bias = _Bias(pe, q_positions, k_positions, work, causal=causal, lq=q.shape[2], lk=k.shape[2], mask=mask)
     args = {"bias": bias, "causal": causal, "scale": scale,
             "block_q": BLOCK_Q, "block_k": BLOCK_K}
     out = _BlockwiseAttention.apply(q.to(work), k.to(work), v.to(work), args, *params)

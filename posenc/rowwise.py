@@ -39,6 +39,7 @@ import torch
 
 from posenc._validate import check_choice, check_float
 from posenc.encodings._base import ContentEncoding, check_batch, check_qkv
+from posenc.masking import AttentionMask, check_attention_mask
 
 # Scores per block of rows: 4M (16 MB in float32; 64 rows at Lk = 8192 with 8 heads), as the
 # chunked bias backend's CHUNK_ELEMENTS / 2 (a content block holds several such temporaries).
@@ -84,14 +85,18 @@ class RowwiseEncoding(ContentEncoding):
     """A content scheme whose attention is its ``rows`` over blocks of queries (every scheme of the kind)."""
 
     def forward(self, q, k, v, hidden=None, *, causal: bool = True, scale=None, document_ids=None,
-                backend: str = "auto"):
+                backend: str = "auto", attention_mask=None):
         return content_attention(self, q, k, v, hidden=hidden, causal=causal, scale=scale,
-                                 document_ids=document_ids, backend=backend)
+                                 document_ids=document_ids, backend=backend, attention_mask=attention_mask)
 
 
 def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=None, document_ids=None,
-                      backend: str = "auto") -> torch.Tensor:
-    """``pe``'s attention (see the module docstring); ``pe.forward`` and ``posenc.attention`` call it."""
+                      backend: str = "auto", attention_mask=None) -> torch.Tensor:
+    """``pe``'s attention (see the module docstring); ``pe.forward`` and ``posenc.attention`` call it.
+
+    ``attention_mask`` (``posenc.masking``: a key padding mask or a bool 4D mask) removes keys
+    from every query's row as the causal and document masks do; a query that sees no key gives
+    zeros. An additive 4D mask is refused: a content scheme's scores are its own formula."""
     q, k, v = check_qkv(q, k, v)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
@@ -109,6 +114,11 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
     hidden = pe.check_hidden(hidden, b, lk)
     docs = _documents(document_ids, b, lq, lk, q.device)
+    mask = (attention_mask if isinstance(attention_mask, AttentionMask)
+            else check_attention_mask(attention_mask, b=b, h=h, lq=lq, lk=lk, device=q.device))
+    if mask is not None and mask.bias is not None:
+        raise ValueError(f"content scheme {pe.name!r} takes a key padding or bool attention_mask; an additive mask "
+                         "with values other than 0 and -inf cannot enter its own scores")
     pe.check_length(lq, lk)
     if lq == 0 or lk == 0:
         return q.new_zeros(b, h, lq, v.shape[-1])
@@ -127,11 +137,15 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
         qe = min(qs + rows, lq)
         n = qe + shift if causal else lk
         allowed = block_mask(qs + shift, qe - qs, n, docs, causal=causal, device=q.device)
+        seen = None
+        if mask is not None:
+            own = mask.allowed(qs, qe, 0, n)  # (1 or B, 1 or H, c or 1, n)
+            allowed = own if allowed is None else allowed & own
+            seen = allowed.any(-1, keepdim=True)  # (.., c, 1): a query with no key gives zeros
+            allowed = allowed | ~seen  # ... and sees every key meanwhile, so nothing is NaN
         args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + shift, allowed, scale)
-        if keep:
-            outs.append(_recomputed(pe, *args))
-        else:
-            outs.append(pe.rows(*args))
+        out = _recomputed(pe, *args) if keep else pe.rows(*args)
+        outs.append(out if seen is None else out * seen)
         _trim(b * h * (qe - qs) * n)
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)).to(dtype)
 

@@ -222,7 +222,7 @@ def test_attention_bad_tensors():
     q, k, v = _qkv()
     _raises(lambda: posenc.attention(q[0], k, v), error=ValueError, names=["q"], values=[[4, 5, 8]])
     _raises(lambda: posenc.attention(q, k[..., :6], v), error=ValueError, names=["k"], values=[8, 6])
-    _raises(lambda: posenc.attention(q, k[:, :2], v[:, :2]), error=ValueError, values=[[2, 2, 5, 8]])
+    _raises(lambda: posenc.attention(q, k[:, :3], v[:, :3]), error=ValueError, values=[[2, 3, 5, 8]])
     _raises(lambda: posenc.attention(q, k, v[:, :, :3]), error=ValueError, values=[[2, 4, 3, 8]])
     _raises(lambda: posenc.attention(q, k, v.long()), error=TypeError, names=["v"], values=["torch.int64"])
     _raises(lambda: posenc.attention(q, k, v, causal=1), error=TypeError, names=["causal"], values=[1])

@@ -106,16 +106,23 @@ def check_tensor(name: str, x: Any, *, ndim: int, last_dim: int | None = None, f
     return x
 
 
-def check_qkv(q: Any, k: Any, v: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Attention's inputs: ``q [B, H, Lq, D]``, ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]``, one dtype."""
+def check_qkv(q: Any, k: Any, v: Any, *, grouped: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention's inputs: ``q [B, H, Lq, D]``, ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]``, one dtype.
+
+    ``grouped``: k and v may have ``H_kv`` heads with ``H % H_kv == 0`` (grouped-query attention,
+    Ainslie et al. 2023; MQA when ``H_kv = 1``): query head ``h`` reads key/value head ``h // (H / H_kv)``,
+    as transformers' ``repeat_kv`` pairs them."""
     q = check_tensor("q", q, ndim=4)
     if q.shape[-1] == 0:  # the default scale 1/√D is undefined, and q·k is 0 for every pair
         raise ValueError(f"q and k must have a head dimension D >= 1, got q of shape {list(q.shape)}")
     k = check_tensor("k", k, ndim=4, last_dim=q.shape[-1])
     v = check_tensor("v", v, ndim=4)
-    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
-                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    h, h_kv = q.shape[1], k.shape[1]
+    heads_ok = h_kv == h or (grouped and h_kv > 0 and h % h_kv == 0)
+    if k.shape[0] != q.shape[0] or not heads_ok or v.shape[:3] != k.shape[:3]:
+        layout = ("[B, H, Lq, D], [B, H_kv, Lk, D], [B, H_kv, Lk, Dv] with the same B and H_kv dividing H"
+                  if grouped else "[B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H")
+        raise ValueError(f"q, k, v must be {layout}; got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     return q, k, v

@@ -14,11 +14,15 @@ def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None = None) -> np.ndarray:
-    """``q [B, H, Lq, D]``, ``k, v [B, H, Lk, D]`` -> ``[B, H, Lq, D]``.
+def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None = None,
+              allowed=None) -> np.ndarray:
+    """``q [B, H, Lq, D]``, ``k, v [B, H_kv, Lk, D]`` -> ``[B, H, Lq, D]``.
 
     ``bias`` broadcasts against the scores ``[B, H, Lq, Lk]``. ``causal`` lets query ``i`` see key
-    ``j`` when ``j <= i + (Lk - Lq)`` (aligned at the bottom right, as with a KV cache).
+    ``j`` when ``j <= i + (Lk - Lq)`` (aligned at the bottom right, as with a KV cache). ``allowed``
+    (bool, broadcasting against the scores) masks pairs further. Grouped heads: with ``H_kv < H``
+    (``H % H_kv == 0``) query head ``h`` reads key/value head ``h // (H / H_kv)``. A query that sees
+    no key returns zeros.
     """
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
@@ -26,18 +30,22 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
                          f"{list(v.shape)}")
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"k must have last dimension {q.shape[-1]} (that of q), got {k.shape[-1]}")
-    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv] with the same B and H; "
-                         f"got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if (k.shape[0] != q.shape[0] or k.shape[1] == 0 or q.shape[1] % k.shape[1] or v.shape[:3] != k.shape[:3]):
+        raise ValueError(f"q, k, v must be [B, H, Lq, D], [B, H_kv, Lk, D], [B, H_kv, Lk, Dv] with the same B and "
+                         f"H_kv dividing H; got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # head h reads kv head h // group
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     scores = np.einsum("bhqd,bhkd->bhqk", q, k) * scale  # (B, H, Lq, Lk)
     if bias is not None:
         scores = scores + np.asarray(bias, dtype=np.float64)
+    lq, lk = q.shape[-2], k.shape[-2]
+    ok = np.ones(scores.shape, dtype=bool)
     if causal:
-        lq, lk = q.shape[-2], k.shape[-2]
-        allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq)
-        scores = np.where(allowed, scores, -np.inf)
-    return np.einsum("bhqk,bhkd->bhqd", softmax(scores), v)
+        ok = ok & (np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq))
+    if allowed is not None:
+        ok = ok & np.asarray(allowed, dtype=bool)
+    return masked_attention(scores, v, ok)
 
 
 def causal_mask(lq: int, lk: int, document_ids=None, *, diagonal: bool = True) -> np.ndarray:
@@ -60,6 +68,11 @@ def log_sigmoid(x) -> np.ndarray:
 
 
 def masked_attention(scores, v, allowed) -> np.ndarray:
-    """``softmax(scores)`` over the ``allowed`` keys (``[.., Lq, Lk]``), times ``v [B, H, Lk, Dv]``."""
+    """``softmax(scores)`` over the ``allowed`` keys (``[.., Lq, Lk]``), times ``v [B, H, Lk, Dv]``;
+    a row with no allowed key gives zeros."""
+    scores = np.asarray(scores, dtype=np.float64)
+    allowed = np.broadcast_to(np.asarray(allowed, dtype=bool), scores.shape)
+    seen = allowed.any(-1, keepdims=True)  # (.., Lq, 1)
     scores = np.where(allowed, scores, -np.inf)
-    return np.einsum("bhqk,bhkd->bhqd", softmax(scores), np.asarray(v, dtype=np.float64))
+    weights = np.where(seen, softmax(np.where(seen, scores, 0.0)), 0.0)
+    return np.einsum("bhqk,bhkd->bhqd", weights, np.asarray(v, dtype=np.float64))
