@@ -142,3 +142,14 @@ def test_fire_activation_is_checked():
     with pytest.raises(ValueError, match="fire_activation='leaky_relu' is FIRE's MLP activation: it needs bias "
                                          "'fire', got bias 'kerple'"):
         posenc.build({"scheme": "dape", "num_heads": 2, "fire_activation": "leaky_relu"})
+
+
+def test_the_command_line_takes_fire_activation_and_refuses_a_wrong_one(capsys):
+    from posenc.cli import main
+
+    assert main(["show", "dape:bias=fire,fire_activation=leaky_relu", "--length", "8"]) == 0
+    capsys.readouterr()
+    assert main(["show", "dape:bias=fire,fire_activation=leaky"]) == 2
+    err = capsys.readouterr().err
+    assert "fire_activation must be one of 'relu', 'leaky_relu'; got 'leaky'" in err
+    assert len(err.strip().splitlines()) == 1

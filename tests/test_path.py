@@ -195,3 +195,15 @@ def test_gradients_through_the_low_rank_and_the_convolution_are_the_references()
 
     assert_directional_gradients({"hidden": hidden, "w_down": m.w_down, "w_up": m.w_up, "w_conv": m.w_conv}, loss,
                                  seed=7)
+
+
+def test_the_command_line_takes_the_options_and_refuses_wrong_ones(capsys):
+    from posenc.cli import main
+
+    assert main(["show", "path:w_rank=32,w_conv_size=3", "--length", "8"]) == 0
+    capsys.readouterr()
+    for spec, message in [("path:w_conv_size=65", "w_conv_size must be at most 64 on the command line"),
+                          ("path:w_rank=wide", "w_rank must be an integer, got 'wide'")]:
+        assert main(["show", spec]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
