@@ -18,6 +18,12 @@ where the scale enters (``posenc.reference.cope``):
 - ``"scaled"`` (the paper's appendix, x-transformers, RAM's ``--cope-nodiv``): ``γ = scale`` and
   ``s_ij = q_i·k_j · scale + q_i·e(p_ij)``.
 
+To load one of RAM's models: ``convention="ram_code"`` (``"scaled"`` if it was trained with
+``--cope-nodiv``), ``npos_max`` its ``--cope-npos`` (block size + 1 when unset), and this
+``pos_emb`` its layer's ``pos_emb[0].T`` (RAM stores ``[1, head_dim, npos]``). RAM's
+``--cope-sep-key`` and ``--cope-val-gates`` (gates from another key projection, or from the
+values) are not implemented.
+
 ``"ram"`` (posenc's earlier name for ``"paper"``) and ``"ram_nodiv"`` are accepted as aliases;
 ``self.convention`` holds the formula's name. Sizes are bounded at build time (``check_memory``:
 the ``[npos_max, head_dim]`` table), before anything is allocated.
