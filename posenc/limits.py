@@ -63,6 +63,7 @@ Clip = Annotated[int, Limit(1024, "a clipping distance: tables of 2k+1 rows (Sha
 Buckets = Annotated[int, Limit(1024, "relative-position buckets")]
 Width = Annotated[int, Limit(4096, "a hidden layer's width")]
 Axes = Annotated[int, Limit(8, "position axes")]
+Kernel = Annotated[int, Limit(64, "a short convolution's kernel size")]
 
 # the work a command may do, as products of sizes (measured on 2 cores: the largest accepted
 # `posenc show` runs in about 10-20 s, `posenc compare` per scheme likewise)

@@ -4,16 +4,29 @@ Learning to Count What's Important", arXiv:2405.18719; official code facebookres
 
 A key's position is the number of gates the query opens between it and the query:
 
-    g_ij = σ(q_i·k_j),   p_ij = min(Σ_{t=j..i} g_it, npos_max − 1)
+    g_ij = σ(γ · q_i·k_j),   p_ij = min(Σ_{t=j..i} g_it, npos_max − 1)
     s_ij = (q_i·k_j + q_i·e(p_ij)) · scale,   e(p) = (p − ⌊p⌋) e[⌈p⌉] + (1 − p + ⌊p⌋) e[⌊p⌋]
 
 with ``e [npos_max, head_dim]`` learned (zeros at first, as in both codes: CoPE starts as NoPE).
-If the gates fire on spaces, ``p`` counts words; on full stops, sentences. ``convention``:
+If the gates fire on spaces, ``p`` counts words; on full stops, sentences. ``convention`` says
+where the scale enters (``posenc.reference.cope``):
 
-- ``"ram"`` (default; the official code): gates on the raw ``q·k``, the CoPE term divided by
-  ``√d`` with the scores, as above;
-- ``"scaled"`` (the paper's appendix, x-transformers): gates on ``z = q·k · scale`` and
-  ``s_ij = z_ij + q_i·e(p_ij)``.
+- ``"paper"`` (default): the paper's equations, ``γ = 1`` (gates on the raw ``q·k``), the score
+  as above;
+- ``"ram_code"``: what facebookresearch/RAM's code computes (its default): ``γ = scale`` (gates
+  on ``q·k/√d``), the score as above (``q·e(p)`` added before dividing) — RAM's released models;
+- ``"scaled"`` (the paper's appendix, x-transformers, RAM's ``--cope-nodiv``): ``γ = scale`` and
+  ``s_ij = q_i·k_j · scale + q_i·e(p_ij)``.
+
+To load one of RAM's models: ``convention="ram_code"`` (``"scaled"`` if it was trained with
+``--cope-nodiv``), ``npos_max`` its ``--cope-npos`` (block size + 1 when unset), and this
+``pos_emb`` its layer's ``pos_emb[0].T`` (RAM stores ``[1, head_dim, npos]``). RAM's
+``--cope-sep-key`` and ``--cope-val-gates`` (gates from another key projection, or from the
+values) are not implemented.
+
+``"ram"`` (posenc's earlier name for ``"paper"``) and ``"ram_nodiv"`` are accepted as aliases;
+``self.convention`` holds the formula's name. Sizes are bounded at build time (``check_memory``:
+the ``[npos_max, head_dim]`` table), before anything is allocated.
 
 The gate sum runs from the query backwards along its row, so blocks of rows are independent
 (``posenc.rowwise``): the sum is a reverse cumulative sum over the keys the block reads, in
@@ -30,8 +43,8 @@ from torch import nn
 
 from posenc._validate import check_choice, check_int
 from posenc.encodings._base import to_numpy
-from posenc.limits import Dim, Rows
-from posenc.reference.cope import CONVENTIONS, cope as cope_ref, cope_positions
+from posenc.limits import Dim, Rows, check_memory
+from posenc.reference.cope import CONVENTIONS, GATES_SCALED, TERM_SCALED, cope as cope_ref, cope_positions, formula
 from posenc.registry import register
 from posenc.rowwise import RowwiseEncoding, softmax_rows
 
@@ -43,17 +56,20 @@ MAX_TEXT = 2000  # characters of a typed sentence (posenc show cope --text)
 class CoPE(RowwiseEncoding):
     """Positions counted by gates the query opens on the keys, from the query backwards (CoPE)."""
 
-    def __init__(self, *, head_dim: Dim, npos_max: Rows = 64, convention: str = "ram") -> None:
+    def __init__(self, *, head_dim: Dim, npos_max: Rows = 64, convention: str = "paper") -> None:
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, min=1)
         self.npos_max = check_int("npos_max", npos_max, min=1)
-        self.convention = check_choice("convention", convention, CONVENTIONS)
+        self.convention = formula(check_choice("convention", convention, CONVENTIONS))
+        larger = ("npos_max", self.npos_max) if self.npos_max >= self.head_dim else ("head_dim", self.head_dim)
+        check_memory(*larger, self.npos_max * self.head_dim,
+                     what=f"its table of npos_max × head_dim = {self.npos_max} × {self.head_dim} float32")
         self.pos_emb = nn.Parameter(torch.zeros(self.npos_max, self.head_dim))  # (npos_max, D)
 
     def positions(self, q, k, allowed, scale):
         """``(s, p)``: the raw scores ``q·k`` and the positions ``p [B, H, c, n]`` in float64."""
         s = torch.matmul(q, k.transpose(-1, -2))  # (B, H, c, n)
-        gates = torch.sigmoid(s if self.convention == "ram" else s * scale)
+        gates = torch.sigmoid(s * scale if GATES_SCALED[self.convention] else s)
         if allowed is not None:
             gates = gates.masked_fill(~allowed, 0.0)
         p = torch.flip(torch.cumsum(torch.flip(gates.double(), (-1,)), -1), (-1,))
@@ -65,7 +81,7 @@ class CoPE(RowwiseEncoding):
         w = (p - lo).to(q.dtype)
         qe = torch.matmul(q, self.pos_emb.to(q.dtype).t())  # (B, H, c, npos_max)
         term = qe.gather(-1, p.ceil().long()) * w + qe.gather(-1, lo.long()) * (1 - w)
-        scores = (s + term) * scale if self.convention == "ram" else s * scale + term
+        scores = (s + term) * scale if TERM_SCALED[self.convention] else s * scale + term
         return softmax_rows(scores, v, allowed)
 
     def sentence_positions(self, text: str, marks: str) -> torch.Tensor:
@@ -77,7 +93,7 @@ class CoPE(RowwiseEncoding):
         k[..., 0] = fires * 80 - 40  # q·k = ±40 with q = e_0
         q = torch.zeros(1, 1, 1, self.head_dim, dtype=torch.float64)
         q[..., 0] = 1.0
-        convention, self.convention = self.convention, "ram"  # gates on the raw q·k
+        convention, self.convention = self.convention, "paper"  # gates on the raw q·k
         try:
             _, p = self.positions(q, k, None, 1.0)
         finally:

@@ -14,6 +14,16 @@ pair, so it runs tile by tile with the rows (``posenc.rowwise``): ``blockwise`` 
 ``0 … Lk − 1``, queries the last Lq; restarting at 0 in each packed document). Not causal-only:
 ``causal=False`` attends both ways (the wrapped bias decides what ``|i − j|`` means). The paper's
 convolution variant (DAPE v2) is not implemented.
+
+**Around FIRE.** The repository's ``FIRE_DAPE`` also changes FIRE itself: its MLP ``1 → hidden → H``
+has a LeakyReLU (slope 0.01) where FIRE's paper, and the repository's own ``FIRE``, have a ReLU.
+``fire_activation="leaky_relu"`` reproduces it (``posenc.reference.dape.leaky_fire``: the bias
+``W2 · LeakyReLU(w1 x + b1) + b2`` of FIRE's input ``x``, computed here in float64 pair by pair,
+``[c, n, hidden]`` per block of rows). The default stays ``"relu"``: DAPE is defined as a
+correction of a bias scheme left as it is, so ``dape`` around ``fire`` wraps posenc's ``fire``
+(the paper's FIRE, with its exact piecewise-linear fast paths), and a spec or a benchmark result
+that says ``dape`` around ``fire`` keeps the model it always built. Only a FIRE bias takes
+``"leaky_relu"``.
 """
 
 from __future__ import annotations
@@ -26,12 +36,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc import registry
-from posenc._validate import check_int
+from posenc._validate import check_choice, check_int
 from posenc.encodings._base import to_numpy
+from posenc.encodings.fire import EPS as FIRE_EPS
 from posenc.limits import Heads, Width, check_memory
-from posenc.reference.dape import dape as dape_ref, token_positions
+from posenc.reference.dape import NEGATIVE_SLOPE, dape as dape_ref, leaky_fire, token_positions
 from posenc.registry import register
 from posenc.rowwise import RowwiseEncoding, softmax_rows
+
+FIRE_ACTIVATIONS = ("relu", "leaky_relu")  # FIRE's MLP: the paper's (posenc's fire), or FIRE_DAPE's
 
 
 @register("dape", kind="content")
@@ -40,7 +53,8 @@ class DAPE(RowwiseEncoding):
 
     causal_only = False
 
-    def __init__(self, *, num_heads: Heads, bias: Any = "kerple", hidden: Width = 32) -> None:
+    def __init__(self, *, num_heads: Heads, bias: Any = "kerple", hidden: Width = 32,
+                 fire_activation: str = "relu") -> None:
         super().__init__()
         spec = {"scheme": bias} if isinstance(bias, str) else bias
         if not isinstance(spec, dict) or not isinstance(spec.get("scheme"), str):
@@ -54,6 +68,10 @@ class DAPE(RowwiseEncoding):
         if spec.setdefault("num_heads", num_heads) != num_heads:
             raise ValueError(f"num_heads={num_heads} but the bias has num_heads={spec['num_heads']!r}; they must agree "
                              "(the bias's num_heads may be left out)")
+        self.fire_activation = check_choice("fire_activation", fire_activation, FIRE_ACTIVATIONS)
+        if fire_activation != "relu" and spec["scheme"] != "fire":
+            raise ValueError(f"fire_activation={fire_activation!r} is FIRE's MLP activation: it needs bias 'fire', "
+                             f"got bias {spec['scheme']!r} (leave fire_activation out, or wrap 'fire')")
         self.inner = registry.build(spec)
         self.num_heads = self.inner.num_heads
         self.hidden = check_int("hidden", hidden, min=1)
@@ -71,15 +89,37 @@ class DAPE(RowwiseEncoding):
 
     def rows(self, q, k, v, positions, q0, allowed, scale):
         a = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, c, n)
-        b = self.inner(positions[..., q0:q0 + q.shape[2]], positions[..., :k.shape[2]], dtype=q.dtype).expand_as(a)
+        q_pos, k_pos = positions[..., q0:q0 + q.shape[2]], positions[..., :k.shape[2]]
+        if self.fire_activation == "leaky_relu":
+            b = self.leaky_fire(q_pos, k_pos).to(a.dtype).expand_as(a)
+        else:
+            b = self.inner(q_pos, k_pos, dtype=q.dtype).expand_as(a)
         x = torch.cat([a, b], dim=1).permute(0, 2, 3, 1)  # (B, c, n, 2H)
-        mlp = self.mlp_out(F.leaky_relu(self.mlp_in(x.to(self.mlp_in.weight.dtype)), 0.01))  # (B, c, n, H)
+        mlp = self.mlp_out(F.leaky_relu(self.mlp_in(x.to(self.mlp_in.weight.dtype)), NEGATIVE_SLOPE))  # (B, c, n, H)
         return softmax_rows(a + b + mlp.permute(0, 3, 1, 2).to(a.dtype), v, allowed)
+
+    def leaky_fire(self, q_pos, k_pos) -> torch.Tensor:
+        """FIRE's bias with LeakyReLU for ReLU (``FIRE_DAPE``), float64: ``[H, c, n]`` (``[B, H, c, n]``
+        for batched positions), from the wrapped FIRE's parameters."""
+        f64 = torch.float64
+        c, L = self.inner.interpolation()
+        first, second = self.inner.mlp[0], self.inner.mlp[2]
+        i = q_pos.to(f64)
+        x = torch.log1p(c * (i.unsqueeze(-1) - k_pos.to(f64).unsqueeze(-2)).abs())  # (..., c, n): ψ(|i − j|)
+        x = x / (torch.log1p(c * torch.maximum(i, L)) + FIRE_EPS).unsqueeze(-1)
+        h = F.leaky_relu(x.unsqueeze(-1) * first.weight.to(f64).flatten() + first.bias.to(f64), NEGATIVE_SLOPE)
+        return (h @ second.weight.to(f64).t() + second.bias.to(f64)).movedim(-1, -3)  # (..., H, c, n)
 
     def reference(self, q, k, v, hidden=None, *, causal=True, scale=None, document_ids=None):
         lq, lk = q.shape[2], k.shape[2]
         pos = token_positions(lk, document_ids)
-        bias = self.inner.reference(pos[..., lk - lq:], pos)
+        if self.fire_activation == "leaky_relu":
+            first, second = self.inner.mlp[0], self.inner.mlp[2]
+            c, L = (float(t.detach()) for t in self.inner.interpolation())
+            bias = leaky_fire(pos[..., lk - lq:], pos, to_numpy(first.weight).ravel(), to_numpy(first.bias),
+                              to_numpy(second.weight), to_numpy(second.bias), c=c, L=L, eps=FIRE_EPS)
+        else:
+            bias = self.inner.reference(pos[..., lk - lq:], pos)
         return dape_ref(q, k, v, bias, to_numpy(self.mlp_in.weight), to_numpy(self.mlp_in.bias),
                         to_numpy(self.mlp_out.weight), to_numpy(self.mlp_out.bias), causal=causal, scale=scale,
                         document_ids=document_ids)

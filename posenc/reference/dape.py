@@ -9,6 +9,10 @@ A small MLP across heads reads each (query, key) pair's scaled scores and bias a
 as the repository's ``AliBi_DAPE``/``ParallelKerpleLog_DAPE`` (``x + a + mlp2(cat(x, a))``, LeakyReLU
 of slope 0.01), then the mask and the softmax. Positions are token indices (restarting at 0 in
 each packed document).
+
+Around FIRE the repository's ``FIRE_DAPE`` also gives FIRE's own MLP a LeakyReLU (slope 0.01)
+where FIRE's paper (and posenc's ``fire``) has a ReLU: ``leaky_fire`` is that bias,
+``f(x) = W2 · LeakyReLU(w1 x + b1) + b2`` of FIRE's input ``x = ψ(|i − j|) / (ψ(max(L, i)) + eps)``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,22 @@ from __future__ import annotations
 import numpy as np
 
 from posenc.reference.attention import causal_mask, masked_attention
+from posenc.reference.fire import fire_input
+
+NEGATIVE_SLOPE = 0.01  # torch.nn.LeakyReLU's default, which the repository's MLPs use
+
+
+def leaky_relu(x):
+    return np.where(x > 0, x, NEGATIVE_SLOPE * x)
+
+
+def leaky_fire(q_positions, k_positions, w1, b1, w2, b2, *, c: float, L: float, eps: float = 1e-6) -> np.ndarray:
+    """FIRE's bias with a LeakyReLU in its MLP (``FIRE_DAPE``): ``w1, b1 [hidden]``, ``w2 [H, hidden]``,
+    ``b2 [H]`` -> ``[H, Lq, Lk]`` (``[B, H, Lq, Lk]`` for batched positions)."""
+    w1, b1, w2, b2 = (np.asarray(t, dtype=np.float64) for t in (w1, b1, w2, b2))
+    x = fire_input(q_positions, k_positions, c=c, L=L, eps=eps)  # (..., Lq, Lk)
+    hidden = leaky_relu(x[..., None] * w1 + b1)  # (..., Lq, Lk, hidden)
+    return np.moveaxis(hidden @ w2.T + b2, -1, -3)  # (..., H, Lq, Lk)
 
 
 def token_positions(lk: int, document_ids=None) -> np.ndarray:
@@ -40,7 +60,7 @@ def dape(q, k, v, bias, w1, b1, w2, b2, *, causal: bool = True, scale: float | N
     b = np.broadcast_to(np.asarray(bias, dtype=np.float64), a.shape)
     x = np.concatenate([a, b], axis=1).transpose(0, 2, 3, 1)  # (B, Lq, Lk, 2H)
     h = x @ np.asarray(w1, dtype=np.float64).T + b1
-    h = np.where(h > 0, h, 0.01 * h)  # LeakyReLU
+    h = leaky_relu(h)
     mlp = (h @ np.asarray(w2, dtype=np.float64).T + b2).transpose(0, 3, 1, 2)  # (B, H, Lq, Lk)
     allowed = causal_mask(lq, lk, document_ids) if causal else np.ones((1, 1, lq, lk), dtype=bool)
     if document_ids is not None and not causal:
