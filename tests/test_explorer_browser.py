@@ -655,13 +655,23 @@ def test_overlay_draws_a_second_spec_on_the_same_figures_and_keeps_it_in_the_url
     assert bias["scheme"] == "B" and bias["positions"] == 96
     maps = analysis.bias_maps("alibi", length=96, num_heads=4)
     assert [(h["lo"], h["hi"]) for h in bias["heads"]] == [(m.min(), m.max()) for m in maps]
+    # two schemes of one kind: a block each, B's below A's, each head on its own scale (posenc's extremes)
+    _goto(d, "alibi", 96, 32, 4, spec_b="kerple:variant=power")
+    bias = _drawn(d, "fig-bias")
+    assert [s["scheme"] for s in bias["schemes"]] == ["A", "B"]
+    for spec, block in zip(("alibi", "kerple:variant=power"), bias["schemes"]):
+        maps = analysis.bias_maps(spec, length=96, num_heads=4)
+        np.testing.assert_allclose([(h["min"], h["max"]) for h in block["heads"]], [(m.min(), m.max()) for m in maps], rtol=1e-12)
+    assert bias["schemes"][1]["heads"][0]["y"] > bias["schemes"][0]["heads"][-1]["y"]
+    _goto(d, "rope", 96, 32, 4, spec_b="sinusoidal")
+    assert _drawn(d, "fig-table")["schemes"] == ["A", "B"]
     # typed: the address follows; a reload keeps B; cleared: B leaves the address and the page
     box = d.find_element("id", "spec-b")
     before = _renders(d)
     box.clear()
     box.send_keys("t5")
     _wait_render(d, before)
-    assert "spec=sinusoidal&spec-b=t5&length=96" in d.current_url
+    assert "spec=rope&spec-b=t5&length=96" in d.current_url
     url = d.current_url
     d.get("about:blank")
     d.get(url)

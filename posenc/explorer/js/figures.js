@@ -1,9 +1,9 @@
 // The figures, one function each. A figure gets the schemes drawn: A, and in overlay mode B (the SPEC
 // in id="spec-b"), each {tag: 'A' | 'B', full, m, overlay}. A line chart draws every scheme it applies to,
 // on the same axes: A in blue and vermillion, solid then dashed; B in green and pink, dash-dot then dotted
-// (STYLES), each label prefixed with its scheme. A heatmap (the table, the bias maps, the grid map) draws
-// the first scheme it applies to, A before B, and its title names which. A figure that applies to none
-// of them is hidden and listed in id="not-shown".
+// (STYLES), each label prefixed with its scheme. The table and the bias maps draw one block per scheme
+// they apply to, B's below A's, each titled with its scheme; the grid map draws the first grid scheme.
+// A figure that applies to none of them is hidden and listed in id="not-shown".
 var NAMES = {nope: 'NoPE', sinusoidal: 'sinusoidal', rope: 'RoPE', alibi: 'ALiBi', kerple: 'KERPLE', t5: 'T5', cope: 'CoPE'};
 var FIGURE_NAMES = {'fig-table': 'the table', 'fig-similarity': 'similarity vs distance', 'fig-qk': 'q·k vs distance',
                     'fig-wavelengths': 'wavelengths', 'fig-bias': 'bias maps', 'fig-grid': 'the grid map',
@@ -19,21 +19,26 @@ function styled(d, k, s) {
 function heatTitle(d, text) { return (d.overlay ? d.tag + ': ' : '') + text; }
 function kinds(list) { return list.map(function (d) { return NAMES[d.full.get('scheme')] + ' is ' + (d.m.axes > 1 ? 'a grid scheme' : 'a ' + d.m.kind + ' scheme'); }).join(', '); }
 function hasTable(d) { return !(d.m.axes > 1) && (d.m.kind === 'additive' || d.m.kind === 'rotary'); }
+var TABLE_H = 300;  // the height of one table's block; in overlay mode B's block is below A's
 function figTable(list, L) {
-  var d = list.filter(hasTable)[0];
-  if (!d) return notApplicable('fig-table', 'no position table: ' + kinds(list));
-  var m = d.m, g = canvasOf('fig-table'), ctx = g.ctx, X = 54, T = 26, w = g.W - X - 90, h = g.H - T - 40;
-  var row = m.kind === 'rotary' ? m.tableAt(L) : m.row, cache = {};
-  title(g, heatTitle(d, (m.kind === 'rotary' ? 'RoPE rotation table [cos | sin]' : 'sinusoidal table PE(p, i)') + ', ' + L + ' × ' + m.width));
-  heat(ctx, X, T, w, h, L, m.width, function (p, i) { var r = cache[p] || (cache[p] = row(p)); return r[i]; }, -1, 1, DIVERGING);
-  ctx.strokeStyle = '#222'; ctx.strokeRect(X, T, w, h); ctx.fillStyle = '#222'; ctx.textAlign = 'center';
-  ticks(0, m.width - 1, 6).forEach(function (v) { ctx.fillText(nice(v), X + (v + 0.5) / m.width * w, T + h + 14); });
-  ctx.fillText('dimension i', X + w / 2, g.H - 6); ctx.textAlign = 'right';
-  ticks(0, L - 1, 5).forEach(function (v) { ctx.fillText(nice(v), X - 4, T + (v + 0.5) / L * h + 4); });
-  ctx.save(); ctx.translate(13, T + h / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = 'center'; ctx.fillText('position p', 0, 0); ctx.restore();
-  colourBar(ctx, X + w + 12, T, h, -1, 1, DIVERGING, 'value');
-  DRAWN['fig-table'].scheme = d.tag;
-  g.c.setAttribute('aria-label', 'heatmap of the ' + L + ' by ' + m.width + ' table of ' + d.tag + ', values from -1 (blue) to 1 (red)');
+  var shown = list.filter(hasTable);
+  if (!shown.length) return notApplicable('fig-table', 'no position table: ' + kinds(list));
+  var g = canvasOf('fig-table', TABLE_H * shown.length), ctx = g.ctx, X = 54, w = g.W - X - 90, h = TABLE_H - 26 - 40;
+  shown.forEach(function (d, k) {
+    var m = d.m, top = k * TABLE_H, T = top + 26, row = m.kind === 'rotary' ? m.tableAt(L) : m.row, cache = {};
+    ctx.font = '600 13px system-ui, sans-serif'; ctx.fillStyle = '#222'; ctx.textAlign = 'left';
+    ctx.fillText(heatTitle(d, (m.kind === 'rotary' ? 'RoPE rotation table [cos | sin]' : 'sinusoidal table PE(p, i)') + ', ' + L + ' × ' + m.width), 8, top + 15);
+    ctx.font = '12px system-ui, sans-serif';
+    heat(ctx, X, T, w, h, L, m.width, function (p, i) { var r = cache[p] || (cache[p] = row(p)); return r[i]; }, -1, 1, DIVERGING);
+    ctx.strokeStyle = '#222'; ctx.strokeRect(X, T, w, h); ctx.fillStyle = '#222'; ctx.textAlign = 'center';
+    ticks(0, m.width - 1, 6).forEach(function (v) { ctx.fillText(nice(v), X + (v + 0.5) / m.width * w, T + h + 14); });
+    ctx.fillText('dimension i', X + w / 2, top + TABLE_H - 6); ctx.textAlign = 'right';
+    ticks(0, L - 1, 5).forEach(function (v) { ctx.fillText(nice(v), X - 4, T + (v + 0.5) / L * h + 4); });
+    ctx.save(); ctx.translate(13, T + h / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = 'center'; ctx.fillText('position p', 0, 0); ctx.restore();
+    colourBar(ctx, X + w + 12, T, h, -1, 1, DIVERGING, 'value');
+  });
+  DRAWN['fig-table'] = {hidden: false, schemes: shown.map(function (d) { return d.tag; })};
+  g.c.setAttribute('aria-label', shown.map(function (d) { return 'heatmap of the ' + L + ' by ' + d.m.width + ' table' + (d.overlay ? ' of ' + d.tag : ''); }).join('; ') + ', values from -1 (blue) to 1 (red)');
 }
 function seq(n) { var a = new Array(n); for (var i = 0; i < n; i++) a[i] = i; return a; }
 function figSimilarity(list, L) {
@@ -89,39 +94,51 @@ function scaleOf(lo, hi) {  // a diverging palette, symmetric about 0, for maps 
   if (lo < 0 && hi > 0) { var a = Math.max(-lo, hi); return {lo: -a, hi: a, stops: DIVERGING}; }
   return {lo: lo + 0, hi: hi + 0, stops: VIRIDIS};  // + 0: −0 (ALiBi at i = j) is labelled 0
 }
-// the bias maps over every position 0..L−1 (a pixel shows the position at its centre when L exceeds the
+// the bias maps over every position 0..L−1 (a pixel shows the first position it covers when L exceeds the
 // pixels), a colour scale and bar per head or one for all heads (id="bias-scale")
 function figBias(list, L) {
-  var d = list.filter(function (x) { return x.m.kind === 'bias'; })[0];
-  if (!d) return notApplicable('fig-bias', 'no bias maps: ' + kinds(list) + ' (choose alibi, kerple or t5)');
-  var m = d.m, n = L, H = m.numHeads, shown = Math.min(H, 16), perHead = document.getElementById('bias-scale').value !== 'shared';
-  var panels = shown + (m.buckets ? 1 : 0), cols = Math.min(panels, panels > 9 ? 4 : 3), rowsN = Math.ceil(panels / cols);
-  var W = 560, T = 24, X = 8, right = perHead ? 0 : 90, pw = (W - X - right) / cols, cell = Math.floor(pw - (perHead ? 62 : 16));
-  var g = canvasOf('fig-bias', T + rowsN * (cell + 20) + 10), ctx = g.ctx, h, heads = [];
-  var ranges = [];
-  for (h = 0; h < shown; h++) ranges.push(biasRange(m, h, n));
-  var all = scaleOf(Math.min.apply(null, ranges.map(function (r) { return r[0]; })), Math.max.apply(null, ranges.map(function (r) { return r[1]; })));
-  title(g, heatTitle(d, NAMES[d.full.get('scheme')] + ' bias per head (query i ↓, key j →), ' + n + ' positions' + (shown < H ? ', first ' + shown + ' of ' + H + ' heads' : '') + (perHead ? '; a scale per head' : '; one scale')));
-  for (h = 0; h < panels; h++) {
-    var px = X + (h % cols) * pw, py = T + 14 + Math.floor(h / cols) * (cell + 20);
-    if (h < shown) {
-      var sc = perHead ? scaleOf(ranges[h][0], ranges[h][1]) : all;
-      heat(ctx, px, py, cell, cell, n, n, (function (hh) { return function (ii, jj) { return m.bias(hh, ii, jj); }; })(h), sc.lo, sc.hi, sc.stops);
-      ctx.fillStyle = '#222'; ctx.textAlign = 'left'; ctx.fillText('head ' + h, px, py - 3);
-      if (perHead) miniBar(ctx, px + cell + 4, py, cell, sc.lo, sc.hi, sc.stops);
-      heads.push({head: h, lo: sc.lo, hi: sc.hi, min: ranges[h][0], max: ranges[h][1], x: Math.round(px), y: Math.round(py), size: Math.round(cell)});
-    } else {
-      var nb = m.buckets.count;
-      heat(ctx, px, py, cell, cell, n, n, function (ii, jj) { return m.buckets.at(jj - ii); }, 0, nb - 1, VIRIDIS);
-      ctx.fillStyle = '#222'; ctx.textAlign = 'left'; ctx.fillText('bucket of j−i (0..' + (nb - 1) + ')', px, py - 3);
-      if (perHead) miniBar(ctx, px + cell + 4, py, cell, 0, nb - 1, VIRIDIS);
+  var shown = list.filter(function (x) { return x.m.kind === 'bias'; });
+  if (!shown.length) return notApplicable('fig-bias', 'no bias maps: ' + kinds(list) + ' (choose alibi, kerple or t5)');
+  var n = L, perHead = document.getElementById('bias-scale').value !== 'shared', W = 560, X = 8, T = 24, right = perHead ? 0 : 90;
+  var blocks = shown.map(function (d) {  // one block of panels per scheme, B's below A's
+    var m = d.m, heads = Math.min(m.numHeads, 16), panels = heads + (m.buckets ? 1 : 0), cols = Math.min(panels, panels > 9 ? 4 : 3);
+    var pw = (W - X - right) / cols, cell = Math.floor(pw - (perHead ? 62 : 16)), rows = Math.ceil(panels / cols), ranges = [];
+    for (var h = 0; h < heads; h++) ranges.push(biasRange(m, h, n));
+    var all = scaleOf(Math.min.apply(null, ranges.map(function (r) { return r[0]; })), Math.max.apply(null, ranges.map(function (r) { return r[1]; })));
+    return {d: d, heads: heads, panels: panels, cols: cols, pw: pw, cell: cell, height: T + 14 + rows * (cell + 20), ranges: ranges, all: all};
+  });
+  var g = canvasOf('fig-bias', blocks.reduce(function (a, b) { return a + b.height; }, 0)), ctx = g.ctx, top = 0, out = [];
+  blocks.forEach(function (b) {
+    var d = b.d, m = d.m, H = m.numHeads, cell = b.cell, heads = [];
+    ctx.font = '600 13px system-ui, sans-serif'; ctx.fillStyle = '#222'; ctx.textAlign = 'left';
+    ctx.fillText(heatTitle(d, NAMES[d.full.get('scheme')] + ' bias per head (query i ↓, key j →), ' + n + ' positions' + (b.heads < H ? ', first ' + b.heads + ' of ' + H + ' heads' : '') + (perHead ? '; a scale per head' : '; one scale')), 8, top + 15);
+    ctx.font = '12px system-ui, sans-serif';
+    for (var h = 0; h < b.panels; h++) {
+      var px = X + (h % b.cols) * b.pw, py = top + T + 14 + Math.floor(h / b.cols) * (cell + 20);
+      if (h < b.heads) {
+        var sc = perHead ? scaleOf(b.ranges[h][0], b.ranges[h][1]) : b.all;
+        heat(ctx, px, py, cell, cell, n, n, (function (hh) { return function (ii, jj) { return m.bias(hh, ii, jj); }; })(h), sc.lo, sc.hi, sc.stops);
+        ctx.fillStyle = '#222'; ctx.textAlign = 'left'; ctx.fillText('head ' + h, px, py - 3);
+        if (perHead) miniBar(ctx, px + cell + 4, py, cell, sc.lo, sc.hi, sc.stops);
+        heads.push({head: h, lo: sc.lo, hi: sc.hi, min: b.ranges[h][0], max: b.ranges[h][1], x: Math.round(px), y: Math.round(py), size: cell});
+      } else {
+        var nb = m.buckets.count;
+        heat(ctx, px, py, cell, cell, n, n, function (ii, jj) { return m.buckets.at(jj - ii); }, 0, nb - 1, VIRIDIS);
+        ctx.fillStyle = '#222'; ctx.textAlign = 'left'; ctx.fillText('bucket of j−i (0..' + (nb - 1) + ')', px, py - 3);
+        if (perHead) miniBar(ctx, px + cell + 4, py, cell, 0, nb - 1, VIRIDIS);
+      }
+      ctx.strokeStyle = '#222'; ctx.strokeRect(px, py, cell, cell);
     }
-    ctx.strokeStyle = '#222'; ctx.strokeRect(px, py, cell, cell);
-  }
-  if (!perHead) colourBar(ctx, g.W - 88, T + 14, g.H - T - 40, all.lo, all.hi, all.stops, 'bias');
-  DRAWN['fig-bias'] = {hidden: false, scheme: d.tag, positions: n, scale: perHead ? 'head' : 'shared', heads: heads};
-  g.c.setAttribute('aria-label', 'bias maps of ' + shown + ' heads over ' + n + ' positions, ' + (perHead ? 'each on its own colour scale: ' +
-    heads.map(function (x) { return 'head ' + x.head + ' ' + nice(x.min) + ' to ' + nice(x.max); }).join(', ') : 'from ' + nice(all.lo) + ' to ' + nice(all.hi)));
+    if (!perHead) colourBar(ctx, g.W - 88, top + T + 14, b.height - T - 40, b.all.lo, b.all.hi, b.all.stops, 'bias');
+    out.push({scheme: d.tag, heads: heads});
+    top += b.height;
+  });
+  // the first block's scheme and heads at the top level; every block's in `schemes`
+  DRAWN['fig-bias'] = {hidden: false, scheme: out[0].scheme, positions: n, scale: perHead ? 'head' : 'shared', heads: out[0].heads, schemes: out};
+  g.c.setAttribute('aria-label', out.map(function (o) {
+    return (shown.length > 1 ? o.scheme + ': ' : '') + 'bias maps of ' + o.heads.length + ' heads over ' + n + ' positions, ' + (perHead ? 'each on its own colour scale: ' : 'one colour scale: ') +
+      o.heads.map(function (x) { return 'head ' + x.head + ' ' + nice(x.min) + ' to ' + nice(x.max); }).join(', ');
+  }).join('; '));
 }
 function figGrid(list, L, view) {  // analysis.grid_map, drawn as plot.show draws it for --grid
   var d = list.filter(function (x) { return x.m.axes > 1; })[0];

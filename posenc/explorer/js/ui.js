@@ -232,7 +232,7 @@ function render(full, fullB, sizes, view) {
   if (!cope) notShown.push(FIGURE_NAMES['fig-cope']);
   $('not-shown').textContent = notShown.length ? 'Not drawn for ' + list.map(function (d) { return (fullB ? d.tag + ' ' : '') + NAMES[d.full.get('scheme')] + ' (' + (d.m.axes > 1 ? 'grid' : d.m.kind) + ')'; }).join(' and ') + ': ' + notShown.join(', ') + '.' : '';
   $('overlay-note').textContent = fullB ? 'Overlay: A = ' + list[0].text + ' (solid, blue and vermillion), B = ' + list[1].text + ' (dash-dot and dotted, green and pink) on the same line charts; '
-    + 'a heatmap shows A where it applies, else B; "dog bites man" reads A.' : '';
+    + 'the table and the bias maps draw A above B; the grid map draws the first grid scheme; "dog bites man" reads A.' : '';
   figOrder(full);
   lastGood = {full: full, fullB: fullB, sizes: sizes, cope: cope ? cope.full : null};
   figCope(lastGood.cope);
