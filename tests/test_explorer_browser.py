@@ -474,8 +474,10 @@ def widths(page):
 def _boxes(d, selector: str) -> list[dict]:
     """The on-screen boxes of the elements shown (id, left, right, top, bottom), in page coordinates."""
     return d.execute_script(
-        "return Array.from(document.querySelectorAll(arguments[0])).filter(function (el) { return el.getClientRects().length; })"
-        ".map(function (el) { var r = el.getBoundingClientRect(); return {id: el.id, left: r.left + scrollX, right: r.right + scrollX,"
+        "return Array.from(document.querySelectorAll(arguments[0]))"
+        ".filter(function (el) { return el.getClientRects().length; })"
+        ".map(function (el) { var r = el.getBoundingClientRect();"
+        " return {id: el.id, left: r.left + scrollX, right: r.right + scrollX,"
         " top: r.top + scrollY, bottom: r.bottom + scrollY, width: r.width}; })", selector)
 
 
@@ -514,10 +516,11 @@ def test_panels_that_do_not_apply_to_the_scheme_are_hidden(page, widths):
     shown = lambda i: d.find_element("id", i).is_displayed()  # noqa: E731
     for width in (WIDE, NARROW):
         widths(width)
-        for spec, on, off in (("rope", ["fig-table", "fig-qk", "fig-order"], ["fig-cope", "grid-controls", "fig-bias", "fig-grid"]),
-                              ("alibi", ["fig-bias", "fig-order"], ["fig-cope", "grid-controls", "fig-table", "fig-qk"]),
-                              ("cope", ["fig-cope", "fig-order"], ["grid-controls", "fig-table", "fig-bias"]),
-                              ("rope:axes=2", ["fig-grid", "grid-controls", "patch", "grid"], ["fig-cope", "fig-table", "fig-bias"])):
+        for spec, on, off in (
+                ("rope", ["fig-table", "fig-qk", "fig-order"], ["fig-cope", "grid-controls", "fig-bias", "fig-grid"]),
+                ("alibi", ["fig-bias", "fig-order"], ["fig-cope", "grid-controls", "fig-table", "fig-qk"]),
+                ("cope", ["fig-cope", "fig-order"], ["grid-controls", "fig-table", "fig-bias"]),
+                ("rope:axes=2", ["fig-grid", "grid-controls", "patch", "grid"], ["fig-cope", "fig-table", "fig-bias"])):
             _goto(d, spec, 64, 16, 4)
             assert [i for i in on if not shown(i)] == [], (width, spec)
             assert [i for i in off if shown(i)] == [], (width, spec)
@@ -538,7 +541,8 @@ def test_bias_maps_have_a_colour_scale_per_head_and_every_position(page, widths)
     rng = random.Random(3)
     length, heads = 256, 8
     maps = analysis.bias_maps("alibi", length=length, num_heads=heads)  # (H, L, L)
-    full = "posencExplorer.fullSpec(posencExplorer.parseSpec('alibi'), {length: %d, dim: 64, heads: %d})" % (length, heads)
+    full = ("posencExplorer.fullSpec(posencExplorer.parseSpec('alibi'), {length: %d, dim: 64, heads: %d})"
+            % (length, heads))
     _goto(d, "alibi", length, 64, heads)
     assert d.find_element("id", "bias-scale").get_attribute("value") == "head"  # the default
     for width in (WIDE, NARROW):
@@ -547,7 +551,8 @@ def test_bias_maps_have_a_colour_scale_per_head_and_every_position(page, widths)
         assert drawn["positions"] == length and drawn["scale"] == "head"  # all 256 positions, not 64
         assert [h["head"] for h in drawn["heads"]] == list(range(heads))
         for h in drawn["heads"]:  # each head on its own scale: its own extremes, as posenc's maps have them
-            np.testing.assert_allclose([h["lo"], h["hi"]], [maps[h["head"]].min(), maps[h["head"]].max()], rtol=1e-12, atol=0)
+            want = [maps[h["head"]].min(), maps[h["head"]].max()]
+            np.testing.assert_allclose([h["lo"], h["hi"]], want, rtol=1e-12, atol=0)
         for h in range(heads):  # the values drawn are posenc's: the last row and a row drawn at random
             for i in (length - 1, rng.randrange(length)):
                 row = d.execute_script(f"return posencExplorer.biasRow({full}, {h}, {i}, {length})")
@@ -636,8 +641,10 @@ def test_overlay_draws_a_second_spec_on_the_same_figures_and_keeps_it_in_the_url
             np.testing.assert_allclose(bound["y"], want_bound, rtol=1e-9, atol=1e-12)
         # B's colour is on the canvas: its legend swatch, drawn in exactly that colour
         green = d.execute_script(
-            "var c = document.querySelector('#fig-qk canvas'), x = c.getContext('2d').getImageData(0, 0, c.width, c.height).data, n = 0;"
-            "for (var i = 0; i < x.length; i += 4) if (x[i] === 0 && x[i + 1] === 158 && x[i + 2] === 115) n++; return n")
+            "var c = document.querySelector('#fig-qk canvas'), n = 0,"
+            " x = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            "for (var i = 0; i < x.length; i += 4) if (x[i] === 0 && x[i + 1] === 158 && x[i + 2] === 115) n++;"
+            "return n")
         assert series[2]["colour"].lower() == "#009e73" and green >= 10
         # wavelengths: B's before and after its scaling, posenc.analysis.spectrum's
         sp = analysis.spectrum(spec_b, dim=dim)
@@ -661,7 +668,8 @@ def test_overlay_draws_a_second_spec_on_the_same_figures_and_keeps_it_in_the_url
     assert [s["scheme"] for s in bias["schemes"]] == ["A", "B"]
     for spec, block in zip(("alibi", "kerple:variant=power"), bias["schemes"]):
         maps = analysis.bias_maps(spec, length=96, num_heads=4)
-        np.testing.assert_allclose([(h["min"], h["max"]) for h in block["heads"]], [(m.min(), m.max()) for m in maps], rtol=1e-12)
+        np.testing.assert_allclose([(h["min"], h["max"]) for h in block["heads"]], [(m.min(), m.max()) for m in maps],
+                                   rtol=1e-12)
     assert bias["schemes"][1]["heads"][0]["y"] > bias["schemes"][0]["heads"][-1]["y"]
     _goto(d, "rope", 96, 32, 4, spec_b="sinusoidal")
     assert _drawn(d, "fig-table")["schemes"] == ["A", "B"]
@@ -686,12 +694,13 @@ def test_overlay_draws_a_second_spec_on_the_same_figures_and_keeps_it_in_the_url
     assert [s["scheme"] for s in _drawn(d, "fig-similarity")["series"]] == ["A"]
     # the address is read strictly, never run: a bad B is a message next to its box, the last view stays
     for fragment, where, message in (
-            ("spec=rope&spec-b=rope%3Afoo%3D1&length=64&dim=16&heads=2", "spec-b-error", "SPEC B: unknown key 'foo' for scheme 'rope'"),
-            ("spec=rope&spec-b=alert(1)&length=64&dim=16&heads=2", "spec-b-error", "SPEC B: SPEC must start with a scheme name"),
-            ("spec=rope&spec-b=alibi&spec-b=t5&length=64&dim=16&heads=2", "status", "the address gives the field spec-b twice"),
-            ("spec=rope&spec-b&length=64&dim=16&heads=2", "status", "the address field spec-b has no value"),
-            ("spec=rope&spec_b=alibi&length=64&dim=16&heads=2", "status", "unknown field 'spec_b'")):
-        d.get(d.uri + "#" + fragment)
+            ("spec=rope&spec-b=rope%3Afoo%3D1", "spec-b-error", "SPEC B: unknown key 'foo' for scheme 'rope'"),
+            ("spec=rope&spec-b=alert(1)", "spec-b-error", "SPEC B: SPEC must start with a scheme name"),
+            ("spec=rope&spec-b=alibi&spec-b=t5", "status", "the address gives the field spec-b twice"),
+            ("spec=rope&spec-b", "status", "the address field spec-b has no value"),
+            ("spec=rope&spec_b=alibi", "status", "unknown field 'spec_b'")):
+        d.get(d.uri + "#" + fragment + "&length=64&dim=16&heads=2")
         assert message in d.find_element("id", where).text, fragment
+        assert d.find_element("id", "length").get_attribute("value") == "64"  # the other fields are read
     assert d.find_element("id", "spec-b").get_attribute("aria-invalid") in ("false", None)
     assert _console_errors(d) == []

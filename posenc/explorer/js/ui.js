@@ -254,20 +254,21 @@ var HASH_FIELDS = ['spec', 'spec-b', 'length', 'dim', 'heads', 'grid', 'patch'];
 function readHash() {
   var vals = {spec: SCHEMA.defaults.spec, 'spec-b': '', length: String(SCHEMA.defaults.length), dim: String(SCHEMA.defaults.dim), heads: String(SCHEMA.defaults.heads),
               grid: SCHEMA.grid['default'].join('x'), patch: ''}, problem = '', seen = {};
+  function bad(text) { problem = problem || text; }  // the first problem is named; the other fields are read
   location.hash.replace(/^#/, '').split('&').forEach(function (part) {
-    if (!part || problem) return;
+    if (!part) return;
     var eq = part.indexOf('='), k = eq < 0 ? part : part.slice(0, eq), v = eq < 0 ? '' : part.slice(eq + 1);
-    if (HASH_FIELDS.indexOf(k) < 0) { problem = 'the address has an unknown field ' + strRepr(k) + ' (allowed: ' + HASH_FIELDS.join(', ') + ')'; return; }
-    if (eq < 0) { problem = 'the address field ' + k + ' has no value (write ' + k + '=...)'; return; }
-    if (seen[k]) { problem = 'the address gives the field ' + k + ' twice'; return; }
+    if (HASH_FIELDS.indexOf(k) < 0) return bad('the address has an unknown field ' + strRepr(k) + ' (allowed: ' + HASH_FIELDS.join(', ') + ')');
+    if (eq < 0) return bad('the address field ' + k + ' has no value (write ' + k + '=...)');
+    if (seen[k]) return bad('the address gives the field ' + k + ' twice');
     seen[k] = true;
-    try { vals[k] = decodeURIComponent(v); } catch (e) { problem = 'the address field ' + k + ' is not valid URL encoding'; }
+    try { vals[k] = decodeURIComponent(v); } catch (e) { bad('the address field ' + k + ' is not valid URL encoding'); }
   });
   $('spec').value = vals.spec;
   $('spec-b').value = vals['spec-b'];
   SIZE.concat(['grid', 'patch']).forEach(function (n) { $(n).value = vals[n]; });
   update({fromSpec: true});
-  if (problem) $('status').textContent = problem + '; the rest of it is shown. ' + $('status').textContent;
+  if (problem) $('status').textContent = problem + '; the other fields are shown. ' + $('status').textContent;
 }
 function init() {
   schemeOptions();
