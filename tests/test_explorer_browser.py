@@ -19,7 +19,7 @@ from urllib.parse import quote
 import pytest
 
 from posenc import analysis, explorer, scaling
-from posenc.cli import main
+from posenc.cli import CLIError, main
 from posenc.commands.inspect import _spec
 
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("explorer")]
@@ -79,9 +79,9 @@ def _console_errors(d) -> list[str]:
     return [e["message"] for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
 
 
-def _key_numbers(d) -> list[list[str]]:
+def _key_numbers(d, table: str = "key-numbers") -> list[list[str]]:
     return d.execute_script(
-        "return Array.from(document.querySelectorAll('#key-numbers tbody tr'))"
+        f"return Array.from(document.querySelectorAll('#{table} tbody tr'))"
         ".map(function (r) { return Array.from(r.cells).map(function (c) { return c.textContent; }); })")
 
 
@@ -95,10 +95,11 @@ def _show(spec: str, length: int, dim: int, heads: int) -> list[list[str]]:
     return [list(r) for r in analysis.key_numbers(full, length=length, dim=dim, num_heads=heads)]
 
 
-def _goto(d, spec: str, length: int, dim: int, heads: int) -> None:
+def _goto(d, spec: str, length: int, dim: int, heads: int, spec_b: str = "") -> None:
     before = _renders(d)
+    b = f"&spec-b={quote(spec_b, safe='')}" if spec_b else ""
     d.execute_script("location.hash = arguments[0]",
-                     f"spec={quote(spec, safe='')}&length={length}&dim={dim}&heads={heads}")
+                     f"spec={quote(spec, safe='')}{b}&length={length}&dim={dim}&heads={heads}")
     _wait_render(d, before)
 
 
@@ -169,11 +170,21 @@ def test_key_numbers_equal_posenc_show_for_random_parameters(page, seed):
     draws += [("rope", t) for t in scaling.SCALINGS]
     draws += [(rng.choice(["sinusoidal", "alibi", "kerple", "t5"]), None) for _ in range(4)]
     draws += [("cope", None)]  # last: its rows of contextual positions are printed below too
+    previous = ""
     for scheme, scaling_type in draws:
         spec, length, dim, heads = _draw(rng, scheme, scaling_type)
-        _goto(page, spec, length, dim, heads)
+        try:  # in overlay mode, B: the previous draw, where it fits these sizes (a rotary_dim may not)
+            want_b = _show(previous, length, dim, heads) if previous else None
+        except CLIError:
+            previous = ""
+        _goto(page, spec, length, dim, heads, spec_b=previous)
         assert page.find_element("id", "spec-error").text == "", spec
+        assert page.find_element("id", "spec-b-error").text == "", previous
         assert _key_numbers(page) == _show(spec, length, dim, heads), (spec, length, dim, heads)
+        if previous:  # the key numbers of B are `posenc show B`'s at the same sizes
+            assert _key_numbers(page, "key-numbers-b") == want_b, (previous, length, dim, heads)
+        previous = spec
+    _goto(page, spec, length, dim, heads)
     # and the printed lines of `posenc show` itself, for the last draw
     buf = io.StringIO()
     with redirect_stdout(buf):
@@ -278,7 +289,8 @@ def test_every_control_is_labelled_and_reachable_by_keyboard(page):
     d = page
     _goto(d, "rope:scaling=linear,factor=2", 64, 16, 2)
     controls = d.execute_script(
-        "return Array.from(document.querySelectorAll('input, select, textarea, button')).map(function (el) {"
+        "return Array.from(document.querySelectorAll('input, select, textarea, button')).filter(function (el) {"
+        " return el.getClientRects().length > 0; }).map(function (el) {"
         " var label = el.labels && el.labels.length ? el.labels[0].textContent.trim() : (el.getAttribute('aria-label') || '');"
         " return [el.id, label]; })")
     assert len(controls) >= 12
@@ -420,12 +432,15 @@ def test_cope_positions_of_typed_sentences_are_sentence_positions(page):
     for spec, text, choice in (("cope:npos_max=8", SENTENCE, "space"),
                                ("cope:npos_max=8", "Dr. Who ran.  Then  he hid. ", "stop"),
                                ("cope:npos_max=8", many, "both"),  # over 8 positions: clamped at 7
-                               ("rope", many, "space")):  # another scheme: CoPE's default npos_max, 64
-        if spec != d.find_element("id", "spec").get_attribute("value"):
+                               ("cope", many, "space")):  # CoPE's default npos_max, 64 (as B, over rope)
+        if spec == "cope":
+            _goto(d, "rope", 64, 16, 2, spec_b="cope")
+            assert d.find_element("id", "fig-cope").is_displayed()
+        elif spec != d.find_element("id", "spec").get_attribute("value"):
             _goto(d, spec, 64, 16, 2)
         tokens, positions, npos_max = _cope_sentence(d, text, choice)
         want = CoPE(head_dim=4, npos_max=npos_max).sentence_positions(text, marks[choice]).tolist()
-        assert npos_max == (8 if spec.startswith("cope") else 64)
+        assert npos_max == (8 if spec.startswith("cope:") else 64)
         assert positions == want, (spec, text, choice)  # every float64 digit
         assert tokens == list(range(len(text) - 1, -1, -1))
         assert max(want) == npos_max - 1 or len(text) < 60
@@ -435,4 +450,257 @@ def test_cope_positions_of_typed_sentences_are_sentence_positions(page):
         d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", box, text)
         assert message in d.find_element("id", "cope-error").text
         assert box.get_attribute("aria-invalid") == "true"
+    assert _console_errors(d) == []
+
+
+# -- the screen: a grid of figures, panels that apply, per-head scales, one normalisation, an overlay --
+
+WIDE, NARROW = 1400, 600
+
+
+@pytest.fixture
+def widths(page):
+    """Yields a function that resizes the window to a width (px) and waits for the layout; restores it after."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def at(width: int) -> None:
+        page.set_window_size(width, 1000)
+        WebDriverWait(page, 10).until(lambda x: x.execute_script("return innerWidth") == width)
+
+    yield at
+    page.set_window_size(1500, 1400)
+
+
+def _boxes(d, selector: str) -> list[dict]:
+    """The on-screen boxes of the elements shown (id, left, right, top, bottom), in page coordinates."""
+    return d.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]))"
+        ".filter(function (el) { return el.getClientRects().length; })"
+        ".map(function (el) { var r = el.getBoundingClientRect();"
+        " return {id: el.id, left: r.left + scrollX, right: r.right + scrollX,"
+        " top: r.top + scrollY, bottom: r.bottom + scrollY, width: r.width}; })", selector)
+
+
+def _drawn(d, fig: str) -> dict:
+    return d.execute_script("return posencExplorer.drawn(arguments[0])", fig)
+
+
+def test_figures_fill_two_columns_on_a_wide_window_and_one_on_a_narrow_one(page, widths):
+    d = page
+    _goto(d, "rope", 128, 64, 8)
+    for width in (WIDE, NARROW):
+        widths(width)
+        figs = _boxes(d, "#figures > figure")
+        inner = d.execute_script("return document.documentElement.clientWidth")
+        assert {f["id"] for f in figs} >= {"fig-table", "fig-similarity", "fig-qk", "fig-wavelengths", "fig-order"}
+        assert d.execute_script("return document.documentElement.scrollWidth") <= d.execute_script("return innerWidth")
+        assert all(f["right"] <= inner + 0.5 for f in figs), (width, figs)  # nothing cut off on the right
+        lefts = sorted({round(f["left"]) for f in figs})
+        if width == WIDE:
+            assert len(lefts) >= 2, figs  # two or more columns of figures
+            assert max(f["right"] for f in figs) >= inner - 40, (inner, figs)  # no blank third on the right
+            controls = _boxes(d, "#controls")[0]
+            assert controls["right"] <= min(f["left"] for f in figs)  # the controls beside the figures
+        else:
+            assert len(lefts) == 1, figs  # one column
+            assert min(f["width"] for f in figs) >= inner - 40, (inner, figs)  # each figure the page's width
+            controls = _boxes(d, "#controls")[0]
+            assert controls["bottom"] <= min(f["top"] for f in figs)  # the controls above the figures
+            canvases = _boxes(d, "#figures > figure canvas")
+            assert all(c["right"] <= inner for c in canvases)
+    assert _console_errors(d) == []
+
+
+def test_panels_that_do_not_apply_to_the_scheme_are_hidden(page, widths):
+    d = page
+    shown = lambda i: d.find_element("id", i).is_displayed()  # noqa: E731
+    for width in (WIDE, NARROW):
+        widths(width)
+        for spec, on, off in (
+                ("rope", ["fig-table", "fig-qk", "fig-order"], ["fig-cope", "grid-controls", "fig-bias", "fig-grid"]),
+                ("alibi", ["fig-bias", "fig-order"], ["fig-cope", "grid-controls", "fig-table", "fig-qk"]),
+                ("cope", ["fig-cope", "fig-order"], ["grid-controls", "fig-table", "fig-bias"]),
+                ("rope:axes=2", ["fig-grid", "grid-controls", "patch", "grid"], ["fig-cope", "fig-table", "fig-bias"])):
+            _goto(d, spec, 64, 16, 4)
+            assert [i for i in on if not shown(i)] == [], (width, spec)
+            assert [i for i in off if shown(i)] == [], (width, spec)
+        # with an overlay, a panel shows when it applies to either scheme
+        _goto(d, "rope", 64, 16, 4, spec_b="cope")
+        assert shown("fig-cope") and shown("fig-qk") and not shown("grid-controls")
+        _goto(d, "alibi", 64, 16, 4, spec_b="sinusoidal:axes=2")
+        assert shown("grid-controls") and shown("fig-grid") and shown("fig-bias") and not shown("fig-cope")
+    assert "contextual positions" in d.find_element("id", "not-shown").text
+    assert _console_errors(d) == []
+
+
+def test_bias_maps_have_a_colour_scale_per_head_and_every_position(page, widths):
+    import numpy as np
+    from selenium.webdriver.support.ui import Select
+
+    d = page
+    rng = random.Random(3)
+    length, heads = 256, 8
+    maps = analysis.bias_maps("alibi", length=length, num_heads=heads)  # (H, L, L)
+    full = ("posencExplorer.fullSpec(posencExplorer.parseSpec('alibi'), {length: %d, dim: 64, heads: %d})"
+            % (length, heads))
+    _goto(d, "alibi", length, 64, heads)
+    assert d.find_element("id", "bias-scale").get_attribute("value") == "head"  # the default
+    for width in (WIDE, NARROW):
+        widths(width)
+        drawn = _drawn(d, "fig-bias")
+        assert drawn["positions"] == length and drawn["scale"] == "head"  # all 256 positions, not 64
+        assert [h["head"] for h in drawn["heads"]] == list(range(heads))
+        for h in drawn["heads"]:  # each head on its own scale: its own extremes, as posenc's maps have them
+            want = [maps[h["head"]].min(), maps[h["head"]].max()]
+            np.testing.assert_allclose([h["lo"], h["hi"]], want, rtol=1e-12, atol=0)
+        for h in range(heads):  # the values drawn are posenc's: the last row and a row drawn at random
+            for i in (length - 1, rng.randrange(length)):
+                row = d.execute_script(f"return posencExplorer.biasRow({full}, {h}, {i}, {length})")
+                np.testing.assert_allclose(row, maps[h, i], rtol=1e-12, atol=1e-15)
+        # head 7 (slope 1/256) is not flat: across its first row, from j = 0 to L − 1, the colours run
+        # through the palette (on one scale shared with head 0 they would barely move)
+        last = drawn["heads"][-1]
+        pixels = d.execute_script(
+            "var c = document.querySelector('#fig-bias canvas'), a = arguments[0];"
+            "return Array.from(c.getContext('2d').getImageData(a.x + 2, a.y + 2, a.size - 4, 1).data)", last)
+        colours = {tuple(pixels[k:k + 3]) for k in range(0, len(pixels), 4)}
+        assert len(colours) >= 40, len(colours)
+        fig = _boxes(d, "#fig-bias canvas")[0]
+        assert fig["right"] <= d.execute_script("return document.documentElement.clientWidth")
+    # one scale for all heads, when chosen: every head on head 0's range
+    before = _renders(d)
+    Select(d.find_element("id", "bias-scale")).select_by_value("shared")
+    _wait_render(d, before)
+    drawn = _drawn(d, "fig-bias")
+    assert drawn["scale"] == "shared" and {(h["lo"], h["hi"]) for h in drawn["heads"]} == {(maps.min(), maps.max())}
+    Select(d.find_element("id", "bias-scale")).select_by_value("head")
+    assert _console_errors(d) == []
+
+
+def _random_yarn(rng: random.Random, dim: int) -> str:
+    rd = 2 * rng.randint(dim // 4, dim // 2)
+    return (f"rope:rotary_dim={rd},base={rng.choice([10000, 500000])},scaling=yarn,"
+            f"factor={round(rng.uniform(2, 16), 2)},original_max_positions={rng.choice([32, 64, 100])}")
+
+
+def _qk_curves(spec: str, length: int, dim: int) -> tuple:
+    """q·k / D and RoFormer's bound from posenc, each divided by its value at r = 0."""
+    score = analysis.rotary_scores(spec, max_distance=length - 1, dim=dim)
+    bound = analysis.rope_decay_bound(inv_freq=analysis.inv_freq(spec, dim=dim), max_distance=length - 1)
+    return score / score[0], bound / bound[0], score[0]
+
+
+def test_qk_curve_and_its_bound_share_one_normalisation(page, widths):
+    import numpy as np
+
+    d = page
+    rng = random.Random(5)
+    for width in (WIDE, NARROW):
+        widths(width)
+        length, dim = rng.choice([100, 217, 300]), 64
+        spec = _random_yarn(rng, dim)
+        _goto(d, spec, length, dim, 2)
+        curve, bound = _drawn(d, "fig-qk")["series"]
+        want_curve, want_bound, s0 = _qk_curves(spec, length, dim)
+        assert s0 > 1.05  # YaRN's attention factor: q·k / D starts above 1 ...
+        assert curve["y"][0] == 1 and bound["y"][0] == 1  # ... and the figure divides both by their value at 0
+        np.testing.assert_allclose(curve["y"], want_curve, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(bound["y"], want_bound, rtol=1e-9, atol=1e-12)
+        assert f"÷ {s0:.4g}" in curve["label"]  # the legend gives the divisor
+        caption = d.find_element("css selector", "#fig-qk figcaption").text
+        assert "divided by its own value at r = 0" in caption
+        assert d.find_element("id", "fig-qk").is_displayed()
+    assert _console_errors(d) == []
+
+
+def test_overlay_draws_a_second_spec_on_the_same_figures_and_keeps_it_in_the_url(page, widths):
+    import math
+
+    import numpy as np
+
+    d = page
+    rng = random.Random(7)
+    for width in (WIDE, NARROW):
+        widths(width)
+        length, dim, heads = rng.choice([64, 129, 200]), 64, 4
+        spec_b = _random_yarn(rng, dim)
+        _goto(d, "rope", length, dim, heads, spec_b=spec_b)
+        assert d.find_element("id", "spec-b").is_displayed() and d.find_element("id", "key-numbers-b").is_displayed()
+        assert d.find_element("id", "spec-b").get_attribute("value") == spec_b
+        assert f"spec=rope&spec-b={quote(spec_b, safe='')}&length={length}" in d.current_url
+        assert _key_numbers(d) == _show("rope", length, dim, heads)
+        assert _key_numbers(d, "key-numbers-b") == _show(spec_b, length, dim, heads)
+        # q·k: A's and B's curves and bounds on one chart, each as posenc computes it
+        series = _drawn(d, "fig-qk")["series"]
+        assert [s["scheme"] for s in series] == ["A", "A", "B", "B"]
+        assert len({s["colour"] for s in series}) == 4 and len({tuple(s["dash"]) for s in series}) == 4
+        assert [s["label"][:3] for s in series] == ["A: ", "A: ", "B: ", "B: "]  # the legend names each
+        for spec, (curve, bound) in (("rope", series[:2]), (spec_b, series[2:])):
+            want_curve, want_bound, _ = _qk_curves(spec, length, dim)
+            np.testing.assert_allclose(curve["y"], want_curve, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(bound["y"], want_bound, rtol=1e-9, atol=1e-12)
+        # B's colour is on the canvas: its legend swatch, drawn in exactly that colour
+        green = d.execute_script(
+            "var c = document.querySelector('#fig-qk canvas'), n = 0,"
+            " x = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            "for (var i = 0; i < x.length; i += 4) if (x[i] === 0 && x[i + 1] === 158 && x[i + 2] === 115) n++;"
+            "return n")
+        assert series[2]["colour"].lower() == "#009e73" and green >= 10
+        # wavelengths: B's before and after its scaling, posenc.analysis.spectrum's
+        sp = analysis.spectrum(spec_b, dim=dim)
+        waves = [s for s in _drawn(d, "fig-wavelengths")["series"] if s["scheme"] == "B"]
+        np.testing.assert_allclose(waves[0]["y"], 2 * math.pi / sp.before, rtol=1e-12)
+        np.testing.assert_allclose(waves[1]["y"], 2 * math.pi / sp.after, rtol=1e-12)
+        assert "B = " + spec_b in d.find_element("id", "overlay-note").text
+    # two kinds: A's similarity as posenc's, B's bias maps where A has none
+    _goto(d, "sinusoidal", 96, 32, 4, spec_b="alibi")
+    sim = _drawn(d, "fig-similarity")["series"]
+    assert [s["scheme"] for s in sim] == ["A"]
+    want = analysis.similarity_vs_distance(analysis.table("sinusoidal", length=96, dim=32))
+    np.testing.assert_allclose(sim[0]["y"], want, atol=1e-9)
+    bias = _drawn(d, "fig-bias")
+    assert bias["scheme"] == "B" and bias["positions"] == 96
+    maps = analysis.bias_maps("alibi", length=96, num_heads=4)
+    assert [(h["lo"], h["hi"]) for h in bias["heads"]] == [(m.min(), m.max()) for m in maps]
+    # two schemes of one kind: a block each, B's below A's, each head on its own scale (posenc's extremes)
+    _goto(d, "alibi", 96, 32, 4, spec_b="kerple:variant=power")
+    bias = _drawn(d, "fig-bias")
+    assert [s["scheme"] for s in bias["schemes"]] == ["A", "B"]
+    for spec, block in zip(("alibi", "kerple:variant=power"), bias["schemes"]):
+        maps = analysis.bias_maps(spec, length=96, num_heads=4)
+        np.testing.assert_allclose([(h["min"], h["max"]) for h in block["heads"]], [(m.min(), m.max()) for m in maps],
+                                   rtol=1e-12)
+    assert bias["schemes"][1]["heads"][0]["y"] > bias["schemes"][0]["heads"][-1]["y"]
+    _goto(d, "rope", 96, 32, 4, spec_b="sinusoidal")
+    assert _drawn(d, "fig-table")["schemes"] == ["A", "B"]
+    # typed: the address follows; a reload keeps B; cleared: B leaves the address and the page
+    box = d.find_element("id", "spec-b")
+    before = _renders(d)
+    box.clear()
+    box.send_keys("t5")
+    _wait_render(d, before)
+    assert "spec=rope&spec-b=t5&length=96" in d.current_url
+    url = d.current_url
+    d.get("about:blank")
+    d.get(url)
+    assert d.find_element("id", "spec-b").get_attribute("value") == "t5"
+    assert _key_numbers(d, "key-numbers-b") == _show("t5", 96, 32, 4)
+    box = d.find_element("id", "spec-b")
+    before = _renders(d)
+    box.clear()
+    box.send_keys(" ")
+    _wait_render(d, before)
+    assert "spec-b" not in d.current_url and not d.find_element("id", "key-numbers-b").is_displayed()
+    assert [s["scheme"] for s in _drawn(d, "fig-similarity")["series"]] == ["A"]
+    # the address is read strictly, never run: a bad B is a message next to its box, the last view stays
+    for fragment, where, message in (
+            ("spec=rope&spec-b=rope%3Afoo%3D1", "spec-b-error", "SPEC B: unknown key 'foo' for scheme 'rope'"),
+            ("spec=rope&spec-b=alert(1)", "spec-b-error", "SPEC B: SPEC must start with a scheme name"),
+            ("spec=rope&spec-b=alibi&spec-b=t5", "status", "the address gives the field spec-b twice"),
+            ("spec=rope&spec-b", "status", "the address field spec-b has no value"),
+            ("spec=rope&spec_b=alibi", "status", "unknown field 'spec_b'")):
+        d.get(d.uri + "#" + fragment + "&length=64&dim=16&heads=2")
+        assert message in d.find_element("id", where).text, fragment
+        assert d.find_element("id", "length").get_attribute("value") == "64"  # the other fields are read
+    assert d.find_element("id", "spec-b").get_attribute("aria-invalid") in ("false", None)
     assert _console_errors(d) == []

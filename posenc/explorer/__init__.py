@@ -18,7 +18,7 @@ The script is ``js/*.js``, one job per file, joined in ``JS_FILES`` order into o
     schemes.js       SCHEMES: one function per scheme, spec -> model (a new scheme goes here)
     numbers.js       the key numbers (posenc.analysis.key_numbers)
     draw.js          palettes, heatmaps, line charts, colour bars
-    figures.js       one function per figure
+    figures.js       one function per figure, drawing A and, in overlay mode (id="spec-b"), B
     order.js         "dog bites man" with the reader's sentences
     cope.js          CoPE's contextual positions of the reader's sentence (CoPE.sentence_positions)
     ui.js            controls, URL fragment state, error messages

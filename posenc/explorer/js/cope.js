@@ -38,7 +38,10 @@ function copeSentenceError(text) {
   return '';
 }
 var COPE_ROWS = 40;  // words listed in the table (the chart shows every character)
-function figCope(full) {
+function figCope(full) {  // full: the SPEC of A or B that is cope; null: the panel is hidden
+  var panel = document.getElementById('fig-cope');
+  panel.hidden = !full;
+  if (!full) { DRAWN['fig-cope'] = {hidden: true}; return; }
   var box = document.getElementById('cope-sentence'), text = box.value, msg = copeSentenceError(text), fig = document.getElementById('fig-cope');
   document.getElementById('cope-error').textContent = msg;
   box.setAttribute('aria-invalid', msg ? 'true' : 'false');

@@ -10,13 +10,16 @@ function palette(stops, t) {
   var i = Math.min(Math.floor(t), stops.length - 2), f = t - i, a = stops[i], b = stops[i + 1];
   return [a[0] + f * (b[0] - a[0]), a[1] + f * (b[1] - a[1]), a[2] + f * (b[2] - a[2])];
 }
-function canvasOf(id) {
+var DRAWN = {};  // what each figure last drew (series, colour scales), for the browser tests: posencExplorer.drawn(id)
+function canvasOf(id, height) {  // height: the canvas's own height in pixels, when the figure sizes itself
   var c = document.querySelector('#' + id + ' canvas'), ctx = c.getContext('2d');
   document.getElementById(id).hidden = false;
+  if (height && c.height !== Math.round(height)) c.height = Math.round(height);
   ctx.setTransform(1, 0, 0, 1, 0, 0);
   ctx.clearRect(0, 0, c.width, c.height);
   ctx.fillStyle = '#fff'; ctx.fillRect(0, 0, c.width, c.height);
   ctx.font = '12px system-ui, sans-serif'; ctx.fillStyle = '#222'; ctx.strokeStyle = '#222';
+  DRAWN[id] = {hidden: false};
   return {c: c, ctx: ctx, W: c.width, H: c.height};
 }
 function nice(x) { var a = Math.abs(x); if (a !== 0 && (a < 1e-3 || a >= 1e5)) return fmtG(x, 2); return fmtG(x, 3); }
@@ -36,10 +39,16 @@ function notApplicable(id, text) {  // a figure that does not apply to this kind
   g.ctx.fillStyle = '#f3f3f3'; g.ctx.fillRect(0, 0, g.W, g.H); g.ctx.fillStyle = '#555';
   g.ctx.textAlign = 'center'; g.ctx.fillText(text, g.W / 2, g.H / 2);
   g.c.setAttribute('aria-label', text);
+  DRAWN[id] = {hidden: document.getElementById(id).hidden, message: text};
 }
-// series: [{x: [], y: [], label, dash}]; opts: {title, xlabel, ylabel, logY, vlines: [{x, label}]}
+// series: [{x: [], y: [], label, dash, colour, marks}] (colour: a CSS colour, else LINES by order);
+// opts: {title, xlabel, ylabel, logY, yFloor, vlines: [{x, label}]}. The plot area is PLOT_H high and the
+// legend sits below it, outside the data, one row per series: the canvas grows with the legend.
+var PLOT_H = 190;
 function lineChart(id, series, opts) {
-  var g = canvasOf(id), ctx = g.ctx, L = 62, R = 12, T = 26, B = 40, w = g.W - L - R, h = g.H - T - B;
+  var L = 62, R = 12, T = 26, B = 40, legendH = 15 * series.length + 6;
+  var g = canvasOf(id, T + PLOT_H + B + legendH), ctx = g.ctx, w = g.W - L - R, h = PLOT_H;
+  series.forEach(function (s, k) { if (!s.colour) s.colour = LINES[k % LINES.length]; if (!s.dash) s.dash = []; });
   title(g, opts.title);
   var xs = [], ys = [];
   series.forEach(function (s) { for (var i = 0; i < s.x.length; i++) { if (isFinite(s.y[i]) && (!opts.logY || s.y[i] > 0)) { xs.push(s.x[i]); ys.push(opts.logY ? Math.log10(s.y[i]) : s.y[i]); } } });
@@ -57,15 +66,15 @@ function lineChart(id, series, opts) {
   ctx.textAlign = 'center';
   ticks(x0, x1, 6).forEach(function (v) { ctx.beginPath(); ctx.moveTo(X(v), T); ctx.lineTo(X(v), T + h); ctx.stroke(); ctx.fillText(nice(v), X(v), T + h + 14); });
   ctx.strokeStyle = '#222'; ctx.strokeRect(L, T, w, h);
-  ctx.fillText(opts.xlabel, L + w / 2, g.H - 6);
+  ctx.fillText(opts.xlabel, L + w / 2, T + h + 30);
   ctx.save(); ctx.translate(13, T + h / 2); ctx.rotate(-Math.PI / 2); ctx.fillText(opts.ylabel, 0, 0); ctx.restore();
   (opts.vlines || []).forEach(function (v) {
     ctx.save(); ctx.setLineDash([4, 4]); ctx.strokeStyle = '#777'; ctx.beginPath(); ctx.moveTo(X(v.x), T); ctx.lineTo(X(v.x), T + h); ctx.stroke(); ctx.restore();
     ctx.fillStyle = '#555'; ctx.textAlign = 'left'; ctx.fillText(v.label, Math.min(X(v.x) + 3, L + w - 60), T + 12 + 13 * (v.row || 0));
   });
   ctx.save(); ctx.beginPath(); ctx.rect(L, T, w, h); ctx.clip();
-  series.forEach(function (s, k) {
-    ctx.strokeStyle = LINES[k % LINES.length]; ctx.fillStyle = ctx.strokeStyle; ctx.lineWidth = 1.6; ctx.setLineDash(s.dash || []);
+  series.forEach(function (s) {
+    ctx.strokeStyle = s.colour; ctx.fillStyle = s.colour; ctx.lineWidth = 1.6; ctx.setLineDash(s.dash);
     var step = Math.max(1, Math.floor(s.x.length / 2000));
     ctx.beginPath(); var on = false;
     for (var i = 0; i < s.x.length; i += step) {
@@ -80,14 +89,17 @@ function lineChart(id, series, opts) {
   });
   ctx.restore(); ctx.setLineDash([]);
   ctx.textAlign = 'left'; ctx.font = '11.5px system-ui, sans-serif';
-  var ly = T + 14;
-  series.forEach(function (s, k) {
-    var tw = ctx.measureText(s.label).width, lx = opts.legendLeft ? L + 8 : L + w - tw - 34;
-    ctx.fillStyle = 'rgba(255,255,255,0.85)'; ctx.fillRect(lx - 4, ly - 10, tw + 36, 14);
-    ctx.strokeStyle = LINES[k % LINES.length]; ctx.lineWidth = 2; ctx.setLineDash(s.dash || []);
-    ctx.beginPath(); ctx.moveTo(lx, ly - 4); ctx.lineTo(lx + 24, ly - 4); ctx.stroke(); ctx.setLineDash([]);
-    ctx.fillStyle = '#222'; ctx.fillText(s.label, lx + 28, ly); ly += 15;
+  var ly = T + h + B + 12;
+  series.forEach(function (s) {
+    ctx.strokeStyle = s.colour; ctx.lineWidth = 2; ctx.setLineDash(s.dash);
+    ctx.beginPath(); ctx.moveTo(L, ly - 4); ctx.lineTo(L + 28, ly - 4); ctx.stroke(); ctx.setLineDash([]);
+    if (s.marks) { ctx.fillStyle = s.colour; ctx.fillRect(L + 12, ly - 6, 4, 4); }
+    ctx.fillStyle = '#222'; ctx.fillText(s.label, L + 34, ly); ly += 15;
   });
+  ctx.lineWidth = 1;
+  DRAWN[id] = {hidden: false, title: opts.title, series: series.map(function (s) {
+    return {label: s.label, colour: s.colour, dash: s.dash.slice(), scheme: s.scheme || null, x: s.x, y: s.y};
+  })};
   g.c.setAttribute('aria-label', opts.title + ': ' + series.map(function (s) { return s.label; }).join('; '));
 }
 function colourBar(ctx, x, y, h, lo, hi, stops, label) {
@@ -95,6 +107,13 @@ function colourBar(ctx, x, y, h, lo, hi, stops, label) {
   ctx.strokeStyle = '#222'; ctx.strokeRect(x, y, 12, h); ctx.fillStyle = '#222'; ctx.textAlign = 'left';
   ticks(lo, hi, 4).forEach(function (v) { var py = y + h - (v - lo) / ((hi - lo) || 1) * h; ctx.fillText(nice(v), x + 15, py + 4); });
   ctx.save(); ctx.translate(x + 62, y + h / 2); ctx.rotate(Math.PI / 2); ctx.textAlign = 'center'; ctx.fillText(label, 0, 0); ctx.restore();
+}
+// a small colour bar beside one panel, its two ends labelled
+function miniBar(ctx, x, y, h, lo, hi, stops) {
+  for (var k = 0; k < h; k++) { var c = palette(stops, 1 - k / (h - 1)); ctx.fillStyle = 'rgb(' + c.map(Math.round).join(',') + ')'; ctx.fillRect(x, y + k, 8, 1); }
+  ctx.strokeStyle = '#222'; ctx.strokeRect(x, y, 8, h); ctx.fillStyle = '#222'; ctx.textAlign = 'left'; ctx.font = '10.5px system-ui, sans-serif';
+  ctx.fillText(nice(hi), x + 11, y + 8); ctx.fillText(nice(lo), x + 11, y + h);
+  ctx.font = '12px system-ui, sans-serif';
 }
 // value(i, j) over an ni × nj grid drawn into (x, y, w, h); returns nothing
 function heat(ctx, x, y, w, h, ni, nj, value, lo, hi, stops) {

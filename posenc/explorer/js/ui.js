@@ -1,8 +1,10 @@
-// Controls, the URL fragment state (#spec=SPEC&length=L&dim=D&heads=H, and for a grid scheme
-// &grid=HxW&patch=R,C as `posenc show --grid/--patch` takes them) and error messages.
+// Controls, the URL fragment state (#spec=SPEC&length=L&dim=D&heads=H, in overlay mode &spec-b=SPEC
+// after spec, and for a grid scheme &grid=HxW&patch=R,C as `posenc show --grid/--patch` takes them) and
+// error messages. The fragment is read strictly: known fields only, each once, as field=URL-encoded
+// text; every value then goes through the same checks as a typed one (nothing in it is ever run).
 var $ = function (id) { return document.getElementById(id); };
 var SIZE = ['length', 'dim', 'heads'];
-var state = {spec: null, full: null, sizes: null};
+var state = {spec: null, full: null, sizes: null, fullB: null};
 var CHOICES = {layout: ['half', 'interleaved'], variant: ['log', 'power'], convention: SCHEMA.cope.conventions};  // a select each
 var SLIDERS = {base: [10, 100, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 500000, 1000000, 10000000],
                factor: [1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64]};
@@ -145,7 +147,7 @@ function readSizeSafe(name) { try { return readSize(name); } catch (e) { return 
 var renders = 0, lastGood = null;
 function update(opt) {
   opt = opt || {};
-  var sizes = {}, bad = false, given = null, full = null, specMessage = '', model = null, view = null;
+  var sizes = {}, bad = false, given = null, full = null, specMessage = '', model = null, view = null, fullB = null, modelB = null;
   SIZE.forEach(function (n) {
     try { sizes[n] = readSize(n); setError(n, ''); $(n + '-slider').value = Math.min(sizes[n], Number($(n + '-slider').max)); }
     catch (e) { if (!(e instanceof SpecError)) throw e; setError(n, e.message); bad = true; }
@@ -157,6 +159,13 @@ function update(opt) {
   } catch (e) {
     if (!(e instanceof SpecError)) throw e;
     setError('spec', e.message); bad = true; specMessage = e.message;
+  }
+  try {  // overlay mode: a second SPEC, drawn on the same figures (empty: none)
+    if (pyStrip($('spec-b').value)) { var givenB = parseSpec($('spec-b').value); if (!bad) { fullB = fullSpec(givenB, sizes); modelB = build(fullB); } }
+    setError('spec-b', '');
+  } catch (e) {
+    if (!(e instanceof SpecError)) throw e;
+    setError('spec-b', 'SPEC B: ' + e.message); bad = true;
   }
   if (given) {
     var changed = !state.spec || state.spec.get('scheme') !== given.get('scheme') || opt.rebuildControls || opt.fromSpec;
@@ -170,7 +179,7 @@ function update(opt) {
   try { view = readView(); } catch (e) {
     if (!(e instanceof SpecError)) throw e;
     setError(e.control, e.message);
-    if (model && model.axes > 1) bad = true;  // the grid controls matter for grid schemes only
+    if ((model && model.axes > 1) || (modelB && modelB.axes > 1)) bad = true;  // the grid controls matter for grid schemes only
   }
   if (view) {
     $('patch-row-slider').max = view.grid[0] - 1; $('patch-col-slider').max = view.grid[1] - 1;
@@ -181,11 +190,13 @@ function update(opt) {
     document.documentElement.setAttribute('data-valid', '0');
     return;
   }
-  state.full = full; state.sizes = sizes; state.view = model.axes > 1 ? view : null;
-  var token = ++pending, width = model.width || 0;
+  var grid = model.axes > 1 || !!(modelB && modelB.axes > 1);
+  $('grid-controls').hidden = !grid;  // the grid controls show for grid schemes only
+  state.full = full; state.fullB = fullB; state.sizes = sizes; state.view = grid ? view : null;
+  var token = ++pending, width = Math.max(model.width || 0, modelB && modelB.width || 0);
   if (width * sizes.length <= BIG) {
     $('status').textContent = '';
-    render(full, sizes, state.view);
+    render(full, fullB, sizes, state.view);
     writeHash();
     return;
   }
@@ -193,26 +204,38 @@ function update(opt) {
   $('status').textContent = 'Computing ' + sizes.length + ' positions × ' + width + ' dimensions…';
   setTimeout(function () {
     if (token !== pending) return;  // a newer change supersedes this one
-    render(full, sizes, state.view);
+    render(full, fullB, sizes, state.view);
     $('status').textContent = '';
     writeHash();
   }, 30);
 }
 var pending = 0, BIG = 1 << 21;  // about 0.1 s of cos/sin in V8 (measured: 16384 × 4096 takes ~9 s)
-function render(full, sizes, view) {
-  var L = sizes.length, m = build(full);
-  var numbers = keyNumbers(full, L, m, view, sizes.heads), body = document.querySelector('#key-numbers tbody');
+// the key numbers of one SPEC into a table, and the `posenc show` command that prints them
+function showNumbers(full, m, sizes, view, tableId, commandId, text) {
+  var L = sizes.length, v = m.axes > 1 ? view : null, body = document.querySelector('#' + tableId + ' tbody');
   body.textContent = '';
-  numbers.forEach(function (kv) { var tr = document.createElement('tr'); kv.forEach(function (c) { var td = document.createElement('td'); td.textContent = c; tr.appendChild(td); }); body.appendChild(tr); });
-  $('show-command').textContent = 'posenc show ' + shellQuote(pyStrip($('spec').value)) +
-    (view ? ' --grid ' + view.grid.join('x') + ' --patch ' + view.patch.join(',') : '') + ' --length ' + L + ' --dim ' + sizes.dim + ' --heads ' + sizes.heads;
+  keyNumbers(full, L, m, v, sizes.heads).forEach(function (kv) { var tr = document.createElement('tr'); kv.forEach(function (c) { var td = document.createElement('td'); td.textContent = c; tr.appendChild(td); }); body.appendChild(tr); });
+  $(commandId).textContent = 'posenc show ' + shellQuote(text) +
+    (v ? ' --grid ' + v.grid.join('x') + ' --patch ' + v.patch.join(',') : '') + ' --length ' + L + ' --dim ' + sizes.dim + ' --heads ' + sizes.heads;
+}
+function render(full, fullB, sizes, view) {
+  var L = sizes.length, m = build(full), mB = fullB ? build(fullB) : null;
+  var list = [{tag: 'A', full: full, m: m, text: pyStrip($('spec').value), overlay: !!fullB}];
+  if (fullB) list.push({tag: 'B', full: fullB, m: mB, text: pyStrip($('spec-b').value), overlay: true});
+  showNumbers(full, m, sizes, view, 'key-numbers', 'show-command', list[0].text);
+  $('overlay-numbers').hidden = !fullB;
+  if (fullB) showNumbers(fullB, mB, sizes, view, 'key-numbers-b', 'show-command-b', list[1].text);
   var figs = [['fig-table', figTable], ['fig-similarity', figSimilarity], ['fig-qk', figQK], ['fig-wavelengths', figWavelengths], ['fig-bias', figBias], ['fig-grid', figGrid]];
   notShown = [];
-  figs.forEach(function (f) { f[1](m, full, L, view); });
-  $('not-shown').textContent = notShown.length ? 'Not drawn for ' + NAMES[full.get('scheme')] + ' (' + m.kind + '): ' + notShown.join(', ') + '.' : '';
+  figs.forEach(function (f) { f[1](list, L, view); });
+  var cope = list.filter(function (d) { return d.m.kind === 'content'; })[0];
+  if (!cope) notShown.push(FIGURE_NAMES['fig-cope']);
+  $('not-shown').textContent = notShown.length ? 'Not drawn for ' + list.map(function (d) { return (fullB ? d.tag + ' ' : '') + NAMES[d.full.get('scheme')] + ' (' + (d.m.axes > 1 ? 'grid' : d.m.kind) + ')'; }).join(' and ') + ': ' + notShown.join(', ') + '.' : '';
+  $('overlay-note').textContent = fullB ? 'Overlay: A = ' + list[0].text + ' (solid, blue and vermillion), B = ' + list[1].text + ' (dash-dot and dotted, green and pink) on the same line charts; '
+    + 'the table and the bias maps draw A above B; the grid map draws the first grid scheme; "dog bites man" reads A.' : '';
   figOrder(full);
-  figCope(full);
-  lastGood = {full: full, sizes: sizes};
+  lastGood = {full: full, fullB: fullB, sizes: sizes, cope: cope ? cope.full : null};
+  figCope(lastGood.cope);
   renders += 1;
   document.documentElement.setAttribute('data-renders', String(renders));
   document.documentElement.setAttribute('data-valid', '1');
@@ -220,29 +243,38 @@ function render(full, sizes, view) {
 function shellQuote(s) { return /^[A-Za-z0-9_:=,.\-+]+$/.test(s) ? s : "'" + s.replace(/'/g, "'\\''") + "'"; }
 var written = null;
 function writeHash() {
-  var h = '#spec=' + encodeURIComponent(pyStrip($('spec').value)) + SIZE.map(function (n) { return '&' + n + '=' + encodeURIComponent(pyStrip($(n).value)); }).join('');
+  var b = pyStrip($('spec-b').value);
+  var h = '#spec=' + encodeURIComponent(pyStrip($('spec').value)) + (b ? '&spec-b=' + encodeURIComponent(b) : '') + SIZE.map(function (n) { return '&' + n + '=' + encodeURIComponent(pyStrip($(n).value)); }).join('');
   if (state.view) h += '&grid=' + state.view.grid.join('x') + (pyStrip($('patch').value) ? '&patch=' + state.view.patch.join(',') : '');
   if (location.hash === h) return;
   written = h;
   try { history.replaceState(null, '', h); } catch (e) { location.hash = h; }
 }
+var HASH_FIELDS = ['spec', 'spec-b', 'length', 'dim', 'heads', 'grid', 'patch'];
 function readHash() {
-  var vals = {spec: SCHEMA.defaults.spec, length: String(SCHEMA.defaults.length), dim: String(SCHEMA.defaults.dim), heads: String(SCHEMA.defaults.heads),
-              grid: SCHEMA.grid['default'].join('x'), patch: ''}, problem = '';
+  var vals = {spec: SCHEMA.defaults.spec, 'spec-b': '', length: String(SCHEMA.defaults.length), dim: String(SCHEMA.defaults.dim), heads: String(SCHEMA.defaults.heads),
+              grid: SCHEMA.grid['default'].join('x'), patch: ''}, problem = '', seen = {};
+  function bad(text) { problem = problem || text; }  // the first problem is named; the other fields are read
   location.hash.replace(/^#/, '').split('&').forEach(function (part) {
     if (!part) return;
     var eq = part.indexOf('='), k = eq < 0 ? part : part.slice(0, eq), v = eq < 0 ? '' : part.slice(eq + 1);
-    if (!(k in vals)) { problem = 'the address has an unknown field ' + strRepr(k) + ' (allowed: spec, length, dim, heads, grid, patch)'; return; }
-    try { vals[k] = decodeURIComponent(v); } catch (e) { problem = 'the address field ' + k + ' is not valid URL encoding'; }
+    if (HASH_FIELDS.indexOf(k) < 0) return bad('the address has an unknown field ' + strRepr(k) + ' (allowed: ' + HASH_FIELDS.join(', ') + ')');
+    if (eq < 0) return bad('the address field ' + k + ' has no value (write ' + k + '=...)');
+    if (seen[k]) return bad('the address gives the field ' + k + ' twice');
+    seen[k] = true;
+    try { vals[k] = decodeURIComponent(v); } catch (e) { bad('the address field ' + k + ' is not valid URL encoding'); }
   });
   $('spec').value = vals.spec;
+  $('spec-b').value = vals['spec-b'];
   SIZE.concat(['grid', 'patch']).forEach(function (n) { $(n).value = vals[n]; });
   update({fromSpec: true});
-  if (problem) $('status').textContent = problem + '. ' + $('status').textContent;
+  if (problem) $('status').textContent = problem + '; the other fields are shown. ' + $('status').textContent;
 }
 function init() {
   schemeOptions();
   $('spec').addEventListener('input', function () { update({fromSpec: true}); });
+  $('spec-b').addEventListener('input', function () { update(); });
+  $('bias-scale').addEventListener('change', function () { if (lastGood) update(); });
   $('scheme').addEventListener('change', function () { $('spec').value = $('scheme').value; state.spec = null; update({fromSpec: true}); });
   SIZE.forEach(function (n) {
     $(n).addEventListener('input', function () { update(); });
@@ -254,8 +286,8 @@ function init() {
   });
   ['sentence-a', 'sentence-b'].forEach(function (id) { $(id).addEventListener('input', function () { if (lastGood) figOrder(lastGood.full); }); });
   $('cope-sentence').value = SCHEMA.cope.sentence;
-  $('cope-sentence').addEventListener('input', function () { if (lastGood) figCope(lastGood.full); });
-  $('cope-marks').addEventListener('change', function () { if (lastGood) figCope(lastGood.full); });
+  $('cope-sentence').addEventListener('input', function () { if (lastGood) figCope(lastGood.cope); });
+  $('cope-marks').addEventListener('change', function () { if (lastGood) figCope(lastGood.cope); });
   window.addEventListener('hashchange', function () { if (location.hash !== written) readHash(); });
   readHash();
 }
@@ -263,5 +295,9 @@ function init() {
 globalThis.posencExplorer = {parseSpec: parseSpec, fullSpec: fullSpec, keyNumbers: keyNumbers, pyRepr: pyRepr,
                              copePositions: function (text, marks, nposMax) { return Array.from(copePositions(text, marks, nposMax)); },
                              fmtF: fmtF, fmtE: fmtE, fmtG: fmtG, floatRepr: floatRepr, SpecError: SpecError,
-                             gridValues: function (full, h, w, r, c) { return Array.from(gridValues(build(full), h, w, r, c)); }};
+                             gridValues: function (full, h, w, r, c) { return Array.from(gridValues(build(full), h, w, r, c)); },
+                             // what a figure drew: {hidden, series: [{label, colour, dash, scheme, x, y}]} or its colour scales
+                             drawn: function (id) { return JSON.parse(JSON.stringify(DRAWN[id] || null, function (k, v) { return ArrayBuffer.isView(v) ? Array.from(v) : v; })); },
+                             // row i of head h's bias map over L positions, as the page computes it
+                             biasRow: function (full, h, i, L) { var m = build(full), out = []; for (var j = 0; j < L; j++) out.push(m.bias(h, i, j)); return out; }};
 if (typeof document !== 'undefined' && document.getElementById('controls')) init();
