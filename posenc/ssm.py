@@ -165,14 +165,14 @@ class DiagonalSSM(nn.Module):
 
     kind = "recurrent"
 
-    def step(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def dt(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """``Δ = exp(log_dt)``, ``[N]``, clamped at ``MAX_DT`` (a decay of exactly 0 either way)."""
         log_dt = self.log_dt if dtype is None else self.log_dt.to(dtype)
         return torch.exp(log_dt.clamp(max=math.log(MAX_DT)))
 
     def decay(self) -> torch.Tensor:
         """``a = exp(−exp(log_dt))``, ``[N]``."""
-        return torch.exp(-self.step())
+        return torch.exp(-self.dt())
 
     def forward(self, x: torch.Tensor, state: torch.Tensor | None = None, *,
                 return_state: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -195,7 +195,7 @@ class DiagonalSSM(nn.Module):
             _check_state(state, x.shape[0], self.d_state)
         work = _scan_dtype(x.dtype)
         u = self.in_proj(x)  # (B, L, N)
-        dt = self.step(work)  # (N,): Δ
+        dt = self.dt(work)  # (N,): Δ
         gain = -torch.expm1(-dt)  # (N,): 1 − a, exact even where Δ is small (1 − exp(−Δ) would cancel)
         h = _scan(gain * u.to(work), dt, state, chunk=self.chunk)  # (B, L, N), work dtype
         y = self.out_proj(h.to(x.dtype)) + self.skip * x  # (B, L, C)
