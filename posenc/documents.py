@@ -128,3 +128,22 @@ def positions_in_documents(document_ids: torch.Tensor) -> torch.Tensor:
     starts[..., 1:] = ids[..., 1:] != ids[..., :-1]  # a document starts here
     first = torch.where(starts, index, torch.zeros_like(index)).cummax(-1).values  # start of each token's document
     return index - first
+
+
+def cumsum_in_documents(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The running sum of ``x [..., L]`` along ``L``, restarting at each document's first token:
+    ``out_t = Σ_{l = t − p_t .. t} x_l`` with ``p_t`` the position of token ``t`` in its document
+    (``positions``, from ``positions_in_documents``, broadcastable against ``x``).
+
+    A scan of ⌈log₂ L⌉ steps (Hillis & Steele 1986): after step ``k`` each token holds the sum of
+    the last ``min(p_t + 1, 2^k)`` tokens of its document, so no value of one document ever enters
+    another's sums (a non-finite value stays in its document) and the additions each token sees are
+    the same, in the same order, as its document alone in the row gives."""
+    length = x.shape[-1]
+    out = x
+    span = 1
+    while span < length:
+        before = torch.nn.functional.pad(out[..., :-span], (span, 0))  # out_{t − span}
+        out = out + torch.where(positions >= span, before, torch.zeros((), dtype=x.dtype, device=x.device))
+        span *= 2
+    return out

@@ -54,8 +54,11 @@ decays over the scales of the task."""
 
 
 MAX_DT = 1e30
-"""The largest Δ: ``a = exp(−Δ)`` is already 0 in float32 past Δ ≈ 104, and a Δ past float32's range
-(3.4e38) becomes inf, where the scan's ``Δ·0`` on the diagonal is NaN."""
+"""The largest Δ: ``dt_max``'s bound, and where the layer clamps ``exp(log_dt)`` (a learned
+``log_dt`` past log(MAX_DT) ≈ 69.1 gives this Δ). ``a = exp(−Δ)`` is already exactly 0 in float32
+past Δ ≈ 104 (and in float64 past 745), so the clamp changes no value, and no gradient (``∂a/∂log_dt
+= −a·Δ`` is 0 there too); without it a Δ past float32's range (3.4e38, ``log_dt`` > 88.7) would
+be inf, and its gradient ``0·inf`` NaN."""
 
 
 def _scan_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -64,16 +67,36 @@ def _scan_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def diagonal_scan(v: torch.Tensor, dt: torch.Tensor, state: torch.Tensor | None = None, *,
                   chunk: int = CHUNK) -> torch.Tensor:
-    """Every state of ``h_t = exp(−dt) ⊙ h_{t−1} + v_t``: ``v [B, L, N]``, ``dt [N] > 0`` ->
+    """Every state of ``h_t = exp(−dt) ⊙ h_{t−1} + v_t``: ``v [B, L, N]``, ``dt [N] >= 0`` ->
     ``[B, L, N]`` (chunked; see the module docstring). ``state [B, N]`` is ``h_{−1}`` (zeros by
-    default). Computed in float32 (float64 for float64 input) and returned in that dtype."""
+    default). Computed in float32 (float64 for float64 input) and returned in that dtype.
+
+    ``dt = 0`` is no decay (``a = 1``, a running sum), ``dt = inf`` a decay of exactly 0
+    (``h_t = v_t``). ``v``, ``dt`` and ``state`` must be floating-point tensors (a list is refused
+    with a TypeError, as every tensor argument of posenc is); a negative or NaN ``dt`` is a
+    ValueError."""
+    if not isinstance(v, torch.Tensor) or not v.is_floating_point():
+        raise TypeError(f"v must be a floating-point torch.Tensor [B, L, N], got {_what(v)}")
+    if v.dim() != 3:
+        raise ValueError(f"v must have shape [B, L, N], got shape {list(v.shape)}")
+    if not isinstance(dt, torch.Tensor) or not dt.is_floating_point():
+        raise TypeError(f"dt must be a floating-point torch.Tensor [N] (the step of each channel, "
+                        f"exp(−dt) its decay), got {_what(dt)}")
+    if dt.shape != v.shape[-1:]:
+        raise ValueError(f"dt must have shape [{v.shape[-1]}] ([N], N = v's last dimension), got shape {list(dt.shape)}")
+    if not torch.compiler.is_compiling() and dt.numel() and not bool((dt >= 0).all()):  # NaN fails too
+        bad = dt[~(dt >= 0)][0].item()
+        raise ValueError(f"dt must be >= 0 (a decay exp(−dt) in [0, 1]; inf is a decay of 0), got {bad}")
     chunk = check_int("chunk", chunk, min=1)
-    if v.dim() != 3 or dt.shape != v.shape[-1:]:
-        raise ValueError(f"v must have shape [B, L, N] and dt shape [N]; got {list(v.shape)} and {list(dt.shape)}")
+    if state is not None:
+        _check_state(state, v.shape[0], v.shape[-1])
+    return _scan(v, dt, state, chunk=chunk)
+
+
+def _scan(v: torch.Tensor, dt: torch.Tensor, state: torch.Tensor | None, *, chunk: int) -> torch.Tensor:
+    """``diagonal_scan`` on checked arguments (the layer checks its own)."""
     b, length, n = v.shape
     work = _scan_dtype(v.dtype)
-    if state is not None:
-        _check_state(state, b, n)
     k = min(chunk, max(length, 1))
     check_memory("chunk", chunk, 2 * n * k * k, bytes_per=torch.empty((), dtype=work).element_size(),
                  what=f"the scan's [N={n}, K, K] decay triangle (K = min(chunk, L) = {k})")
@@ -81,9 +104,9 @@ def diagonal_scan(v: torch.Tensor, dt: torch.Tensor, state: torch.Tensor | None 
     h = torch.zeros(b, n, dtype=work, device=v.device) if state is None else state.to(v.device, work)  # (B, N)
     steps = torch.arange(k, device=v.device, dtype=work)  # (K,)
     lag = steps[:, None] - steps[None, :]  # (K, K): i − j
-    causal = lag >= 0
-    # W[n, i, j] = a_n^(i−j) below the diagonal, 0 above; the exponent is ≤ 0 where it is kept.
-    w = torch.where(causal, torch.exp(-dt[:, None, None] * lag.clamp(min=0)), 0.0)  # (N, K, K)
+    # W[n, i, j] = a_n^(i−j) below the diagonal (the exponent −Δ·(i−j) < 0), 1 on it (a^0, also
+    # where a = 0: Δ·0 is never formed, so Δ = inf is exact), 0 above.
+    w = torch.where(lag > 0, torch.exp(-dt[:, None, None] * lag.clamp(min=1)), (lag == 0).to(work))  # (N, K, K)
     carry = torch.exp(-dt[None, :] * (steps[:, None] + 1))  # (K, N): a^(i+1)
     out = []
     for start in range(0, length, k):
@@ -95,6 +118,10 @@ def diagonal_scan(v: torch.Tensor, dt: torch.Tensor, state: torch.Tensor | None 
     if not out:
         return v.new_zeros(b, 0, n)
     return torch.cat(out, dim=1)  # (B, L, N)
+
+
+def _what(x) -> str:
+    return f"a {x.dtype} tensor" if isinstance(x, torch.Tensor) else type(x).__name__
 
 
 def _check_state(state, b: int, n: int) -> None:
@@ -138,15 +165,21 @@ class DiagonalSSM(nn.Module):
 
     kind = "recurrent"
 
+    def dt(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``Δ = exp(log_dt)``, ``[N]``, clamped at ``MAX_DT`` (a decay of exactly 0 either way)."""
+        log_dt = self.log_dt if dtype is None else self.log_dt.to(dtype)
+        return torch.exp(log_dt.clamp(max=math.log(MAX_DT)))
+
     def decay(self) -> torch.Tensor:
         """``a = exp(−exp(log_dt))``, ``[N]``."""
-        return torch.exp(-torch.exp(self.log_dt))
+        return torch.exp(-self.dt())
 
     def forward(self, x: torch.Tensor, state: torch.Tensor | None = None, *,
                 return_state: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """``x [B, L, C]`` -> ``y [B, L, C]`` in x's dtype; ``state [B, N]`` continues a sequence
         (``h_{−1}``); ``return_state=True`` also returns the last state ``[B, N]`` (in float32, or
-        float64 for float64 input), so that a sequence cut in two gives the same outputs."""
+        float64 for float64 input), so that a sequence cut in two gives the same outputs. For an
+        empty ``x`` (``L = 0``) the last state is the one before it: ``state``, or zeros (``h_{−1} = 0``)."""
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor, got {type(x).__name__}"
                             f"{'' if not isinstance(x, torch.Tensor) else ' of dtype ' + str(x.dtype)}")
@@ -162,13 +195,15 @@ class DiagonalSSM(nn.Module):
             _check_state(state, x.shape[0], self.d_state)
         work = _scan_dtype(x.dtype)
         u = self.in_proj(x)  # (B, L, N)
-        dt = torch.exp(self.log_dt.to(work))  # (N,): Δ
+        dt = self.dt(work)  # (N,): Δ
         gain = -torch.expm1(-dt)  # (N,): 1 − a, exact even where Δ is small (1 − exp(−Δ) would cancel)
-        h = diagonal_scan(gain * u.to(work), dt, state, chunk=self.chunk)  # (B, L, N), work dtype
+        h = _scan(gain * u.to(work), dt, state, chunk=self.chunk)  # (B, L, N), work dtype
         y = self.out_proj(h.to(x.dtype)) + self.skip * x  # (B, L, C)
         if return_state:
-            last = h[:, -1] if h.shape[1] else (torch.zeros_like(h[:, 0]) if state is None else state.to(work))
-            return y, last
+            if h.shape[1]:
+                return y, h[:, -1]
+            before = h.new_zeros(x.shape[0], self.d_state) if state is None else state.to(h.device, work)
+            return y, before
         return y
 
     def reference_weights(self) -> dict:

@@ -131,7 +131,7 @@ def calls():
 
     import posenc
     from posenc.interop import resize_grid
-    from posenc.ssm import DiagonalSSM
+    from posenc.ssm import DiagonalSSM, diagonal_scan
 
     for v in NUMBERS:
         yield f"grid_positions(shape=({v!r}, 2))", "shape", lambda v=v: posenc.grid_positions((v, 2))
@@ -164,6 +164,8 @@ def calls():
             yield f"DiagonalSSM({key}={v!r})", key, lambda kw=kwargs: DiagonalSSM(**kw)(torch.randn(1, 3, 4))
         yield f"DiagonalSSM()(return_state={v!r})", "return_state", lambda v=v: DiagonalSSM(4)(
             torch.randn(1, 3, 4), return_state=v)
+        yield f"diagonal_scan(chunk={v!r})", "chunk", lambda v=v: diagonal_scan(torch.randn(1, 3, 4), torch.ones(4),
+                                                                               chunk=v)
         qkv = [torch.randn(1, 2, 5, 8) for _ in range(3)]
         yield f"attention(scale={v!r})", "scale", lambda v=v: posenc.attention(*qkv, scale=v)
         yield f"attention(causal={v!r})", "causal", lambda v=v: posenc.attention(*qkv, causal=v)
@@ -198,6 +200,16 @@ def calls():
         yield f"DiagonalSSM()(x={name})", "x", lambda t=t: ssm(t)
     for name, t in {**_tensors((2, 4)), "float64": torch.zeros(2, 4, dtype=torch.float64)}.items():
         yield f"DiagonalSSM()(state={name})", "state", lambda t=t: ssm(torch.randn(2, 6, 4), t)
+        yield f"diagonal_scan(state={name})", "state", lambda t=t: diagonal_scan(torch.randn(2, 6, 4), torch.ones(4), t)
+    yield "DiagonalSSM()(x=length-0, return_state=True)", "x", lambda: ssm(torch.randn(2, 0, 4), return_state=True)
+    for name, t in _tensors((2, 6, 4)).items():
+        yield f"diagonal_scan(v={name})", "v", lambda t=t: diagonal_scan(t, torch.ones(4))
+    steps = {"valid": torch.ones(4), "zero": torch.zeros(4), "inf": torch.full((4,), float("inf")),
+             "float64": torch.ones(4, dtype=torch.float64), "float16": torch.ones(4, dtype=torch.float16),
+             "negative": -torch.ones(4), "nan": torch.full((4,), float("nan")), "int64": torch.ones(4, dtype=torch.long),
+             "rank-2": torch.ones(1, 4), "length-3": torch.ones(3), "list": [1.0] * 4}
+    for name, t in steps.items():
+        yield f"diagonal_scan(dt={name})", "dt", lambda t=t: diagonal_scan(torch.randn(2, 6, 4), t)
     alibi = posenc.build({"scheme": "alibi", "num_heads": 3})
     rope = posenc.build({"scheme": "rope", "head_dim": 8})
     for name, p in _positions(5).items():

@@ -95,6 +95,30 @@ def test_float32_at_an_odd_length_matches_the_reference(name, monkeypatch):
     assert_close(out, attention_reference(q, k, v, pe, causal=True), magnitude=10.0, what=name)
 
 
+@pytest.mark.parametrize("case", ["real-positions", "large-c"])
+def test_fire_in_float32_is_finite_wherever_float64_is(case, monkeypatch):
+    """FIRE's float32 blocks (``block_fn``) where ``|i − j|`` (real key positions drawn in 1e39..5e39)
+    or ``c·|i − j|`` (c = 1e37) overflows float32 but the MLP's input, ``ψ`` in float64, is at most 1:
+    finite, and the float64 reference within float32 rounding, as the materialized path."""
+    monkeypatch.setattr(bw, "BLOCK_Q", 16)
+    monkeypatch.setattr(bw, "BLOCK_K", 24)
+    monkeypatch.setattr(bw, "FUSED_BLOCK_Q", 16)
+    g = torch.Generator().manual_seed(5)
+    if case == "real-positions":
+        pe, positions = small_module("fire"), (1e39 + 4e39 * torch.rand(57, generator=g, dtype=torch.float64)).sort()[0]
+    else:
+        pe, positions = small_module("fire", c=1e37), torch.arange(57)
+    h, d = heads_dim(pe)
+    q, k, v = (torch.randn(2, h, 57, d, generator=g) for _ in range(3))
+    expected = attention_reference(q, k, v, pe, q_positions=positions, k_positions=positions, causal=True)
+    for backend in ("blockwise", "materialize"):
+        with torch.no_grad():
+            out = posenc.attention(q, k, v, pe, q_positions=positions, k_positions=positions, causal=True,
+                                   backend=backend)
+        assert torch.isfinite(out).all(), backend
+        assert_close(out, expected, magnitude=10.0, what=f"{case} {backend}")
+
+
 def test_frozen_parameters_get_no_gradient_and_the_rest_the_true_one(tiny_blocks):
     pe = small_module("fire").double()
     pe.mlp.requires_grad_(False)

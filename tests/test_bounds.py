@@ -174,12 +174,14 @@ def test_sweep_extreme_values_over_every_public_function():
                  "packing([9223372036854775808])", "packing([1000000000])", "shard_positions(length=1000000000)",
                  "resize_grid(new_grid=[1000000000, 2])", "apply_rotary(cos=length-7)", "apply_rotary(out=expanded)",
                  "DiagonalSSM()(state=list)", "DiagonalSSM()(x=int64)", "attention(q with D=0)",
-                 "DiagonalSSM(d_model=1000000000)", "DiagonalSSM(dt_max=1e+308)"):
+                 "DiagonalSSM(d_model=1000000000)", "DiagonalSSM(dt_max=1e+308)", "diagonal_scan(dt=list)",
+                 "diagonal_scan(dt=negative)", "diagonal_scan(dt=nan)", "diagonal_scan(v=list)"):
         assert outcome[case] == "error", (case, outcome[case])
     for case in ("apply_rotary(x=noncontiguous)", "apply_rotary(x=expanded)", "apply_rotary(out=strided)",
                  "apply_rotary(cos=expanded)", "DiagonalSSM()(x=expanded)", "DiagonalSSM()(state=expanded)",
                  "attention(q=expanded)", "context_parallel_attention(q=noncontiguous)",
-                 "attention(document_ids=expanded)", "grid_positions(offset=1000000000)"):
+                 "attention(document_ids=expanded)", "grid_positions(offset=1000000000)",
+                 "DiagonalSSM()(x=length-0, return_state=True)", "diagonal_scan(dt=inf)", "diagonal_scan(dt=zero)"):
         assert outcome[case] == "ok", (case, outcome[case])
 
 

@@ -4,16 +4,34 @@ kind, causal or not, on every backend; bad input is refused by name."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import posenc
+from posenc.documents import cumsum_in_documents, positions_in_documents
 from posenc.positions import text_positions
+from posenc.reference.fox import cumsum_in_documents as cumsum_in_documents_ref
 import posenc.attn
 from conftest import schemes_of_kind, small_module
 
 APPLIED = schemes_of_kind("none", "rotary", "bias", "relative")
 ROWS = ([5, 11, 1, 6], [12, 1, 10])  # two rows of 23 tokens, one-token documents included
+
+
+def test_a_running_sum_restarts_in_each_document():
+    """``cumsum_in_documents`` (the scan) is each document's own running sum (the float64
+    reference, a loop over documents): a non-finite value stays in its document."""
+    torch.manual_seed(0)
+    docs = torch.stack([posenc.packing(r).document_ids for r in ROWS])  # (2, 23)
+    x = torch.randn(2, 3, 23, dtype=torch.float64)
+    x[0, 1, 7], x[1, 0, 3], x[1, 2, 5] = float("inf"), float("nan"), float("-inf")
+    got = cumsum_in_documents(x, positions_in_documents(docs).unsqueeze(1))
+    expected = cumsum_in_documents_ref(x.numpy(), docs.numpy())
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-14, atol=1e-14)
+    assert torch.isfinite(got[0, 1, 16:]).all() and torch.isfinite(got[1, :, 12:]).all()
+    one = torch.zeros(23, dtype=torch.long)  # a single document is the plain running sum
+    torch.testing.assert_close(cumsum_in_documents(x[:1, :1], positions_in_documents(one)), x[:1, :1].cumsum(-1))
 
 
 def test_packing_gives_positions_document_ids_and_cu_seqlens():

@@ -189,3 +189,66 @@ def test_bad_input_raises_naming_it():
         m(torch.zeros(2, 5, 4, dtype=torch.long))
     with pytest.raises(ValueError, match=r"state must have shape \[2, 3\]"):
         m(torch.zeros(2, 5, 4), torch.zeros(3))
+
+
+# -- a decay of exactly 0, empty input ---------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, log_dt", [(torch.float32, 89.0), (torch.float64, 89.0), (torch.float64, 800.0)],
+                         ids=["float32-89", "float64-89", "float64-800"])
+def test_a_decay_of_exactly_zero_is_exact(dtype, log_dt):
+    """``log_dt`` = 89 (Δ = e^89, past float32's range) or 800 (past float64's): a = 0, so
+    h_t = u_t; the output is the reference's (no NaN from Δ·0, no warning) and every gradient finite."""
+    m = _layer(dtype=dtype)
+    chosen = torch.randperm(m.d_state, generator=torch.Generator().manual_seed(2))[:4]  # some channels
+    with torch.no_grad():
+        m.log_dt[chosen] = log_dt
+    x = _x(m, 2 * CHUNK + 5).requires_grad_()
+    y = m(x)
+    expected = ref.ssm(x.detach().double().numpy(), **m.reference_weights())
+    assert_close(y.detach(), expected, magnitude=_magnitude(m, x.detach()), what=f"ssm {dtype} log_dt={log_dt}")
+    assert torch.equal(m.decay()[chosen], torch.zeros(4, dtype=dtype))
+    y.square().mean().backward()
+    for name, p in [*m.named_parameters(), ("x", x)]:
+        assert torch.isfinite(p.grad).all(), name
+    assert torch.equal(m.log_dt.grad[chosen], torch.zeros(4, dtype=dtype))  # ∂a/∂log_dt = −a·Δ = 0
+
+
+def test_scan_takes_no_decay_and_a_decay_of_zero():
+    """dt = inf: h_t = v_t exactly; dt = 0: the running sum; a carried state decays likewise."""
+    torch.manual_seed(0)
+    v = torch.randn(2, 11, 2, dtype=torch.float64)
+    h0 = torch.randn(2, 2, dtype=torch.float64)
+    h = diagonal_scan(v, torch.tensor([float("inf"), 0.0], dtype=torch.float64), h0, chunk=4)
+    assert torch.equal(h[..., 0], v[..., 0])
+    torch.testing.assert_close(h[..., 1], v[..., 1].cumsum(1) + h0[:, 1:], rtol=0, atol=1e-12)
+
+
+def test_an_empty_sequence_returns_the_state_before_it():
+    """L = 0: an empty output, and the last state is h_{−1}: zeros, or the state given (float32)."""
+    m = DiagonalSSM(4, 3)
+    x = torch.zeros(2, 0, 4)
+    y, last = m(x, return_state=True)
+    assert y.shape == (2, 0, 4) and torch.equal(last, torch.zeros(2, 3))
+    state = torch.randn(2, 3, dtype=torch.float64)
+    y, last = m(x, state, return_state=True)
+    assert y.shape == (2, 0, 4) and last.dtype == torch.float32 and torch.equal(last, state.float())
+    assert m(x).shape == (2, 0, 4)
+
+
+@pytest.mark.parametrize("v, dt, kw, error, message", [
+    (torch.zeros(1, 5, 3), [1.0, 1.0, 1.0], {}, TypeError, r"dt must be a floating-point torch.Tensor \[N\].*got list"),
+    ([[[0.0, 0.0, 0.0]]], torch.ones(3), {}, TypeError, r"v must be a floating-point torch.Tensor \[B, L, N\]"),
+    (torch.zeros(1, 5, 3, dtype=torch.long), torch.ones(3), {}, TypeError, r"v must be .*got a torch.int64 tensor"),
+    (torch.zeros(1, 5, 3), torch.ones(3, dtype=torch.long), {}, TypeError, r"dt must be .*got a torch.int64 tensor"),
+    (torch.zeros(5, 3), torch.ones(3), {}, ValueError, r"v must have shape \[B, L, N\], got shape \[5, 3\]"),
+    (torch.zeros(1, 5, 3), torch.ones(4), {}, ValueError, r"dt must have shape \[3\]"),
+    (torch.zeros(1, 5, 3), torch.tensor([1.0, -0.5, 1.0]), {}, ValueError, r"dt must be >= 0 .*got -0.5"),
+    (torch.zeros(1, 5, 3), torch.tensor([1.0, float("nan"), 1.0]), {}, ValueError, r"dt must be >= 0 .*got nan"),
+    (torch.zeros(1, 5, 3), torch.ones(3), {"chunk": 0}, ValueError, r"chunk must be >= 1, got 0"),
+    (torch.zeros(1, 5, 3), torch.ones(3), {"state": [0.0] * 3}, TypeError, r"state must be a floating-point"),
+    (torch.zeros(1, 5, 3), torch.ones(3), {"state": torch.zeros(3)}, ValueError, r"state must have shape \[1, 3\]"),
+], ids=["dt-list", "v-list", "v-int", "dt-int", "v-rank", "dt-shape", "dt-negative", "dt-nan", "chunk", "state-list",
+        "state-shape"])
+def test_scan_refuses_bad_input_naming_it(v, dt, kw, error, message):
+    with pytest.raises(error, match=message):
+        diagonal_scan(v, dt, **kw)

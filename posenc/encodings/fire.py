@@ -44,6 +44,12 @@ where 75% of the scores lie in blocks with none and 20% in blocks with one; 2.3 
 Measured on one such block (one thread, 8 heads): ``x`` 0.9 ns per score and head, the affine
 part 0.6 ns, a hinge 0.3 ns, against 9.6 ns for SDPA's fused kernel on the block; the per-pair
 form (ψ in float64, α and β gathered per pair and head) cost 76 ns.
+
+Overflow: ``|i − j|`` (real positions past float32's 3.4e38) or ``c·|i − j|`` can leave the score
+dtype's range where ``ψ`` of them, in float64, is an ordinary number (``ψ(5e39) ≈ 89.1`` at
+``c = 0.1``; ``x ≤ 1``). A block whose ``x`` comes out non-finite (seen in the min and max the
+segments are read from, no extra pass) computes ``x`` again in float64 and casts it: where the
+float64 reference is finite, so is the block.
 """
 
 from __future__ import annotations
@@ -120,19 +126,27 @@ class Fire(BiasEncoding):
             steps = alpha.diff(dim=0)  # (S − 1, H): α_{k+1} − α_k, the slope added at breakpoint k
         cast: dict[torch.dtype, tuple[torch.Tensor, ...]] = {}  # the tables in each score dtype
 
+        def mlp_input(q_pos, k_pos, work, c_):
+            """``ψ(|i − j|) · r_i`` computed in ``work``: ``[..., c, n]``."""
+            r = 1 / (torch.log1p(c * torch.maximum(q_pos.to(f64), L)) + EPS)  # (..., c) float64
+            x = (q_pos.unsqueeze(-1) - k_pos.unsqueeze(-2)).abs_().to(work)  # (..., c, n): |i − j|
+            return x.mul_(c_).log1p_().mul_(r.to(work).unsqueeze(-1))
+
         def bias(q_pos, k_pos, dtype):
             if dtype not in cast:
                 cast[dtype] = tuple(a.to(dtype) for a in (breaks, alpha, steps, beta, c))
             t, a, da, b, c_ = cast[dtype]
             h = b.shape[-1]
             with torch.no_grad():
-                r = 1 / (torch.log1p(c * torch.maximum(q_pos.to(f64), L)) + EPS)  # (..., c) float64
-                x = (q_pos.unsqueeze(-1) - k_pos.unsqueeze(-2)).abs_().to(dtype)  # (..., c, n): |i − j|
-                x = x.mul_(c_).log1p_().mul_(r.to(dtype).unsqueeze(-1))  # the MLP's input
+                x = mlp_input(q_pos, k_pos, dtype, c_)  # the MLP's input
                 shape = (h, *x.shape)
                 if x.numel() == 0:
                     return x.new_empty(shape).movedim(0, -3)
-                lo, hi = torch.searchsorted(t, torch.stack(torch.aminmax(x))).tolist()  # its segments
+                ends = torch.stack(torch.aminmax(x))
+                lo, hi, finite = torch.cat([torch.searchsorted(t, ends), ends.isfinite().all().view(1)]).tolist()
+                if not finite and dtype != f64:  # |i − j| or c·|i − j| past the dtype's range
+                    x = mlp_input(q_pos, k_pos, f64, c).to(dtype)
+                    lo, hi = torch.searchsorted(t, torch.stack(torch.aminmax(x))).tolist()
                 flat = x.view(1, -1)
                 out = torch.addmm(b[lo].unsqueeze(-1), a[lo].unsqueeze(-1), flat)  # (H, c·n)
                 if hi > lo:  # the hinges relu(x − t_k) of the breakpoints inside the block's range

@@ -18,9 +18,14 @@ length, and ``c_i − c_j`` of nearby tokens must keep its digits); each block's
 float64 difference cast once to the score dtype. On FlexAttention (``posenc.attention``,
 ``backend="flex"``) the ``score_mod`` reads ``c[q] − c[kv]`` as ``(hi[q] − hi[kv]) + (lo[q] −
 lo[kv])`` with ``c = hi + lo`` split into float32 parts, which rounds the difference once, as the
-cast does. Packed documents need nothing more: the mask keeps ``j`` in ``i``'s document, where
-``c_i − c_j`` sums only that document's gates. KV cache: ``hidden`` holds every key's input (the
-gates are per token, so a cache of ``log f`` or of ``hidden`` gives the same ``c``).
+cast does.
+
+Packed documents (``document_ids``): ``c`` restarts at each document's first token (the running
+sum of that document's gates, ``posenc.documents.cumsum_in_documents``) and the mask keeps ``j``
+in ``i``'s document, so each document gets the ``c`` it has alone: a non-finite gate (from a
+non-finite ``hidden``) stays in its document, and ``c`` grows like a document's length, not the
+row's. KV cache: ``hidden`` holds every key's input (the gates are per token, so a cache of
+``log f`` or of ``hidden`` gives the same ``c``).
 """
 
 from __future__ import annotations
@@ -80,11 +85,19 @@ class FoX(RowwiseEncoding):
         return F.logsigmoid(z.double()).transpose(1, 2)  # (B, H, Lk)
 
     def state(self, k, hidden, docs):
-        """``c = cumsum(log f)`` in float64, ``[B or 1, H, Lk]`` (a constant gate: ``log f · (t + 1)``)."""
+        """``c = cumsum(log f)`` in float64, ``[B or 1, H, Lk]`` (a constant gate: ``log f · (t + 1)``),
+        restarting at each document's first token when ``docs [1 or B, Lk]`` is given."""
         log_f = self.log_gates(hidden)
+        if docs is None:
+            if log_f.shape[-1] == 1:
+                return log_f * torch.arange(1, k.shape[2] + 1, device=k.device, dtype=torch.float64)
+            return torch.cumsum(log_f, dim=-1)
+        from posenc.documents import cumsum_in_documents, positions_in_documents
+
+        t = positions_in_documents(docs).unsqueeze(1)  # (1 or B, 1, Lk): the position in its document
         if log_f.shape[-1] == 1:
-            return log_f * torch.arange(1, k.shape[2] + 1, device=k.device, dtype=torch.float64)
-        return torch.cumsum(log_f, dim=-1)
+            return log_f * (t + 1).to(torch.float64)
+        return cumsum_in_documents(log_f, t)
 
     def rows(self, q, k, v, c, q0, allowed, scale):
         bias = (c[..., q0:q0 + q.shape[2], None] - c[..., None, :k.shape[2]]).to(q.dtype)  # (B|1, H, c, n)

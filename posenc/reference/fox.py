@@ -5,7 +5,9 @@ Attention with a Forget Gate", arXiv:2503.02130).
     o_i = Σ_{j≤i} softmax_j(q_i·k_j · scale + Σ_{l=j+1..i} log f_l) v_j
         = Σ_{j≤i} softmax_j(q_i·k_j · scale + c_i − c_j) v_j,   c = cumsum(log f)
 
-No other positional encoding. With the gate reduced to its bias (``w = 0``) the bias is
+With packed documents (``document_ids``) ``c`` is the running sum of each document's own gates,
+restarting at its first token (``cumsum_in_documents``): the keys of a query's document are the
+only ones it sees, so each document gives what it gives alone. No other positional encoding. With the gate reduced to its bias (``w = 0``) the bias is
 ``(i − j) · log σ(b_h)``: ALiBi with slope ``−log σ(b_h)``.
 """
 
@@ -33,7 +35,20 @@ def fox(q, k, v, log_f, *, scale: float | None = None, document_ids=None) -> np.
     lq, lk = q.shape[2], k.shape[2]
     log_f = np.broadcast_to(np.asarray(log_f, dtype=np.float64), (max(q.shape[0], np.shape(log_f)[0]),
                                                                     q.shape[1], lk))
-    c = np.cumsum(log_f, axis=-1)  # (B, H, Lk)
+    c = np.cumsum(log_f, axis=-1) if document_ids is None else cumsum_in_documents(log_f, document_ids)  # (B, H, Lk)
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     scores = np.einsum("bhqd,bhkd->bhqk", q, k) * scale + c[..., lk - lq:, None] - c[..., None, :]
     return masked_attention(scores, v, causal_mask(lq, lk, document_ids))
+
+
+def cumsum_in_documents(x, document_ids) -> np.ndarray:
+    """The running sum of ``x [B, H, L]`` along ``L``, restarting at each document's first token
+    (``document_ids [L]`` or ``[B, L]``, non-decreasing): each document summed on its own."""
+    x = np.asarray(x, dtype=np.float64)
+    docs = np.broadcast_to(np.asarray(document_ids).reshape(-1, x.shape[-1]), (x.shape[0], x.shape[-1]))
+    out = np.empty_like(x)
+    for b in range(x.shape[0]):
+        starts = np.flatnonzero(np.r_[True, docs[b, 1:] != docs[b, :-1]])  # each document's first token
+        for s, e in zip(starts, np.r_[starts[1:], x.shape[-1]]):
+            out[b, :, s:e] = np.cumsum(x[b, :, s:e], axis=-1)
+    return out

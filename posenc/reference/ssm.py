@@ -3,7 +3,7 @@ non-selective form of Mamba, Gu & Dao 2023, arXiv:2312.00752): the specification
 loop over time.
 
     u_t = W_in x_t + b_in                                  (N channels)
-    a_n = exp(−Δ_n),  Δ_n = exp(log_dt_n) > 0              (per-channel decay, 0 < a_n < 1)
+    a_n = exp(−Δ_n),  Δ_n = exp(log_dt_n) > 0              (per-channel decay, 0 ≤ a_n ≤ 1)
     h_t = a ⊙ h_{t−1} + (1 − a) ⊙ u_t,   h_{−1} = state (0 by default)
     y_t = W_out h_t + b_out + D ⊙ x_t
 
@@ -18,12 +18,17 @@ from __future__ import annotations
 import numpy as np
 
 
+LOG_DT_MAX = 709.0
+"""``exp(709) ≈ 8.2e307`` is finite in float64 (``exp(710)`` overflows, with a warning); ``a =
+exp(−Δ)`` is exactly 0 from Δ ≈ 745 on, so ``log_dt`` clamped here gives every decay unchanged."""
+
+
 def ssm_decay(log_dt) -> np.ndarray:
-    """``a = exp(−exp(log_dt))``, ``[N]`` float64, each in (0, 1)."""
+    """``a = exp(−exp(log_dt))``, ``[N]`` float64, each in [0, 1] (exactly 0 for a large ``log_dt``)."""
     log_dt = np.asarray(log_dt, dtype=np.float64)
     if log_dt.ndim != 1:
         raise ValueError(f"log_dt must have shape [N], got shape {list(log_dt.shape)}")
-    return np.exp(-np.exp(log_dt))
+    return np.exp(-np.exp(np.minimum(log_dt, LOG_DT_MAX)))
 
 
 def ssm_scan(v, decay, state=None) -> np.ndarray:
