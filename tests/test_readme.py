@@ -96,6 +96,17 @@ def run_example(page: str, index: int) -> tuple[tuple[int, str, str], ...]:
     comments = _comments(code)
     namespace = {"__name__": f"example_{index}"}
     checks = []
+    import torch
+
+    threads = torch.get_num_threads()  # an example may set it (a tiny training loop); the others keep theirs
+    try:
+        _run(code, name, comments, namespace, checks)
+    finally:
+        torch.set_num_threads(threads)
+    return tuple(checks)
+
+
+def _run(code: str, name: str, comments: dict[int, str], namespace: dict, checks: list) -> None:
     for stmt in ast.parse(code, name).body:
         value = shown_value(comments.get(stmt.end_lineno, "")) if isinstance(stmt, ast.Expr) else None
         out = io.StringIO()
@@ -108,7 +119,6 @@ def run_example(page: str, index: int) -> tuple[tuple[int, str, str], ...]:
             checks.append((stmt.lineno, value, out.getvalue().strip() if result is None else repr(result)))
         elif out.getvalue():
             print(out.getvalue(), end="")
-    return tuple(checks)
 
 
 def test_readme_and_pages_have_examples():
