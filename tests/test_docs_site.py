@@ -196,15 +196,21 @@ def test_the_examples_lines_fit_the_column_at_1400_px(site, browser, name):
     """On the pages a reader starts from, no line of code wraps at 1400 px: a comment sits on its
     line, beside the code it explains."""
     browser.get((site / name).as_uri())
-    wrapped = browser.execute_script("""
+    lines, wrapped = browser.execute_script("""
         const out = [];
+        let lines = 0;
         for (const code of document.querySelectorAll('article pre > code')) {
-            const line = parseFloat(getComputedStyle(code).lineHeight);
-            for (const span of code.querySelectorAll(':scope > span[id^="__span"]'))
-                if (span.getBoundingClientRect().height > 1.5 * line) out.push(span.textContent.trim());
+            const line = parseFloat(getComputedStyle(code).lineHeight), right = code.getBoundingClientRect().right;
+            for (const span of code.querySelectorAll(':scope > span[id^="__span"]')) {
+                const range = document.createRange();
+                range.selectNodeContents(span);
+                const box = range.getBoundingClientRect();
+                lines += 1;
+                if (box.height > 1.5 * line || box.right > right + 0.5) out.push(span.textContent.trim());
+            }
         }
-        return out;""")
-    assert wrapped == [], "\n".join(wrapped)
+        return [lines, out];""")
+    assert lines >= 10 and wrapped == [], "\n".join(wrapped) or f"{lines} lines of code"
 
 
 def test_an_image_wider_than_the_column_links_to_its_full_size(site, browser):
