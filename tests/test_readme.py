@@ -14,6 +14,9 @@ value, or what it printed. The rules (``shown_value``, ``matches``):
   starting in the same column, continues it;
 - ``...`` stands for any text, spaces do not count, and a tuple may drop its parentheses
   (``# 'rotary', True``).
+
+An assignment to one name whose comment opens with a tuple of integers (``out = ...  # (2, 8,
+100, 64)``) is a shape comment: the value's ``shape`` must be that tuple.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ BLOCKS = [(page.relative_to(ROOT).as_posix(), i, code) for page in PAGES
           for i, code in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S))]
 VALUE_START = re.compile(r"""[\[({'"\d]|-\d|(True|False|None)\b|tensor\(|array\(|torch\.""")
 VALUE_END = (": ", "; ", " = ", " — ")
+SHAPE = re.compile(r"#\s*\((\d+(?:, \d+)*),?\)")
 
 
 def shown_value(comment: str) -> str | None:
@@ -106,8 +110,17 @@ def run_example(page: str, index: int) -> tuple[tuple[int, str, str], ...]:
     return tuple(checks)
 
 
+def _shape_target(stmt: ast.stmt, comment: str) -> tuple[str, str] | None:
+    """``(name, shape)`` for ``name = ...  # (2, 8, 100, 64)``, else None."""
+    shape = SHAPE.match(comment)
+    if shape and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return stmt.targets[0].id, f"({shape.group(1)}{',' if ',' not in shape.group(1) else ''})"
+    return None
+
+
 def _run(code: str, name: str, comments: dict[int, str], namespace: dict, checks: list) -> None:
     for stmt in ast.parse(code, name).body:
+        target = _shape_target(stmt, comments.get(stmt.end_lineno, ""))
         value = shown_value(comments.get(stmt.end_lineno, "")) if isinstance(stmt, ast.Expr) else None
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
@@ -117,6 +130,9 @@ def _run(code: str, name: str, comments: dict[int, str], namespace: dict, checks
                 result = eval(compile(ast.Expression(stmt.value), name, "eval"), namespace)  # noqa: S307
         if value is not None:
             checks.append((stmt.lineno, value, out.getvalue().strip() if result is None else repr(result)))
+        if target is not None:
+            shape = getattr(namespace[target[0]], "shape", None)
+            checks.append((stmt.lineno, target[1], repr(tuple(shape)) if shape is not None else "no shape"))
         elif out.getvalue():
             print(out.getvalue(), end="")
 
@@ -160,6 +176,14 @@ def test_the_comments_checked_include_the_readme_and_every_page_with_values():
 ])
 def test_the_comment_rules(comment, printed, ok):
     assert matches(shown_value(comment), printed) is ok
+
+
+def test_shape_comments_are_read_from_assignments_to_one_name():
+    stmt = lambda code: ast.parse(code).body[0]
+    assert _shape_target(stmt("out = f(x)"), "# (2, 8, 100, 64): the output") == ("out", "(2, 8, 100, 64)")
+    assert _shape_target(stmt("t = f(x)"), "# (50,)") == ("t", "(50,)")
+    assert _shape_target(stmt("q, k = f(x)"), "# (2, 8)") is None  # which one?
+    assert _shape_target(stmt("q = f(x)"), "# (B, H, L, D)") is None  # symbols, not a shape
 
 
 def test_prose_comments_are_not_values():
