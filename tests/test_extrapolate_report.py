@@ -169,8 +169,10 @@ def test_report_opens_with_the_verdicts_at_a_glance_and_a_table_of_contents(repo
     page = report.read_text()
     body = page[page.index("<body>"):]
     assert body.index('id="smoke-banner"') < body.index("<h1>") and "numbers mean nothing" in body  # at the top
-    header = re.search(r'<code id="command">(.*?)</code>', body).group(1)
-    for flag in ("--profile smoke", "--scheme", "--corpus", "--out", "--jobs 1", "--no-progress", "--threads"):
+    header = re.search(r'<p class=muted>Generated .*?</p>', body).group(0)  # the command and the flags in effect
+    assert re.search(r'<code id="command">posenc report --profile smoke --jobs 1 --no-progress --out \S+</code>', header)
+    for flag in ("--scheme nope", "--scheme t5", "--corpus (none given", "--part lm", "--seeds 0", "--threads",
+                 "--device", "--arch transformer"):
         assert flag in header, (flag, header)
     toc = re.search(r'<nav id="toc">(.*?)</nav>', body, flags=re.S).group(1)
     headings = re.findall(r'<h2[^>]*\bid="?([\w-]+)"?[^>]*>(\d+)\. ', body)

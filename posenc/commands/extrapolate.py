@@ -161,8 +161,8 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    """``posenc COMMAND`` with every option of the command and the value it took (defaults too),
-    as a shell line: what the page's header shows, so that the page says how to make it again."""
+    """``posenc COMMAND`` with every option the user gave (a repeatable one repeated), as a shell
+    line: what the page's header shows; the values in effect for the others are the page's to say."""
     import shlex
 
     from posenc.cli import build_parser
@@ -176,8 +176,10 @@ def command_line(args: argparse.Namespace) -> str:
         value = getattr(args, action.dest)
         if isinstance(action, argparse._StoreTrueAction):
             words += [flags[0]] if value else []
+        elif isinstance(value, (list, tuple)):
+            words += [w for item in value for w in (flags[0], str(item))]
         elif value is not None:
-            words += [flags[0], ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
+            words += [flags[0], str(value)]
     return shlex.join(words)
 
 

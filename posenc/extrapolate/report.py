@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -174,6 +175,25 @@ def _environment_section(page: Page, profile: Profile, records: list[dict[str, A
     page.add("<details><summary>scheme specs</summary><pre>" + e(json.dumps(specs, indent=1)) + "</pre></details>")
 
 
+def _in_effect(profile: Profile, records: list[dict[str, Any]], command: str) -> str:
+    """Every flag the command line leaves at its default, with the value it took here."""
+    env = records[-1].get("env", {}) if records else {}
+    corpus = next((r["corpus"] for r in records if r.get("corpus")), None)
+    seeds = dict(profile.part_seeds)
+    values = [("--scheme", " ".join(f"--scheme {shlex.quote(str(x))}" for x in profile.schemes)),
+              ("--part", " ".join(f"--part {x}" for x in profile.parts)),
+              ("--seeds", "--seeds " + ",".join(map(str, profile.seeds))
+               + "".join(f" ({part}: {','.join(map(str, s))})" for part, s in seeds.items())),
+              ("--arch", f"--arch {profile.arch}"),
+              ("--corpus", "--corpus " + (shlex.quote(str(corpus["source"])) if corpus and not
+                                          str(corpus.get("source", "")).startswith("stdlib:") else
+                                          "(none given: the Python standard library's files)")),
+              ("--jobs", f"--jobs {env.get('jobs', 'auto')}"), ("--threads", f"--threads {env.get('threads', 'auto')}"),
+              ("--device", f"--device {env.get('device', 'cpu')}")]
+    rest = [text for flag, text in values if f"{flag} " not in command + " "]
+    return f' <span id="in-effect">(in effect: {e("; ".join(rest))})</span>' if rest else ""
+
+
 def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> Page:
     """The whole page for ``records`` (the plan's results, in plan order): the summary, the
     demonstrations, each part's section (``posenc.extrapolate.parts.PARTS``, in order), the method."""
@@ -184,7 +204,8 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
                  "for a few steps to check that the page renders; no verdict here says anything about the papers. "
                  "<code>posenc report</code> (the quick profile) or <code>--profile full</code> measures them.</p>")
     page.add(f"<h1>posenc report — train short, test long (profile <code>{e(profile.name)}</code>)</h1>"
-             f"<p class=muted>Generated {e(meta['generated'])} by <code id=\"command\">{e(command)}</code>. Offline: "
+             f"<p class=muted>Generated {e(meta['generated'])} by <code id=\"command\">{e(command)}</code>"
+             f"{_in_effect(profile, records, command)}. Offline: "
              "every figure is embedded; the page fetches nothing. "
              '<a id="explorer-link" href="explorer/index.html">Interactive explorer</a> (<code>posenc explore</code>, '
              "written next to this page).</p>")
