@@ -80,8 +80,8 @@ def forest_svg(verdicts: list[Verdict], alpha: float = ALPHA) -> str:
     for z in range(-int(LIMIT), int(LIMIT) + 1, 5):
         out.append(f'<line x1="{x(z):.1f}" x2="{x(z):.1f}" y1="{top - 6}" y2="{height - 24}" stroke="#eee"/>'
                    f'<text x="{x(z):.1f}" y="{height - 10}" text-anchor="middle" fill="#555">{z}</text>')
-    out.append(f'<text x="{left + width / 2}" y="14" text-anchor="middle" fill="#333">effect − null in standard '
-               "errors, toward the paper's side →; shaded: undecided after the paper's correction</text>")
+    out.append(f'<text x="{left + width / 2}" y="14" text-anchor="middle" fill="#333">(effect − null) / SE, '
+               "toward the paper's side →</text>")
     for i, v in enumerate(rows):
         t, ev = v.test, v.evidence
         y = top + row_h * i + row_h / 2
