@@ -49,7 +49,8 @@ def _verdicts(verdicts: list[findings.Verdict], settings: dict[str, str]) -> str
     family = (f"<p class=muted>p: the seed-level test's p (both tails) → Holm-adjusted within its paper (the claims "
               f"of one source are one family); a verdict needs an adjusted p below {findings.ALPHA}. A claim on fewer "
               f"than {findings.MIN_SEEDS} seeds is not decided (needs seeds): its windows or examples leave the spread "
-              "between training runs out of its error.</p>")
+              "between training runs out of its error. The parts' own tables below decide each claim alone (its own seeds, "
+              "a family of one); these verdicts, pooled within the part and corrected per paper, are the page's.</p>")
     return ((f"<ul class=muted>{where}</ul>" if where else "") + family
             + html_table(["source", "the paper found", "measured here", "p", "verdict"], rows, text=True))
 
