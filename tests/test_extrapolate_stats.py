@@ -132,3 +132,11 @@ def test_non_inferiority_needs_the_increase_below_the_margin():
         assert v.status == expect, (shift, v)
         assert text.lm_verdicts(stats.lm_table(recs[:1]))[0].status == "needs seeds"  # one seed: not decided
 
+
+
+def test_a_seed_with_a_value_that_is_not_finite_leaves_the_claim_not_measured():
+    diverged = stats.Estimate(math.nan, 1.0, 3, 0.0, (1.0, math.nan, 2.0), (0.1, 0.1, 0.1))
+    v = findings.tested("s", "c", "m", diverged, expect_negative=True)
+    assert v.status == "not measured" and v.evidence is None and "not finite" in v.measured
+    with pytest.raises(ValueError, match="per-seed"):
+        findings.tested("s", "c", "m", stats.Estimate(1.0, 0.1, 1), expect_negative=True)

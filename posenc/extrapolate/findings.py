@@ -90,6 +90,8 @@ def tested(source: str, claim: str, measured: str, d, *, expect_negative: bool, 
     if not d.per_seed:
         raise ValueError(f"{claim!r}: the estimate has no per-seed values to test")
     unit = "ΔNLL" if isinstance(d, Estimate) else "Δaccuracy"
+    if not all(math.isfinite(x) for x in (*d.per_seed, *d.within)):  # a diverged run: nothing to test
+        return Verdict(source, claim, measured + "; not measured: a seed's value is not finite", "not measured")
     evidence = Evidence(d.per_seed, d.within, null=null, sign=-1 if expect_negative else 1)
     if d.seeds < MIN_SEEDS:
         measured += (f"; needs seeds: {d.seeds} seed{'s' * (d.seeds > 1)}, a verdict needs {MIN_SEEDS} "
