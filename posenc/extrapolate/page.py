@@ -29,7 +29,7 @@ pre { background: #f7f7f7; padding: 8px; overflow-x: auto; font-size: 12px }
 .note { background: #fff8e1; border-left: 4px solid #e0b000; padding: 6px 10px }
 .side { display: inline-block; vertical-align: top; margin-right: 18px }
 table.glance td.source, table.glance td.claim, table.glance td.verdict, table.glance th { text-align: left }
-table.glance td.effect, table.glance td.mde { white-space: nowrap }
+table.glance td.effect, table.glance td.mde, table.glance td.verdict { white-space: nowrap }
 nav#toc { background: #f7f7f7; padding: 6px 14px; display: inline-block } nav#toc ol { margin: 4px 0 }
 """
 
