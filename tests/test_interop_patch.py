@@ -148,3 +148,52 @@ def test_layers_must_be_indices_of_the_model():
         posenc.interop.patch(tiny("llama"), "alibi", layers=[2])
     with pytest.raises(ValueError, match="is not patched"):
         posenc.interop.unpatch(tiny("llama"))
+
+
+TRAINED = ["alibi", "t5", "fox", "cope"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", TRAINED)
+def test_transformers_trainer_trains_a_patched_llama(spec, tmp_path):
+    """``transformers.Trainer`` on a patched Llama: the loss falls and posenc's parameters move."""
+    pytest.importorskip("accelerate")
+    model = tiny("llama")
+    posenc.interop.patch(model, spec)
+    pe_params = {k: p.detach().clone() for k, p in model.named_parameters() if ".posenc_modules." in k}
+    g = torch.Generator().manual_seed(2)
+    rows = torch.randint(3, 20, (32, 8), generator=g).repeat(1, 3)  # a pattern that repeats: learnable order
+    data = [{"input_ids": r, "labels": r} for r in rows]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=40, per_device_train_batch_size=8,
+                                          learning_rate=3e-3, logging_steps=10, report_to=[], save_strategy="no",
+                                          use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert losses[-1] < 0.8 * losses[0], losses
+    moved = [k for k, p in model.named_parameters() if k in pe_params and not torch.equal(p.detach(), pe_params[k])]
+    assert moved == list(pe_params), f"{spec}: posenc parameters that did not train: {set(pe_params) - set(moved)}"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("heavy")
+@pytest.mark.parametrize("spec", ["t5"])
+def test_two_torchrun_processes_give_the_gradients_of_one(spec, tmp_path):
+    """DDP on gloo over 2 processes, each on half the batch, averages to the whole batch's gradients."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("ddp_patched_llama.py")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    one, two = tmp_path / "one.pt", tmp_path / "two.pt"
+    subprocess.run([sys.executable, str(script), spec, str(one), "one"], check=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(script), spec, str(two), "ddp"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = torch.load(one, weights_only=True), torch.load(two, weights_only=True)
+    assert a.keys() == b.keys() and any(".posenc_modules." in k for k in a)
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6, msg=lambda m: f"{spec} {k}: {m}")

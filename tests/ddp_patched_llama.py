@@ -1,0 +1,47 @@
+"""Run under ``torchrun --nproc-per-node 2`` (gloo): a tiny Llama patched with a posenc scheme, wrapped
+in DDP, each rank on its half of one batch; rank 0 saves the averaged gradients to ``argv[2]``.
+Also run as one process (``argv[3] == "one"``) on the whole batch, without DDP."""
+
+import sys
+
+import torch
+import torch.distributed as dist
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import posenc.interop
+
+
+def model_and_batch(spec):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=128)
+    model = posenc.interop.patch(LlamaForCausalLM(config), spec)
+    ids = torch.randint(3, 97, (4, 16), generator=torch.Generator().manual_seed(1))
+    return model, ids
+
+
+def main():
+    spec, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    torch.set_num_threads(1)
+    model, ids = model_and_batch(spec)
+    if mode == "one":
+        model(ids, labels=ids).loss.backward()
+        grads = model
+    else:
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        half = ids.shape[0] // world
+        mine = ids[rank * half:(rank + 1) * half]
+        ddp(mine, labels=mine).loss.backward()  # DDP averages the ranks' gradients
+        grads = ddp.module
+        if rank != 0:
+            dist.destroy_process_group()
+            return
+    torch.save({k: p.grad for k, p in grads.named_parameters() if p.grad is not None}, out)
+    if mode != "one":
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
