@@ -54,11 +54,34 @@ def build(spec: Any, *, dim: int = 64, num_heads: int = DEFAULT_HEADS, length: i
     return module.double()
 
 
-def text_table(rows: list[Sequence[str]]) -> str:
-    """Rows of strings (the first is the header) as aligned text columns, a rule under the header."""
+def text_table(rows: list[Sequence[str]], *, width: int | None = None, wrap: Sequence[int] = (),
+               min_wrap: int = 16) -> str:
+    """Rows of strings (the first is the header) as aligned text columns, a rule under the header.
+
+    ``width``: the line width to fit (a terminal's); when the table is wider, the columns ``wrap``
+    (indices) are wrapped at spaces onto continuation lines, each given a share of the room the other
+    columns leave in proportion to its natural width, and at least ``min_wrap`` characters."""
+    import textwrap
+
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    total = sum(widths) + 2 * (len(widths) - 1)
+    if width is not None and wrap and total > width:
+        fixed = sum(w for i, w in enumerate(widths) if i not in wrap) + 2 * (len(widths) - 1)
+        room, natural = max(width - fixed, 0), sum(widths[i] for i in wrap)
+        for i in wrap:
+            widths[i] = min(widths[i], max(min_wrap, room * widths[i] // natural))
+    else:
+        wrap = ()
+
+    def block(row: Sequence[str]) -> list[str]:
+        cells = [textwrap.wrap(c, widths[i], break_on_hyphens=False) or [""] if i in wrap else [c]
+                 for i, c in enumerate(row)]
+        return ["  ".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(cells, widths)).rstrip()
+                for k in range(max(len(c) for c in cells))]
+
+    lines = [*block(rows[0]), "  ".join("-" * w for w in widths)]
+    for r in rows[1:]:
+        lines += block(r)
     return "\n".join(lines)
 
 
@@ -250,8 +273,12 @@ def min_fingerprint_distance(tab: np.ndarray) -> tuple[float, int, int]:
 # -- frequencies ------------------------------------------------------------------------------
 
 def wavelengths(inv_freq: np.ndarray) -> np.ndarray:
-    """``λ_i = 2π / θ_i``: the number of positions one turn of pair ``i`` takes."""
-    return 2.0 * np.pi / np.asarray(inv_freq, dtype=np.float64)
+    """``λ_i = 2π / θ_i``: the number of positions one turn of pair ``i`` takes.
+
+    A frequency of 0, or one so small that ``2π/θ`` is past float64's range (a linear scaling by
+    1e308), never turns: its wavelength is ``inf``, without NumPy's overflow warning."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return 2.0 * np.pi / np.asarray(inv_freq, dtype=np.float64)
 
 
 def turns(inv_freq: np.ndarray, length: int) -> np.ndarray:

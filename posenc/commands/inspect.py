@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from posenc.cli import CLIError, check_output_file
+from posenc.cli import CLIError, check_output_file, int_arg, require_extra
 from posenc.limits import MAX_DIM, MAX_GRID, MAX_HEADS, MAX_LENGTH
 
 DEMOS = ("order",)
@@ -27,18 +29,7 @@ SPEC_HELP = ("a scheme name, name:key=value,... (e.g. rope:base=500000,scaling=l
 
 
 def _bounded_int(name: str, low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer from {low} to {high}, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer from {low} to {high}, got {value}")
-        return value
-
-    return parse
-
-
+    return int_arg(name, low, high)
 
 
 def _pair(name: str, sep: str, high: int, *, low: int = 1) -> Callable[[str], tuple[int, int]]:
@@ -110,9 +101,11 @@ def _check_work(spec: dict[str, Any], args: argparse.Namespace, *, queries: int)
 
 
 def _plot_path(path: str | None) -> str | None:
-    """Checks ``--plot`` before any work: a .png/.svg/.pdf file in a folder that exists."""
+    """Checks ``--plot`` before any work: matplotlib installed (the ``plot`` extra), a .png/.svg/.pdf
+    file in a folder that exists."""
     if path is None:
         return None
+    require_extra("plot", "--plot")
     from posenc.plot import FORMATS
 
     if os.path.splitext(path)[1].lower() not in FORMATS:
@@ -147,10 +140,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name in registry.schemes(args.kind):
         s = registry.get(name)
         rows.append((name, s.kind, analysis.describe_params(name), s.summary.replace("``", "")))
-    print(analysis.text_table(rows))
-    print(f"\nscaling types (rotary scaling=TYPE): {', '.join(scaling.SCALINGS)}")
-    print("sizes left out of a SPEC come from --dim (d_model, head_dim), --heads (num_heads) and "
-          "--length (max_positions)")
+    width = shutil.get_terminal_size().columns  # $COLUMNS, else the terminal's, else 80
+    print(analysis.text_table(rows, width=width, wrap=(2, 3)))
+    for line in (f"scaling types (rotary scaling=TYPE): {', '.join(scaling.SCALINGS)}",
+                 "sizes left out of a SPEC come from --dim (d_model, head_dim), --heads (num_heads) and "
+                 "--length (max_positions)"):
+        print("\n" + textwrap.fill(line, width) if line.startswith("scaling") else textwrap.fill(line, width))
     return 0
 
 
