@@ -55,7 +55,7 @@ def build(spec: Any, *, dim: int = 64, num_heads: int = DEFAULT_HEADS, length: i
 
 
 def text_table(rows: list[Sequence[str]], *, width: int | None = None, wrap: Sequence[int] = (),
-               min_wrap: int = 16) -> str:
+               min_wrap: int = 8) -> str:
     """Rows of strings (the first is the header) as aligned text columns, a rule under the header.
 
     ``width``: the line width to fit (a terminal's); when the table is wider, the columns ``wrap``

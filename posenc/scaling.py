@@ -389,6 +389,8 @@ def foreign_key_hint(key: str, *, where: str) -> str:
     """`` (transformers' name; posenc calls it 'base', a key of the spec)`` for one of
     ``TRANSFORMERS_KEYS`` found among the keys of ``where`` (``"spec"`` or ``"scaling"``), else ``""``."""
     if key not in TRANSFORMERS_KEYS:
+        if where == "spec" and any(key in scaling_keys(kind) for kind in SCALINGS):
+            return " (a key of a scaling: give scaling=TYPE with it, e.g. scaling=linear,factor=4)"
         return ""
     name, home = TRANSFORMERS_KEYS[key]
     if key == "rope_type" and where == "spec":

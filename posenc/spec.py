@@ -237,7 +237,10 @@ def _route_scaling(scheme: registry.Scheme, given: dict[str, Any]) -> dict[str, 
     if not extra:
         return given
     if "scaling" not in scheme.params or "scaling" not in given:
-        raise ValueError(registry.unknown_key(scheme, sorted(extra)[0]))
+        from posenc.scaling import TRANSFORMERS_KEYS
+
+        first = sorted(extra, key=lambda k: (k not in TRANSFORMERS_KEYS, k))[0]  # transformers' names first
+        raise ValueError(registry.unknown_key(scheme, first))
     scaling = given["scaling"]
     if isinstance(scaling, dict):
         scaling = dict(scaling)
