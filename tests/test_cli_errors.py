@@ -14,7 +14,7 @@ import torch
 
 import posenc
 from posenc import registry
-from posenc.cli import EXTRAS, main
+from posenc.cli import main
 from posenc.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,6 +155,8 @@ def test_list_fits_the_terminal_width(columns, capsys, monkeypatch):
 # -- extras ------------------------------------------------------------------------------------
 
 def test_extras_table_is_pyproject_toml():
+    from posenc.cli import EXTRAS
+
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for extra, packages in EXTRAS.items():
         names = {req.split(">")[0].split("=")[0].split("<")[0].split(";")[0].strip() for req in extras[extra]}
