@@ -54,6 +54,57 @@ def build(spec: Any, *, dim: int = 64, num_heads: int = DEFAULT_HEADS, length: i
     return module.double()
 
 
+def untrained(module) -> str | None:
+    """What a module drawn at its initialization shows, for ``show``/``compare`` and their figures
+    (None when it has no trainable parameters: its numbers are the scheme's own).
+
+    ``posenc show learned`` draws the table as ``posenc.build`` makes it, N(0, init_std²) noise, so its
+    cosine similarity is about 0 at every distance; a trained table's structure comes from data
+    (docs/guide/cli.md). The numbers of a scheme with learned parameters are of that initialization."""
+    if not any(p.requires_grad for p in module.parameters()):
+        return None
+    if getattr(module, "name", None) == "learned":
+        std = module.spec.get("init_std")
+        return (f"untrained: a random N(0, {std:g}²) table as at the start of training (cosine ≈ 0 at every "
+                "distance); a trained table's structure comes from the data it is trained on")
+    return "untrained: its learned parameters at their (seeded) initialization, not fitted to any data"
+
+
+def shown_label(module) -> str:
+    """``label(module)``, with `` (untrained)`` for a module whose learned parameters are at their
+    initialization (``untrained``): the label of the text tables and the figures' titles."""
+    return label(module) + (" (untrained)" if untrained(module) else "")
+
+
+SAME_KERNEL = ("both are functions of cos(ω_i·r) over the same frequencies ω_i: the sinusoidal dot product "
+               "PE(p)·PE(p+r) = Σ_i cos(ω_i·r) (sin·sin + cos·cos of each pair), which is RoPE's relative kernel "
+               "(q·k/D with q = k = 1 is (2/D)·Σ_i cos(ω_i·r), the cosine similarity of the sinusoids)")
+"""Why a sinusoidal and a rotary scheme of one base and width give the same row in ``posenc compare``."""
+
+
+def coinciding(rows: Sequence[tuple[Any, ...]], modules: Sequence[Any]) -> list[str]:
+    """Notes for ``posenc compare``: each group of schemes whose rows (every column after the label and
+    kind) are equal, and why: an additive and a rotary scheme of the same frequencies (``SAME_KERNEL``),
+    two rotary ones of the same frequencies, or, otherwise, the same signal at the distances shown."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(tuple(row[2:]), []).append(i)
+    notes = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        names = " and ".join(str(rows[i][0]) for i in members)
+        kinds = {modules[i].kind for i in members}
+        if kinds == {"additive", "rotary"} and all(hasattr(modules[i], "inv_freq") for i in members):
+            why = SAME_KERNEL
+        elif kinds == {"rotary"}:
+            why = "their frequencies are equal, and q·k of a rotary scheme depends only on them"
+        else:
+            why = "the same positional signal at these distances"
+        notes.append(f"{names}: the same row, because {why}.")
+    return notes
+
+
 def text_table(rows: list[Sequence[str]], *, width: int | None = None, wrap: Sequence[int] = (),
                min_wrap: int = 8) -> str:
     """Rows of strings (the first is the header) as aligned text columns, a rule under the header.
@@ -472,7 +523,7 @@ def score_vs_distance(spec: Any, *, length: int = 256, dim: int = 64, num_heads:
         score = content_weights(m, length=length, dim=dim, num_heads=num_heads).mean(0)
     else:
         score = np.zeros(length)
-    return Curve(label(m), m.kind, r, score, QUANTITY.get(m.kind, m.kind))
+    return Curve(shown_label(m), m.kind, r, score, QUANTITY.get(m.kind, m.kind))
 
 
 # -- grids: a 2D map of the positional signal -------------------------------------------------
@@ -557,7 +608,7 @@ def grid_map(spec: Any, *, grid: Sequence[int] | None = None, patch: Sequence[in
         values = score_term(m, flat[i:i + 1], flat, num_heads=num_heads, dim=dim)[:, 0].mean(0)
     else:
         values = np.zeros(n)
-    return GridMap(label(m), m.kind, (h, w), (int(pr), int(pc)), np.asarray(values).reshape(h, w),
+    return GridMap(shown_label(m), m.kind, (h, w), (int(pr), int(pc)), np.asarray(values).reshape(h, w),
                    GRID_QUANTITY.get(m.kind, m.kind))
 
 
@@ -582,6 +633,8 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
     m = build(spec, dim=dim, num_heads=num_heads, length=length)
     out = [("scheme", m.name), ("kind", m.kind),
            ("spec", ", ".join(f"{k}={v}" for k, v in m.spec.items() if k != "scheme") or "(no parameters)")]
+    if untrained(m):
+        out.append(("weights", untrained(m)))
     if getattr(m, "axes", 1) > 1:  # a grid encoding: its 2D map (the 1D numbers need one axis)
         out += grid_numbers(grid_map(m, num_heads=num_heads, dim=dim))
         if hasattr(m, "inv_freq"):

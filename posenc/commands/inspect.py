@@ -226,6 +226,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     n = args.length
     picks = sorted({1, min(10, n - 1), n - 1})
     rows = [("scheme", "kind", *[f"signal at r={r}" for r in picks], "closest positions", "wavelengths")]
+    modules = []
     for spec in analysis.progress(specs, "compare"):
         curve = analysis.score_vs_distance(spec, length=n, dim=args.dim, num_heads=args.heads)
         m = analysis.build(spec, dim=args.dim, num_heads=args.heads, length=n)
@@ -235,15 +236,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if hasattr(m, "inv_freq"):
             lam = analysis.wavelengths(m.inv_freq.double().numpy())
             waves = f"{lam.min():.3g} .. {lam.max():.3g}"
-        rows.append((label(m), m.kind, *[f"{curve.score[r]:.3g}" for r in picks], closest, waves))
+        rows.append((analysis.shown_label(m), m.kind, *[f"{curve.score[r]:.3g}" for r in picks], closest, waves))
+        modules.append(m)
     print(analysis.text_table(rows))
     print("\nsignal: " + "; ".join(f"{k}: {v}".replace("\n", " ") for k, v in analysis.QUANTITY.items()
                                    if any(r[1] == k for r in rows[1:])))
+    _notes(rows[1:], modules)
     if plot_path:
         from posenc import plot
 
         _save(lambda: plot.score_vs_distance(specs, length=n, dim=args.dim), plot_path)
     return 0
+
+
+def _notes(rows: list[tuple[Any, ...]], modules: list[Any]) -> None:
+    """Under ``compare``'s table: the rows that coincide and why, and what an untrained row shows."""
+    from posenc import analysis
+
+    for note in analysis.coinciding(rows, modules):
+        print(note)
+    seen = set()
+    for m in modules:
+        note = analysis.untrained(m)
+        if note and note not in seen:
+            seen.add(note)
+            names = [analysis.label(n) for n in modules if analysis.untrained(n) == note]
+            print(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} {note}.")
 
 
 def _compare_grids(specs: list[dict[str, Any]], args: argparse.Namespace, plot_path: str | None) -> int:
@@ -257,7 +275,7 @@ def _compare_grids(specs: list[dict[str, Any]], args: argparse.Namespace, plot_p
         if rows is None:
             rows = [("scheme", "kind", *numbers[1][0].removeprefix("signal at ").split(", "))]
             print(numbers[0][1].split(":")[0])
-        rows.append((analysis.label(m), m.kind, *numbers[1][1].split(", ")))
+        rows.append((analysis.shown_label(m), m.kind, *numbers[1][1].split(", ")))
     print(analysis.text_table(rows))
     print("\nsignal: " + "; ".join(f"{k}: {v}" for k, v in analysis.GRID_QUANTITY.items()
                                    if any(r[1] == k for r in rows[1:])))
