@@ -35,7 +35,8 @@ def _figure(width: float, height: float) -> Figure:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ImportError("figures need matplotlib: pip install 'posenc[plot]'") from None
+        raise ImportError("figures need matplotlib (posenc's 'plot' extra): pip install '.[plot]' from a clone of "
+                          "posenc, or pip install matplotlib") from None
     return Figure(figsize=(width, height), layout="constrained")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import os
+import sys
 from pathlib import Path
 
 from posenc.cli import CLIError, check_output_file, int_arg, parse_int, require_extra
@@ -152,8 +153,10 @@ def _run_kwargs(args: argparse.Namespace, profile, who: str) -> dict:
     ``--scheme``, whose check plans the runs with the benchmark's own code."""
     threads, jobs = _positive("--threads", args.threads), _positive("--jobs", args.jobs) or "auto"
     corpus = _corpus(args.corpus)
-    image = "image" in profile.parts
-    require_extra("extrapolate", who, only=None if image else ("matplotlib", "tqdm"))  # scikit-learn: digits
+    needed = ("matplotlib",  # the figures; tqdm: the progress bars on a terminal; scikit-learn: the digits
+              *(("tqdm",) if not args.no_progress and sys.stderr.isatty() else ()),
+              *(("scikit-learn",) if "image" in profile.parts else ()))
+    require_extra("extrapolate", who, only=needed)
     return {"schemes": _schemes(args.schemes, profile), "corpus": corpus, "threads": threads, "jobs": jobs,
             "device": args.device, "progress": not args.no_progress}
 

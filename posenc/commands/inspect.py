@@ -20,7 +20,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from posenc.cli import CLIError, check_output_file, int_arg, require_extra
+from posenc.cli import CLIError, check_output_file, int_arg, missing_extra, require_extra
 from posenc.limits import MAX_DIM, MAX_GRID, MAX_HEADS, MAX_LENGTH
 
 DEMOS = ("order",)
@@ -122,7 +122,7 @@ def _save(make: Callable[[], Any], path: str) -> None:
     try:
         from posenc import plot
     except ImportError:  # pragma: no cover - matplotlib is a test dependency
-        raise CLIError("--plot needs matplotlib: pip install 'posenc[plot]'") from None
+        raise CLIError(missing_extra("plot", "--plot", ["matplotlib"])) from None
     try:
         fig = make()
     except ImportError as e:
