@@ -16,6 +16,8 @@ import pkgutil
 import sys
 from collections.abc import Callable
 
+from posenc.limits import INT64_MAX  # torch-free, as everything the parser needs
+
 
 class CLIError(Exception):
     """A problem with the user's arguments: printed as one line, exit status 2."""
@@ -38,10 +40,10 @@ def check_output_file(flag: str, path: str) -> str:
     return path
 
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # posenc.limits.INT64_MAX (not imported: the CLI starts light)
+INT64_MIN = -INT64_MAX - 1
 
 
-def parse_int(flag: str, text: str, *, low: int = INT64_MIN, high: int = INT64_MAX, what: str = "an integer") -> int:
+def parse_int(flag: str, text: str, *, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
     """One integer of the command line, from ``low`` to ``high`` (by default int64's range: torch and
     NumPy take no larger seeds, counts or sizes, and would fail later with "Overflow when unpacking
     long long"); raises ValueError naming ``flag``. Every integer flag is read with this (``int_arg``)."""
@@ -54,7 +56,7 @@ def parse_int(flag: str, text: str, *, low: int = INT64_MIN, high: int = INT64_M
             return {INT64_MAX: "2^63 - 1", INT64_MIN: "-2^63"}.get(v, str(v))
 
         got = repr(text) if value is None else str(value)
-        raise ValueError(f"{flag} must be {what} from {shown(low)} to {shown(high)}, got {got}")
+        raise ValueError(f"{flag} must be an integer from {shown(low)} to {shown(high)}, got {got}")
     return value
 
 
@@ -74,7 +76,7 @@ EXTRAS: dict[str, dict[str, str]] = {
     "extrapolate": {"matplotlib": "matplotlib", "tqdm": "tqdm", "scikit-learn": "sklearn"},
 }
 """pyproject.toml's extras that commands need: extra -> {distribution: the module it installs}
-(tests/test_validation.py keeps it equal to pyproject.toml)."""
+(tests/test_cli_errors.py keeps it equal to pyproject.toml)."""
 
 
 def require_extra(extra: str, who: str, *, only: tuple[str, ...] | None = None) -> None:

@@ -122,7 +122,8 @@ def get(name: str) -> Scheme:
     if not isinstance(name, str):
         raise TypeError(f"scheme must be a string, got {name!r} ({type(name).__name__})")
     if name not in _REGISTRY:
-        raise ValueError(f"unknown scheme {name!r}{did_you_mean(name, _REGISTRY)}; known schemes: {', '.join(_REGISTRY)}")
+        raise ValueError(f"unknown scheme {name!r}{did_you_mean(name, _REGISTRY)}; "
+                         f"known schemes: {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
 
 
