@@ -187,7 +187,7 @@ def format_order_table(rows: list[dict[str, Any]]) -> str:
     lines = [analysis.text_table([head, *body]), ""]
     lines += [f"{name}: {meaning}." for name, meaning in COLUMNS]
     if any(r["kind"] == "none" and r["distance_causal"] > TOLERANCE for r in rows):
-        lines += ["", f"causal, nope: {WHY_CAUSAL}."]
+        lines += ["", f"Why nope's causal distance is not 0: {WHY_CAUSAL}."]
     lines += ["", f"Note: {NOT_COMPARABLE}."]
     blind = [r["label"] for r in rows if r["permutation_only"] and r["kind"] != "none"]
     if blind:

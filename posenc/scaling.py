@@ -222,7 +222,7 @@ def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def yarn_correction_range(rotary_dim: int, base: float, original_max_positions: Positions, beta_fast: float,
+def yarn_correction_range(rotary_dim: int, base: float, original_max_positions: int, beta_fast: float,
                           beta_slow: float, truncate: bool = True) -> tuple[float, float]:
     """The pairs ``(low, high)`` between which YaRN ramps from extrapolation to interpolation.
 
@@ -379,7 +379,7 @@ TRANSFORMERS_KEYS: dict[str, tuple[str, str]] = {
 """transformers' rope-parameter keys that posenc names otherwise: key -> (posenc's name, where it goes:
 ``"scaling"``, a key of the scaling dict, or ``"spec"``, a key of the rope spec beside it). The other keys
 of transformers' scalings (``factor``, ``beta_fast``, ``low_freq_factor``, ``short_factor``, ...) have the
-same names in posenc. ``posenc.interop.hf.hf_rope_spec`` translates a whole config (tests/test_hf.py
+same names in posenc. ``posenc.interop.hf.hf_rope_spec`` translates a whole config (tests/test_cli_errors.py
 checks that it agrees with this table); this table only names the keys in errors."""
 
 _HOW = {"rotary_dim": "rotary_dim = head_dim × partial_rotary_factor"}
@@ -394,8 +394,8 @@ def foreign_key_hint(key: str, *, where: str) -> str:
         return ""
     name, home = TRANSFORMERS_KEYS[key]
     if key == "rope_type" and where == "spec":
-        return " (transformers' name; posenc's is scaling=TYPE, e.g. rope:scaling=yarn,factor=4,...; " \
-               "posenc.from_hf(config) reads a transformers config)"
+        return (" (transformers' name; posenc's is scaling=TYPE, e.g. rope:scaling=yarn,factor=4,...; "
+                "posenc.from_hf(config) reads a transformers config)")
     place = "" if home == where else (", a key of the scaling dict" if home == "scaling" else
                                       ", a key of the spec beside scaling")
     return (f" (transformers' name; posenc calls it {_HOW.get(name, repr(name))}{place}; "
