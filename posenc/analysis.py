@@ -60,14 +60,16 @@ def untrained(module) -> str | None:
 
     ``posenc show learned`` draws the table as ``posenc.build`` makes it, N(0, init_std²) noise, so its
     cosine similarity is about 0 at every distance; a trained table's structure comes from data
-    (docs/guide/cli.md). The numbers of a scheme with learned parameters are of that initialization."""
-    if not any(p.requires_grad for p in module.parameters()):
+    (docs/guide/cli.md). So are the numbers of ``rope_mixed``'s learned frequencies. Tables and
+    frequencies only (additive and rotary kinds): the learned biases of KERPLE and T5 start from their
+    papers' initial values, and the explorer draws them (from seed 0) with the same numbers as ``show``."""
+    if module.kind not in ("additive", "rotary") or not any(p.requires_grad for p in module.parameters()):
         return None
     if getattr(module, "name", None) == "learned":
         std = module.spec.get("init_std")
         return (f"untrained: a random N(0, {std:g}²) table as at the start of training (cosine ≈ 0 at every "
                 "distance); a trained table's structure comes from the data it is trained on")
-    return "untrained: its learned parameters at their (seeded) initialization, not fitted to any data"
+    return "untrained: its learned parameters at their (seeded) initialization, not fitted to any data"  # rope_mixed
 
 
 def shown_label(module) -> str:
