@@ -270,3 +270,12 @@ def test_show_of_a_huge_linear_factor_gives_no_warning(spec, capsys):
         code, out, err = run(["show", spec, "--length", "32", "--dim", "16"], capsys)
     assert code == 0, err
     assert ".. inf over" in out  # frequencies below 2π/float64's largest: they never turn
+
+
+def test_a_spec_string_with_transformers_keys_is_one_line_naming_them(capsys):
+    code, _, err = run(["show", "rope:scaling=yarn,factor=4,original_max_position_embeddings=4096"], capsys)
+    one_line(code, err)
+    assert "'original_max_position_embeddings' is posenc's 'original_max_positions'" in err and "from_hf" in err
+    code, _, err = run(["show", "rope:rope_theta=500000"], capsys)
+    one_line(code, err)
+    assert "posenc calls it 'base'" in err
