@@ -88,3 +88,19 @@ def check_float_list(name: str, value: Any, *, length: int | None = None, min: f
     if length is not None and len(out) != length:
         raise ValueError(f"{name} must have {length} entries, got {len(out)}")
     return out
+
+
+def did_you_mean(name: Any, allowed: Iterable[str]) -> str:
+    """`` (did you mean 'rope'?)`` for the closest of ``allowed`` to a mistyped ``name``, else ``""``.
+
+    The one "did you mean" of every error about an unknown name (schemes, spec keys, scaling keys),
+    from ``difflib.get_close_matches`` (at most 3 names, similarity ratio at least 0.6).
+    """
+    import difflib
+
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, list(allowed), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(map(repr, close))}?)"

@@ -54,11 +54,87 @@ def build(spec: Any, *, dim: int = 64, num_heads: int = DEFAULT_HEADS, length: i
     return module.double()
 
 
-def text_table(rows: list[Sequence[str]]) -> str:
-    """Rows of strings (the first is the header) as aligned text columns, a rule under the header."""
+def untrained(module) -> str | None:
+    """What a module drawn at its initialization shows, for ``show``/``compare`` and their figures
+    (None when it has no trainable parameters: its numbers are the scheme's own).
+
+    ``posenc show learned`` draws the table as ``posenc.build`` makes it, N(0, init_std²) noise, so its
+    cosine similarity is about 0 at every distance; a trained table's structure comes from data
+    (docs/guide/cli.md). So are the numbers of ``rope_mixed``'s learned frequencies. Tables and
+    frequencies only (additive and rotary kinds): the learned biases of KERPLE and T5 start from their
+    papers' initial values, and the explorer draws them (from seed 0) with the same numbers as ``show``."""
+    if module.kind not in ("additive", "rotary") or not any(p.requires_grad for p in module.parameters()):
+        return None
+    if getattr(module, "name", None) == "learned":
+        std = module.spec.get("init_std")
+        return (f"untrained: a random N(0, {std:g}²) table as at the start of training (cosine ≈ 0 at every "
+                "distance); a trained table's structure comes from the data it is trained on")
+    return "untrained: its learned parameters at their (seeded) initialization, not fitted to any data"  # rope_mixed
+
+
+def shown_label(module) -> str:
+    """``label(module)``, with `` (untrained)`` for a module whose learned parameters are at their
+    initialization (``untrained``): the label of the text tables and the figures' titles."""
+    return label(module) + (" (untrained)" if untrained(module) else "")
+
+
+SAME_KERNEL = ("both are functions of cos(ω_i·r) over the same frequencies ω_i: the sinusoidal dot product "
+               "PE(p)·PE(p+r) = Σ_i cos(ω_i·r) (sin·sin + cos·cos of each pair), which is RoPE's relative kernel "
+               "(q·k/D with q = k = 1 is (2/D)·Σ_i cos(ω_i·r), the cosine similarity of the sinusoids)")
+"""Why a sinusoidal and a rotary scheme of one base and width give the same row in ``posenc compare``."""
+
+
+def coinciding(rows: Sequence[tuple[Any, ...]], modules: Sequence[Any]) -> list[str]:
+    """Notes for ``posenc compare``: each group of schemes whose rows (every column after the label and
+    kind) are equal, and why: an additive and a rotary scheme of the same frequencies (``SAME_KERNEL``),
+    two rotary ones of the same frequencies, or, otherwise, the same signal at the distances shown."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(tuple(row[2:]), []).append(i)
+    notes = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        names = " and ".join(str(rows[i][0]) for i in members)
+        kinds = {modules[i].kind for i in members}
+        if kinds == {"additive", "rotary"} and all(hasattr(modules[i], "inv_freq") for i in members):
+            why = SAME_KERNEL
+        elif kinds == {"rotary"}:
+            why = "their frequencies are equal, and q·k of a rotary scheme depends only on them"
+        else:
+            why = "the same positional signal at these distances"
+        notes.append(f"{names}: the same row, because {why}.")
+    return notes
+
+
+def text_table(rows: list[Sequence[str]], *, width: int | None = None, wrap: Sequence[int] = (),
+               min_wrap: int = 8) -> str:
+    """Rows of strings (the first is the header) as aligned text columns, a rule under the header.
+
+    ``width``: the line width to fit (a terminal's); when the table is wider, the columns ``wrap``
+    (indices) are wrapped at spaces onto continuation lines, each given a share of the room the other
+    columns leave in proportion to its natural width, and at least ``min_wrap`` characters."""
+    import textwrap
+
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    total = sum(widths) + 2 * (len(widths) - 1)
+    if width is not None and wrap and total > width:
+        fixed = sum(w for i, w in enumerate(widths) if i not in wrap) + 2 * (len(widths) - 1)
+        room, natural = max(width - fixed, 0), sum(widths[i] for i in wrap)
+        for i in wrap:
+            widths[i] = min(widths[i], max(min_wrap, room * widths[i] // natural))
+    else:
+        wrap = ()
+
+    def block(row: Sequence[str]) -> list[str]:
+        cells = [textwrap.wrap(c, widths[i], break_on_hyphens=False) or [""] if i in wrap else [c]
+                 for i, c in enumerate(row)]
+        return ["  ".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(cells, widths)).rstrip()
+                for k in range(max(len(c) for c in cells))]
+
+    lines = [*block(rows[0]), "  ".join("-" * w for w in widths)]
+    for r in rows[1:]:
+        lines += block(r)
     return "\n".join(lines)
 
 
@@ -250,8 +326,12 @@ def min_fingerprint_distance(tab: np.ndarray) -> tuple[float, int, int]:
 # -- frequencies ------------------------------------------------------------------------------
 
 def wavelengths(inv_freq: np.ndarray) -> np.ndarray:
-    """``λ_i = 2π / θ_i``: the number of positions one turn of pair ``i`` takes."""
-    return 2.0 * np.pi / np.asarray(inv_freq, dtype=np.float64)
+    """``λ_i = 2π / θ_i``: the number of positions one turn of pair ``i`` takes.
+
+    A frequency of 0, or one so small that ``2π/θ`` is past float64's range (a linear scaling by
+    1e308), never turns: its wavelength is ``inf``, without NumPy's overflow warning."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return 2.0 * np.pi / np.asarray(inv_freq, dtype=np.float64)
 
 
 def turns(inv_freq: np.ndarray, length: int) -> np.ndarray:
@@ -445,7 +525,7 @@ def score_vs_distance(spec: Any, *, length: int = 256, dim: int = 64, num_heads:
         score = content_weights(m, length=length, dim=dim, num_heads=num_heads).mean(0)
     else:
         score = np.zeros(length)
-    return Curve(label(m), m.kind, r, score, QUANTITY.get(m.kind, m.kind))
+    return Curve(shown_label(m), m.kind, r, score, QUANTITY.get(m.kind, m.kind))
 
 
 # -- grids: a 2D map of the positional signal -------------------------------------------------
@@ -530,7 +610,7 @@ def grid_map(spec: Any, *, grid: Sequence[int] | None = None, patch: Sequence[in
         values = score_term(m, flat[i:i + 1], flat, num_heads=num_heads, dim=dim)[:, 0].mean(0)
     else:
         values = np.zeros(n)
-    return GridMap(label(m), m.kind, (h, w), (int(pr), int(pc)), np.asarray(values).reshape(h, w),
+    return GridMap(shown_label(m), m.kind, (h, w), (int(pr), int(pc)), np.asarray(values).reshape(h, w),
                    GRID_QUANTITY.get(m.kind, m.kind))
 
 
@@ -555,6 +635,8 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
     m = build(spec, dim=dim, num_heads=num_heads, length=length)
     out = [("scheme", m.name), ("kind", m.kind),
            ("spec", ", ".join(f"{k}={v}" for k, v in m.spec.items() if k != "scheme") or "(no parameters)")]
+    if untrained(m):
+        out.append(("weights", untrained(m)))
     if getattr(m, "axes", 1) > 1:  # a grid encoding: its 2D map (the 1D numbers need one axis)
         out += grid_numbers(grid_map(m, num_heads=num_heads, dim=dim))
         if hasattr(m, "inv_freq"):

@@ -3,7 +3,9 @@
 Subcommands live in ``posenc/commands/*.py``; each module defines ``add_commands(subparsers)``
 and gives every parser ``set_defaults(func=handler)`` where ``handler(args) -> int``. Bad input
 (ValueError, TypeError, any OSError, or ``CLIError``) exits 2 with one line on stderr,
-never a traceback.
+never a traceback. Integer flags are read by ``int_arg`` (int64's range at most, the flag named);
+a command that needs an extra (``EXTRAS``: ``plot``, ``extrapolate``) says which, in one line,
+before it does anything (``require_extra``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from collections.abc import Callable
+
+from posenc.limits import INT64_MAX  # torch-free, as everything the parser needs
 
 
 class CLIError(Exception):
@@ -33,6 +38,82 @@ def check_output_file(flag: str, path: str) -> str:
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
         raise CLIError(f"{flag} {path!r} is not a regular file (a FIFO, a device or a socket); give a file path")
     return path
+
+
+INT64_MIN = -INT64_MAX - 1
+
+
+def parse_int(flag: str, text: str, *, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
+    """One integer of the command line, from ``low`` to ``high`` (by default int64's range: torch and
+    NumPy take no larger seeds, counts or sizes, and would fail later with "Overflow when unpacking
+    long long"); raises ValueError naming ``flag``. Every integer flag is read with this (``int_arg``)."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        def shown(v: int) -> str:
+            return {INT64_MAX: "2^63 - 1", INT64_MIN: "-2^63"}.get(v, str(v))
+
+        got = repr(text) if value is None else str(value)
+        raise ValueError(f"{flag} must be an integer from {shown(low)} to {shown(high)}, got {got}")
+    return value
+
+
+def int_arg(flag: str, low: int = INT64_MIN, high: int = INT64_MAX) -> Callable[[str], int]:
+    """The argparse ``type`` of an integer flag: ``parse_int`` (the error is argparse's one line, exit 2)."""
+    def parse(text: str) -> int:
+        try:
+            return parse_int(flag, text, low=low, high=high)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
+EXTRAS: dict[str, dict[str, str]] = {
+    "plot": {"matplotlib": "matplotlib"},
+    "extrapolate": {"matplotlib": "matplotlib", "tqdm": "tqdm", "scikit-learn": "sklearn"},
+}
+"""pyproject.toml's extras that commands need: extra -> {distribution: the module it installs}
+(tests/test_cli_errors.py keeps it equal to pyproject.toml)."""
+
+
+def require_extra(extra: str, who: str, *, only: tuple[str, ...] | None = None) -> None:
+    """Refuses, in one line, a command whose extra is not installed, before it does anything.
+
+    ``who``: what needs it (``posenc report``, ``--plot``); ``only``: the extra's distributions
+    this run needs (default: all of them)."""
+    import importlib.util
+
+    missing = []
+    for dist, module in EXTRAS[extra].items():
+        if only is not None and dist not in only:
+            continue
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken or half-imported package: as good as missing
+            found = False
+        if not found:
+            missing.append(dist)
+    if missing:
+        raise CLIError(missing_extra(extra, who, missing))
+
+
+def missing_extra(extra: str, who: str, missing: list[str]) -> str:
+    """The one line for a missing extra: what needs it, which packages, the command that installs them."""
+    return (f"{who} needs {', '.join(missing)} (posenc's {extra!r} extra): pip install '.[{extra}]' from a "
+            f"clone of posenc, or pip install {' '.join(missing)}")
+
+
+def _extra_of(e: ModuleNotFoundError) -> tuple[str, str] | None:
+    """``(extra, distribution)`` of a module an extra installs, for an import that failed late."""
+    root = (e.name or "").split(".")[0]
+    for extra, packages in EXTRAS.items():
+        for dist, module in packages.items():
+            if module == root:
+                return extra, dist
+    return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as e:  # a command's extra missing where no early check caught it
+        extra = _extra_of(e)
+        if extra is None:
+            raise
+        print(f"posenc {args.command}: error: {missing_extra(extra[0], 'this command', [extra[1]])}",
+              file=sys.stderr)
+        return 2
     except (CLIError, ValueError, TypeError, OSError) as e:
         print(f"posenc {args.command}: error: {_message(e)}", file=sys.stderr)
         return 2

@@ -11,7 +11,11 @@ encoding whose score term depends only on |i − j| (ALiBi's bias) gives the sam
 a causal mask. Real models start every sequence with a start token; with "<s>" in front the two
 sentences are no longer reversals of each other and every scheme tells them apart while NoPE
 still cannot (the "with <s>" column). With a causal mask (the last column) every scheme, and NoPE
-too, tells them apart: the mask itself leaks order (Haviv et al. 2022).
+too, tells them apart: the mask itself leaks order (Haviv et al. 2022): the word at place t
+attends to the t words up to it, so the same word first and last averages over different sets;
+a causal decoder counts how many tokens precede it. Distances are not comparable across schemes
+(each acts in its own units on fixed random weights): a row says whether a scheme tells the orders
+apart, not how well.
 
 Two rows need no positional encoding at all: a GRU (Cho et al. 2014) and the diagonal linear
 state-space layer ``ssm`` (``posenc.ssm``, S4D/Mamba-style). Their outputs differ between the
@@ -155,12 +159,36 @@ def order_demo(specs: Iterable[Any] | None = None, *, seed: int = 0) -> list[dic
     return rows
 
 
+COLUMNS = (
+    ("distance", "the largest distance (Euclidean norm) between one word's outputs in the two sentences, "
+                 "attention without a mask (bidirectional)"),
+    ("only permuted?", "yes when distance is float64 rounding (< 1e-9): the second sentence's outputs are the "
+                       "first's in another order, so the layer cannot tell who bit whom"),
+    ("with <s>", "the distance when both sentences start with a start token <s> (\"<s> dog bites man\" against "
+                 "\"<s> man bites dog\"), bidirectional"),
+    ("causal", "the distance with a causal mask (each word attends to itself and the words before it), no <s>"),
+)
+"""The columns of ``format_order_table``, defined in its output (and in docs/guide/cli.md)."""
+
+WHY_CAUSAL = ("a causal mask tells the orders apart even without a positional encoding (NoPE): the word at place t "
+              "attends to the t words up to it, so 'man' first attends to itself alone and 'man' last averages "
+              "over all three: a causal decoder counts how many tokens precede it (Haviv et al. 2022)")
+NOT_COMPARABLE = ("distances are not comparable across schemes: each scheme acts in its own units (a vector added "
+                  "to the embeddings, a rotation of q and k, a bias on the scores) on fixed random weights, so a "
+                  "distance says whether a scheme tells the orders apart (0 or not), not how well")
+
+
 def format_order_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of ``order_demo`` as a small text table, with a note on any surprise."""
-    head = ("scheme", "kind", "distance", "only permuted?", "with <s>", "causal")
+    """The rows of ``order_demo`` as a small text table, its columns defined under it, with a note on
+    any surprise."""
+    head = ("scheme", "kind", *(name for name, _ in COLUMNS))
     body = [(r["label"], r["kind"], f"{r['distance']:.3g}", "yes" if r["permutation_only"] else "no",
              f"{r['distance_start']:.3g}", f"{r['distance_causal']:.3g}") for r in rows]
-    lines = [analysis.text_table([head, *body])]
+    lines = [analysis.text_table([head, *body]), ""]
+    lines += [f"{name}: {meaning}." for name, meaning in COLUMNS]
+    if any(r["kind"] == "none" and r["distance_causal"] > TOLERANCE for r in rows):
+        lines += ["", f"Why nope's causal distance is not 0: {WHY_CAUSAL}."]
+    lines += ["", f"Note: {NOT_COMPARABLE}."]
     blind = [r["label"] for r in rows if r["permutation_only"] and r["kind"] != "none"]
     if blind:
         lines.append("")
@@ -175,6 +203,9 @@ def format_order_table(rows: list[dict[str, Any]]) -> str:
 
 
 SUMMARY = ('One attention layer with fixed random weights reads "dog bites man" and "man bites dog"; so do a GRU '
-           "and a diagonal state-space layer (ssm) in its place, without any positional encoding. distance = the largest change of a word's output between the two sentences (0: only permuted).")
+           "and a diagonal state-space layer (ssm) in its place, without any positional encoding. Each number is "
+           "the largest change of a word's output between the two sentences (0: only permuted); the columns are "
+           "defined under the table.")
 
-__all__ = ["order_demo", "format_order_table", "WORDS", "SENTENCES", "SUMMARY", "RECURRENT", "WHY_RECURRENT"]
+__all__ = ["order_demo", "format_order_table", "WORDS", "SENTENCES", "SUMMARY", "RECURRENT", "WHY_RECURRENT",
+           "COLUMNS", "WHY_CAUSAL", "NOT_COMPARABLE"]

@@ -64,6 +64,12 @@ Buckets = Annotated[int, Limit(1024, "relative-position buckets")]
 Width = Annotated[int, Limit(4096, "a hidden layer's width")]
 Axes = Annotated[int, Limit(8, "position axes")]
 Kernel = Annotated[int, Limit(64, "a short convolution's kernel size")]
+Positions = Annotated[int, Limit(2.0**40, "a length in positions")]
+"""A length a scaling is defined by (``original_max_positions``), read from the scaling functions of
+``posenc.scaling`` by ``posenc.registry.check_limits``; the library itself refuses more than ``INT64_MAX``."""
+
+INT64_MAX = 2**63 - 1
+"""The largest position (positions are int64), and the bound of the command line's integers."""
 
 # the work a command may do, as products of sizes (measured on 2 cores: the largest accepted
 # `posenc show` runs in about 10-20 s, `posenc compare` per scheme likewise)
@@ -79,9 +85,11 @@ MAX_RELATIVE_WORK = 1 << 32
 multiply-adds, about 1 GB of float64 temporaries)."""
 
 
-def limits_of(cls: type) -> dict[str, Limit]:
-    """``{parameter: Limit}`` from the annotations of ``cls.__init__``'s keyword-only parameters."""
-    hints = typing.get_type_hints(cls.__init__, include_extras=True)
+def limits_of(cls: Any) -> dict[str, Limit]:
+    """``{parameter: Limit}`` from the annotations of ``cls.__init__``'s keyword-only parameters (of a
+    function's parameters when ``cls`` is a function, such as a scaling of ``posenc.scaling``)."""
+    hints = typing.get_type_hints(cls if callable(cls) and not isinstance(cls, type) else cls.__init__,
+                                  include_extras=True)
     out = {}
     for name, hint in hints.items():
         for arg in _annotated_args(hint):

@@ -35,7 +35,8 @@ def _figure(width: float, height: float) -> Figure:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ImportError("figures need matplotlib: pip install 'posenc[plot]'") from None
+        raise ImportError("figures need matplotlib (posenc's 'plot' extra): pip install '.[plot]' from a clone of "
+                          "posenc, or pip install matplotlib") from None
     return Figure(figsize=(width, height), layout="constrained")
 
 
@@ -69,7 +70,7 @@ def draw_heatmap(ax: Axes, spec: Any, *, length: int = 128, dim: int = 64):
     vmax = float(np.abs(tab).max()) or 1.0
     im = ax.imshow(tab, aspect="auto", cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
     what = "PE(position, i)" if m.kind == "additive" else "[cos(position·θ) | sin(position·θ)]"
-    ax.set(title=_title(analysis.label(m), what), xlabel="dimension i", ylabel="position")
+    ax.set(title=_title(analysis.shown_label(m), what), xlabel="dimension i", ylabel="position")
     ax.figure.colorbar(im, ax=ax, label="value")
     return im
 
@@ -77,7 +78,7 @@ def draw_heatmap(ax: Axes, spec: Any, *, length: int = 128, dim: int = 64):
 def draw_similarity(ax: Axes, spec: Any, *, length: int = 128, dim: int = 64):
     sim = analysis.cosine_similarity_matrix(analysis.table(spec, length=length, dim=dim))  # (L, L)
     im = ax.imshow(sim, cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
-    ax.set(title=_title(analysis.label(analysis.build(spec, dim=dim, length=length)), "cosine similarity"),
+    ax.set(title=_title(analysis.shown_label(analysis.build(spec, dim=dim, length=length)), "cosine similarity"),
            xlabel="position q", ylabel="position p")
     ax.figure.colorbar(im, ax=ax, label="cos(vector(p), vector(q))")
     return im
@@ -135,7 +136,7 @@ def draw_bias_maps(fig: Figure, spec: Any, *, length: int = 64, num_heads: int =
             ax.set_xlabel("key position j")
     m = analysis.build(spec, dim=dim, num_heads=num_heads, length=length)
     extra = " (q = k = 1)" if m.kind == "relative" else ""
-    fig.suptitle(_title(analysis.label(m), f"score term per head{extra}"))
+    fig.suptitle(_title(analysis.shown_label(m), f"score term per head{extra}"))
     fig.colorbar(im, ax=list(axes[:h]), label="added to the attention score", shrink=0.9)
 
 
@@ -203,7 +204,7 @@ def fingerprints(spec: Any, *, length: int = 128, dim: int = 64) -> Figure:
     ax.axhline(d, color=MARK, linestyle=":", linewidth=1.2, label=f"minimum {d:.3g} (positions {p} and {q})")
     ax.set_ylim(0, 1.15 * float(nn.max()))
     verdict = "all positions distinct" if d > 1e-9 else "some positions coincide"
-    ax.set(title=_title(analysis.label(analysis.build(spec, dim=dim, length=length)), f"fingerprints: {verdict}"),
+    ax.set(title=_title(analysis.shown_label(analysis.build(spec, dim=dim, length=length)), f"fingerprints: {verdict}"),
            xlabel="position", ylabel="distance to the nearest other position")
     ax.legend(fontsize="small", frameon=False)
     ax.grid(alpha=0.3)
@@ -282,7 +283,7 @@ def show(spec: Any, *, length: int = 128, dim: int = 64, grid: Sequence[int] | N
         fig = _figure(11.0, 4.0)
         left, right = fig.subplots(1, 2)
         draw_curves(left, [analysis.score_vs_distance(m, length=length, dim=dim)], [_style(0)])
-        left.set_title(_title(analysis.label(m), "q·k vs relative distance"))
+        left.set_title(_title(analysis.shown_label(m), "q·k vs relative distance"))
         draw_spectrum(right, m, dim=dim, context=analysis.spectrum(m).context or length)
         return fig
     check_showable(m.kind, m.name)

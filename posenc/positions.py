@@ -84,11 +84,20 @@ def batch_of(positions: torch.Tensor, axes: int = 1) -> int | None:
     return positions.shape[0] if batched else None
 
 
-def check_batch(name: str, positions: torch.Tensor, batch: int, length: int, *, axes: int = 1) -> None:
-    """Checked positions agree with a tensor of batch ``batch`` and length ``length``."""
+def check_batch(name: str, positions: torch.Tensor, batch: int, length: int, *, axes: int = 1,
+                heads: int | None = None) -> None:
+    """Checked positions agree with a tensor of batch ``batch`` and length ``length``.
+
+    ``heads``: the size of the heads dimension of a ``[B, H, L, D]`` tensor; when the positions'
+    length is that size instead, the error says that the layout is ``[B, H, L, D]`` (a ``[B, L, H, D]``
+    tensor, the layout of a projection's ``view(B, L, H, D)``, needs ``.transpose(1, 2)``)."""
     n = length_of(positions, axes)
     if n != length:
-        raise ValueError(f"{name} has length {n} but the tensor has length {length}")
+        hint = ""
+        if heads is not None and heads == n:
+            hint = (f"; the tensor is read as [B, H, L, D] (heads before length) and its dim 1 has the positions' "
+                    f"size {n}: for a [B, L, H, D] tensor pass x.transpose(1, 2) (and transpose the result back)")
+        raise ValueError(f"{name} has length {n} but the tensor has length {length}{hint}")
     b = batch_of(positions, axes)
     if b is not None and b not in (1, batch):
         raise ValueError(f"{name} has batch {b} but the tensor has batch {batch}")

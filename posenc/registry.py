@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posenc import limits as _limits
+from posenc._validate import did_you_mean
 from posenc.limits import limits_of
 
 KINDS = ("none", "additive", "rotary", "bias", "relative", "content")
@@ -121,8 +122,20 @@ def get(name: str) -> Scheme:
     if not isinstance(name, str):
         raise TypeError(f"scheme must be a string, got {name!r} ({type(name).__name__})")
     if name not in _REGISTRY:
-        raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(_REGISTRY)}")
+        raise ValueError(f"unknown scheme {name!r}{did_you_mean(name, _REGISTRY)}; "
+                         f"known schemes: {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
+
+
+def unknown_key(scheme: Scheme, key: str) -> str:
+    """The error for a key that is not a parameter of ``scheme``: the closest parameters, a
+    transformers-style rope key's posenc name (``posenc.scaling.foreign_key_hint``), the allowed keys."""
+    from posenc.scaling import foreign_key_hint
+
+    hint = foreign_key_hint(key, where="spec") if "scaling" in scheme.params else ""
+    allowed = ", ".join(scheme.params) or "(none)"
+    return (f"unknown key {key!r} for scheme {scheme.name!r}{did_you_mean(key, scheme.params)}{hint}; "
+            f"allowed keys: {allowed}")
 
 
 def normalize_spec(spec: Any) -> dict[str, Any]:
@@ -137,8 +150,7 @@ def normalize_spec(spec: Any) -> dict[str, Any]:
     given = {k: v for k, v in spec.items() if k != "scheme"}
     unknown = sorted(set(given) - set(scheme.params))
     if unknown:
-        allowed = ", ".join(scheme.params) or "(none)"
-        raise ValueError(f"unknown key {unknown[0]!r} for scheme {scheme.name!r}; allowed keys: {allowed}")
+        raise ValueError(unknown_key(scheme, unknown[0]))
     missing = [k for k in scheme.required if k not in given]
     if missing:
         raise ValueError(f"scheme {scheme.name!r} needs {', '.join(map(repr, missing))}; "
@@ -181,9 +193,12 @@ def check_limits(spec: Mapping[str, Any]) -> None:
             scheme.limits[key].check(key, value)
     scaling = spec.get("scaling")
     if isinstance(scaling, Mapping):
-        for key in ("original_max_positions",):
+        from posenc.scaling import SCALINGS
+
+        fn = SCALINGS.get(scaling.get("type"))  # an unknown type: the rotary module's own check names it
+        for key, limit in (limits_of(fn) if fn is not None else {}).items():
             if key in scaling and scaling[key] is not None:
-                _limits.Limit(2.0**40, "a length in positions").check(f"scaling.{key}", scaling[key])
+                limit.check(f"scaling.{key}", scaling[key])
 
 
 def limits_table() -> list[tuple[str, str, str, str]]:

@@ -366,8 +366,13 @@ def _check_broadcast(x: torch.Tensor, cos: torch.Tensor) -> None:
     except RuntimeError:
         ok = False
     if not ok:
+        hint = ""
+        if x.dim() >= 3 and cos.dim() >= 2 and cos.shape[-2] == x.shape[-3] != x.shape[-2]:
+            hint = ("; x's length is its dim -2 ([B, H, L, D]) and cos fits its dim -3: for a [B, L, H, D] x pass "
+                    "x.transpose(1, 2)")
         raise ValueError(f"cos and sin of shape {list(cos.shape)} must broadcast to x's [..., L, rotary_dim/2] = "
-                         f"{list(target)} (x {list(x.shape)}): their length L and batch dimensions must be x's or 1")
+                         f"{list(target)} (x {list(x.shape)}): their length L and batch dimensions must be x's or 1"
+                         f"{hint}")
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half",

@@ -51,7 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from posenc._validate import check_bool, check_float, check_float_list, check_int
+from posenc._validate import check_bool, check_float, check_float_list, check_int, did_you_mean
+from posenc.limits import INT64_MAX, Positions
 from posenc.reference.positions import exact_context, exact_split
 
 
@@ -188,7 +189,12 @@ def _factor(factor: Any) -> float:
 
 
 def _original(original_max_positions: Any) -> int:
-    return check_int("original_max_positions", original_max_positions, min=1)
+    """``L₀``: a length in positions, and positions are int64, so at most ``2^63 − 1`` (a larger one
+    could never be reached, and the rotary module compares it with an int64 length)."""
+    value = check_int("original_max_positions", original_max_positions, min=1)
+    if value > INT64_MAX:
+        raise ValueError(f"original_max_positions must be at most 2^63 - 1 (positions are int64), got {value}")
+    return value
 
 
 # -- static methods -----------------------------------------------------------------------------
@@ -236,7 +242,7 @@ def yarn_correction_range(rotary_dim: int, base: float, original_max_positions: 
 
 
 @register_scaling("yarn")
-def yarn(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, beta_fast: float = 32.0,
+def yarn(inv_freq: np.ndarray, *, factor: float, original_max_positions: Positions, beta_fast: float = 32.0,
          beta_slow: float = 1.0, mscale: float = 1.0, mscale_all_dim: float = 0.0,
          attention_factor: float | None = None, truncate: bool = True, head_dim: int,
          base: float) -> tuple[np.ndarray, float]:
@@ -277,7 +283,7 @@ def yarn(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, be
 
 
 @register_scaling("llama3")
-def llama3(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, low_freq_factor: float = 1.0,
+def llama3(inv_freq: np.ndarray, *, factor: float, original_max_positions: Positions, low_freq_factor: float = 1.0,
            high_freq_factor: float = 4.0, head_dim: int, base: float) -> tuple[np.ndarray, float]:
     """Llama 3.1's scaling (Meta 2024): by wavelength λ_i = 2π/θ_i relative to the original context.
 
@@ -303,7 +309,7 @@ def llama3(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, 
 # -- length-dependent methods ---------------------------------------------------------------------
 
 @register_scaling("dynamic")
-def dynamic(inv_freq: np.ndarray, *, factor: float, original_max_positions: int, head_dim: int,
+def dynamic(inv_freq: np.ndarray, *, factor: float, original_max_positions: Positions, head_dim: int,
             base: float) -> Scaled:
     """Dynamic NTK (emozilla, 2023): the NTK base change with the factor grown from the length.
 
@@ -319,7 +325,7 @@ def dynamic(inv_freq: np.ndarray, *, factor: float, original_max_positions: int,
 
 @register_scaling("longrope")
 def longrope(inv_freq: np.ndarray, *, short_factor: list[float], long_factor: list[float], factor: float,
-             original_max_positions: int, attention_factor: float | None = None, head_dim: int,
+             original_max_positions: Positions, attention_factor: float | None = None, head_dim: int,
              base: float) -> Scaled:
     """LongRoPE (Ding et al. 2024, arXiv:2402.13753; Phi-3): a searched rescale per pair.
 
@@ -361,6 +367,63 @@ def xpos(inv_freq: np.ndarray, *, scale_base: float = 512.0, gamma: float = 0.4,
     return Scaled(inv_freq, 1.0, decay=np.log(zeta) / scale_base)
 
 
+# -- transformers' names --------------------------------------------------------------------------
+
+TRANSFORMERS_KEYS: dict[str, tuple[str, str]] = {
+    "rope_type": ("type", "scaling"),
+    "original_max_position_embeddings": ("original_max_positions", "scaling"),
+    "rope_theta": ("base", "spec"),
+    "partial_rotary_factor": ("rotary_dim", "spec"),
+    "mrope_section": ("sections", "spec"),
+}
+"""transformers' rope-parameter keys that posenc names otherwise: key -> (posenc's name, where it goes:
+``"scaling"``, a key of the scaling dict, or ``"spec"``, a key of the rope spec beside it). The other keys
+of transformers' scalings (``factor``, ``beta_fast``, ``low_freq_factor``, ``short_factor``, ...) have the
+same names in posenc. ``posenc.interop.hf.hf_rope_spec`` translates a whole config (tests/test_cli_errors.py
+checks that it agrees with this table); this table only names the keys in errors."""
+
+_HOW = {"rotary_dim": "rotary_dim = head_dim × partial_rotary_factor"}
+
+
+def foreign_key_hint(key: str, *, where: str) -> str:
+    """`` (transformers' name; posenc calls it 'base', a key of the spec)`` for one of
+    ``TRANSFORMERS_KEYS`` found among the keys of ``where`` (``"spec"`` or ``"scaling"``), else ``""``."""
+    if key not in TRANSFORMERS_KEYS:
+        if where == "spec" and any(key in scaling_keys(kind) for kind in SCALINGS):
+            return " (a key of a scaling: give scaling=TYPE with it, e.g. scaling=linear,factor=4)"
+        return ""
+    name, home = TRANSFORMERS_KEYS[key]
+    if key == "rope_type" and where == "spec":
+        return (" (transformers' name; posenc's is scaling=TYPE, e.g. rope:scaling=yarn,factor=4,...; "
+                "posenc.from_hf(config) reads a transformers config)")
+    place = "" if home == where else (", a key of the scaling dict" if home == "scaling" else
+                                      ", a key of the spec beside scaling")
+    return (f" (transformers' name; posenc calls it {_HOW.get(name, repr(name))}{place}; "
+            "posenc.from_hf(config) reads a transformers config)")
+
+
+def transformers_keys_error(params: Mapping[str, Any]) -> str:
+    """The error for a scaling dict written with transformers' keys: each one with its posenc name."""
+    renamed = []
+    for key in params:
+        if key in TRANSFORMERS_KEYS:
+            name, home = TRANSFORMERS_KEYS[key]
+            what = _HOW.get(name, repr(name))
+            renamed.append(f"{key!r} is posenc's {what}" + ("" if home == "scaling" else " (a key of the spec, "
+                                                                                          "beside scaling)"))
+    kind = params.get("type", params.get("rope_type"))
+    posenc_keys = {TRANSFORMERS_KEYS.get(k, (k,))[0] for k in params} - {"type", "base", "rotary_dim", "sections"}
+    unknown = sorted(posenc_keys - set(scaling_keys(kind))) if isinstance(kind, str) and kind in SCALINGS else []
+    extra = (f"; not keys of scaling {kind!r}: {', '.join(map(repr, unknown))}" if unknown else "")
+    return (f"scaling uses transformers' names: {'; '.join(renamed)}{extra}; posenc.from_hf(config) builds the "
+            "rope of a transformers config (rope_parameters or rope_scaling) as it is")
+
+
+def scaling_keys(kind: str) -> list[str]:
+    """The keys of scaling type ``kind`` besides ``type`` (its function's parameters)."""
+    return [p for p in inspect.signature(SCALINGS[kind]).parameters if p not in _CONTEXT]
+
+
 # -- resolution -----------------------------------------------------------------------------------
 
 def resolve(scaling: Mapping[str, Any] | None, inv_freq: np.ndarray, *, head_dim: int, base: float,
@@ -376,15 +439,23 @@ def resolve(scaling: Mapping[str, Any] | None, inv_freq: np.ndarray, *, head_dim
     if not isinstance(scaling, Mapping):
         raise TypeError(f"scaling must be a dict like {{'type': 'linear', 'factor': 4}}, got {scaling!r}")
     params = dict(scaling)
-    kind = params.pop("type", None)
+    if any(k in TRANSFORMERS_KEYS for k in params):
+        raise ValueError(transformers_keys_error(params))
+    types = ", ".join(map(repr, SCALINGS))
+    if "type" not in params:
+        raise ValueError(f"scaling has no 'type' key (got keys {', '.join(map(repr, params)) or 'none'}); give one "
+                         f"of {types}, e.g. {{'type': 'linear', 'factor': 4}}")
+    kind = params.pop("type")
     if not isinstance(kind, str) or kind not in SCALINGS:
-        raise ValueError(f"scaling type must be one of {', '.join(map(repr, SCALINGS))}; got {kind!r}")
-    fn = SCALINGS[kind]
-    signature = inspect.signature(fn).parameters
-    allowed = [p for p in signature if p not in _CONTEXT]
+        why = " (transformers' 'default' is no scaling: scaling=None)" if kind == "default" else ""
+        raise ValueError(f"scaling type must be one of {types}; got {kind!r}{did_you_mean(kind, SCALINGS)}{why}")
+    allowed = scaling_keys(kind)
     unknown = sorted(set(params) - set(allowed))
     if unknown:
-        raise ValueError(f"unknown key {unknown[0]!r} for scaling {kind!r}; allowed keys: type, {', '.join(allowed)}")
+        raise ValueError(f"unknown key {unknown[0]!r} for scaling {kind!r}{did_you_mean(unknown[0], allowed)}; "
+                         f"allowed keys: type, {', '.join(allowed)}")
+    fn = SCALINGS[kind]
+    signature = inspect.signature(fn).parameters
     missing = [p for p in allowed if signature[p].default is inspect.Parameter.empty and p not in params]
     if missing:
         raise ValueError(f"scaling {kind!r} needs {', '.join(map(repr, missing))}; "

@@ -236,9 +236,11 @@ def _route_scaling(scheme: registry.Scheme, given: dict[str, Any]) -> dict[str, 
         given = {**given, "scaling": {"type": given["scaling"]}}
     if not extra:
         return given
-    allowed = ", ".join(scheme.params) or "(none)"
     if "scaling" not in scheme.params or "scaling" not in given:
-        raise ValueError(f"unknown key {sorted(extra)[0]!r} for scheme {scheme.name!r}; allowed keys: {allowed}")
+        from posenc.scaling import TRANSFORMERS_KEYS
+
+        first = sorted(extra, key=lambda k: (k not in TRANSFORMERS_KEYS, k))[0]  # transformers' names first
+        raise ValueError(registry.unknown_key(scheme, first))
     scaling = given["scaling"]
     if isinstance(scaling, dict):
         scaling = dict(scaling)

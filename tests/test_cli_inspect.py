@@ -52,7 +52,7 @@ def test_parse_spec_routes_scaling_keys():
 
 
 @pytest.mark.parametrize("text,message", [
-    ("rope:factor=4", "unknown key 'factor' for scheme 'rope'; allowed keys: head_dim"),
+    ("rope:factor=4", "unknown key 'factor' for scheme 'rope' (a key of a scaling: give scaling=TYPE"),
     ("rope:base=1,base=2", "given twice"),
     ("rope:base", "expected key=value"),
     ("rope:", "no key=value"),
@@ -180,3 +180,42 @@ def test_a_spec_file_that_is_not_utf8_exits_2(tmp_path, capsys):
     (tmp_path / "bin.json").write_bytes(b"\xff\xfe{")
     code, _, err = run(["show", str(tmp_path / "bin.json")], capsys)
     assert code == 2 and err.count("\n") == 1 and "is not UTF-8 text" in err, err
+
+
+# -- what the commands show (issue 29, item 2) -------------------------------------------------
+
+def test_show_learned_says_the_table_is_untrained(tmp_path, capsys):
+    png = tmp_path / "learned.png"
+    code, out, err = run(["show", "learned", "--length", "32", "--dim", "16", "--plot", str(png)], capsys)
+    assert code == 0, err
+    weights = [line for line in out.splitlines() if line.startswith("weights")]
+    assert weights and "untrained: a random N(0, 0.02²) table" in weights[0]
+    from posenc import analysis, plot
+
+    fig = plot.show("learned", length=32, dim=16)
+    assert "learned (untrained)" in fig.axes[0].get_title()
+    code, out, _ = run(["show", "sinusoidal", "--length", "32", "--dim", "16"], capsys)
+    assert "untrained" not in out  # a fixed table is the scheme itself
+    assert analysis.untrained(analysis.build("rope", dim=16)) is None
+
+
+def test_compare_labels_untrained_rows_and_explains_coinciding_ones(capsys):
+    code, out, err = run(["compare", "sinusoidal", "rope", "learned"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    rows = {line.split("  ")[0].strip(): line for line in lines[2:5]}
+    assert set(rows) == {"sinusoidal", "rope", "learned (untrained)"}
+    assert rows["sinusoidal"].split()[2:] == rows["rope"].split()[2:]  # the rows the note is about
+    note = next(line for line in lines if line.startswith("sinusoidal and rope: the same row"))
+    assert "cos(ω_i·r)" in note and "PE(p)·PE(p+r) = Σ_i cos(ω_i·r)" in note and "relative kernel" in note
+    assert any(line.startswith("learned is untrained: a random N(0, 0.02²) table") for line in lines)
+    code, out, _ = run(["compare", "sinusoidal", "rope:base=500"], capsys)  # other frequencies: no note
+    assert "the same row" not in out
+
+
+def test_compare_plot_legend_labels_the_untrained_table():
+    from posenc import plot
+
+    fig = plot.score_vs_distance(["sinusoidal", "learned"], length=32, dim=16)
+    labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert "learned (untrained)" in labels and "sinusoidal" in labels

@@ -93,3 +93,14 @@ def test_recurrent_rows_are_named_in_the_table_with_the_reason():
     text = demo.format_order_table(demo.order_demo(["nope", "gru", "ssm"]))
     assert "gru, ssm: no positional encoding, yet the outputs differ" in text
     assert "state at step t is built from the steps before it in order" in text
+
+
+def test_the_table_defines_every_column_and_says_why_nope_separates_under_a_causal_mask():
+    text = demo.format_order_table(demo.order_demo(["nope", "rope", "alibi"]))
+    header = text.splitlines()[0].split("  ")
+    columns = [c.strip() for c in header if c.strip()][2:]
+    assert columns == [name for name, _ in demo.COLUMNS] == ["distance", "only permuted?", "with <s>", "causal"]
+    for name in columns:  # each column defined in the output itself
+        assert f"\n{name}: " in text, name
+    assert "a causal decoder counts how many tokens precede it" in text
+    assert "not comparable across schemes" in text

@@ -197,7 +197,7 @@ def test_scaled_records_type_and_params():
     ({"type": "xpos", "scale_base": 0}, "scale_base must be > 0"),
     ({"type": "linear", "factor": 2, "scale": 3}, "unknown key 'scale' for scaling 'linear'; allowed keys: type, factor"),
     ({"type": "rope-magic", "factor": 2}, "'linear', 'ntk', 'yarn', 'llama3', 'dynamic', 'longrope', 'xpos'"),
-    ({"factor": 2}, "scaling type must be one of"),
+    ({"factor": 2}, "scaling has no 'type' key"),
     ({"type": ["yarn"], "factor": 2}, "scaling type must be one of"),
 ])
 def test_invalid_scalings_raise_value_error(spec, message):

@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from posenc.cli import CLIError, check_output_file
+from posenc.cli import CLIError, check_output_file, int_arg
 
 
 def _device(value: str) -> str:
@@ -115,6 +115,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "forward+backward case up to 32768")
     p.add_argument("--schemes", metavar="LIST",
                    help="attention bias schemes, comma-separated: alibi, t5, kerple, fire (default: the profile's)")
-    p.add_argument("--threads", type=int, metavar="N",
+    p.add_argument("--threads", type=int_arg("--threads"), metavar="N",
                    help="torch intra-op threads (default: torch's own); 1 is steadier on a busy machine")
     p.set_defaults(func=bench)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import codecs
 import os
+import sys
 from pathlib import Path
 
-from posenc.cli import CLIError, check_output_file
+from posenc.cli import CLIError, check_output_file, int_arg, parse_int, require_extra
 
 PROFILE_NAMES = ("smoke", "quick", "full")
 PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
@@ -16,12 +17,16 @@ ARCH_NAMES = ("transformer", "hybrid")  # posenc.extrapolate.model.ARCHS (not im
 
 
 def _seeds(text: str) -> tuple[int, ...]:
+    """``--seeds 0,1,2``: non-negative integers within int64 (``parse_int``: torch takes no larger seed)."""
+    how = "comma-separated non-negative integers like 0,1,2"
     try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+        seeds = tuple(parse_int("--seeds", s, low=0) for s in text.split(",") if s.strip())
     except ValueError:
-        raise ValueError(f"--seeds must be comma-separated non-negative integers like 0,1,2; got {text!r}") from None
-    if not seeds or any(s < 0 for s in seeds):
-        raise ValueError(f"--seeds must be comma-separated non-negative integers like 0,1,2; got {text!r}")
+        too_big = all(s.strip().lstrip("+").isdigit() for s in text.split(",") if s.strip())
+        raise ValueError(f"--seeds must be {how}, each at most 2^63 - 1; got {text!r}" if too_big else
+                         f"--seeds must be {how}; got {text!r}") from None
+    if not seeds:
+        raise ValueError(f"--seeds must be {how}; got {text!r}")
     return tuple(dict.fromkeys(seeds))
 
 
@@ -49,9 +54,9 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
                         "transformer ones")
     p.add_argument("--corpus", metavar="FILE", default=None,
                    help="a text file for language modelling (default: the Python standard library's sources)")
-    p.add_argument("--jobs", type=int, default=None,
+    p.add_argument("--jobs", type=int_arg("--jobs"), default=None,
                    help="runs in parallel, one worker process each (default: one per CPU; 1 under torchrun)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=int_arg("--threads"), default=None,
                    help="torch threads per process (default: 1 with parallel jobs, else CPUs / processes)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -140,19 +145,26 @@ def _schemes(texts: list[str] | None, profile) -> list[str] | None:
     return texts
 
 
-def _run_kwargs(args: argparse.Namespace, profile) -> dict:
-    """Every argument but ``--out``, checked (so that nothing is created for a run that cannot start)."""
-    return {"schemes": _schemes(args.schemes, profile), "corpus": _corpus(args.corpus),
-            "threads": _positive("--threads", args.threads),
-            "jobs": _positive("--jobs", args.jobs) or "auto",
+def _run_kwargs(args: argparse.Namespace, profile, who: str) -> dict:
+    """Every argument but ``--out``, checked (so that nothing is created for a run that cannot start).
+
+    The arguments that need no extra come first, then the ``extrapolate`` extra (``require_extra``:
+    one line naming it, rather than matplotlib's traceback from the benchmark's imports), then
+    ``--scheme``, whose check plans the runs with the benchmark's own code."""
+    threads, jobs = _positive("--threads", args.threads), _positive("--jobs", args.jobs) or "auto"
+    corpus = _corpus(args.corpus)
+    needed = ("matplotlib",  # the figures; tqdm: the progress bars on a terminal; scikit-learn: the digits
+              *(("tqdm",) if not args.no_progress and sys.stderr.isatty() else ()),
+              *(("scikit-learn",) if "image" in profile.parts else ()))
+    require_extra("extrapolate", who, only=needed)
+    return {"schemes": _schemes(args.schemes, profile), "corpus": corpus, "threads": threads, "jobs": jobs,
             "device": args.device, "progress": not args.no_progress}
 
 
 def cmd_extrapolate(args: argparse.Namespace) -> int:
-    from posenc.extrapolate.driver import run
-
     profile = _profile(args)
-    kwargs = _run_kwargs(args, profile)  # every other argument checked before --out's folder is created
+    kwargs = _run_kwargs(args, profile, "the benchmark")  # checked before --out's folder is created
+    from posenc.extrapolate.driver import run
     out = _results_file(args.out or f"extrapolate-{profile.name}.jsonl")
     records = run(profile, results=out, **kwargs)
     if records:
@@ -184,10 +196,9 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from posenc.extrapolate.report import make_report
-
     profile = _profile(args)
-    kwargs = _run_kwargs(args, profile)  # every other argument checked before --out is created
+    kwargs = _run_kwargs(args, profile, "the report (its benchmark and figures)")  # checked before --out is made
+    from posenc.extrapolate.report import make_report
     path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run,
                        command=command_line(args), **kwargs)
     if path is not None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from posenc.cli import CLIError, check_output_file
+from posenc.cli import CLIError, check_output_file, int_arg, missing_extra, require_extra
 from posenc.limits import MAX_DIM, MAX_GRID, MAX_HEADS, MAX_LENGTH
 
 DEMOS = ("order",)
@@ -27,18 +29,7 @@ SPEC_HELP = ("a scheme name, name:key=value,... (e.g. rope:base=500000,scaling=l
 
 
 def _bounded_int(name: str, low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer from {low} to {high}, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer from {low} to {high}, got {value}")
-        return value
-
-    return parse
-
-
+    return int_arg(name, low, high)
 
 
 def _pair(name: str, sep: str, high: int, *, low: int = 1) -> Callable[[str], tuple[int, int]]:
@@ -110,9 +101,11 @@ def _check_work(spec: dict[str, Any], args: argparse.Namespace, *, queries: int)
 
 
 def _plot_path(path: str | None) -> str | None:
-    """Checks ``--plot`` before any work: a .png/.svg/.pdf file in a folder that exists."""
+    """Checks ``--plot`` before any work: matplotlib installed (the ``plot`` extra), a .png/.svg/.pdf
+    file in a folder that exists."""
     if path is None:
         return None
+    require_extra("plot", "--plot")
     from posenc.plot import FORMATS
 
     if os.path.splitext(path)[1].lower() not in FORMATS:
@@ -129,7 +122,7 @@ def _save(make: Callable[[], Any], path: str) -> None:
     try:
         from posenc import plot
     except ImportError:  # pragma: no cover - matplotlib is a test dependency
-        raise CLIError("--plot needs matplotlib: pip install 'posenc[plot]'") from None
+        raise CLIError(missing_extra("plot", "--plot", ["matplotlib"])) from None
     try:
         fig = make()
     except ImportError as e:
@@ -147,10 +140,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name in registry.schemes(args.kind):
         s = registry.get(name)
         rows.append((name, s.kind, analysis.describe_params(name), s.summary.replace("``", "")))
-    print(analysis.text_table(rows))
-    print(f"\nscaling types (rotary scaling=TYPE): {', '.join(scaling.SCALINGS)}")
-    print("sizes left out of a SPEC come from --dim (d_model, head_dim), --heads (num_heads) and "
-          "--length (max_positions)")
+    width = shutil.get_terminal_size().columns  # $COLUMNS, else the terminal's, else 80
+    print(analysis.text_table(rows, width=width, wrap=(2, 3)))
+    for line in (f"scaling types (rotary scaling=TYPE): {', '.join(scaling.SCALINGS)}",
+                 "sizes left out of a SPEC come from --dim (d_model, head_dim), --heads (num_heads) and "
+                 "--length (max_positions)"):
+        print("\n" + textwrap.fill(line, width) if line.startswith("scaling") else textwrap.fill(line, width))
     return 0
 
 
@@ -231,6 +226,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     n = args.length
     picks = sorted({1, min(10, n - 1), n - 1})
     rows = [("scheme", "kind", *[f"signal at r={r}" for r in picks], "closest positions", "wavelengths")]
+    modules = []
     for spec in analysis.progress(specs, "compare"):
         curve = analysis.score_vs_distance(spec, length=n, dim=args.dim, num_heads=args.heads)
         m = analysis.build(spec, dim=args.dim, num_heads=args.heads, length=n)
@@ -240,15 +236,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if hasattr(m, "inv_freq"):
             lam = analysis.wavelengths(m.inv_freq.double().numpy())
             waves = f"{lam.min():.3g} .. {lam.max():.3g}"
-        rows.append((label(m), m.kind, *[f"{curve.score[r]:.3g}" for r in picks], closest, waves))
+        rows.append((analysis.shown_label(m), m.kind, *[f"{curve.score[r]:.3g}" for r in picks], closest, waves))
+        modules.append(m)
     print(analysis.text_table(rows))
     print("\nsignal: " + "; ".join(f"{k}: {v}".replace("\n", " ") for k, v in analysis.QUANTITY.items()
                                    if any(r[1] == k for r in rows[1:])))
+    _notes(rows[1:], modules)
     if plot_path:
         from posenc import plot
 
         _save(lambda: plot.score_vs_distance(specs, length=n, dim=args.dim), plot_path)
     return 0
+
+
+def _notes(rows: list[tuple[Any, ...]], modules: list[Any]) -> None:
+    """Under ``compare``'s table: the rows that coincide and why, and what an untrained row shows."""
+    from posenc import analysis
+
+    for note in analysis.coinciding(rows, modules):
+        print(note)
+    seen = set()
+    for m in modules:
+        note = analysis.untrained(m)
+        if note and note not in seen:
+            seen.add(note)
+            names = [analysis.label(n) for n in modules if analysis.untrained(n) == note]
+            print(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} {note}.")
 
 
 def _compare_grids(specs: list[dict[str, Any]], args: argparse.Namespace, plot_path: str | None) -> int:
@@ -262,7 +275,7 @@ def _compare_grids(specs: list[dict[str, Any]], args: argparse.Namespace, plot_p
         if rows is None:
             rows = [("scheme", "kind", *numbers[1][0].removeprefix("signal at ").split(", "))]
             print(numbers[0][1].split(":")[0])
-        rows.append((analysis.label(m), m.kind, *numbers[1][1].split(", ")))
+        rows.append((analysis.shown_label(m), m.kind, *numbers[1][1].split(", ")))
     print(analysis.text_table(rows))
     print("\nsignal: " + "; ".join(f"{k}: {v}" for k, v in analysis.GRID_QUANTITY.items()
                                    if any(r[1] == k for r in rows[1:])))

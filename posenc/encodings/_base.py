@@ -176,7 +176,7 @@ class RotaryEncoding(PositionalEncoding):
         """The checks of a rotary call: ``x [B, H, L, head_dim]``, positions for ``B`` and ``L``, ``role``."""
         x = check_tensor("x", x, ndim=4, last_dim=self.head_dim)
         positions = self.check_positions("positions", positions)
-        check_batch("positions", positions, x.shape[0], x.shape[2], axes=self.axes)
+        check_batch("positions", positions, x.shape[0], x.shape[2], axes=self.axes, heads=x.shape[1])
         check_choice("role", role, self.ROLES)
         return x, positions.to(x.device)
 
@@ -209,8 +209,9 @@ class RelativeEncoding(PositionalEncoding):
             lq, lk = q.shape[2], k.shape[2]
         q_positions = self.check_positions("q_positions", q_positions).to(q.device)
         k_positions = self.check_positions("k_positions", k_positions).to(q.device)
-        check_batch("q_positions", q_positions, q.shape[0], lq, axes=self.axes)
-        check_batch("k_positions", k_positions, q.shape[0], lk, axes=self.axes)
+        heads = None if q_name == "p" else q.shape[1]  # q [B, H, L, D]: a [B, L, H, D] one gets a layout hint
+        check_batch("q_positions", q_positions, q.shape[0], lq, axes=self.axes, heads=heads)
+        check_batch("k_positions", k_positions, q.shape[0], lk, axes=self.axes, heads=heads)
         return q, k, q_positions, k_positions
 
 

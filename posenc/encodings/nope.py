@@ -25,7 +25,7 @@ class NoPE(PositionalEncoding):
         """``x [B, H, L, D]`` unchanged; ``positions`` (``[L]`` or ``[B, L]``) are checked like a rotary's."""
         x = check_tensor("x", x, ndim=4)
         if positions is not None:
-            check_batch("positions", self.check_positions("positions", positions), x.shape[0], x.shape[2])
+            check_batch("positions", self.check_positions("positions", positions), x.shape[0], x.shape[2], heads=x.shape[1])
         return x
 
     def reference(self, x, positions=None):

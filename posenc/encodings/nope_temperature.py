@@ -45,7 +45,7 @@ class NoPETemperature(PositionalEncoding):
         """Queries ``x [B, H, L, D]`` at ``positions`` (``[L]`` or ``[B, L]``) times ``τ``, in x's dtype."""
         x = check_tensor("x", x, ndim=4)
         positions = self.check_positions("positions", positions)
-        check_batch("positions", positions, x.shape[0], x.shape[2])
+        check_batch("positions", positions, x.shape[0], x.shape[2], heads=x.shape[1])
         work = torch.promote_types(x.dtype, torch.float32)
         tau = self.query_scale(positions).to(device=x.device, dtype=work)  # (L,) or (B, L)
         tau = tau.unsqueeze(-1).unsqueeze(-3)  # (1, L, 1) or (B, 1, L, 1): over heads and dims

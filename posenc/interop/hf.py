@@ -10,7 +10,11 @@
 Both config styles are read, as objects (``PreTrainedConfig``) or plain dicts (``config.json``):
 transformers 5's ``rope_parameters`` (with ``rope_type`` and ``rope_theta`` inside) and the
 legacy ``rope_scaling`` (with ``type`` or ``rope_type``) plus top-level ``rope_theta`` and
-``partial_rotary_factor``. transformers itself is never imported.
+``partial_rotary_factor``. transformers itself is never imported. The keys transformers names
+otherwise than posenc (``rope_type`` → ``type``, ``original_max_position_embeddings`` →
+``original_max_positions``, ``rope_theta`` → ``base``, ...) are ``posenc.scaling.TRANSFORMERS_KEYS``,
+which the errors of a spec written with transformers' keys quote (tests/test_cli_errors.py checks
+that this translation agrees with it).
 
 rope types: ``default``, ``linear``, ``dynamic`` (its original length is
 ``max_position_embeddings``), ``yarn``, ``longrope``, ``llama3``, the ones transformers'

@@ -118,8 +118,9 @@ def digits(test_fraction: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     split once by a fixed permutation (the same for every seed and scheme)."""
     try:
         from sklearn.datasets import load_digits
-    except ImportError:  # pragma: no cover - scikit-learn is in the bench extra
-        raise ValueError("--part image needs scikit-learn (its bundled digits): pip install 'posenc[bench]'") from None
+    except ImportError:  # pragma: no cover - scikit-learn is in the extrapolate extra
+        raise ValueError("--part image needs scikit-learn (its bundled digits): pip install '.[extrapolate]' from "
+                         "a clone of posenc") from None
     data = load_digits()
     x = torch.tensor(data.images, dtype=torch.float32) / 16.0  # (N, 8, 8)
     y = torch.tensor(data.target, dtype=torch.long)
