@@ -357,3 +357,33 @@ def test_dynamic_ntk_goes_back_below_the_original_length_as_transformers():
         positions = torch.arange(length)[None]
         for mine, their in zip(ours(torch.zeros(1), positions), theirs(torch.zeros(1), positions)):
             torch.testing.assert_close(mine, their, rtol=0, atol=2e-5)
+
+
+def test_every_family_row_names_where_its_models_keep_the_rotary():
+    """Each ``HF_FAMILIES`` row, on the model classes transformers builds for it (on the meta
+    device: nothing allocated), found by the model's own ``config.model_type``."""
+    builders = [T.AutoModelForCausalLM.from_config]
+    for model_type in HF_FAMILIES:
+        config = T.AutoConfig.for_model(model_type)
+        for c in (config, getattr(config, "text_config", None)):
+            if c is not None and hasattr(c, "num_hidden_layers"):
+                c.num_hidden_layers = 2
+        classes = [T.AutoModelForImageTextToText.from_config] if hasattr(config, "vision_config") else builders
+        if model_type == "llama4":
+            classes = [T.Llama4ForConditionalGeneration, T.AutoModelForCausalLM.from_config]  # the latter: llama4_text
+        for build in classes:
+            with torch.device("meta"):
+                model = build(config)
+            module = model
+            for name in HF_FAMILIES[model.config.model_type].rotary.split("."):
+                module = getattr(module, name)
+            assert type(module).__name__.endswith("RotaryEmbedding"), (model_type, type(model).__name__)
+
+
+def test_the_rope_page_lists_every_family_row():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "rope.md").read_text(encoding="utf-8")
+    table = page[page.index("### Families"):]
+    for model_type, family in HF_FAMILIES.items():
+        assert f"`{model_type}`" in table and f"`{family.rotary}`" in table, model_type
