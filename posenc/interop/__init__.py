@@ -32,6 +32,7 @@ _LAZY = {
     "hf_layer_specs": "posenc.interop.hf",
     "rope_layer_types": "posenc.interop.hf",
     "HF_FAMILIES": "posenc.interop.hf",
+    "HF_TABLES": "posenc.interop.hf",
     "interleaved_to_half": "posenc.interop.layout",
     "half_to_interleaved": "posenc.interop.layout",
     "resize_grid": "posenc.interop.grid",

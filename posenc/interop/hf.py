@@ -298,9 +298,9 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
         raise ValueError(f"rope type must be one of {', '.join(map(repr, HF_ROPE_TYPES))}; got {rope_type!r}")
     unknown = sorted(set(rp) - _COMMON_KEYS - _TYPE_KEYS[rope_type])
     if unknown:
-        raise ValueError(f"rope parameter {unknown[0]!r} is not one of rope type {rope_type!r} "
-                         f"(it takes {', '.join(sorted(_TYPE_KEYS[rope_type] | {'rope_theta', 'partial_rotary_factor'}))}); "
-                         "posenc would ignore it, so the config is refused")
+        takes = sorted(_TYPE_KEYS[rope_type] | {"rope_theta", "partial_rotary_factor"})
+        raise ValueError(f"rope parameter {unknown[0]!r} is not one of rope type {rope_type!r} (it takes "
+                         f"{', '.join(takes)}); posenc would ignore it, so the config is refused")
     if layout is None:
         layout = family.layout if family is not None else "half"
         if family is not None and family.interleave_key is not None:
