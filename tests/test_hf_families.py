@@ -337,14 +337,23 @@ def test_longrope_switches_back_to_short_factors_after_a_long_call_as_transforme
         positions = torch.arange(length)[None]
         for mine, their in zip(ours(x, positions), theirs(x, positions)):
             torch.testing.assert_close(mine, their, rtol=0, atol=1e-5)
-    # and in the model: a short batch after a long one
+    # and in the model: a short batch after a long one, then greedy decoding through the cache
+    # from a short prompt past L₀ (short factors for the prompt's keys, long ones after)
     long_ids, short_ids = _ids(40, seed=7), _ids(12, seed=8)
-    with torch.no_grad():
-        model(long_ids)
-        want = model(short_ids).logits
-        _set(model, "model.rotary_emb", HFRotaryEmbedding(from_hf(model.config)))
-        model(long_ids)
-        assert relative_difference(model(short_ids).logits, want) <= 1e-5
+
+    def run():
+        with torch.no_grad():
+            model(long_ids)
+            logits = model(short_ids).logits
+            out = model.generate(short_ids[:, :6], max_new_tokens=16, do_sample=False, output_scores=True,
+                                 return_dict_in_generate=True, pad_token_id=0)
+        return logits, out.sequences, torch.stack(out.scores)
+
+    want = run()
+    _set(model, "model.rotary_emb", HFRotaryEmbedding(from_hf(model.config)))
+    got = run()
+    assert relative_difference(got[0], want[0]) <= 1e-5
+    assert torch.equal(got[1], want[1]) and relative_difference(got[2], want[2]) <= 1e-5
 
 
 def test_dynamic_ntk_goes_back_below_the_original_length_as_transformers():
