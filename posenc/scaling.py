@@ -289,18 +289,21 @@ def llama3(inv_freq: np.ndarray, *, factor: float, original_max_positions: Posit
 
     λ_i > L₀/low_freq_factor: θ_i/factor; λ_i < L₀/high_freq_factor: θ_i; between, the mix
     ``(1−s)·θ_i/factor + s·θ_i`` with ``s = (L₀/λ_i − low_freq_factor)/(high_freq_factor − low_freq_factor)``.
-    Defaults are Llama 3.1's (1 and 4).
+    Defaults are Llama 3.1's (1 and 4). ``high_freq_factor == low_freq_factor`` (Llama 4 Scout's
+    config: both 1) has no band between: θ_i/factor above ``L₀/low_freq_factor``, θ_i at and below.
     """
     factor = _factor(factor)
     original = _original(original_max_positions)
     low = check_float("low_freq_factor", low_freq_factor, min=0.0, min_open=True)
     high = check_float("high_freq_factor", high_freq_factor, min=0.0, min_open=True)
-    if high <= low:
-        raise ValueError(f"high_freq_factor must be > low_freq_factor; got high_freq_factor={high}, "
+    if high < low:
+        raise ValueError(f"high_freq_factor must be >= low_freq_factor; got high_freq_factor={high}, "
                          f"low_freq_factor={low}")
     wavelen = _two_pi(inv_freq) / inv_freq
-    smooth = (original / wavelen - low) / (high - low)
     out = np.where((wavelen > original / low).astype(bool), inv_freq / factor, inv_freq)
+    if high == low:  # no smoothing band (transformers' band is then empty too, up to 0/0 at λ = L₀/low)
+        return out, 1.0
+    smooth = (original / wavelen - low) / (high - low)
     medium = (wavelen >= original / high).astype(bool) & (wavelen <= original / low).astype(bool)
     out = np.where(medium, (1 - smooth) * out / factor + smooth * out, out)
     return out, 1.0

@@ -231,7 +231,7 @@ def base_config(**rope_parameters) -> dict:
     ({"rope_type": "linear", "factor": 0.5}, "factor must be >= 1.0", True),
     ({"rope_type": "yarn", "factor": 4.0, "beta_fast": 1.0, "beta_slow": 8.0}, "beta_fast must be > beta_slow", True),
     ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
-      "original_max_position_embeddings": 1024}, "high_freq_factor must be > low_freq_factor", True),
+      "original_max_position_embeddings": 1024}, "high_freq_factor must be >= low_freq_factor", True),
     ({"rope_type": "longrope", "short_factor": [1.0] * 31, "long_factor": [1.0] * 32,
       "original_max_position_embeddings": 1024}, "short_factor must have 32 entries", True),
     ({"rope_type": "llama3", "factor": 8.0}, "needs 'low_freq_factor', 'high_freq_factor'", False),

@@ -106,6 +106,19 @@ def test_llama3_closed_form_llama31_8b():
     np.testing.assert_array_equal(same.inv_freq, out.inv_freq)
 
 
+def test_llama3_with_equal_factors_is_a_step_as_llama4_scout_ships_it():
+    """Llama 4 Scout's config.json: low_freq_factor = high_freq_factor = 1, factor 16, L₀ = 8192."""
+    d, base = 128, 500000.0
+    theta = rope_inv_freq(d, base)
+    out = resolve({"type": "llama3", "factor": 16, "original_max_positions": 8192, "low_freq_factor": 1,
+                   "high_freq_factor": 1}, dim=d, base=base)
+    long = 2 * math.pi / theta > 8192
+    assert 0 < long.sum() < d // 2
+    np.testing.assert_allclose(out.inv_freq[long], theta[long] / 16, rtol=1e-15)
+    np.testing.assert_array_equal(out.inv_freq[~long], theta[~long])
+    assert np.all(np.isfinite(out.inv_freq))
+
+
 def test_dynamic_follows_the_length():
     d, orig, factor = 64, 1024, 4.0
     out = resolve({"type": "dynamic", "factor": factor, "original_max_positions": orig}, dim=d)
@@ -179,9 +192,7 @@ def test_scaled_records_type_and_params():
     ({"type": "yarn", "factor": 4, "original_max_positions": 64, "attention_factor": 0.0}, "attention_factor must be > 0"),
     ({"type": "yarn", "factor": 4, "original_max_positions": 0}, "original_max_positions must be >= 1"),
     ({"type": "llama3", "factor": 8, "original_max_positions": 8192, "low_freq_factor": 4, "high_freq_factor": 1},
-     "high_freq_factor must be > low_freq_factor"),
-    ({"type": "llama3", "factor": 8, "original_max_positions": 8192, "low_freq_factor": 2, "high_freq_factor": 2},
-     "high_freq_factor must be > low_freq_factor"),
+     "high_freq_factor must be >= low_freq_factor"),
     ({"type": "longrope", "short_factor": [1.0] * 63, "long_factor": [1.0] * 64, "factor": 4,
       "original_max_positions": 64}, "short_factor must have 64 entries, got 63"),
     ({"type": "longrope", "short_factor": [1.0] * 64, "long_factor": [1.0] * 32, "factor": 4,

@@ -1,7 +1,12 @@
 """Interoperability with other libraries and checkpoints.
 
-- ``from_hf(config)``: the posenc rotary module that reproduces a transformers model's RoPE;
-  ``HFRotaryEmbedding(rope)`` puts it back into a transformers model.
+- ``from_hf(config, *, layer_type=None, layout=None)``: the posenc rotary module that reproduces a
+  transformers model's RoPE (of one layer type for Gemma 3: ``rope_layer_types(config)``);
+  ``HFRotaryEmbedding(rope)`` (or ``HFRotaryEmbedding.from_config(config)``, one rope per layer
+  type) puts it back into a transformers model, with the table its family expects
+  (``HF_FAMILIES``: where the rotary lives, what it returns);
+- ``hf_layer_specs(config)``: one posenc spec per decoder layer (Gemma 3's local/global RoPE,
+  Llama 4's NoPE layers as ``nope_temperature``);
 - ``resize_grid(weight, old_grid, new_grid, *, extra_tokens=0, mode="bicubic", antialias=False)``: a
   learned grid table resized to another grid, as transformers' ViT ``interpolate_pos_encoding``
   (``antialias=True``: as timm's ``resample_abs_pos_embed``);
@@ -28,6 +33,10 @@ _LAZY = {
     "from_hf": "posenc.interop.hf",
     "hf_rope_spec": "posenc.interop.hf",
     "HFRotaryEmbedding": "posenc.interop.hf",
+    "hf_layer_specs": "posenc.interop.hf",
+    "rope_layer_types": "posenc.interop.hf",
+    "HF_FAMILIES": "posenc.interop.hf",
+    "HF_TABLES": "posenc.interop.hf",
     "interleaved_to_half": "posenc.interop.layout",
     "half_to_interleaved": "posenc.interop.layout",
     "resize_grid": "posenc.interop.grid",

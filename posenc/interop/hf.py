@@ -28,6 +28,29 @@ absent. A config of one of these model types without ``mrope_section`` gets the 
 layout transformers' rotary class falls back to (``MROPE_DEFAULTS``). A config whose rope
 parameters live in ``text_config`` (the composite ``Qwen2VLConfig``/``Qwen3VLConfig``, Qwen3-VL's
 config.json) is read there. ``rope_type: "mrope"`` (Qwen2-VL's legacy name) is ``default``.
+
+**Families** (``HF_FAMILIES``, one row per transformers model type): where the causal LM keeps its
+rotary module, what that module returns (``HF_TABLES``) and how its attention pairs dimensions:
+
+- Gemma 3: one RoPE per layer type. ``config.json``'s ``rope_local_base_freq`` is the base of the
+  ``"sliding_attention"`` layers (no scaling), ``rope_theta`` and ``rope_scaling`` those of the
+  ``"full_attention"`` layers (defaults 10000 and 1e6, as ``Gemma3TextConfig``); transformers 5's
+  ``rope_parameters`` keyed by layer type is read as it is. ``from_hf`` needs ``layer_type=``;
+  ``HFRotaryEmbedding.from_config`` holds one rope per layer type and takes transformers'
+  ``forward(x, position_ids, layer_type)``.
+- GPT-OSS: a half-width table (``cos, sin [B, L, rotary_dim/2]``).
+- Llama 4: interleaved pairs and a complex ``freqs_cis`` ``[B, L, rotary_dim/2]``; its NoPE layers
+  (``no_rope_layers``, with ``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``) are
+  ``nope_temperature`` in :func:`hf_layer_specs`; ``from_hf`` gives the RoPE of its RoPE layers.
+- DeepSeek-V3 (MLA): the rotary part is ``qk_rope_head_dim`` wide; ``rope_interleave`` (true by
+  default) rotates interleaved pairs, from transformers' ``rotate_half`` table; YaRN's ``mscale``
+  pair is the rotary's attention factor (the softmax's ``mscale_all_dim`` correction stays the model's).
+- GPT-NeoX (``rotary_pct``, 0.25 when absent), Falcon (RoPE only: ``alibi: true`` is refused),
+  Cohere (interleaved pairs and table), Llama-style models (``model.rotary_emb``), Qwen2-VL/Qwen3-VL.
+
+**Keys.** A rope-parameter key that transformers does not define for its rope type, and a
+top-level key naming a rope or rotary setting (``*rope*``, ``*rotary*``) that this module does not
+read, raise ``ValueError`` naming the key: a setting posenc would ignore is an error, never dropped.
 """
 
 from __future__ import annotations
@@ -39,6 +62,9 @@ import torch
 from torch import nn
 
 from posenc._validate import check_float, check_int
+from posenc.interop.hf_families import (  # noqa: F401  (HF_FAMILIES, HF_TABLES, HFFamily: public here too)
+    _COMMON_KEYS, _GEMMA3_THETAS, _TOP_LEVEL_KEYS, _TYPE_KEYS, HF_FAMILIES, HF_TABLES, HFFamily,
+)
 from posenc.positions import text_positions
 
 HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
@@ -53,7 +79,6 @@ MROPE_DEFAULTS = {
 uses when the config has no ``mrope_section`` (and whether it interleaves them)."""
 _MISSING = object()
 
-
 def _get(config: Any, name: str, default: Any = None) -> Any:
     """A field of a config object or dict (``default`` when absent or None)."""
     value = config.get(name, _MISSING) if isinstance(config, Mapping) else getattr(config, name, _MISSING)
@@ -66,26 +91,87 @@ def _has(config: Any, name: str) -> bool:
     return getattr(config, name, None) is not None
 
 
-def _rope_parameters(config: Any, layer_type: str | None) -> dict[str, Any]:
-    """The flat rope-parameter dict of ``config`` (of ``layer_type`` when it is nested per layer)."""
+def _config_keys(config: Any) -> list[str]:
+    """The top-level keys of a config dict, or the fields of a config object."""
+    if isinstance(config, Mapping):
+        return list(config)
+    to_dict = getattr(config, "to_dict", None)
+    return list(to_dict()) if callable(to_dict) else list(vars(config))
+
+
+def _check_top_level_keys(config: Any) -> None:
+    unknown = [k for k in _config_keys(config)
+               if ("rope" in k.lower() or "rotary" in k.lower()) and k not in _TOP_LEVEL_KEYS]
+    if unknown:
+        raise ValueError(f"config key {unknown[0]!r} is a rope setting posenc.from_hf does not read (it reads "
+                         f"{', '.join(sorted(_TOP_LEVEL_KEYS))}); it would be ignored, so the config is refused")
+    if _get(config, "alibi") is True:
+        raise ValueError("the config sets alibi: true (a Falcon with ALiBi): its attention has no RoPE; "
+                         "build posenc's 'alibi' scheme instead of from_hf")
+
+
+def _family(model_type: str) -> HFFamily | None:
+    return HF_FAMILIES.get(model_type)
+
+
+def _legacy_layer_params(config: Any, params: Mapping[str, Any], family: HFFamily | None) -> dict[str, Any] | None:
+    """Gemma 3's ``config.json`` (``rope_theta``, ``rope_local_base_freq``, ``rope_scaling``) as
+    transformers 5's ``rope_parameters`` keyed by layer type; None for a config of one RoPE."""
+    thetas = dict(family.layer_thetas) if family is not None else {}
+    if not thetas and _has(config, "rope_local_base_freq"):  # a Gemma-3-like config of an unlisted type
+        thetas = _GEMMA3_THETAS
+    if not thetas:
+        return None
+    nested = {}
+    for layer_type, (key, default) in thetas.items():
+        if key == "rope_theta":  # the global layers: the config's (legacy, flat) rope parameters and base
+            rp = {"rope_type": "default", **params}
+            rp.setdefault("rope_theta", _get(config, "rope_theta", default))
+        else:  # the local layers: their own base, no scaling (transformers' Gemma3TextConfig)
+            rp = {"rope_type": "default", "rope_theta": _get(config, key, default)}
+        nested[layer_type] = rp
+    return nested
+
+
+def _all_rope_parameters(config: Any, family: HFFamily | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``(flat, None)`` for a config of one RoPE, ``({}, {layer type: its parameters or None})``
+    for one RoPE per layer type."""
     # transformers: `rope_scaling` (legacy) wins over `rope_parameters` when both are given
     params = _get(config, "rope_scaling") or _get(config, "rope_parameters") or {}
     if not isinstance(params, Mapping):
         raise TypeError(f"rope_parameters must be a dict, got {params!r}")
     labels = set(_get(config, "_rope_type_labels") or _get(config, "layer_types") or ())
-    nested = [k for k, v in params.items() if isinstance(v, Mapping) or k in labels]
+    nested = {k: v for k, v in params.items() if isinstance(v, Mapping) or k in labels}
+    if nested:
+        return {}, nested
+    return dict(params), _legacy_layer_params(config, params, family)
+
+
+def _rope_parameters(config: Any, layer_type: str | None, family: HFFamily | None = None) -> dict[str, Any]:
+    """The flat rope-parameter dict of ``config`` (of ``layer_type`` when it is nested per layer)."""
+    params, nested = _all_rope_parameters(config, family)
     if nested:
         if layer_type is None:
             raise ValueError(f"this config has one RoPE per layer type ({', '.join(map(repr, nested))}); "
-                             "pass layer_type=... to from_hf")
+                             "pass layer_type=... to from_hf, or use HFRotaryEmbedding.from_config(config) "
+                             "(one rope per layer type, as transformers' rotary module)")
         if layer_type not in nested:
             raise ValueError(f"layer_type must be one of {', '.join(map(repr, nested))}; got {layer_type!r}")
-        if params[layer_type] is None:
+        if nested[layer_type] is None:
             raise ValueError(f"layer type {layer_type!r} has no RoPE (its rope_parameters are None)")
-        params = params[layer_type]
-    elif layer_type is not None:
+        return dict(nested[layer_type])
+    if layer_type is not None:
         raise ValueError(f"layer_type={layer_type!r} given, but the config's RoPE is not per layer type")
-    return dict(params)
+    return params
+
+
+def rope_layer_types(config: Any) -> list[str]:
+    """The layer types of a config with one RoPE per layer type, sorted as transformers' rotary
+    module keeps them (``["full_attention", "sliding_attention"]`` for Gemma 3; a type whose
+    parameters are None is left out); ``[]`` when one RoPE serves every layer."""
+    config, model_type = _text_config(config)
+    _, nested = _all_rope_parameters(config, _family(model_type))
+    return sorted(k for k, v in (nested or {}).items() if v is not None)
 
 
 def _require(rp: Mapping[str, Any], rope_type: str, *keys: str) -> None:
@@ -131,30 +217,56 @@ def _mrope_sections(rp: Mapping[str, Any], model_type: str) -> tuple[list[int], 
     return list(sections), "interleaved" if interleaved else "chunked"
 
 
-def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str = "half") -> dict[str, Any]:
+def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | None = None) -> dict[str, Any]:
     """The posenc spec (``{"scheme": "rope", ...}``, or ``"mrope"`` for a multimodal one) of a
     transformers config's RoPE.
 
     Args:
         config: a transformers config object or its dict (``config.json``), new or legacy style.
-        layer_type: for configs with one RoPE per layer type (e.g. ``"sliding_attention"``).
-        layout: ``"half"`` (transformers' ``rotate_half``, the default) or ``"interleaved"``
-            (GPT-J/GLM-style ``rotate_every_two``); the config does not say which.
+        layer_type: for configs with one RoPE per layer type (Gemma 3: ``"sliding_attention"`` or
+            ``"full_attention"``; :func:`rope_layer_types` lists them).
+        layout: the pairs the model rotates: ``"half"`` (transformers' ``rotate_half``) or
+            ``"interleaved"`` (GPT-J/GLM/Cohere/Llama 4-style ``rotate_every_two``). None (the
+            default): the family's (``HF_FAMILIES``; DeepSeek-V3: ``"interleaved"`` when
+            ``rope_interleave`` is true), ``"half"`` for a model type not listed. Pass it when the
+            q/k weights were permuted (``interleaved_to_half``).
+
+    Raises:
+        ValueError: a rope-parameter key transformers does not define for the rope type, or a
+            top-level rope/rotary key this function does not read (named in the message).
     """
     config, model_type = _text_config(config)
-    rp = _rope_parameters(config, layer_type)
+    family = _family(model_type)
+    _check_top_level_keys(config)
+    rp = _rope_parameters(config, layer_type, family)
     rope_type = rp.get("rope_type") or rp.get("type") or "default"
     rope_type = _ALIASES.get(rope_type, rope_type)
     if rope_type not in HF_ROPE_TYPES:
         raise ValueError(f"rope type must be one of {', '.join(map(repr, HF_ROPE_TYPES))}; got {rope_type!r}")
+    unknown = sorted(set(rp) - _COMMON_KEYS - _TYPE_KEYS[rope_type])
+    if unknown:
+        takes = sorted(_TYPE_KEYS[rope_type] | {"rope_theta", "partial_rotary_factor"})
+        raise ValueError(f"rope parameter {unknown[0]!r} is not one of rope type {rope_type!r} (it takes "
+                         f"{', '.join(takes)}); posenc would ignore it, so the config is refused")
+    if layout is None:
+        layout = family.layout if family is not None else "half"
+        if family is not None and family.interleave_key is not None:
+            layout = "interleaved" if _get(config, family.interleave_key, True) else "half"
+    elif layout not in ("half", "interleaved"):
+        raise ValueError(f"layout must be 'half', 'interleaved' or None; got {layout!r}")
 
     base = rp.get("rope_theta")
     if base is None:  # GPT-NeoX's legacy names: rotary_emb_base, rotary_pct
-        base = _get(config, "rope_theta", _get(config, "rotary_emb_base", _get(config, "default_theta", 10000.0)))
+        default = _get(config, "default_theta", 10000.0)
+        default = default if isinstance(default, (int, float)) else 10000.0  # Gemma 3's is a dict per layer kind
+        base = _get(config, "rope_theta", _get(config, "rotary_emb_base", default))
     partial = rp.get("partial_rotary_factor")
     if partial is None:
-        partial = _get(config, "partial_rotary_factor", _get(config, "rotary_pct", 1.0))
-    head_dim = _get(config, "head_dim")
+        default = family.partial_rotary_factor if family is not None else 1.0
+        partial = _get(config, "partial_rotary_factor", _get(config, "rotary_pct", default))
+    # DeepSeek-V3's MLA: the rotary part of each head is qk_rope_head_dim wide (transformers sets
+    # head_dim to it; config.json has only qk_rope_head_dim)
+    head_dim = _get(config, "qk_rope_head_dim", _get(config, "head_dim"))
     if head_dim is None:
         hidden, heads = _get(config, "hidden_size"), _get(config, "num_attention_heads")
         if hidden is None or heads is None:
@@ -227,72 +339,225 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str = "h
             "rotary_dim": rotary_dim, "layout": layout, "scaling": scaling}
 
 
-def from_hf(config: Any, *, layer_type: str | None = None, layout: str = "half"):
+def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = None):
     """The posenc ``rope`` module (``mrope`` for Qwen2-VL/Qwen3-VL) that reproduces a
     transformers model's rotary embedding.
 
     ``module.cos_sin(positions)`` times ``module.attention_factor`` equals the model's
     ``rotary_emb(x, position_ids)`` (first ``rotary_dim/2`` columns), with the angles computed
-    in float64 instead of float32. See :func:`hf_rope_spec` for the arguments.
+    in float64 instead of float32. See :func:`hf_rope_spec` for the arguments; a config with one
+    RoPE per layer type (Gemma 3) needs ``layer_type=`` (or :meth:`HFRotaryEmbedding.from_config`).
 
     ``partial_rotary_factor`` is honoured as transformers' scaled rope types and partial-rotary
     models (GPT-NeoX, Phi, StableLM) honour it; Llama's own default RoPE ignores it.
+
+    The module's ``hf_table`` names the table the family's rotary module returns (one of
+    ``HF_TABLES``; None for a model type not in ``HF_FAMILIES``): ``HFRotaryEmbedding`` returns it.
     """
     from posenc.registry import build
 
-    return build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
+    module = build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
+    family = _family(_text_config(config)[1])
+    module.hf_table = family.table if family is not None else None
+    return module
+
+
+def _layer_types(config: Any, num_layers: int) -> list[str]:
+    """``layer_types``, or Gemma 3's legacy ``sliding_window_pattern`` (every n-th layer global)."""
+    types = _get(config, "layer_types")
+    if types is None:
+        pattern = check_int("sliding_window_pattern", _get(config, "sliding_window_pattern", 6), min=1)
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(num_layers)]
+    if len(types) != num_layers:
+        raise ValueError(f"layer_types has {len(types)} entries; the config has num_hidden_layers={num_layers}")
+    return list(types)
+
+
+def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, Any]]:
+    """One posenc spec per decoder layer of a transformers config, in layer order
+    (``len == num_hidden_layers``), each one ``posenc.build`` takes: a per-layer pattern like the
+    benchmark's.
+
+    - one RoPE for every layer: ``[hf_rope_spec(config)] * num_hidden_layers``;
+    - one RoPE per layer type (Gemma 3): layer ``i`` gets the spec of ``layer_types[i]``
+      (``sliding_window_pattern`` when the config has no ``layer_types``), ``{"scheme": "nope"}``
+      for a type whose rope parameters are None;
+    - ``no_rope_layers`` (Llama 4, SmolLM3: 1 = RoPE, 0 = none; Llama 4's ``no_rope_layer_interval``,
+      default 4, when absent): a layer without RoPE is ``{"scheme": "nope_temperature",
+      "attn_scale": ..., "floor_scale": ...}`` when ``attn_temperature_tuning`` is true (Llama 4's
+      default), else ``{"scheme": "nope"}``.
+
+    Masks (Gemma 3's sliding windows, Llama 4's chunked attention) stay the model's.
+    """
+    text, model_type = _text_config(config)
+    family = _family(model_type)
+    num_layers = check_int("num_hidden_layers", _get(text, "num_hidden_layers"), min=1)
+    types = rope_layer_types(config)
+    if types:
+        by_type = {t: hf_rope_spec(config, layer_type=t, layout=layout) for t in types}
+        return [dict(by_type.get(t, {"scheme": "nope"})) for t in _layer_types(text, num_layers)]
+    rope = hf_rope_spec(config, layout=layout)
+    use_rope = _get(text, "no_rope_layers")
+    nope_family = family is not None and family.nope_temperature
+    if use_rope is None and nope_family:
+        interval = check_int("no_rope_layer_interval", _get(text, "no_rope_layer_interval", 4), min=1)
+        use_rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if use_rope is None:
+        return [dict(rope) for _ in range(num_layers)]
+    use_rope = list(use_rope)
+    if len(use_rope) != num_layers or any(u not in (0, 1) for u in use_rope):
+        raise ValueError(f"no_rope_layers must be {num_layers} entries (num_hidden_layers), each 0 (no RoPE) "
+                         f"or 1 (RoPE); got {use_rope!r}")
+    tuning = _get(text, "attn_temperature_tuning", nope_family)
+    if not isinstance(tuning, bool):
+        raise TypeError(f"attn_temperature_tuning must be true or false, got {tuning!r}")
+    nope: dict[str, Any] = {"scheme": "nope"}
+    if tuning:
+        nope = {"scheme": "nope_temperature",
+                "attn_scale": check_float("attn_scale", _get(text, "attn_scale", 0.1), min=0.0),
+                "floor_scale": check_float("floor_scale", _get(text, "floor_scale", 8192), min=0.0, min_open=True)}
+    return [dict(rope) if u else dict(nope) for u in use_rope]
+
+
+def _length_rule(rope: nn.Module) -> tuple[str, int] | None:
+    """``(scaling type, original length)`` of a rope whose frequencies depend on the length."""
+    scaling = rope.spec.get("scaling") or {}
+    if scaling.get("type") in ("longrope", "dynamic"):
+        return scaling["type"], int(scaling["original_max_positions"])
+    return None
 
 
 class HFRotaryEmbedding(nn.Module):
-    """A posenc ``rope`` or ``mrope`` module with the interface of transformers' ``*RotaryEmbedding``.
+    """posenc ``rope``/``mrope`` modules with the interface of transformers' ``*RotaryEmbedding``.
 
-    ``forward(x, position_ids) -> (cos, sin)``, each ``[B, L, rotary_dim]`` in ``x``'s dtype, with
-    the attention factor applied and each half-table repeated as transformers' ``rotate_half``
-    expects (interleaved for an interleaved module). ``position_ids`` is ``[B, L]`` for ``rope``;
-    for ``mrope`` it is transformers' ``[3, B, L]`` (time, height, width: what Qwen2-VL's
-    ``get_rope_index`` returns) or ``[B, L]`` (text: three equal positions, as transformers
-    expands it). Assign it to the model's ``rotary_emb`` to run the model on posenc's
-    float64-exact tables::
+    ``forward(x, position_ids, layer_type=None)`` returns the family's table (``table``, one of
+    ``HF_TABLES``) with the attention factor applied, in ``x``'s dtype (complex64, or complex128
+    for a float64 ``x``, for ``"complex"``): ``cos, sin [B, L, rotary_dim]`` with each half-table
+    repeated as ``rotate_half`` expects (``"rotate_half"``, the default for a ``"half"`` module;
+    ``"interleaved"``, the default for an interleaved one), ``[B, L, rotary_dim/2]`` for
+    ``"half_width"`` (GPT-OSS), one complex ``freqs_cis [B, L, rotary_dim/2]`` for ``"complex"``
+    (Llama 4). A module from :func:`from_hf` carries its family's table (``rope.hf_table``), so
+    ``HFRotaryEmbedding(from_hf(config))`` fits that family's model.
 
-        model.model.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))
+    ``rope`` is one module, or a mapping layer type -> module (Gemma 3): then ``forward`` needs
+    ``layer_type``, as transformers' ``Gemma3RotaryEmbedding.forward(x, position_ids, layer_type)``.
+    :meth:`from_config` builds either from a config.
+
+    ``position_ids`` is ``[B, L]`` for ``rope``; for ``mrope`` it is transformers' ``[3, B, L]``
+    (time, height, width: what Qwen2-VL's ``get_rope_index`` returns) or ``[B, L]`` (text: three
+    equal positions, as transformers expands it).
+
+    **Length-dependent scalings follow transformers**, call by call: LongRoPE (Phi-3) uses the long
+    factors when the call's ``max(position_ids) + 1`` exceeds the original length and the short ones
+    otherwise (so a short call after a long one is back on the short factors, without
+    ``reset_length()``); dynamic NTK grows with the longest call and goes back to the original
+    frequencies when a call is shorter than the original length.
+
+    Assign it where the model keeps its rotary (``HF_FAMILIES[model_type].rotary``)::
+
+        model.model.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))      # Llama, GPT-OSS, Llama 4
+        model.gpt_neox.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))   # GPT-NeoX / Pythia
+        model.transformer.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))  # Falcon
+        model.model.rotary_emb = HFRotaryEmbedding.from_config(model.config)           # Gemma 3: per layer type
         model.model.language_model.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))  # Qwen2-VL
     """
 
-    def __init__(self, rope: nn.Module) -> None:
+    def __init__(self, rope: nn.Module | Mapping[str, nn.Module], *, table: str | None = None) -> None:
         super().__init__()
-        if getattr(rope, "name", None) not in ("rope", "mrope"):
-            raise TypeError(f"HFRotaryEmbedding needs a posenc 'rope' module (or 'mrope'), got {type(rope).__name__}")
-        if rope.scaling.decay is not None:
-            raise ValueError("xpos scales queries and keys differently; transformers' rotary interface "
-                             "(one cos/sin for both) cannot express it")
-        self.rope = rope
+        ropes = dict(rope) if isinstance(rope, Mapping) else {None: rope}
+        if not ropes:
+            raise ValueError("HFRotaryEmbedding needs a rope module or a non-empty mapping layer type -> rope")
+        for name, module in ropes.items():
+            if getattr(module, "name", None) not in ("rope", "mrope"):
+                raise TypeError(f"HFRotaryEmbedding needs a posenc 'rope' module (or 'mrope'), got "
+                                f"{type(module).__name__}" + (f" for layer type {name!r}" if name else ""))
+            if module.scaling.decay is not None:
+                raise ValueError("xpos scales queries and keys differently; transformers' rotary interface "
+                                 "(one cos/sin for both) cannot express it")
+        first = next(iter(ropes.values()))
+        if table is None:
+            table = getattr(first, "hf_table", None) or ("rotate_half" if first.layout == "half" else "interleaved")
+        if table not in HF_TABLES:
+            raise ValueError(f"table must be one of {', '.join(map(repr, HF_TABLES))}; got {table!r}")
+        if table == "complex" and any(m.name != "rope" for m in ropes.values()):
+            raise ValueError("table 'complex' (Llama 4's freqs_cis) takes a 1D 'rope' module")
+        self.table = table
+        if None in ropes:
+            self.rope = first
+            self.layer_types: list[str] = []
+        else:
+            self.rope = None
+            self.ropes = nn.ModuleDict({str(k): m for k, m in ropes.items()})
+            self.layer_types = sorted(self.ropes)
+
+    @classmethod
+    def from_config(cls, config: Any, *, layout: str | None = None, table: str | None = None) -> HFRotaryEmbedding:
+        """The rotary of a transformers config: one rope (:func:`from_hf`), or one per layer type
+        (:func:`rope_layer_types`, Gemma 3), with the family's table."""
+        types = rope_layer_types(config)
+        if types:
+            return cls({t: from_hf(config, layer_type=t, layout=layout) for t in types}, table=table)
+        return cls(from_hf(config, layout=layout), table=table)
+
+    def _rope(self, layer_type: str | None) -> nn.Module:
+        if self.rope is not None:
+            if layer_type is not None:
+                raise ValueError(f"layer_type={layer_type!r} given, but this HFRotaryEmbedding has one rope for "
+                                 "every layer (build it from a mapping layer type -> rope)")
+            return self.rope
+        if layer_type is None:
+            raise ValueError(f"this HFRotaryEmbedding has one rope per layer type ({', '.join(self.layer_types)}); "
+                             "pass layer_type")
+        if layer_type not in self.ropes:
+            raise ValueError(f"layer_type must be one of {', '.join(map(repr, self.layer_types))}; got {layer_type!r}")
+        return self.ropes[layer_type]
 
     @property
     def attention_scaling(self) -> float:
+        if self.rope is None:
+            raise ValueError("this HFRotaryEmbedding has one rope per layer type; read "
+                             "module.ropes[layer_type].attention_factor")
         return self.rope.attention_factor
 
-    def _positions(self, position_ids: torch.Tensor) -> torch.Tensor:
+    def _positions(self, rope: nn.Module, position_ids: torch.Tensor) -> torch.Tensor:
         """transformers' position ids as the posenc module's positions (``[B, L, 3]`` for mrope)."""
         if not isinstance(position_ids, torch.Tensor):
             raise TypeError(f"position_ids must be a torch.Tensor, got {type(position_ids).__name__}")
-        if self.rope.name == "rope":
+        if rope.name == "rope":
             if position_ids.dim() == 3:
                 raise ValueError(f"position_ids of shape {list(position_ids.shape)} are multimodal ([3, B, L]); "
                                  "this module is a 1D 'rope': build an 'mrope' one (from_hf of a Qwen2-VL/Qwen3-VL "
                                  "config) or pass [B, L]")
             return position_ids
         if position_ids.dim() == 2:  # text: (B, L) -> (B, L, 3), as transformers expands it
-            return text_positions(position_ids, self.rope.axes)
+            return text_positions(position_ids, rope.axes)
         if position_ids.dim() == 3 and position_ids.shape[0] == 3:
             return position_ids.permute(1, 2, 0)  # (3, B, L) -> (B, L, 3)
         raise ValueError(f"position_ids must have shape [3, B, L] (time, height, width) or [B, L] (text) for an "
                          f"mrope module, got shape {list(position_ids.shape)}")
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.rope.cos_sin(self._positions(position_ids), torch.float64)  # (B, L, R) float64
-        factor = self.rope.attention_factor
-        if self.rope.layout == "half":
-            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
-        else:
-            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
-        return (cos * factor).to(device=x.device, dtype=x.dtype), (sin * factor).to(device=x.device, dtype=x.dtype)
+    @staticmethod
+    def _follow_length(rope: nn.Module, position_ids: torch.Tensor) -> None:
+        """transformers' ``dynamic_rope_update``: the frequencies of this call's length."""
+        rule = _length_rule(rope)
+        if rule is None or position_ids.numel() == 0:
+            return
+        kind, original = rule
+        if kind == "longrope" or int(position_ids.max()) + 1 < original:
+            rope.reset_length()  # the call's own length decides (longrope); dynamic: back to L0's frequencies
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None):
+        rope = self._rope(layer_type)
+        positions = self._positions(rope, position_ids)
+        self._follow_length(rope, position_ids)
+        cos, sin = rope.cos_sin(positions, torch.float64)  # (B, L, R/2) float64
+        factor = rope.attention_factor
+        cos, sin = cos * factor, sin * factor
+        if self.table == "complex":
+            dtype = torch.complex128 if x.dtype == torch.float64 else torch.complex64
+            return torch.complex(cos, sin).to(device=x.device, dtype=dtype)  # (B, L, R/2) freqs_cis
+        if self.table == "rotate_half":
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # (B, L, R)
+        elif self.table == "interleaved":
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)  # (B, L, R)
+        return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)
