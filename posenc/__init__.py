@@ -32,6 +32,8 @@ _LAZY = {
     "shard_positions": "posenc.parallel",
     "context_parallel_attention": "posenc.parallel",
     "grid_positions": "posenc.positions",
+    "segment_positions": "posenc.positions",
+    "randomized_positions": "posenc.positions",
     "mrope_positions": "posenc.encodings.mrope",
 }
 
