@@ -348,7 +348,8 @@ def randomized_positions(length: int, max_positions: int, *, batch: int | None =
         raise TypeError(f"generator must be a torch.Generator (or pass seed=...), got {type(generator).__name__}")
     if seed is not None:
         seed = check_int("seed", seed, min=0, max=(1 << 64) - 1)
-    check_memory("max_positions", max_positions, rows * max_positions * 2, bytes_per=8,
+    check_memory("max_positions", max_positions if batch is None else f"{max_positions} with batch={rows}",
+                 rows * max_positions * 2, bytes_per=8,
                  what=f"{rows} row(s) of float64 sampling keys and their ranking")
     if device is None:
         device = generator.device if generator is not None else torch.device("cpu")

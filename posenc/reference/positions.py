@@ -235,6 +235,8 @@ def segment_separators(separators: Any) -> tuple[tuple[tuple[int, ...], ...], ..
                     raise ValueError(f"{name} must be a non-empty byte string, got {bytes(item)!r}")
                 seq = tuple(bytes(item))
             elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+                if not -INT64_MAX - 1 <= int(item) <= INT64_MAX:
+                    raise ValueError(f"{name} must be a token id within int64, got {item}")
                 seq = (int(item),)
             else:
                 hint = f"; encode text first, e.g. {item!r}.encode()" if isinstance(item, str) else ""
