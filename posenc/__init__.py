@@ -34,6 +34,8 @@ _LAZY = {
     "grid_positions": "posenc.positions",
     "segment_positions": "posenc.positions",
     "randomized_positions": "posenc.positions",
+    "digit_positions": "posenc.digits",
+    "coupled_positions": "posenc.digits",
     "mrope_positions": "posenc.encodings.mrope",
 }
 

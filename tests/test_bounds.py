@@ -178,7 +178,9 @@ def test_sweep_extreme_values_over_every_public_function():
                  "diagonal_scan(dt=negative)", "diagonal_scan(dt=nan)", "diagonal_scan(v=list)",
                  "segment_positions(separators=[9223372036854775808])", "segment_positions(tokens=float)",
                  "segment_positions(document_ids=short)", "randomized_positions(batch=1000000000)",
-                 "randomized_positions(max_positions=1000000000)", "randomized_positions(length=1000000000)"):
+                 "randomized_positions(max_positions=1000000000)", "randomized_positions(length=1000000000)",
+                 "digit_positions(offset=9223372036854775808)", "coupled_positions(plus=1e+308)",
+                 "digit_positions(tokens=float)", "coupled_positions(tokens=extra-dim)"):
         assert outcome[case] == "error", (case, outcome[case])
     for case in ("apply_rotary(x=noncontiguous)", "apply_rotary(x=expanded)", "apply_rotary(out=strided)",
                  "apply_rotary(cos=expanded)", "DiagonalSSM()(x=expanded)", "DiagonalSSM()(state=expanded)",
@@ -224,6 +226,9 @@ def test_public_functions_refuse_what_this_process_cannot_hold_before_allocating
         (lambda: posenc.randomized_positions(10, 1000, batch=1000), r"max_positions=1000 with batch=1000 needs"),
         (lambda: posenc.segment_positions(torch.zeros(10**5, dtype=torch.long), [[1], [2]]),
          r"tokens=<shape \[100000\]> needs 6.1 MB"),
+        (lambda: posenc.digit_positions(torch.zeros(10**5, dtype=torch.long), [1]), r"tokens=<shape \[100000\]> needs"),
+        (lambda: posenc.coupled_positions(torch.zeros(10**5, dtype=torch.long), [1], plus=2, equals=3),
+         r"tokens=<shape \[100000\]> needs"),
     ]:
         with pytest.raises(ValueError, match=match):
             call()

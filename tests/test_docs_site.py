@@ -94,7 +94,9 @@ def test_the_site_has_every_page(site):
     assert "posenc extrapolate --help" in cli and "--profile" in cli  # generated from the parser
     api_page = (site / "api" / "posenc.html").read_text(encoding="utf-8")
     assert 'id="posenc.registry.build"' in api_page
-    assert 'id="posenc.positions.segment_positions"' in api_page and 'id="posenc.positions.randomized_positions"' in api_page
+    for name in ("positions.segment_positions", "positions.randomized_positions", "digits.digit_positions",
+                 "digits.coupled_positions"):
+        assert f'id="posenc.{name}"' in api_page, name
 
 
 def test_every_page_renders_offline_without_errors_or_requests(site, browser):

@@ -62,3 +62,6 @@ __all__ += [
     "fox", "fox_log_gates", "cope", "cope_positions", "dape", "token_positions",
     "stick_breaking", "stick_breaking_weights", "path", "path_gates",
 ]
+from posenc.reference.digits import coupled_positions, digit_positions
+
+__all__ += ["coupled_positions", "digit_positions"]
