@@ -19,19 +19,8 @@ from typing import Any
 import torch
 
 from posenc.limits import check_memory
-from posenc.positions import INDEX_DTYPES
+from posenc.positions import token_ids
 from posenc.reference.digits import check_offset, token_id, token_set
-from posenc.reference.positions import segment_tokens
-
-
-def _tokens(tokens: Any) -> torch.Tensor:
-    if isinstance(tokens, torch.Tensor):
-        if tokens.dtype not in INDEX_DTYPES:
-            raise TypeError(f"tokens must have an integer dtype (token ids), got {tokens.dtype}")
-        if tokens.dim() not in (1, 2):
-            raise ValueError(f"tokens must have shape [L] or [B, L], got shape {list(tokens.shape)}")
-        return tokens.long()
-    return torch.from_numpy(segment_tokens(tokens))
 
 
 def _check_memory(tokens: torch.Tensor) -> None:
@@ -69,7 +58,7 @@ def digit_positions(tokens: Any, digit_ids: Any, *, offset: int = 0) -> torch.Te
     then starts at the units digit, so digits of one significance share a position across numbers
     of any length. Numbers written most significant first count from their leading digit.
     """
-    toks = _tokens(tokens)
+    toks = token_ids(tokens)
     digits = token_set("digit_ids", digit_ids)
     offset = check_offset(offset, toks.shape[-1], 0)
     _check_memory(toks)
@@ -97,7 +86,7 @@ def coupled_positions(tokens: Any, digit_ids: Any, *, plus: Any, equals: Any, of
         offset: shifts every coupled position: during training the official code draws
             ``s = 1 + offset`` uniformly from ``[1, max_position - len(c))``; 0 at evaluation.
     """
-    toks = _tokens(tokens)
+    toks = token_ids(tokens)
     digits = token_set("digit_ids", digit_ids)
     plus_id, equals_id = token_id("plus", plus), token_id("equals", equals)
     if plus_id in digits or equals_id in digits or plus_id == equals_id:

@@ -38,7 +38,7 @@ from posenc.reference.positions import INT64_MAX, REAL_SCHEMES, SegmentState
 from posenc.reference.positions import grid_positions as _grid_positions_np
 from posenc.reference.positions import segment_separators as _segment_separators_np
 from posenc.reference.positions import segment_state_rows as _segment_state_rows
-from posenc.reference.positions import segment_tokens as _segment_tokens_np
+from posenc.reference.positions import token_ids as _token_ids_np
 
 INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -163,7 +163,7 @@ def grid_positions(shape, *, offset: int = 0, device: torch.device | str | None 
 
 # -- positions from structure ---------------------------------------------------------------------
 
-def _segment_tokens(tokens: Any) -> torch.Tensor:
+def token_ids(tokens: Any) -> torch.Tensor:
     """``tokens`` as int64 ``[L]`` or ``[B, L]`` (a byte string: its byte values; a list or array: on the CPU)."""
     if isinstance(tokens, torch.Tensor):
         if tokens.dtype not in INDEX_DTYPES:
@@ -171,7 +171,7 @@ def _segment_tokens(tokens: Any) -> torch.Tensor:
         if tokens.dim() not in (1, 2):
             raise ValueError(f"tokens must have shape [L] or [B, L], got shape {list(tokens.shape)}")
         return tokens.long()
-    return torch.from_numpy(_segment_tokens_np(tokens))  # checked there: bytes, lists, arrays
+    return torch.from_numpy(_token_ids_np(tokens))  # checked there: bytes, lists, arrays
 
 
 def _segment_documents(document_ids: Any, tokens: torch.Tensor, batched: bool, first) -> torch.Tensor:
@@ -241,7 +241,7 @@ def segment_positions(tokens: Any, separators: Any, *, document_ids: Any = None,
     a running maximum), its offset the distance to the last boundary of any level.
     """
     levels = _segment_separators_np(separators)
-    toks = _segment_tokens(tokens)
+    toks = token_ids(tokens)
     batched = toks.dim() == 2
     rows = toks if batched else toks[None]  # (B, L)
     b, length = rows.shape

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from posenc._validate import check_int
-from posenc.reference.positions import INT64_MAX, segment_tokens
+from posenc.reference.positions import INT64_MAX, token_ids
 
 
 def token_set(name: str, ids: Any) -> tuple[int, ...]:
@@ -63,7 +63,7 @@ def check_offset(offset: Any, length: int, extra: int) -> int:
 def digit_positions(tokens, digit_ids, *, offset: int = 0) -> np.ndarray:
     """Abacus positions, int64 ``[L]`` (``[B, L]`` batched): a digit's index in its run of digits
     from 1, plus ``offset``; 0 for a token that is not a digit."""
-    toks = segment_tokens(tokens)
+    toks = token_ids(tokens)
     digits = set(token_set("digit_ids", digit_ids))
     offset = check_offset(offset, toks.shape[-1], 0)
     rows = toks if toks.ndim == 2 else toks[None]  # (B, L)
@@ -84,7 +84,7 @@ def coupled_positions(tokens, digit_ids, *, plus, equals, offset: int = 0) -> np
     first: a digit followed by ``m`` digits of its run has significance ``m``. A digit of
     significance ``i`` is at ``s + 1 + i``, ``plus`` and ``equals`` at ``s = 1 + offset``, the rest at 0.
     """
-    toks = segment_tokens(tokens)
+    toks = token_ids(tokens)
     digits = set(token_set("digit_ids", digit_ids))
     plus_id, equals_id = token_id("plus", plus), token_id("equals", equals)
     if plus_id in digits or equals_id in digits or plus_id == equals_id:

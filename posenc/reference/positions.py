@@ -7,6 +7,10 @@ or ``[B, L, A]``, where ``A`` comes from the scheme's spec (``axes``), never fro
 integers, or real numbers for the schemes that are functions of position (seconds of audio,
 fractional NaViT coordinates), where an integer-valued float gives exactly the integer result.
 
+**Positions from structure.** ``segment_positions`` is the token-by-token specification of
+``posenc.segment_positions``: a segment index per level (paragraph, sentence; block, line) and the
+offset inside the innermost segment, from separators; ``SegmentState`` continues a stream.
+
 **Exact angles.** ``p·θ mod 2π`` for positions below 2^63 (``POSITION_BOUND``): write
 ``p = Σ_j c_j·2^(21j)`` with ``0 <= c_j < 2^21`` (exact splits of an integer or a float64), so
 
@@ -296,8 +300,9 @@ def segment_state_rows(state: Any, levels, batched: bool, batch: int) -> Segment
     return state
 
 
-def segment_tokens(tokens: Any) -> np.ndarray:
-    """``tokens`` of ``segment_positions`` as int64 ``[L]`` or ``[B, L]`` (a byte string: its byte values)."""
+def token_ids(tokens: Any) -> np.ndarray:
+    """Token ids (of ``segment_positions``, ``digit_positions``, ...) as int64 ``[L]`` or ``[B, L]``
+    (a byte string: its byte values)."""
     if isinstance(tokens, (bytes, bytearray)):
         return np.frombuffer(bytes(tokens), dtype=np.uint8).astype(np.int64)
     if isinstance(tokens, str):
@@ -358,7 +363,7 @@ def segment_positions(tokens, separators, *, document_ids=None, state=None) -> t
     are those the whole stream gives.
     """
     levels = segment_separators(separators)
-    toks = segment_tokens(tokens)
+    toks = token_ids(tokens)
     batched = toks.ndim == 2
     rows = toks if batched else toks[None]  # (B, L)
     b, length = rows.shape
