@@ -86,8 +86,8 @@ def _errors(driver) -> list[str]:
 
 def test_the_site_has_every_page(site):
     names = {p.relative_to(site).as_posix() for p in _pages(site)}
-    guides = {f"guide/{n}.html" for n in ("kinds", "rope", "axes", "attention", "content", "benchmark",
-                                          "explorer", "errors", "cli", "structure")}
+    guides = {f"guide/{n}.html" for n in ("why-positions", "kinds", "rope", "axes", "attention", "content",
+                                          "benchmark", "explorer", "errors", "cli", "structure")}
     api = {f"api/{n}.html" for n in ("posenc", "reference", "interop", "scaling", "analysis")}
     assert {"index.html", "numbers.html"} | guides | api <= names, sorted(names)
     cli = (site / "guide" / "cli.html").read_text(encoding="utf-8")
@@ -155,3 +155,78 @@ def test_search_works_offline(site, browser):
     assert any("guide/axes.html" in h for h in links), links
     assert not _errors(browser)
     assert [u for u in _requests(browser) if urlsplit(u).scheme not in ("file", "data", "blob")] == []
+
+
+def _guide_pages(site: Path) -> list[Path]:
+    return [site / "index.html", *sorted((site / "guide").glob("*.html"))]
+
+
+def test_why_positions_is_first_in_the_guide_with_its_figures(site, browser):
+    """The concepts page opens the guide in the navigation, and its figures (drawn at build time
+    from its examples, docs/_hooks/concepts.py) are there and load."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("concepts", ROOT / "docs" / "_hooks" / "concepts.py")
+    concepts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(concepts)
+    browser.get((site / "index.html").as_uri())
+    guide = browser.execute_script("""
+        const section = [...document.querySelectorAll('.md-nav--primary > .md-nav__list > .md-nav__item')]
+            .find(li => li.querySelector(':scope > label, :scope > a')?.textContent.trim().startsWith('Guide'));
+        return [...section.querySelectorAll('.md-nav__item > a.md-nav__link')].map(a => [a.textContent.trim(),
+            a.getAttribute('href')]);""")
+    assert guide[0] == ["Why positions", "guide/why-positions.html"], guide
+    browser.get((site / "guide" / "why-positions.html").as_uri())
+    images = browser.execute_script("""return [...document.querySelectorAll('article img')]
+        .map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0])""")
+    assert images == [[f"figures/{name}.png", True] for name in concepts.FIGURES], images
+
+
+def test_no_code_block_scrolls_sideways_at_1400_px(site, browser):
+    """At the window of a laptop (1400 px) a code block never hides its end behind a horizontal
+    scrollbar: a line longer than the column wraps (docs/assets/stylesheets/extra.css), indented."""
+    assert browser.execute_script("return window.innerWidth") == 1400
+    scrolling = []
+    for page in _guide_pages(site):
+        browser.get(page.as_uri())
+        blocks = browser.execute_script("""return [...document.querySelectorAll('article pre > code')]
+            .filter(c => c.scrollWidth > c.clientWidth).map(c => c.textContent.split('\\n')[0].slice(0, 60))""")
+        scrolling += [f"{page.relative_to(site)}: {first!r}" for first in blocks]
+    assert not scrolling, "\n".join(scrolling)
+
+
+@pytest.mark.parametrize("name", ["index.html", "guide/why-positions.html", "guide/kinds.html"])
+def test_the_examples_lines_fit_the_column_at_1400_px(site, browser, name):
+    """On the pages a reader starts from, no line of code wraps at 1400 px: a comment sits on its
+    line, beside the code it explains."""
+    browser.get((site / name).as_uri())
+    lines, wrapped = browser.execute_script("""
+        const out = [];
+        let lines = 0;
+        for (const code of document.querySelectorAll('article pre > code')) {
+            const line = parseFloat(getComputedStyle(code).lineHeight), right = code.getBoundingClientRect().right;
+            for (const span of code.querySelectorAll(':scope > span[id^="__span"]')) {
+                const range = document.createRange();
+                range.selectNodeContents(span);
+                const box = range.getBoundingClientRect();
+                lines += 1;
+                if (box.height > 1.5 * line || box.right > right + 0.5) out.push(span.textContent.trim());
+            }
+        }
+        return [lines, out];""")
+    assert lines >= 10 and wrapped == [], "\n".join(wrapped) or f"{lines} lines of code"
+
+
+def test_an_image_wider_than_the_column_links_to_its_full_size(site, browser):
+    """A screenshot shrunk to the page's width (the explorer's is 1635 px wide) opens full size in
+    one click: every such image is a link to its own file."""
+    shrunk, checked = [], 0
+    for page in _guide_pages(site):
+        browser.get(page.as_uri())
+        for src, natural, shown, link in browser.execute_script("""return [...document.querySelectorAll('article img')]
+                .map(i => [i.getAttribute('src'), i.naturalWidth, i.clientWidth, i.closest('a')?.getAttribute('href')])"""):
+            if natural > shown:
+                checked += 1
+                if link != src:
+                    shrunk.append(f"{page.relative_to(site)}: {src} ({natural} px shown at {shown}) links to {link}")
+    assert checked >= 3 and not shrunk, "\n".join(shrunk) or checked

@@ -49,12 +49,20 @@ def test_a_nope_hybrid_that_degrades_is_classed_with_rope():
     assert re.search(r"like rope \(\+0\.5[0-9]+\) in this run and unlike kerple \(\+0\.0[0-9]+\)", extrapolation)
 
 
+def _seeds(label: str, at_l: float, at_long: float, first: int) -> list[dict]:
+    """The run on seeds 0, 1, 2, each with its own blocks' noise (``first + seed``)."""
+    return [{**_record(label, at_l, at_long, seed=first + s), "seed": s} for s in (0, 1, 2)]
+
+
 def test_position_at_training_length_by_the_two_standard_error_rule():
     same = _table(_record("hybrid nope", 1.0, 1.0), _record("hybrid rope", 1.0005, 1.0, seed=1))
-    assert hybrid.hybrid_verdicts(same)[0].status == "agrees"
+    assert hybrid.hybrid_verdicts(same)[0].status == "needs seeds"  # one seed: not decided
     assert "yes, within 2 SE" in hybrid.hybrid_answers(same)[1]
+    same3 = _table(*_seeds("hybrid nope", 1.0, 1.0, 0), *_seeds("hybrid rope", 1.0005, 1.0, 10))
+    assert hybrid.hybrid_verdicts(same3)[0].status == "agrees"
     worse = _table(_record("hybrid nope", 1.1, 1.1), _record("hybrid rope", 1.0, 1.0, seed=1))
-    assert hybrid.hybrid_verdicts(worse)[0].status == "disagrees"
+    worse3 = _table(*_seeds("hybrid nope", 1.1, 1.1, 0), *_seeds("hybrid rope", 1.0, 1.0, 10))
+    assert hybrid.hybrid_verdicts(worse3)[0].status == "disagrees"
     assert "no: RoPE still helps" in hybrid.hybrid_answers(worse)[1]
     assert hybrid.hybrid_verdicts(_table(_record("rope", 1.0, 1.0)))[0].status == "not measured"
 

@@ -4,7 +4,8 @@ added since join as "not measured": the file has no runs of their schemes).
 
 ``tests/data/extrapolate-smoke-v2.jsonl`` is ``posenc report --profile smoke`` as written by that
 code; ``extrapolate-smoke-v2.expected.json`` holds what that code's ``render`` made of it (ids, and
-each verdict table's rows as ``[claim, status]``)."""
+each verdict table's rows as ``[claim, status]``). The file has one seed: a claim that code decided
+on it (on its windows' variance alone) now reads "needs seeds"."""
 
 from __future__ import annotations
 
@@ -43,9 +44,12 @@ def test_a_results_file_written_before_the_parts_still_renders_the_same_ids_and_
     got = rendered(records)
     assert [i for i in got["ids"] if i in expected["ids"]] == expected["ids"]  # every id, in order (new ones may join)
     joined = list(got["verdicts"])
-    for verdict in expected["verdicts"]:  # every claim that code rendered, with the same verdict
-        assert verdict in joined, verdict
-        joined.remove(verdict)
+    for claim, status in expected["verdicts"]:  # every claim that code rendered, with the same verdict ...
+        # ... but one that code decided on the file's one seed: now "needs seeds" (no one-seed verdict, issue 27)
+        found = [claim, status] if [claim, status] in joined else [claim, "needs seeds"]
+        assert found in joined and (found[1] == status or status in ("agrees", "disagrees", "no clear difference")), (
+            claim, status)
+        joined.remove(found)
     assert all(status == "not measured" for _, status in joined), joined  # claims added since: no runs in the file
     assert len(got["verdicts"]) > 20
 

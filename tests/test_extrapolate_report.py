@@ -49,8 +49,9 @@ def test_report_is_self_contained(report):
 def test_report_shows_the_method_contamination_and_nll_by_position(report):
     page = report.read_text()
     for needle in ('id="nll-by-position"', 'id="contamination"', "overlap_128 = ", 'id="method"', "Holm",
-                   "indicative, one seed", "<th>parameters</th>"):
+                   "needs seeds", "<th>parameters</th>", "One family per paper", "Detectable effect"):
         assert needle in page, needle
+    assert "(indicative" not in page
 
 
 def test_second_report_reuses_every_result(report, capsys):
@@ -138,13 +139,15 @@ def test_scalings_are_compared_with_their_base_run_under_its_own_label():
 
     spec = {"scheme": "rope", "head_dim": 8, "base": 500.0}
 
-    def rec(label, nll, **extra):
-        rows = [{"mode": m, "length": t, "mult": t / 16, "nll": nll, "block_nll": [nll + 0.01 * i for i in range(4)]}
+    def rec(label, nll, seed=0, **extra):
+        blocks = [nll + 0.01 * i + 0.003 * seed * (-1) ** i for i in range(4)]  # each seed its own blocks
+        rows = [{"mode": m, "length": t, "mult": t / 16, "nll": nll, "block_nll": blocks}
                 for m in ("nonoverlap", "sliding") for t in (16, 64)]
-        return {"label": label, "spec": spec, "train_length": 16, "eval": rows, **extra}
+        return {"label": label, "spec": spec, "train_length": 16, "eval": rows, "seed": seed, **extra}
 
-    lm = [rec("rope (base=500)", 3.0)]
-    sc = [rec("rope + yarn (zero-shot)", 2.0, variant={"type": "yarn", "mode": "zero-shot", "factor": "T/L"})]
+    lm = [rec("rope (base=500)", 3.0, s) for s in (0, 1, 2)]
+    sc = [rec("rope + yarn (zero-shot)", 2.0 + 0.01 * s, s, variant={"type": "yarn", "mode": "zero-shot",
+                                                                      "factor": "T/L"}) for s in (0, 1, 2)]
     page = Page()
     verdicts = scaling_section(page, lm, sc)
     assert [v.status for v in verdicts] == ["agrees"], verdicts
@@ -159,3 +162,55 @@ def test_the_method_names_the_rows_that_train_other_seeds_than_their_part():
     assert "3 seeds for <code>lm</code>" in text and "1 seed for the content rows of <code>lm</code>" in text
     only_tasks = dataclasses.replace(PROFILES["quick"], parts=("tasks",))
     assert "content rows" not in _method(only_tasks)  # rows of a part that does not run: not named
+
+
+@pytest.mark.xdist_group("report")
+def test_report_opens_with_the_verdicts_at_a_glance_and_a_table_of_contents(report):
+    page = report.read_text()
+    body = page[page.index("<body>"):]
+    assert body.index('id="smoke-banner"') < body.index("<h1>") and "numbers mean nothing" in body  # at the top
+    header = re.search(r'<p class=muted>Generated .*?</p>', body).group(0)  # the command and the flags in effect
+    assert re.search(r'<code id="command">posenc report --profile smoke --jobs 1 --no-progress --out \S+</code>', header)
+    for flag in ("--scheme nope", "--scheme t5", "--corpus (none given", "--part lm", "--seeds 0", "--threads",
+                 "--device", "--arch transformer"):
+        assert flag in header, (flag, header)
+    toc = re.search(r'<nav id="toc">(.*?)</nav>', body, flags=re.S).group(1)
+    headings = re.findall(r'<h2[^>]*\bid="?([\w-]+)"?[^>]*>(\d+)\. ', body)
+    assert [int(n) for _, n in headings] == list(range(1, len(headings) + 1)) and len(headings) >= 8
+    assert re.findall(r'href="#([\w-]+)"', toc) == [anchor for anchor, _ in headings]
+    glance = re.search(r'<table id="verdicts".*?<tbody>(.*?)</tbody></table>', body, flags=re.S).group(1)
+    rows = re.findall(r"<tr>(.*?)</tr>", glance, flags=re.S)
+    details = body[body.index('id="verdict-details"'):]
+    assert len(rows) == len(re.findall(r"<tr><td>[^<]*</td><td>", details.split("</table>")[0])) > 20
+    for row in rows:
+        assert re.findall(r'<td class="(\w+)">', row) == ["source", "claim", "effect", "mde", "verdict"], row
+    assert body.index('id="verdicts"') < body.index('id="forest"') < body.index('id="verdict-details"')
+    assert '<details id="settings"><summary>Settings: profile' in body
+    assert "(indicative" not in body
+
+
+def test_the_glance_table_and_forest_on_the_issues_three_seed_numbers():
+    """Today's three-seed numbers of issue 27 (mean ± SE): each row at 5+ SE decided, one at
+    ~1 SE unclear; the table's cells and the forest's points say so."""
+    from posenc.extrapolate import findings
+    from posenc.extrapolate.glance import forest_svg, verdict_table
+
+    def seeds(mean, se, sign):
+        sd = se * 3**0.5
+        return findings.Evidence((mean - sd, mean, mean + sd), (sd / 3,) * 3, sign=sign)
+
+    rows = [("at 16L, ALiBi beats sinusoidal", -0.820, 0.109, -1), ("at 16L, ALiBi beats rotary", -0.819, 0.065, -1),
+            ("rotary degrades past L", 1.114, 0.070, 1), ("sinusoidal degrades past L", 0.905, 0.123, 1),
+            ("at 16L, ALiBi beats T5", -0.257, 0.025, -1), ("at 16L, rotary beats sinusoidal", -0.06, 0.058, -1)]
+    verdicts = [dataclasses.replace(findings.seed_verdict("Press et al. 2022", claim, "m", seeds(m, se, sign),
+                                                          unit="ΔNLL"), pool="lm") for claim, m, se, sign in rows]
+    verdicts.append(findings.Verdict("Press et al. 2022", "a learned table cannot run past its length", "m", "agrees"))
+    out = findings.adjust(verdicts)
+    assert [v.status for v in out] == ["agrees"] * 5 + ["no clear difference", "agrees"]
+    html = verdict_table(out)
+    cells = re.findall(r'<td class="(effect|mde|verdict)">(.*?)</td>', html)
+    assert cells[0][1].startswith("-0.820 ΔNLL") and "[" in cells[0][1] and re.match(r"0\.\d{3} ", cells[1][1])
+    assert all(v.mde < 5 * se for v, (_, _, se, _) in zip(out, rows))  # 5 SE is beyond what the test detects
+    assert "no test" in html and html.count("<tr>") == len(out) + 1  # the header row, one per claim
+    svg = forest_svg(out)
+    assert svg.startswith('<svg id="forest"') and svg.count("<circle") == 6 and "http" not in svg

@@ -3,12 +3,14 @@ exact test, Newey–West errors, seeds paired by id, and the verdicts built on t
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
 import pytest
 
-from posenc.extrapolate import findings, stats
+from posenc.extrapolate import findings, stats, verdicts
 from posenc.extrapolate.parts import tasks as task_part
 from posenc.extrapolate.parts import text
 
@@ -76,40 +78,65 @@ def _task_record(label, hits_by_size, seed=0):
     return {"label": label, "seed": seed, "max_size": 2, "trained_positions": 9, "eval": rows}
 
 
-def test_task_verdicts_use_cells_beyond_trained_positions_and_mcnemar():
+def test_task_verdicts_use_cells_beyond_trained_positions_and_test_the_seeds():
     right = "1" * 20
     # size 3: length 9, within the trained positions (not used); size 4: length 11, beyond
-    nope = _task_record("nope", {2: right, 3: "0" * 20, 4: "1" * 12 + "0" * 8})
-    t5 = _task_record("t5", {2: right, 3: right, 4: "1" * 2 + "0" * 18})
-    table = stats.task_table([nope, t5])
+    recs = []
+    for seed, wins in ((0, 12), (1, 11), (2, 13)):  # nope right on 10, 9, 11 more of the 20 examples than t5
+        recs.append(_task_record("nope", {2: right, 3: "0" * 20, 4: "1" * wins + "0" * (20 - wins)}, seed))
+        recs.append(_task_record("t5", {2: right, 3: right, 4: "1" * 2 + "0" * 18}, seed))
+    table = stats.task_table(recs)
     assert not table.beyond("copy", 3) and table.beyond("copy", 4)
-    assert table.discordant("nope", "t5", [("copy", 4)]) == (10, 0, 20)
-    verdicts, _, tasks = task_part.task_verdicts(table)
-    first = verdicts[0]
-    assert tasks == ["copy"] and first.p == pytest.approx(stats.mcnemar_exact(10, 0))
-    assert first.status == "agrees" and first.direction == 1  # size 3, where t5 wins, is left out
+    assert table.discordant("nope", "t5", [("copy", 4)]) == (30, 0, 60)
+    verdicts_, _, tasks = task_part.task_verdicts(table)
+    first = verdicts_[0]
+    assert tasks == ["copy"] and first.evidence.effects == pytest.approx((0.5, 0.45, 0.55))  # size 3 left out
+    assert first.status == "agrees" and first.direction == 1 and first.test.df == 2 and first.mde is not None
+    assert f"McNemar's exact p {stats.mcnemar_exact(30, 0):.2g}" in first.measured  # McNemar describes
+    one = task_part.task_verdicts(stats.task_table(recs[:2]))[0][0]  # the same on one seed: not decided
+    assert one.status == "needs seeds" and one.p is None and "needs seeds: 1 seed" in one.measured
     assert table.estimate("nope", "copy", 3).se > 0  # no zero error at 0%
 
 
-def test_holm_decides_the_verdicts_of_the_family():
-    v = [findings.Verdict("s", "c", "m", "agrees", p=0.03, direction=1, seeds=3),
-         findings.Verdict("s", "c", "m", "agrees", p=0.01, direction=1, seeds=3),
-         findings.Verdict("s", "c", "m", "disagrees", p=0.001, direction=-1, seeds=1),
-         findings.Verdict("s", "c", "m", "agrees")]  # no test: left as it is
-    out = findings.adjust(v)
-    assert [x.p_holm for x in out[:3]] == pytest.approx([0.03, 0.02, 0.003])  # 1·0.03, 2·0.01, 3·0.001
-    assert [x.status for x in out] == ["agrees", "agrees", "disagrees", "agrees"]
-    out = findings.adjust([*v[:3], findings.Verdict("s", "c", "m", "x", p=0.3, direction=1, seeds=3)])  # 2·0.03
-    assert [x.status for x in out] == ["no clear difference", "agrees", "disagrees", "no clear difference"]
-    assert out[2].indicative and not out[1].indicative
+def _evidence(mean: float, se: float, sign: int = 1) -> findings.Evidence:
+    sd = se * 3**0.5
+    return findings.Evidence((mean - sd, mean, mean + sd), (sd / 3,) * 3, sign=sign)
+
+
+def test_adjust_decides_each_paper_as_one_family_and_leaves_one_seed_undecided():
+    a = [findings.seed_verdict("A", f"c{i}", "m", _evidence(m, 0.1), unit="ΔNLL") for i, m in enumerate((0.9, 0.5, 0.05))]
+    b = findings.seed_verdict("B", "c", "m", _evidence(0.5, 0.1), unit="ΔNLL")
+    one = findings.seed_verdict("A", "one seed", "m", findings.Evidence((-0.5,), (0.0001,)), unit="ΔNLL")
+    untested = findings.Verdict("A", "learned cannot run", "m", "agrees")
+    out = findings.adjust([dataclasses.replace(v, pool="lm") for v in (*a, b, one, untested)])
+    assert [v.tests for v in out] == [3, 3, 3, 1, 0, 0]  # the family is the paper, the untested left out
+    assert [v.p_holm for v in out[:3]] == pytest.approx(verdicts.holm([v.p for v in out[:3]]))
+    assert out[3].p_holm == pytest.approx(out[3].p) and all(v.test.pooled and v.test.df == 8 for v in out[:4])
+    assert [v.status for v in out] == ["agrees", "agrees", "no clear difference", "agrees", "needs seeds", "agrees"]
+    assert out[4].indicative and out[4].p is None and not out[0].indicative
+    assert out[3].mde < out[0].mde  # three claims in a paper need a larger effect than one alone
 
 
 def test_non_inferiority_needs_the_increase_below_the_margin():
     L = 8
+    rng = np.random.default_rng(0)
     base = np.array([1.0, 1.2, 0.9, 1.1, 1.0, 1.3])
-    rows = lambda shift: [{"mode": m, "length": t, "block_nll": list(base + (shift if t == 4 * L else 0))}  # noqa: E731
-                          for m in ("nonoverlap", "sliding") for t in (L, 2 * L, 4 * L)]
     for shift, expect in ((0.0, "agrees"), (0.2, "disagrees")):
-        rec = {"label": "alibi", "seed": 0, "train_length": L, "eval": rows(shift)}
-        v = text.lm_verdicts(stats.lm_table([rec]))[0]
+        recs = []
+        for seed in (0, 1, 2):
+            far = base + shift + rng.normal(0, 0.002) + rng.normal(0, 0.001, base.size)  # a seed's shift, blocks' noise
+            rows = [{"mode": m, "length": t, "block_nll": list(far if t == 4 * L else base)}
+                    for m in ("nonoverlap", "sliding") for t in (L, 2 * L, 4 * L)]
+            recs.append({"label": "alibi", "seed": seed, "train_length": L, "eval": rows})
+        v = text.lm_verdicts(stats.lm_table(recs))[0]
         assert v.status == expect, (shift, v)
+        assert text.lm_verdicts(stats.lm_table(recs[:1]))[0].status == "needs seeds"  # one seed: not decided
+
+
+
+def test_a_seed_with_a_value_that_is_not_finite_leaves_the_claim_not_measured():
+    diverged = stats.Estimate(math.nan, 1.0, 3, 0.0, (1.0, math.nan, 2.0), (0.1, 0.1, 0.1))
+    v = findings.tested("s", "c", "m", diverged, expect_negative=True)
+    assert v.status == "not measured" and v.evidence is None and "not finite" in v.measured
+    with pytest.raises(ValueError, match="per-seed"):
+        findings.tested("s", "c", "m", stats.Estimate(1.0, 0.1, 1), expect_negative=True)

@@ -5,7 +5,12 @@
   whose names resolve lazily (``posenc``, ``posenc.interop``: their ``_LAZY`` table), at the module
   that defines it;
 - ``<!-- generated: modules PACKAGE -->`` becomes one mkdocstrings block per public module of a
-  package (``posenc.reference``: one file per scheme).
+  package (``posenc.reference``: one file per scheme);
+- ``<!-- generated: figure NAME -->`` on "Why positions" becomes the image ``figures/NAME.png``
+  and its caption, drawn from the page's own examples when the site is built (``concepts.py``).
+
+Every image of the site links to its full-size file, so a screenshot shrunk to the page's column
+opens legibly in one click.
 """
 
 from __future__ import annotations
@@ -14,8 +19,13 @@ import argparse
 import importlib
 import os
 import re
+from pathlib import Path
 
-MARKER = re.compile(r"<!-- generated: (cli|api [\w.]+|modules [\w.]+) -->")
+import concepts  # docs/_hooks/concepts.py: mkdocs puts this folder on sys.path while it loads a hook
+
+MARKER = re.compile(r"<!-- generated: (cli|api [\w.]+|modules [\w.]+|figure \w+) -->")
+FIGURE_DIR = "figures"  # beside the page: guide/figures/NAME.png
+IMAGE = re.compile(r"<p>(<img [^>]*src=\"([^\"]+)\"[^>]*>)</p>")
 
 
 def cli_markdown() -> str:
@@ -54,10 +64,35 @@ def modules_markdown(package: str) -> str:
     return "\n\n".join(f"::: {package}.{name}" for name in names)
 
 
+def figure_markdown(name: str) -> str:
+    """The image of a figure of "Why positions" and its caption."""
+    if name not in concepts.FIGURES:
+        raise KeyError(f"no figure {name!r}; the figures are {', '.join(concepts.FIGURES)}")
+    caption = concepts.FIGURES[name][0]
+    return f"![{caption}]({FIGURE_DIR}/{name}.png)\n\n*{caption}*"
+
+
 def _expand(match: re.Match) -> str:
     what, _, arg = match.group(1).partition(" ")
-    return {"cli": cli_markdown, "api": api_markdown, "modules": modules_markdown}[what](*([arg] if arg else []))
+    expand = {"cli": cli_markdown, "api": api_markdown, "modules": modules_markdown, "figure": figure_markdown}
+    return expand[what](*([arg] if arg else []))
+
+
+def on_files(files, config, **kwargs):
+    """Adds the figures of "Why positions" to the site, drawn from its examples now."""
+    from mkdocs.structure.files import File
+
+    page = Path(config.docs_dir) / concepts.PAGE
+    folder = os.path.dirname(concepts.PAGE)
+    for name, png in concepts.render(page.read_text(encoding="utf-8")).items():
+        files.append(File.generated(config, f"{folder}/{FIGURE_DIR}/{name}.png", content=png))
+    return files
 
 
 def on_page_markdown(markdown: str, **kwargs) -> str:
     return MARKER.sub(_expand, markdown)
+
+
+def on_page_content(html: str, **kwargs) -> str:
+    """Every image alone in its paragraph becomes a link to its full-size file."""
+    return IMAGE.sub(lambda m: f'<p><a class="full-size" href="{m.group(2)}" title="full size">{m.group(1)}</a></p>', html)

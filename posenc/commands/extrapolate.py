@@ -160,12 +160,36 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_line(args: argparse.Namespace) -> str:
+    """``posenc COMMAND`` with every option the user gave (a repeatable one repeated), as a shell
+    line: what the page's header shows; the values in effect for the others are the page's to say."""
+    import shlex
+
+    from posenc.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    words = ["posenc", args.command]
+    for action in sub.choices[args.command]._actions:
+        flags = [f for f in action.option_strings if f.startswith("--")]
+        if not flags or action.dest in ("help", "func") or not hasattr(args, action.dest):
+            continue
+        value = getattr(args, action.dest)
+        if isinstance(action, argparse._StoreTrueAction):
+            words += [flags[0]] if value else []
+        elif isinstance(value, (list, tuple)):
+            words += [w for item in value for w in (flags[0], str(item))]
+        elif value is not None:
+            words += [flags[0], str(value)]
+    return shlex.join(words)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from posenc.extrapolate.report import make_report
 
     profile = _profile(args)
     kwargs = _run_kwargs(args, profile)  # every other argument checked before --out is created
-    path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run, **kwargs)
+    path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run,
+                       command=command_line(args), **kwargs)
     if path is not None:
         print(f"report written to {path}")
     return 0

@@ -15,7 +15,8 @@ table that names them. The shared machinery knows no part by name, in dependency
 full: every part's settings), ``stack`` (a configuration's seeds as one model), ``train``, ``vision`` (the image and time parts' classifier),
 ``evaluate`` (can a model run at a length), ``distributed`` (torchrun), ``results`` (crash-safe
 JSONL), ``plan`` (runs, their keys, their order), ``part``, ``runs`` (a run's record),
-``driver`` (every run of a profile: resume, worker processes), ``stats``, ``accuracy`` and
-``findings`` (uncertainty; verdicts and Holm's family), ``figures``, ``page``, ``demos``,
-``report`` (the page). Nothing here is imported by ``import posenc``.
+``driver`` (every run of a profile: resume, worker processes), ``verdicts`` (the verdict
+procedure: seed-level tests pooled per part, Holm per paper, the detectable effect), ``stats``,
+``accuracy`` and ``findings`` (uncertainty; the claims and their verdicts), ``figures``, ``page``,
+``glance`` (the verdicts at a glance: table and forest plot), ``demos``, ``report`` (the page). Nothing here is imported by ``import posenc``.
 """

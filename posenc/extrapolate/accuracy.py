@@ -6,8 +6,9 @@ variants on the same test images (or one model at two grids, or one model with i
 positions) are compared image by image: ``d_i = correct_a(i) − correct_b(i)``, the mean over
 images with ``SE = sd(d) / √n``; with several seeds the per-image differences are averaged over
 seeds and the spread of the seeds' means is added, ``SE² = SE_images² + sd(seeds)² / S`` (as
-``posenc.extrapolate.stats`` does for perplexity blocks). A claim is called only beyond two standard
-errors; otherwise "no clear difference".
+``posenc.extrapolate.stats`` does for perplexity blocks). A verdict rests on the seeds' values
+(``per_seed``, the seed-level test of ``posenc.extrapolate.verdicts``); the descriptive tables
+call a difference beyond two standard errors.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Diff:
     se: float
     n: int  # examples
     seeds: int
+    per_seed: tuple[float, ...] = ()  # each seed's mean difference, in seed order
+    within: tuple[float, ...] = ()  # each seed's standard error over examples alone
 
     def p_value(self, null: float = 0.0) -> float:
         """Two-sided p-value of ``mean = null`` (t with seeds − 1 degrees of freedom, normal for one seed)."""
@@ -46,8 +49,9 @@ def paired(a: list[str], b: list[str]) -> Diff | None:
     se_ex = float(per_example.std(ddof=1) / math.sqrt(per_example.size)) if per_example.size > 1 else 0.0
     seed_means = d.mean(axis=1)  # (S,)
     seed_sd = float(seed_means.std(ddof=1)) if seed_means.size > 1 else 0.0
+    within = tuple(float(row.std(ddof=1) / math.sqrt(row.size)) if row.size > 1 else 0.0 for row in d)  # (S,)
     return Diff(float(per_example.mean()), math.sqrt(se_ex**2 + seed_sd**2 / seed_means.size),
-                int(per_example.size), int(seed_means.size))
+                int(per_example.size), int(seed_means.size), tuple(map(float, seed_means)), within)
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,15 @@ family's correction and the claim shapes every part uses (each part states its o
 ``posenc.extrapolate.parts``).
 
 Each claim is a direction ("A is lower/higher than B") or a bound ("A is at most B + margin")
-from a paper. Each verdict has a test and a two-sided p-value (``posenc.extrapolate.stats``): paired
-t-tests on block NLLs for perplexity (Student's t over seeds, the normal with one seed), McNemar's
-exact test on the same examples for the tasks. The family is every verdict of the report that has
-a p-value (language modelling, RoPE scalings, tasks, the hybrid, images and time together); ``adjust`` applies Holm's
-correction over it at ``ALPHA`` = 0.05. A verdict ``agrees`` when its Holm-adjusted p is below
-0.05 and the measured difference has the paper's direction, ``disagrees`` when it is below 0.05
-and has the opposite one, ``no clear difference`` otherwise, ``not measured`` when a scheme is
-missing. Behind fewer than ``MIN_SEEDS`` seeds a verdict is marked "indicative": the spread
-between training runs is then not in its error.
+from a paper. Its test is the seed-level one of ``posenc.extrapolate.verdicts``: every seed's
+paired effect (block NLLs on the same bytes, or the same examples), the seeds' spread pooled
+over the claims of one part (``Verdict.pool``), both tails at α/2, Holm's correction within each
+paper (``Verdict.source``) at ``ALPHA`` = 0.05 (``adjust``). A verdict ``agrees`` when the
+adjusted p is below 0.05 and the effect has the paper's direction, ``disagrees`` when it has the
+opposite one, ``no clear difference`` otherwise, ``needs seeds`` behind fewer than ``MIN_SEEDS``
+seeds (the spread between training runs is then not measured: window- or example-level
+variance never decides a verdict), ``not measured`` when a scheme is missing. Every tested
+verdict carries its detectable effect (``mde``: 80% power after the correction, in its units).
 
 "Does not degrade" claims are non-inferiority tests with a stated margin: the NLL of the same
 held-out bytes at positions 8L–16L of a 16L window against positions L/2–L of an L window (the
@@ -26,10 +26,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from posenc.extrapolate.stats import ALPHA, Estimate, LMTable, combine, holm
+from posenc.extrapolate import verdicts as V
+from posenc.extrapolate.stats import ALPHA, Estimate, LMTable, combine
+from posenc.extrapolate.verdicts import MIN_SEEDS, NEEDS_SEEDS, ClaimTest, Evidence
 
 MARGIN = math.log(1.02)  # non-inferiority margin of "does not degrade": perplexity at most 2% higher
-MIN_SEEDS = 3  # fewer seeds behind a verdict: "indicative"
+FULL_COMMAND = "posenc report --profile full"  # measures every row on three seeds
 
 
 @dataclass(frozen=True)
@@ -37,40 +39,64 @@ class Verdict:
     source: str
     claim: str  # what the paper found, in words
     measured: str  # what this run measured, in words
-    status: str  # agrees / disagrees / no clear difference / not measured
-    p: float | None = None  # two-sided p-value of the test (None: no test, e.g. "cannot run")
+    status: str  # agrees / disagrees / no clear difference / needs seeds / not measured
+    p: float | None = None  # p of the test, both tails (None: no test, e.g. "cannot run")
     direction: int = 0  # +1: the estimate lies on the paper's side; −1: on the other
     seeds: int = 0  # seeds behind the verdict
-    p_holm: float | None = None  # after Holm's correction over the report's family (``adjust``)
+    p_holm: float | None = None  # after Holm's correction within its paper (``adjust``)
+    evidence: Evidence | None = None  # the claim seed by seed (what its test rests on)
+    unit: str = ""  # the effect's unit: "ΔNLL" (nats/token) or "Δaccuracy"
+    pool: str = ""  # the part whose claims share a seed spread (``adjust``'s caller sets it)
+    test: ClaimTest | None = None  # the seed-level test (``posenc.extrapolate.verdicts``)
+    mde: float | None = None  # detectable |effect − null| at 80% power after the paper's correction
+    tests: int = 0  # tested claims in its paper's family
 
     @property
     def indicative(self) -> bool:
-        return self.p is not None and self.seeds < MIN_SEEDS
+        """Behind fewer than ``MIN_SEEDS`` seeds (its status is then "needs seeds")."""
+        return self.evidence is not None and self.seeds < MIN_SEEDS
 
 
-def _decide(p: float, direction: int, alpha: float = ALPHA) -> str:
-    if p >= alpha or direction == 0:
-        return "no clear difference"
-    return "agrees" if direction > 0 else "disagrees"
+def _decided(verdict: Verdict, decision: V.Decision) -> Verdict:
+    t = decision.test
+    if t is None:
+        return dataclasses.replace(verdict, status=decision.status, p=None, p_holm=None, test=None, mde=None, tests=0)
+    return dataclasses.replace(verdict, status=decision.status, p=t.p, p_holm=decision.p_holm, test=t,
+                               mde=decision.mde, tests=decision.tests)
 
 
 def adjust(verdicts: list[Verdict], alpha: float = ALPHA) -> list[Verdict]:
-    """Holm's correction over every verdict with a p-value; statuses re-decided on the adjusted p."""
-    tested = [i for i, v in enumerate(verdicts) if v.p is not None]
-    adjusted = holm([verdicts[i].p for i in tested])
+    """Every verdict with evidence decided by ``verdicts.decide``: seed spreads pooled per
+    ``pool``, Holm per ``source``; the others (no test) left as they are."""
+    tested_ = [i for i, v in enumerate(verdicts) if v.evidence is not None]
+    decisions = V.decide([(verdicts[i].evidence, verdicts[i].source, verdicts[i].pool) for i in tested_], alpha)
     out = list(verdicts)
-    for i, q in zip(tested, adjusted):
-        out[i] = dataclasses.replace(verdicts[i], p_holm=q, status=_decide(q, verdicts[i].direction, alpha))
+    for i, decision in zip(tested_, decisions):
+        out[i] = _decided(verdicts[i], decision)
     return out
 
 
-def tested(source: str, claim: str, measured: str, d: Estimate, *, expect_negative: bool,
-            null: float = 0.0) -> Verdict:
-    p = d.p_value(null)
-    direction = 1 if (d.mean < null) == expect_negative else -1
-    if d.mean == null:
-        direction = 0
-    return Verdict(source, claim, measured, _decide(p, direction), p, direction, d.seeds)
+def seed_verdict(source: str, claim: str, measured: str, evidence: Evidence, *, unit: str) -> Verdict:
+    """A verdict resting on ``evidence``, decided alone (its own seeds, a family of one) until
+    ``adjust`` decides it with its part and its paper."""
+    direction = evidence.sign * ((evidence.mean > evidence.null) - (evidence.mean < evidence.null))
+    v = Verdict(source, claim, measured, NEEDS_SEEDS, None, direction, evidence.seeds, evidence=evidence, unit=unit)
+    return _decided(v, V.decide([(evidence, source, "")])[0])
+
+
+def tested(source: str, claim: str, measured: str, d, *, expect_negative: bool, null: float = 0.0) -> Verdict:
+    """The paper expects ``d − null`` below 0 (``expect_negative``) or above; ``d`` an ``Estimate``
+    of ΔNLL or an ``accuracy.Diff``, with each seed's value (``per_seed``) and held-out error."""
+    if not d.per_seed:
+        raise ValueError(f"{claim!r}: the estimate has no per-seed values to test")
+    unit = "ΔNLL" if isinstance(d, Estimate) else "Δaccuracy"
+    if not all(math.isfinite(x) for x in (*d.per_seed, *d.within)):  # a diverged run: nothing to test
+        return Verdict(source, claim, measured + "; not measured: a seed's value is not finite", "not measured")
+    evidence = Evidence(d.per_seed, d.within, null=null, sign=-1 if expect_negative else 1)
+    if d.seeds < MIN_SEEDS:
+        measured += (f"; needs seeds: {d.seeds} seed{'s' * (d.seeds > 1)}, a verdict needs {MIN_SEEDS} "
+                     f"({FULL_COMMAND} measures it on three)")
+    return seed_verdict(source, claim, measured, evidence, unit=unit)
 
 
 def ppl_claim(table: LMTable, source: str, claim: str, lower: tuple[str, int], higher: tuple[str, int],

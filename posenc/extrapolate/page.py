@@ -8,6 +8,7 @@ script errors, ``console.error`` calls, blocked fetches and images that did not 
 from __future__ import annotations
 
 import base64
+import re
 import html
 import io
 from collections.abc import Callable
@@ -27,6 +28,9 @@ pre { background: #f7f7f7; padding: 8px; overflow-x: auto; font-size: 12px }
 .unclear { color: #8a6d00; font-weight: 600 } .muted { color: #777 } .figure-error { color: #b3261e }
 .note { background: #fff8e1; border-left: 4px solid #e0b000; padding: 6px 10px }
 .side { display: inline-block; vertical-align: top; margin-right: 18px }
+table.glance td.source, table.glance td.claim, table.glance td.verdict, table.glance th { text-align: left }
+table.glance td.effect, table.glance td.mde, table.glance td.verdict { white-space: nowrap }
+nav#toc { background: #f7f7f7; padding: 6px 14px; display: inline-block } nav#toc ol { margin: 4px 0 }
 """
 
 # Records on <html> what a headless browser test reads back with --dump-dom: script errors,
@@ -112,3 +116,27 @@ def status(verdict: str) -> str:
 def missing(reason: str | None) -> str:
     """The cell of a result that is not there: a scheme that cannot run there, or not measured."""
     return "—" if reason is None else f'<span class=muted title="{e(reason)}">cannot run</span>'
+
+
+_H2 = re.compile(r"<h2(?P<attrs>[^>]*)>(?P<text>.*?)</h2>", re.S)
+_ID = re.compile(r"""\bid=["']?([\w-]+)""")
+
+
+def number_sections(parts: list[str]) -> tuple[list[str], str]:
+    """Numbers every ``<h2>`` of ``parts`` in order (1, 2, …; a number already in the heading is
+    replaced), gives each an id (its own if it has one, else ``section-N``), and returns the
+    parts and the table of contents (``<nav id="toc">``) that links to them."""
+    entries: list[tuple[str, str]] = []
+
+    def one(m: re.Match) -> str:
+        attrs, text = m.group("attrs"), re.sub(r"^\s*\d+\.\s*", "", m.group("text"))
+        found = _ID.search(attrs)
+        anchor = found.group(1) if found else f"section-{len(entries) + 1}"
+        if not found:
+            attrs += f' id="{anchor}"'
+        entries.append((anchor, text))
+        return f"<h2{attrs}>{len(entries)}. {text}</h2>"
+
+    numbered = [_H2.sub(one, part) for part in parts]
+    items = "".join(f'<li><a href="#{a}">{re.sub(r"<[^>]+>", "", t)}</a></li>' for a, t in entries)
+    return numbered, f'<nav id="toc"><b>Contents</b><ol>{items}</ol></nav>'

@@ -1,7 +1,7 @@
 """Benchmark profiles: how big, how long, which schemes. ``smoke`` (tests, seconds), ``quick``
 (``make report``: minutes on 2 CPU cores; three seeds for every part but the tasks and the
-language-modelling rows of positions that depend on content, whose one seed leaves their verdicts
-indicative), ``full`` (three seeds everywhere, the fewest behind a verdict that is not indicative;
+language-modelling rows of positions that depend on content, whose one seed leaves their claims
+undecided: "needs seeds"), ``full`` (three seeds everywhere, the fewest a verdict rests on;
 bigger, longer).
 
 The seeds of one configuration run together; where it pays they train as one stacked model
@@ -230,7 +230,7 @@ PROFILES: dict[str, Profile] = {
                             augmented_variants=("learned grid (resized)", "axial RoPE", "RoPE-Mixed")),
         time=TimeSettings(train=TrainConfig(steps=200, batch_size=64, lr=3e-3, warmup=20)),
         description="three seeds for every part but the tasks and the rows of positions that depend on content "
-                    "(one seed: their verdicts are indicative), a 2-layer width-64 model trained at 32 bytes, with "
+                    "(one seed: their claims are not decided, they need seeds), a 2-layer width-64 model trained at 32 bytes, with "
                     "hybrid rows, images and time: under 10 minutes on 2 idle CPU cores",
         hybrid=("nope", "rope"),
         lm_rows=content_lm_rows(2),

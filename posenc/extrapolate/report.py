@@ -11,8 +11,10 @@ that part's (``posenc.extrapolate.parts``); this page knows them only through ``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -22,7 +24,8 @@ from typing import Any
 from posenc import environment
 from posenc.extrapolate import findings
 from posenc.extrapolate.demos import demonstrations
-from posenc.extrapolate.page import Page, e, status
+from posenc.extrapolate.glance import forest_svg, verdict_table
+from posenc.extrapolate.page import Page, e, number_sections, status
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.parts import PARTS, owner
 from posenc.extrapolate.profiles import Profile
@@ -35,21 +38,19 @@ def _p(v: findings.Verdict) -> str:
 
 
 def _verdict_cell(v: findings.Verdict) -> str:
-    return status(v.status) + (' <span class=muted>(indicative, one seed)</span>' if v.indicative and v.seeds == 1
-                               else f' <span class=muted>(indicative, {v.seeds} seeds)</span>' if v.indicative else "")
+    return status(v.status)
 
 
 def _verdicts(verdicts: list[findings.Verdict], settings: dict[str, str]) -> str:
-    """The summary's verdict table; ``settings``: the papers' settings by source (the parts')."""
+    """The summary's detailed verdict table; ``settings``: the papers' settings by source (the parts')."""
     rows = [[e(v.source), e(v.claim), e(v.measured), _p(v), _verdict_cell(v)] for v in verdicts]
     sources = [src for src in settings if any(v.source == src for v in verdicts)]
     where = "".join(f"<li>{e(src)}: {e(settings[src])}</li>" for src in sources)
-    tested = sum(v.p is not None for v in verdicts)
-    members = ", ".join(dict.fromkeys(v.source for v in verdicts if v.p is not None)) or "none"
-    family = (f"<p class=muted>p: the test's two-sided p-value → Holm-adjusted over the family of the {tested} "
-              f"verdicts with a test on this page, all parts together (their sources: {e(members)}); a "
-              f"verdict needs an adjusted p below {findings.ALPHA}. Behind fewer than {findings.MIN_SEEDS} "
-              "seeds a verdict is indicative: the spread between training runs is not in its error.</p>")
+    family = (f"<p class=muted>p: the seed-level test's p (both tails) → Holm-adjusted within its paper (the claims "
+              f"of one source are one family); a verdict needs an adjusted p below {findings.ALPHA}. A claim on fewer "
+              f"than {findings.MIN_SEEDS} seeds is not decided (needs seeds): its windows or examples leave the spread "
+              "between training runs out of its error. The parts' own tables below decide each claim alone (its own seeds, "
+              "a family of one); these verdicts, pooled within the part and corrected per paper, are the page's.</p>")
     return ((f"<ul class=muted>{where}</ul>" if where else "") + family
             + html_table(["source", "the paper found", "measured here", "p", "verdict"], rows, text=True))
 
@@ -57,6 +58,7 @@ def _verdicts(verdicts: list[findings.Verdict], settings: dict[str, str]) -> str
 def _honesty(verdicts: list[findings.Verdict]) -> str:
     bad = [v for v in verdicts if v.status == "disagrees"]
     unclear = [v for v in verdicts if v.status == "no clear difference"]
+    needs = [v for v in verdicts if v.status == findings.NEEDS_SEEDS]
     parts = []
     if bad:
         parts.append("<p><b>Where this run disagrees with the papers:</b></p><ul>"
@@ -66,19 +68,31 @@ def _honesty(verdicts: list[findings.Verdict]) -> str:
         parts.append("<p>No measured difference contradicts the papers (Holm-adjusted p below 0.05).</p>")
     if unclear:
         parts.append(f"<p>{len(unclear)} claim(s) show no clear difference at this scale (Holm-adjusted p of 0.05 "
-                     "or more): the run neither confirms nor refutes them — " + "; ".join(e(v.claim) for v in unclear)
-                     + ".</p>")
+                     "or more; the detectable effect above says how small a difference was ruled out): the run "
+                     "neither confirms nor refutes them — " + "; ".join(e(v.claim) for v in unclear) + ".</p>")
+    if needs:
+        parts.append(f"<p>{len(needs)} claim(s) are measured on fewer than {findings.MIN_SEEDS} seeds and not decided "
+                     f"(needs seeds); <code>{e(findings.FULL_COMMAND)}</code> measures every claim on three — "
+                     + "; ".join(e(v.claim) for v in needs) + ".</p>")
     return "".join(parts)
+
+
+def _glance(verdicts: list[findings.Verdict]) -> str:
+    """The verdicts at a glance: the table (``#verdicts``) and the forest plot (``#forest``)."""
+    tested = [v for v in verdicts if v.test is not None]
+    caption = (f"<p class=muted>Forest plot of the {len(tested)} claims with a test: each claim's effect in its "
+               "standard errors toward the paper's side (0: no difference, or the margin of a non-inferiority "
+               "claim), its 95% interval, and shaded the band its paper's Holm correction leaves undecided "
+               "(its first step). Green: agrees; red: disagrees; amber: no clear difference.</p>")
+    return ('<h3 id="at-a-glance">The verdicts at a glance</h3>' + verdict_table(verdicts)
+            + f"<figure>{forest_svg(verdicts)}<figcaption>{caption}</figcaption></figure>")
 
 
 def _method(profile: Profile) -> str:
     """The method in plain words (what the verdicts above rest on)."""
     seeds = len(profile.seeds)
-    seed_text = (f"{seeds} seeds (training runs with different initial weights and batches); seeds are paired by "
-                 "their number, and intervals and tests use Student's t with seeds − 1 degrees of freedom"
-                 if seeds >= findings.MIN_SEEDS else
-                 f"{seeds} seed{'s' * (seeds > 1)}: the spread between training runs is not measured, so every "
-                 "verdict is marked indicative (the full profile has three seeds)")
+    seed_text = (f"{seeds} seed{'s' * (seeds > 1)} (training runs with different initial weights and batches), "
+                 "paired by their number")
     rows = {"lm_rows": ("lm", "the content rows of <code>lm</code>"),  # rows within a part: named as such
             "content_tasks": ("tasks", "the content tasks' models of <code>tasks</code>")}
     more = [(rows[part][1] if part in rows else f"<code>{e(part)}</code>", len(s)) for part, s in profile.part_seeds
@@ -86,10 +100,12 @@ def _method(profile: Profile) -> str:
     if more:  # some parts train other seeds than the profile's
         seed_text = (", ".join(f"{n} seed{'s' * (n > 1)} for {part}" for part, n in more)
                      + f", {seeds} seed{'s' * (seeds > 1)} for the other parts (training runs with different initial "
-                     "weights and batches). Behind three seeds or more, seeds are paired by their number, and "
-                     "intervals and tests use Student's t with seeds − 1 degrees of freedom; behind fewer, the spread "
-                     "between training runs is not measured, so those verdicts are marked indicative (the full "
-                     "profile has three seeds for every part)")
+                     "weights and batches), paired by their number")
+    seed_text += (f". A verdict needs {findings.MIN_SEEDS} seeds: its error is the spread of the seeds' values, "
+                  "which holds the held-out data's noise and the spread between training runs. A claim on fewer "
+                  "seeds is not decided (<i>needs seeds</i>), however small its windows' or examples' error: that "
+                  "error leaves the training runs out, and deciding on it made the page most confident where it "
+                  f"knew least. <code>{e(findings.FULL_COMMAND)}</code> measures every claim on three seeds")
     items = [
         "<b>Clean split.</b> The text is drawn as whole documents (the standard library's files, or pieces of "
         "about 4 KB of your file) in an order fixed by a seed, from across the corpus. Exact copies and near "
@@ -107,9 +123,27 @@ def _method(profile: Profile) -> str:
         "<i>nll-by-position</i>).",
         "<b>Tasks.</b> One model learns all tasks; verdicts use only the cells whose sequences are longer than "
         "any training sequence, and compare two schemes example by example (McNemar's exact test).",
-        f"<b>Statistics.</b> Perplexity differences are paired block by block on the same bytes; errors allow for "
-        "the correlation of neighbouring blocks (Newey–West). All verdicts with a test form one family, "
-        f"corrected with Holm's method at {findings.ALPHA}. \"Does not degrade\" is a non-inferiority test: "
+        "<b>The test behind a verdict.</b> Each claim is an effect measured on every seed (ΔNLL on the same "
+        "bytes, Δaccuracy on the same examples) with its held-out error on that seed (Newey–West over "
+        "neighbouring windows, or over examples). <i>Seeds pooled within a part:</i> three seeds give a claim's "
+        "own spread two degrees of freedom, so Student's t would need 4.3 standard errors for p &lt; 0.05 and 9.9 "
+        "for 0.01 — no paper with several claims could have one decided. The claims of one part come from the "
+        "same seeds of similar models, so the procedure takes the training runs to spread each claim in "
+        "proportion to its held-out noise (one dispersion factor per part, as in quasi-likelihood), estimated "
+        "from all the part's claims: the test then has the part's degrees of freedom (14 for seven claims on "
+        "three seeds), exactly under that model. A claim whose seeds spread out of line with the rest of its "
+        "part (an F test at 10%) is tested on its own seeds instead, so pooling cannot understate its error. "
+        "<i>Both tails:</i> each tail is tested at α/2 — agrees from the paper's side, disagrees from the "
+        "other; a one-sided test that also reported the other tail would decide 2α of claims that have no "
+        "effect. <i>One family per paper:</i> Holm's correction at 0.05 over the claims of one source — a "
+        "reader judges a paper by its claims, and the claims of different papers do not answer one question "
+        "(the whole page as one family needed about 26 standard errors at three seeds). <i>Detectable effect:</i> "
+        "for each claim the smallest difference its test detects with 80% power after its paper's correction "
+        "(noncentral t), in its own units, so \"no clear difference\" says how large a difference is ruled out. "
+        "Checked on simulated results by <code>make test</code> (tests/test_verdicts.py): with no effect at most "
+        "5% of papers get a verdict, at the stated detectable effect 80% or more of claims are decided, and the "
+        "rate stays within its binomial bound when the claims' seeds spread up to 2× differently (7.7% at 10×: "
+        "more seeds are the cure there). \"Does not degrade\" is a non-inferiority test: "
         "the increase must be significantly below a margin of 2% perplexity.",
     ]
     return ('<h2 id="method">Method, in plain words</h2><ul>' + "".join(f"<li>{x}</li>" for x in items) + "</ul>")
@@ -136,25 +170,52 @@ def _environment_section(page: Page, profile: Profile, records: list[dict[str, A
     page.add("<details><summary>time per run</summary>"
              + html_table(["part", "scheme", "seed", "seconds", "of which training"], per)
              + "</details>")
-    page.add(f"<h3>Settings: profile <code>{e(profile.name)}</code></h3><p>{e(profile.description)}</p>"
-             f"<pre>{e(json.dumps(profile.to_dict(), indent=1, default=str))}</pre>")
+    page.add(f'<details id="settings"><summary>Settings: profile <code>{e(profile.name)}</code></summary>'
+             f"<p>{e(profile.description)}</p><pre>{e(json.dumps(profile.to_dict(), indent=1, default=str))}</pre>"
+             "</details>")
     specs = {r["label"]: r["spec"] for r in records if owner(r["part"]).lists_specs}
     page.add("<details><summary>scheme specs</summary><pre>" + e(json.dumps(specs, indent=1)) + "</pre></details>")
+
+
+def _in_effect(profile: Profile, records: list[dict[str, Any]], command: str) -> str:
+    """Every flag the command line leaves at its default, with the value it took here."""
+    env = records[-1].get("env", {}) if records else {}
+    corpus = next((r["corpus"] for r in records if r.get("corpus")), None)
+    seeds = dict(profile.part_seeds)
+    values = [("--scheme", " ".join(f"--scheme {shlex.quote(str(x))}" for x in profile.schemes)),
+              ("--part", " ".join(f"--part {x}" for x in profile.parts)),
+              ("--seeds", "--seeds " + ",".join(map(str, profile.seeds))
+               + "".join(f" ({part}: {','.join(map(str, s))})" for part, s in seeds.items())),
+              ("--arch", f"--arch {profile.arch}"),
+              ("--corpus", "--corpus " + (shlex.quote(str(corpus["source"])) if corpus and not
+                                          str(corpus.get("source", "")).startswith("stdlib:") else
+                                          "(none given: the Python standard library's files)")),
+              ("--jobs", f"--jobs {env.get('jobs', 'auto')}"), ("--threads", f"--threads {env.get('threads', 'auto')}"),
+              ("--device", f"--device {env.get('device', 'cpu')}")]
+    rest = [text for flag, text in values if f"{flag} " not in command + " "]
+    return f' <span id="in-effect">(in effect: {e("; ".join(rest))})</span>' if rest else ""
 
 
 def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> Page:
     """The whole page for ``records`` (the plan's results, in plan order): the summary, the
     demonstrations, each part's section (``posenc.extrapolate.parts.PARTS``, in order), the method."""
     page = Page()
+    command = meta.get("command") or f"posenc report --profile {profile.name}"
+    if profile.name == "smoke":
+        page.add('<p id="smoke-banner" class="note"><b>Smoke profile: its numbers mean nothing.</b> Its models train '
+                 "for a few steps to check that the page renders; no verdict here says anything about the papers. "
+                 "<code>posenc report</code> (the quick profile) or <code>--profile full</code> measures them.</p>")
     page.add(f"<h1>posenc report — train short, test long (profile <code>{e(profile.name)}</code>)</h1>"
-             f"<p class=muted>Generated {e(meta['generated'])} by <code>posenc report --profile {e(profile.name)}"
-             "</code>. Offline: every figure is embedded; the page fetches nothing. "
+             f"<p class=muted>Generated {e(meta['generated'])} by <code id=\"command\">{e(command)}</code>"
+             f"{_in_effect(profile, records, command)}. Offline: "
+             "every figure is embedded; the page fetches nothing. "
              '<a id="explorer-link" href="explorer/index.html">Interactive explorer</a> (<code>posenc explore</code>, '
              "written next to this page).</p>")
     body = Page()
     demonstrations(body)
     sections = [part.section(body, part.records(records), profile) for part in PARTS]
-    verdicts = findings.adjust([v for s in sections for v in s.verdicts])
+    pooled = [dataclasses.replace(v, pool=part.name or "lm") for part, s in zip(PARTS, sections) for v in s.verdicts]
+    verdicts = findings.adjust(pooled)
     settings = {src: text for s in sections for src, text in s.sources.items()}
     meta["render_seconds"] = time.perf_counter() - meta["render_start"]
     meta["wall_seconds"] = time.perf_counter() - meta["start"]
@@ -163,10 +224,13 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
                  f'<p class="note">Every run here is a <b>{e(profile.arch)}</b> (--arch {e(profile.arch)}): the '
                  "papers' claims about transformers name plain scheme labels, so they show as not measured; the "
                  "scaling claims and Jamba's are measured on these runs.</p>")
-    page.add("<h2>1. Summary: the papers' claims against this run</h2>" + arch_note
-             + "".join(s.summary for s in sections) + _verdicts(verdicts, settings) + _honesty(verdicts)
-             + _method(profile))
-    page.parts += body.parts
+    summary = Page()
+    summary.add("<h2 id=\"summary\">Summary: the papers' claims against this run</h2>" + arch_note + _glance(verdicts)
+                + "".join(s.summary for s in sections) + '<h3 id="verdict-details">Every verdict, with what was '
+                "measured</h3>" + _verdicts(verdicts, settings) + _honesty(verdicts) + _method(profile))
+    numbered, toc = number_sections(summary.parts + body.parts)
+    page.add(toc)
+    page.parts += numbered
     page.figures.update(body.figures)
     page.errors += body.errors
     return page
@@ -180,10 +244,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benchmark: bool = True,
-                log: Callable[[str], None] | None = None, **run_kw: Any) -> Path | None:
+                log: Callable[[str], None] | None = None, command: str | None = None, **run_kw: Any) -> Path | None:
     """Runs (or reuses) the benchmark into ``out/results.jsonl`` and writes ``out/index.html``.
 
-    Returns the page's path (None on ranks other than 0 under torchrun).
+    ``command``: the command line shown in the page's header (the CLI's, every flag); returns
+    the page's path (None on ranks other than 0 under torchrun).
     """
     from posenc.extrapolate.driver import iter_runs
     from posenc.extrapolate.results import load
@@ -205,7 +270,7 @@ def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benc
     render_start = time.perf_counter()
     meta = {"start": start, "render_start": render_start, "bench_seconds": render_start - start,
             "new": sum(r["key"] not in before for r in records), "reused": sum(r["key"] in before for r in records),
-            "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+            "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command}
     page = render(profile, records, meta)
     (out / "figures").mkdir(exist_ok=True)
     for name, data in page.figures.items():

@@ -17,7 +17,9 @@ Accuracy: exact match pooled over seeds; its standard error is the Agresti–Cou
 Two schemes are compared on the same examples with McNemar's exact test (``mcnemar_exact``):
 only the examples one scheme gets right and the other wrong count.
 
-Multiple comparisons: the report's verdicts are one family, Holm-corrected (``holm``).
+Verdicts: an estimate carries each seed's value and its block-level error (``per_seed``,
+``within``); the test behind a verdict is the seed-level one of ``posenc.extrapolate.verdicts``
+(Holm per paper, ``holm``). The block-level error alone never decides a verdict.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from posenc.extrapolate.verdicts import ALPHA, holm  # noqa: F401  (one definition of each; the stats API keeps them)
+
 Z95 = 1.959963984540054  # the normal's 97.5% quantile
-ALPHA = 0.05  # family-wise error rate of the report's verdicts (Holm)
 
 
 # -- distributions (closed forms, no SciPy) ----------------------------------------------------
@@ -87,22 +90,6 @@ def _bisect(p_of, target: float) -> float:
     return (lo + hi) / 2
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (Holm 1979), in the input order.
-
-    Sorted ascending, ``p̃_(i) = max_{j<=i} min(1, (m − j + 1)·p_(j))``; rejecting where
-    ``p̃ < α`` keeps the family-wise error rate at ``α``.
-    """
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    out = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
-        out[i] = running
-    return out
-
-
 def mcnemar_exact(b: int, c: int) -> float:
     """McNemar's exact two-sided p-value from the discordant counts ``b`` (A right, B wrong) and
     ``c`` (A wrong, B right): ``min(1, 2·P(X <= min(b, c)))``, ``X ~ Binomial(b + c, 1/2)``."""
@@ -137,6 +124,8 @@ class Estimate:
     se: float  # standard error
     seeds: int
     seed_sd: float = 0.0  # sd of the per-seed values (0 with one seed)
+    per_seed: tuple[float, ...] = ()  # each seed's value, in seed order (what a verdict's test rests on)
+    within: tuple[float, ...] = ()  # each seed's standard error from the held-out blocks alone (HAC)
 
     @property
     def df(self) -> float:
@@ -173,7 +162,8 @@ def combine(per_seed: Seeds, *, skip_blocks: int = 0) -> Estimate:
     seed_means = arr.mean(axis=1)  # (S,)
     seed_sd = float(seed_means.std(ddof=1)) if seed_means.size > 1 else 0.0
     se = math.sqrt(se_blocks**2 + seed_sd**2 / seed_means.size)
-    return Estimate(float(blocks.mean()), se, int(seed_means.size), seed_sd)
+    within = tuple(hac_se(row) for row in arr)  # (S,)
+    return Estimate(float(blocks.mean()), se, int(seed_means.size), seed_sd, tuple(map(float, seed_means)), within)
 
 
 def paired(a: Seeds, b: Seeds) -> Seeds | None:
@@ -325,6 +315,24 @@ class TaskTable:
                 only_b += sum(x == "0" and y == "1" for x, y in zip(ha, hb))
                 pairs += len(ha)
         return only_a, only_b, pairs
+
+    def paired_seeds(self, a: str, b: str, cells: list[tuple[str, int]]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """Per seed both have in every cell (by id): the mean over the cells' examples of
+        ``right_a − right_b`` and its standard error over examples; None without per-example results."""
+        per_seed: dict[int, list[int]] = defaultdict(list)
+        for task, size in cells:
+            ra = self.runs.get(a, {}).get(task, {}).get(size, {})
+            rb = self.runs.get(b, {}).get(task, {}).get(size, {})
+            for seed in sorted(set(ra) & set(rb)):
+                ha, hb = ra[seed].hits, rb[seed].hits
+                if ha is None or hb is None or len(ha) != len(hb):
+                    return None
+                per_seed[seed] += [int(x) - int(y) for x, y in zip(ha, hb)]
+        rows = [np.asarray(per_seed[s], dtype=np.float64) for s in sorted(per_seed) if len(per_seed[s]) > 1]
+        if not rows:
+            return None
+        return (tuple(float(r.mean()) for r in rows),
+                tuple(float(r.std(ddof=1) / math.sqrt(r.size)) for r in rows))
 
     def token_acc(self, label: str, task: str, size: int) -> float | None:
         values = self.token.get(label, {}).get(task, {}).get(size)

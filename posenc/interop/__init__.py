@@ -7,10 +7,14 @@
   (``antialias=True``: as timm's ``resample_abs_pos_embed``);
 - ``deberta_from_hf(layer, rel_embeddings)``: the ``deberta`` module of a transformers DeBERTa-v2/v3
   attention layer (its relative embeddings and position projections);
+- ``patch(model, pe, *, layers=None)`` / ``unpatch(model)`` / ``from_pretrained(path)``: any posenc
+  scheme inside a transformers causal LM (``posenc.interop.patching``: transformers' attention
+  interface, padding, grouped heads, the KV cache, save and reload);
 - ``interleaved_to_half`` / ``half_to_interleaved``: permute q/k projection weights between
   Meta's interleaved pairs and transformers' half layout.
 
-transformers is never imported here: ``from_hf`` reads the config's attributes (or dict keys).
+transformers is never imported here: ``from_hf`` reads the config's attributes (or dict keys);
+``patch`` imports it when called.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ _LAZY = {
     "half_to_interleaved": "posenc.interop.layout",
     "resize_grid": "posenc.interop.grid",
     "deberta_from_hf": "posenc.interop.deberta",
+    "patch": "posenc.interop.patching",
+    "unpatch": "posenc.interop.patching",
+    "from_pretrained": "posenc.interop.patching",
 }
 
 __all__ = list(_LAZY)

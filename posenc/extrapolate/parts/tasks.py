@@ -24,7 +24,8 @@ from posenc.extrapolate import stats
 from posenc.extrapolate import tasks as T
 from posenc.extrapolate.distributed import Dist, all_sum
 from posenc.extrapolate.evaluate import cannot_run
-from posenc.extrapolate.findings import Verdict, _decide
+from posenc.extrapolate.findings import FULL_COMMAND, Verdict, seed_verdict
+from posenc.extrapolate.verdicts import MIN_SEEDS, Evidence
 from posenc.extrapolate.model import TinyGPT, check_arch
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
@@ -179,23 +180,22 @@ def task_cells(table: TaskTable, tasks: list[str]) -> list[tuple[str, int]]:
     return [(t, s) for t in tasks for s in table.sizes if table.beyond(t, s)]
 
 
-def _seeds(table: TaskTable, labels: tuple[str, ...], cells: list[tuple[str, int]]) -> int:
-    return min(len(table.runs.get(lab, {}).get(t, {}).get(s, {})) for lab in labels for t, s in cells)
-
-
 def _mcnemar(table: TaskTable, source: str, claim: str, better: str, worse: str,
              cells: list[tuple[str, int]], where: str, extra: str = "") -> Verdict | None:
-    """``better`` is right on more of the same examples than ``worse`` over ``cells`` (McNemar's
-    exact test, pooled over the cells and the seeds); None when there is nothing to compare."""
+    """``better`` is right on more of the same examples than ``worse`` over ``cells``: McNemar's
+    counts and exact p (pooled over the cells and the seeds) describe it; the verdict is the
+    seed-level test on each seed's paired difference (``verdicts``); None when there is nothing to compare."""
     counts = table.discordant(better, worse, cells) if cells else None
-    if counts is None or counts[2] == 0:
+    seeds = table.paired_seeds(better, worse, cells) if cells else None
+    if counts is None or counts[2] == 0 or seeds is None:
         return None
     b, c, n = counts
     measured = (f"exact match on {n} paired examples {where}: {better} alone right {b}, {worse} alone right {c} "
-                f"(difference {(b - c) / n:+.3f}){extra}")
-    direction = (b > c) - (b < c)
-    p = mcnemar_exact(b, c)
-    return Verdict(source, claim, measured, _decide(p, direction), p, direction, _seeds(table, (better, worse), cells))
+                f"(difference {(b - c) / n:+.3f}; McNemar's exact p {mcnemar_exact(b, c):.2g}){extra}")
+    if len(seeds[0]) < MIN_SEEDS:
+        measured += (f"; needs seeds: {len(seeds[0])} seed{'s' * (len(seeds[0]) > 1)}, a verdict needs {MIN_SEEDS} "
+                     f"({FULL_COMMAND} measures it on three)")
+    return seed_verdict(source, claim, measured, Evidence(*seeds, sign=1), unit="Δaccuracy")
 
 
 def task_verdicts(table: TaskTable) -> tuple[list[Verdict], dict[str, float], list[str]]:

@@ -1,0 +1,318 @@
+"""``posenc.interop.patch(model, pe)``: any posenc scheme inside a transformers causal LM.
+
+    import posenc.interop
+    model = LlamaForCausalLM(config)              # or from_pretrained(...)
+    posenc.interop.patch(model, "alibi")          # sizes from the model: num_heads, head_dim, d_model
+    model(**batch).loss.backward()                # trains ALiBi's model; generate() decodes with the cache
+    posenc.interop.unpatch(model)                 # the model's own RoPE again
+
+**How.** A family is a row of ``FAMILIES`` (where its rotary and attention layers live), never a
+branch: a model whose ``config.model_type`` has no row is refused with its class named.
+
+- A rotary scheme on every layer (``pe`` a ``rope``/``mrope`` module or SPEC): the model's
+  rotary module is replaced by ``HFRotaryEmbedding(pe)``; the model keeps its own attention
+  implementation. ``patch(model, posenc.from_hf(model.config))`` leaves the logits unchanged.
+- Every other case (bias, relative, content, none, per-layer patterns, rotary on some layers
+  only): the model's rotary is neutralised (cos 1, sin 0: ``apply_rotary_pos_emb`` is then the
+  identity), the attention function ``"posenc"`` is registered with transformers'
+  ``AttentionInterface`` (and its mask function, ``sdpa_mask``, with ``AttentionMaskInterface``,
+  so padding and sliding windows reach it as a 4D bool mask), and each attention layer holds its
+  scheme as ``posenc_pe`` (the decoder holds each distinct module once, in ``posenc_modules``:
+  their parameters train, and ``state_dict`` saves a shared table once). The
+  function runs ``posenc.attention`` with grouped key/value heads as they are (never repeated),
+  the model's mask, its scale, and positions from ``position_ids`` (left padding included).
+- **Cached decoding.** The function keeps, per layer, the positions of the keys seen so far
+  (and the layer inputs of the keys, for a scheme that reads them: FoX's full gate, PaTH),
+  appended at each step and restarted when a call has no past keys: ``generate()`` through
+  transformers' ``DynamicCache`` equals recomputing the whole sequence. Beam search (which
+  reorders the cache) and static caches (keys padded to a maximum length) are not supported.
+- Layers not named in ``layers`` keep the model's own encoding: ``from_hf(model.config)``.
+
+**Save and reload.** The patch is recorded in ``model.config.posenc`` (``{"modules": [spec, ...],
+"layers": [index, ...]}``: each distinct module's spec, and which one each layer runs), which
+``save_pretrained`` writes to ``config.json``; ``posenc.interop.from_pretrained(path)`` loads the
+model, patches it again and loads the posenc parameters from the checkpoint (safetensors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+ATTENTION = "posenc"  # the name registered with transformers' AttentionInterface and AttentionMaskInterface
+RECORD = "posenc"  # the config attribute that records a patch: {"layers": [spec, ...]}
+PATTERN = "layers"  # {"scheme": "layers", "pattern": [...]}: a per-layer pattern, as the benchmark writes it
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """Where a transformers family keeps what ``patch`` replaces (attribute paths from the causal LM)."""
+
+    model_types: tuple[str, ...]
+    base: str  # the decoder: holds the rotary and the layers
+    layers: str = "layers"
+    attention: str = "self_attn"
+    rotary: str = "rotary_emb"
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family(("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo", "olmo2", "granite", "smollm3", "gemma"), "model"),
+    Family(("gpt_neox",), "gpt_neox", attention="attention"),
+)
+"""The families ``patch`` knows, one row each (tested in ``tests/test_interop_patch.py``)."""
+
+
+def family_of(model: nn.Module) -> Family:
+    """The row of ``FAMILIES`` for ``model``; ValueError naming its class if there is none."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    known = ", ".join(t for f in FAMILIES for t in f.model_types)
+    raise ValueError(f"posenc.interop.patch does not know the layout of {type(model).__name__} (model_type "
+                     f"{model_type!r}); known model types: {known}")
+
+
+def _attr(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _parts(model: nn.Module) -> tuple[Family, nn.Module, list[nn.Module]]:
+    family = family_of(model)
+    base = _attr(model, family.base)
+    return family, base, [_attr(layer, family.attention) for layer in _attr(base, family.layers)]
+
+
+def _sizes(config: Any) -> dict[str, int]:
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return {"num_heads": heads, "head_dim": head_dim, "d_model": config.hidden_size}
+
+
+def _module(pe: Any, config: Any) -> nn.Module:
+    """One entry: a built module as it is; a SPEC or spec dict built with the model's sizes."""
+    if isinstance(pe, nn.Module):
+        if not hasattr(pe, "kind"):
+            raise TypeError(f"pe must be a posenc module (with a kind), a SPEC or a spec dict, got {type(pe).__name__}")
+        return pe
+    import posenc
+    from posenc.spec import fill_sizes
+
+    sizes = _sizes(config)
+    spec = fill_sizes(pe, dim=sizes["d_model"], num_heads=sizes["num_heads"], head_dim=sizes["head_dim"],
+                      length=getattr(config, "max_position_embeddings", None))
+    return posenc.build(spec)
+
+
+def _entries(pe: Any, n: int) -> list[Any]:
+    """``pe`` as one entry per layer: a pattern (a list, or ``{"scheme": "layers", "pattern": [...]}``)
+    repeats over the layers (their number a multiple of its length); anything else is every layer's."""
+    if isinstance(pe, Mapping) and pe.get("scheme") == PATTERN:
+        extra = sorted(set(pe) - {"scheme", "pattern"})
+        if extra or not isinstance(pe.get("pattern"), Sequence):
+            raise ValueError(f"a per-layer pattern is {{'scheme': 'layers', 'pattern': [spec, ...]}}; got keys {sorted(pe)}")
+        pe = list(pe["pattern"])
+    if isinstance(pe, (list, tuple)):
+        if not pe or n % len(pe):
+            raise ValueError(f"a per-layer pattern of {len(pe)} entries must divide the model's {n} layers")
+        return [pe[i % len(pe)] for i in range(n)]
+    return [pe] * n
+
+
+class _NeutralRotary(nn.Module):
+    """The model's rotary with cos 1 and sin 0 (``apply_rotary_pos_emb`` becomes the identity):
+    positions are posenc's, applied in the attention function."""
+
+    def __init__(self, original: nn.Module) -> None:
+        super().__init__()
+        self.original = original
+
+    def forward(self, x, position_ids, *args, **kwargs):
+        cos, sin = self.original(x, position_ids, *args, **kwargs)
+        return torch.ones_like(cos), torch.zeros_like(sin)
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, posenc_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+def _grow(module: nn.Module, name: str, new: torch.Tensor, lq: int, lk: int) -> torch.Tensor:
+    """The per-layer record ``name`` of every key so far (``[B, Lk, ...]``): ``new`` (the queries')
+    appended to what earlier calls kept, restarted when this call has no past keys."""
+    if lk == lq:
+        whole = new
+    else:
+        past = module.__dict__.get(name)
+        if past is None or past.shape[1] != lk - lq or past.shape[0] != new.shape[0]:
+            raise RuntimeError(f"posenc.interop: the cache holds {lk - lq} past keys but this layer kept "
+                               f"{None if past is None else past.shape[1]} of them; patched models decode with "
+                               "transformers' DynamicCache in order (no beam search, no static cache)")
+        whole = torch.cat([past, new], dim=1)
+    module.__dict__[name] = whole
+    return whole
+
+
+def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                     **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' attention function ``"posenc"``: ``query [B, H, Lq, D]``, ``key, value [B, H_kv,
+    Lk, D]`` (grouped heads as they are) -> ``([B, Lq, H, D], None)`` through ``posenc.attention``
+    with the layer's ``posenc_pe``, causal, the model's mask and scale, and the keys' positions."""
+    import posenc
+
+    if dropout:
+        raise ValueError(f"posenc.attention has no attention dropout; set the model's attention_dropout to 0 "
+                         f"(got dropout={dropout})")
+    pe = module.posenc_pe
+    b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
+    kind = getattr(pe, "kind", "none")
+    extra: dict[str, Any] = {}
+    if kind != "content":
+        position_ids = kwargs.get("position_ids")
+        if position_ids is None:
+            position_ids = torch.arange(lk - lq, lk, device=query.device).unsqueeze(0)
+        q_pos = position_ids.to(query.device).long().expand(b, lq)  # (B, Lq)
+        k_pos = _grow(module, "_posenc_key_positions", q_pos, lq, lk)  # (B, Lk)
+        extra = {"q_positions": q_pos, "k_positions": k_pos}
+    if getattr(pe, "reads_hidden", False):
+        extra["hidden"] = _grow(module, "_posenc_hidden", module.__dict__.pop("_posenc_input"), lq, lk)
+    mask = attention_mask
+    if mask is not None and mask.dim() == 4 and mask.shape[-1] != lk:  # a static cache's padded keys
+        raise ValueError(f"posenc.interop: the attention mask covers {mask.shape[-1]} keys but the layer has {lk}; "
+                         "static caches are not supported (use DynamicCache)")
+    pe_arg = None if getattr(pe, "name", None) == "nope" else pe
+    out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    """A forward pre-hook: the layer's input (``hidden_states``), for schemes that read it."""
+    module.__dict__["_posenc_input"] = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+
+
+def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> nn.Module:
+    """Puts ``pe`` into the transformers causal LM ``model`` (in place) and returns it.
+
+    Args:
+        model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
+            Gemma, GPT-NeoX, ...); another is refused with its class named.
+        pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
+            ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
+            pattern (a list of those, or ``{"scheme": "layers", "pattern": [...]}``) that repeats
+            over the layers, as the benchmark's ``--scheme`` takes it.
+        layers: the indices of the layers that get ``pe`` (default: every layer); the others keep
+            the model's own rotary, as ``posenc.from_hf(model.config)``.
+
+    Returns:
+        ``model``, patched; ``unpatch(model)`` restores it. A patched model is patched again
+        from its original state.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a transformers model (torch.nn.Module), got {type(model).__name__}")
+    family, base, attentions = _parts(model)
+    if getattr(model, "_posenc_original", None) is not None:
+        unpatch(model)
+    n = len(attentions)
+    chosen = list(range(n)) if layers is None else list(layers)
+    for i in chosen:
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
+            raise ValueError(f"layers must hold layer indices in 0..{n - 1}, got {i!r}")
+    entries = _entries(pe, n) if layers is None else _entries(pe, len(chosen))
+    modules: list[nn.Module | None] = [None] * n
+    built: dict[int, nn.Module] = {}  # one module per distinct entry object: a shared spec shares its module
+    for i, entry in zip(chosen, entries):
+        modules[i] = built.setdefault(id(entry), _module(entry, model.config))
+    if any(m is None for m in modules):
+        from posenc.interop.hf import from_hf
+
+        own = from_hf(model.config)
+        modules = [own if m is None else m for m in modules]
+    original = {"rotary": getattr(base, family.rotary), "attn": model.config._attn_implementation}
+    first = modules[0]
+    if all(m is first for m in modules) and getattr(first, "kind", None) == "rotary" and first.name in ("rope", "mrope"):
+        from posenc.interop.hf import HFRotaryEmbedding
+
+        setattr(base, family.rotary, HFRotaryEmbedding(first))
+    else:
+        _register()
+        setattr(base, family.rotary, _NeutralRotary(original["rotary"]))
+        hooks = []
+        unique = list({id(m): m for m in modules}.values())
+        base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
+        for attention, module in zip(attentions, modules):
+            attention.__dict__["posenc_pe"] = module  # a reference, not a submodule: state_dict keys stay unique
+            if getattr(module, "reads_hidden", False):
+                hooks.append(attention.register_forward_pre_hook(_keep_input, with_kwargs=True))
+        original["hooks"] = hooks
+        model.set_attn_implementation(ATTENTION)
+    model._posenc_original = original
+    unique = list({id(m): m for m in modules}.values())
+    setattr(model.config, RECORD, {"modules": [m.spec for m in unique],
+                                   "layers": [next(i for i, u in enumerate(unique) if u is m) for m in modules]})
+    return model
+
+
+def unpatch(model: nn.Module) -> nn.Module:
+    """Restores a model that ``patch`` changed (its rotary, attention implementation and layers)."""
+    original = getattr(model, "_posenc_original", None)
+    if original is None:
+        raise ValueError(f"{type(model).__name__} is not patched by posenc.interop.patch")
+    family, base, attentions = _parts(model)
+    setattr(base, family.rotary, original["rotary"])
+    for hook in original.get("hooks", ()):
+        hook.remove()
+    base._modules.pop("posenc_modules", None)
+    for attention in attentions:
+        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input"):
+            attention.__dict__.pop(name, None)
+    if model.config._attn_implementation != original["attn"]:
+        model.set_attn_implementation(original["attn"])
+    model._posenc_original = None
+    if hasattr(model.config, RECORD):
+        delattr(model.config, RECORD)
+    return model
+
+
+def from_pretrained(path: str | Path, model_class: Any = None, **kwargs) -> nn.Module:
+    """A model saved (``save_pretrained``) after ``patch``, loaded, patched again as its config records,
+    with its posenc parameters loaded from the checkpoint's safetensors files.
+
+    ``model_class`` defaults to ``transformers.AutoModelForCausalLM``; ``kwargs`` go to its
+    ``from_pretrained`` (``local_files_only``, ``dtype``, ...)."""
+    from safetensors.torch import load_file
+
+    if model_class is None:
+        from transformers import AutoModelForCausalLM as model_class
+    path = Path(path)
+    config = json.loads((path / "config.json").read_text())
+    record = config.get(RECORD)
+    if (not isinstance(record, Mapping) or not isinstance(record.get("modules"), list)
+            or not isinstance(record.get("layers"), list)):
+        raise ValueError(f"{path / 'config.json'} records no posenc patch (no '{RECORD}': "
+                         "{'modules': [spec, ...], 'layers': [index, ...]})")
+    import posenc
+
+    model = model_class.from_pretrained(path, **kwargs)
+    built = [posenc.build(spec) for spec in record["modules"]]
+    patch(model, [built[i] for i in record["layers"]])
+    ours = {}
+    for file in sorted(path.glob("*.safetensors")):
+        ours.update({k: v for k, v in load_file(str(file)).items() if ".posenc_modules." in k})
+    missing = [k for k, _ in model.named_parameters() if ".posenc_modules." in k and k not in ours]
+    if missing:
+        raise ValueError(f"{path} lacks the posenc parameters {missing[:4]} of the patch its config records")
+    model.load_state_dict(ours, strict=False)
+    return model
