@@ -32,6 +32,10 @@ _LAZY = {
     "shard_positions": "posenc.parallel",
     "context_parallel_attention": "posenc.parallel",
     "grid_positions": "posenc.positions",
+    "segment_positions": "posenc.positions",
+    "randomized_positions": "posenc.positions",
+    "digit_positions": "posenc.digits",
+    "coupled_positions": "posenc.digits",
     "mrope_positions": "posenc.encodings.mrope",
 }
 

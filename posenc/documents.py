@@ -22,6 +22,7 @@ import torch
 
 from posenc.encodings._base import INDEX_DTYPES
 from posenc.limits import check_memory
+from posenc.positions import check_document_ids  # noqa: F401  (defined with the positions model)
 
 
 @dataclass(frozen=True)
@@ -100,24 +101,6 @@ def packing(doc_lengths: Any = None, *, cu_seqlens: Any = None, device: Any = No
     positions = torch.arange(int(cu[-1]), device=device) - cu[:-1][document_ids]  # (L,)
     return Packing(positions=positions, document_ids=document_ids, cu_seqlens=cu.to(torch.int32),
                    max_seqlen=max(lengths))
-
-
-def check_document_ids(name: str, ids: Any) -> torch.Tensor:
-    """Document ids: an integer tensor ``[L]`` or ``[B, L]``, non-decreasing along ``L``."""
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be an integer torch.Tensor of shape [L] or [B, L] "
-                        f"(e.g. posenc.packing(...).document_ids), got {type(ids).__name__}")
-    if ids.dtype not in INDEX_DTYPES:
-        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {ids.dtype}")
-    if ids.dim() not in (1, 2):
-        raise ValueError(f"{name} must have shape [L] or [B, L], got shape {list(ids.shape)}")
-    if not torch.compiler.is_compiling() and ids.shape[-1] > 1:
-        step = ids[..., 1:].long() - ids[..., :-1].long()
-        if bool((step < 0).any()):
-            where = (step < 0).nonzero()[0].tolist()
-            raise ValueError(f"{name} must be non-decreasing along L (each document contiguous), got a "
-                             f"decrease after index {where}")
-    return ids
 
 
 def positions_in_documents(document_ids: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,10 @@
   the schemes that accept real positions.
 - ``grid_positions(shape, *, offset=0)`` builds row-major grids: ``[prod(shape), len(shape)]``;
   ``text_positions(positions, axes)`` puts text tokens at the same position on every axis.
+- ``segment_positions(tokens, separators)`` builds positions from a sequence's structure:
+  ``[L, levels + 1]``, each level's segment index (paragraph, sentence; block, line) and the offset
+  in the innermost segment (BiPE's bilevel positions with one level); ``randomized_positions``
+  draws the ordered random training positions of Ruoss et al. (2023) for any scheme.
 - Angles for every rotary form come from one function, ``posenc.rotary.angles(positions,
   inv_freq, axis_of_pair)``: pair ``i`` turns by ``positions[..., axis_of_pair[i]] · inv_freq[i]``
   (one axis: ``axis_of_pair=None``), exactly at any position (see its docstring).
@@ -25,10 +29,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
-from posenc.reference.positions import REAL_SCHEMES
+from posenc._validate import check_int
+from posenc.limits import check_memory
+from posenc.reference.positions import INT64_MAX, REAL_SCHEMES, SegmentState
 from posenc.reference.positions import grid_positions as _grid_positions_np
+from posenc.reference.positions import segment_separators as _segment_separators_np
+from posenc.reference.positions import segment_state_rows as _segment_state_rows
+from posenc.reference.positions import token_ids as _token_ids_np
 
 INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -112,6 +122,24 @@ def check_position_batches(q_positions: torch.Tensor, k_positions: torch.Tensor,
                          "they must be equal, or one of them 1 or unbatched")
 
 
+def check_document_ids(name: str, ids: Any) -> torch.Tensor:
+    """Document ids: an integer tensor ``[L]`` or ``[B, L]``, non-decreasing along ``L``."""
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be an integer torch.Tensor of shape [L] or [B, L] "
+                        f"(e.g. posenc.packing(...).document_ids), got {type(ids).__name__}")
+    if ids.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {ids.dtype}")
+    if ids.dim() not in (1, 2):
+        raise ValueError(f"{name} must have shape [L] or [B, L], got shape {list(ids.shape)}")
+    if not torch.compiler.is_compiling() and ids.shape[-1] > 1:
+        step = ids[..., 1:].long() - ids[..., :-1].long()
+        if bool((step < 0).any()):
+            where = (step < 0).nonzero()[0].tolist()
+            raise ValueError(f"{name} must be non-decreasing along L (each document contiguous), got a "
+                             f"decrease after index {where}")
+    return ids
+
+
 def as_working(positions: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
     """Integer positions as int64, real ones as float64 (the dtypes the schemes compute with)."""
     dtype = torch.float64 if positions.is_floating_point() else torch.int64
@@ -140,3 +168,202 @@ def grid_positions(shape, *, offset: int = 0, device: torch.device | str | None 
         tensor([[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]])
     """
     return torch.from_numpy(_grid_positions_np(shape, offset=offset)).to(device)
+
+
+# -- positions from structure ---------------------------------------------------------------------
+
+def token_ids(tokens: Any) -> torch.Tensor:
+    """``tokens`` as int64 ``[L]`` or ``[B, L]`` (a byte string: its byte values; a list or array: on the CPU)."""
+    if isinstance(tokens, torch.Tensor):
+        if tokens.dtype not in INDEX_DTYPES:
+            raise TypeError(f"tokens must have an integer dtype (token ids), got {tokens.dtype}")
+        if tokens.dim() not in (1, 2):
+            raise ValueError(f"tokens must have shape [L] or [B, L], got shape {list(tokens.shape)}")
+        return tokens.long()
+    return torch.from_numpy(_token_ids_np(tokens))  # checked there: bytes, lists, arrays
+
+
+def _segment_documents(document_ids: Any, tokens: torch.Tensor, batched: bool, first) -> torch.Tensor:
+    """``document_ids`` checked against ``tokens [B, L]``: int64 ``[B, L]`` on their device."""
+    b, length = tokens.shape
+    if document_ids is None:
+        last = torch.tensor([0 if d is None else d for d in first], dtype=torch.int64)  # (B,)
+        return last.to(tokens.device)[:, None].expand(b, length)
+    if not isinstance(document_ids, torch.Tensor):
+        ids = np.asarray(document_ids)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"document_ids must hold integers (e.g. posenc.packing(...).document_ids), "
+                            f"got dtype {ids.dtype}")
+        document_ids = torch.from_numpy(ids.astype(np.int64))
+    ids = check_document_ids("document_ids", document_ids)
+    allowed = [[length], [b, length]] if batched else [[length]]
+    if list(ids.shape) not in allowed:
+        text = " or ".join(str(s) for s in allowed)
+        raise ValueError(f"document_ids must have shape {text} (that of tokens), got shape {list(ids.shape)}")
+    ids = ids.to(device=tokens.device, dtype=torch.int64).expand(b, length)
+    if length and any(d is not None for d in first):
+        starts = ids[:, 0].tolist()
+        for row, (d, s) in enumerate(zip(first, starts)):
+            if d is not None and s < d:
+                raise ValueError(f"document_ids must continue the state's documents: row {row} ended in document "
+                                 f"{d}, but this call starts it at document {s}")
+    return ids
+
+
+def segment_positions(tokens: Any, separators: Any, *, document_ids: Any = None,
+                      state: SegmentState | None = None) -> tuple[torch.Tensor, SegmentState]:
+    """Positions from a sequence's structure (paragraphs, sentences, lines, blocks): ``(positions, state)``.
+
+    ``positions`` is int64 ``[L, A]`` (``[B, L, A]`` for batched tokens), ``A = len(separators) + 1``,
+    on the tokens' device: column ``j < A - 1`` holds the index of the token's segment at level ``j``
+    (outermost first), counted inside its enclosing segment (level 0 from the document's start);
+    the last column holds the token's offset inside its innermost segment (0 for its first token).
+
+    Args:
+        tokens: token ids, an integer tensor, array or list ``[L]`` or ``[B, L]``; or a byte string
+            (its bytes are the ids).
+        separators: one entry per level, outermost first; each a token id, a byte string or a list
+            of them, e.g. ``[[b"\\n\\n"], [b".", b"\\n"]]`` (paragraphs, then sentences),
+            ``[b"\\n\\n", b"\\n"]`` (blocks of code, then lines) or ``[[869, 13]]`` (BiPE's Llama
+            tokens ``▁.`` and ``<0x0A>``). A byte string is a sequence of ids: it ends a segment at
+            the token that completes it.
+        document_ids: ``[L]`` or ``[B, L]``, non-decreasing (``posenc.packing(...).document_ids``):
+            positions restart at each document; a separator never spans two documents.
+        state: what a previous call returned, to continue its stream (cached decoding): the new
+            tokens get the positions the whole stream gives them (a separator split across the
+            calls included). Without ``document_ids`` they continue the state's last document.
+
+    The rules (``posenc.reference.positions.segment_positions`` is the token-by-token specification):
+    a token *ends a segment at level l* when the tokens up to it inside its document end with a
+    separator of level ``l`` (every occurrence, overlapping ones included: each ``\\n`` after the
+    first of a run completes ``\\n\\n``); where several levels end, the outermost wins. The token
+    after it starts a new segment at level ``l``: that level's index goes up by one and the inner
+    levels' indices and the offset restart at 0; a separator is the last token of the segment it
+    ends. A document's first token is at all zeros.
+
+        >>> positions, state = posenc.segment_positions(b"Hi. Yo.", [[b"."]])
+        >>> positions.tolist()
+        [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2], [1, 3]]
+
+    Vectorised: a token's segment at level ``j`` is the number of level-``j`` boundaries since the
+    last boundary of a level ``< j`` (a cumulative sum less its value at that boundary, found with
+    a running maximum), its offset the distance to the last boundary of any level.
+    """
+    levels = _segment_separators_np(separators)
+    toks = token_ids(tokens)
+    batched = toks.dim() == 2
+    rows = toks if batched else toks[None]  # (B, L)
+    b, length = rows.shape
+    begun = _segment_state_rows(state, levels, batched, b)
+    docs = _segment_documents(document_ids, rows, batched, begun.document)  # (B, L)
+    check_memory("tokens", f"<shape {list(toks.shape)}>", b * length * (len(levels) + 6), bytes_per=8,
+                 what="its positions (int64, with the temporaries)")
+    device, k = rows.device, len(levels)
+    if length == 0:
+        return rows.new_zeros((*toks.shape, k + 1)), begun
+    pad = max(len(seq) for level in levels for seq in level) - 1  # tokens of the prefix a separator may need
+
+    # the prefix's tail, left-padded to `pad`: a separator may begin there
+    tail = torch.tensor([[-1] * (pad - len(t)) + list(t) for t in begun.tail], dtype=torch.int64).reshape(b, pad)
+    known = torch.tensor([[False] * (pad - len(t)) + [True] * len(t) for t in begun.tail],
+                         dtype=torch.bool).reshape(b, pad)
+    last_doc = torch.tensor([0 if d is None else d for d in begun.document], dtype=torch.int64).to(device)  # (B,)
+    stream = torch.cat([tail.to(device), rows], -1)  # (B, pad + L)
+    known = torch.cat([known.to(device), torch.ones_like(rows, dtype=torch.bool)], -1)  # (B, pad + L)
+    stream_docs = torch.cat([last_doc[:, None].expand(b, pad), docs], -1)  # (B, pad + L)
+
+    # the level at which each token ends a segment (k: none); outer levels overwrite inner ones
+    end = torch.full_like(rows, k)  # (B, L)
+    for lvl in reversed(range(k)):
+        hit = torch.zeros_like(rows, dtype=torch.bool)
+        for seq in levels[lvl]:
+            first = pad - (len(seq) - 1)  # the stream index of token 0's match start
+            match = known[:, first:first + length] & (stream_docs[:, first:first + length] == docs)
+            for i, value in enumerate(seq):
+                match = match & (stream[:, first + i:first + i + length] == value)
+            hit = hit | match
+        end = torch.where(hit, torch.full_like(end, lvl), end)
+
+    # the boundary before each token: -1 a document starts, l the previous token ended level l, k none
+    ended_before = torch.tensor([k if e is None else e for e in begun.ended], dtype=torch.int64).to(device)
+    boundary = torch.cat([ended_before[:, None], end[:, :-1]], -1)  # (B, L)
+    starts = torch.cat([(last_doc != docs[:, 0])[:, None], docs[:, 1:] != docs[:, :-1]], -1)
+    fresh = torch.tensor([d is None for d in begun.document], dtype=torch.bool).to(device)  # (B,)
+    starts[:, 0] |= fresh
+    boundary = torch.where(starts, torch.full_like(boundary, -1), boundary)
+
+    index = torch.arange(length, device=device).expand(b, length)  # (B, L)
+    before_idx = torch.tensor(begun.indices, dtype=torch.int64).reshape(b, k).to(device)  # (B, K)
+    before_off = torch.tensor(begun.offset, dtype=torch.int64).to(device)  # (B,)
+    columns = []
+    for j in range(k + 1):
+        reset = boundary < j  # a boundary of an outer level (or the document's start) restarts level j
+        last = torch.where(reset, index, torch.full_like(index, -1)).cummax(-1).values  # (B, L)
+        if j < k:
+            count = (boundary == j).long().cumsum(-1)  # level-j boundaries so far
+            since = count - count.gather(-1, last.clamp(min=0))
+            columns.append(torch.where(last >= 0, since, before_idx[:, j:j + 1] + count))
+        else:  # the offset: restarted by a boundary of any level
+            columns.append(torch.where(last >= 0, index - last, before_off[:, None] + index + 1))
+    positions = torch.stack(columns, -1)  # (B, L, A)
+
+    tail_rows, doc_rows = stream[:, stream.shape[-1] - pad:].tolist(), stream_docs[:, stream.shape[-1] - pad:].tolist()
+    known_rows, last = known[:, known.shape[-1] - pad:].tolist(), positions[:, -1].tolist()
+    docs_end, end_last = docs[:, -1].tolist(), end[:, -1].tolist()
+    after = SegmentState(
+        levels, batched, tuple(docs_end), tuple(tuple(p[:k]) for p in last), tuple(p[k] for p in last),
+        tuple(None if e == k else e for e in end_last),
+        tuple(tuple(t for t, d, ok in zip(ts, ds, ks) if ok and d == de)
+              for ts, ds, ks, de in zip(tail_rows, doc_rows, known_rows, docs_end)))
+    return (positions if batched else positions[0]), after
+
+
+# -- randomized positions -------------------------------------------------------------------------
+
+def randomized_positions(length: int, max_positions: int, *, batch: int | None = None,
+                         generator: torch.Generator | None = None, seed: int | None = None,
+                         device: torch.device | str | None = None) -> torch.Tensor:
+    """Randomized positional encodings (Ruoss et al., ACL 2023, "Randomized Positional Encodings Boost
+    Length Generalization of Transformers"): the training positions of a sequence of ``length``
+    tokens are an ordered sample of ``length`` distinct positions drawn uniformly from
+    ``[0, max_positions)`` (every subset equally likely), so the model sees, during training, the
+    positions of sequences up to ``max_positions`` long. At evaluation the scheme takes its usual
+    positions (``torch.arange(L)``): this is a training-time transform only.
+
+    Returns sorted int64 positions ``[length]``, or ``[batch, length]`` with one independent sample
+    per row. Any scheme's positions ``p`` (per-document positions, say) map through the sample:
+    ``sample[p]`` (``sample.gather(-1, p)`` batched) keeps their order and equalities.
+
+    Args:
+        length: the number of tokens, at most ``max_positions``.
+        max_positions: the size of the range sampled from (the paper's ``noise_max_length``, e.g. 2048).
+        batch: rows, each with its own sample (None: one unbatched row).
+        generator: the ``torch.Generator`` to draw from (its device is used), or ``seed``: an integer
+            for a fresh one; neither: torch's global generator.
+        device: where the positions are made (default: the generator's device, else the CPU).
+
+    A row is the indices of the ``length`` largest of ``max_positions`` uniform float64 keys (a
+    uniformly random subset), sorted: ``O(batch · max_positions)`` time and memory.
+    """
+    length = check_int("length", length, min=0)
+    max_positions = check_int("max_positions", max_positions, min=1, max=INT64_MAX)
+    if length > max_positions:
+        raise ValueError(f"length={length} must be <= max_positions={max_positions}: the positions are "
+                         f"{length} distinct values of [0, max_positions)")
+    rows = 1 if batch is None else check_int("batch", batch, min=1)
+    if generator is not None and seed is not None:
+        raise TypeError("randomized_positions takes generator or seed, not both")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator (or pass seed=...), got {type(generator).__name__}")
+    if seed is not None:
+        seed = check_int("seed", seed, min=0, max=(1 << 64) - 1)
+    check_memory("max_positions", max_positions if batch is None else f"{max_positions} with batch={rows}",
+                 rows * max_positions * 2, bytes_per=8,
+                 what=f"{rows} row(s) of float64 sampling keys and their ranking")
+    if device is None:
+        device = generator.device if generator is not None else torch.device("cpu")
+    if seed is not None:
+        generator = torch.Generator(device=device).manual_seed(seed)
+    keys = torch.rand(rows, max_positions, generator=generator, dtype=torch.float64, device=device)  # (B, M)
+    chosen = keys.topk(length, dim=-1, sorted=False).indices.sort(-1).values  # (B, L) int64
+    return chosen if batch is not None else chosen[0]

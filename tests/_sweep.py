@@ -150,6 +150,20 @@ def calls():
         yield f"packing([3, {v!r}])", "doc_lengths", lambda v=v: posenc.packing([3, v])
         yield f"packing(cu_seqlens=[0, {v!r}])", "cu_seqlens", lambda v=v: posenc.packing(cu_seqlens=[0, v])
         yield f"shard_positions(length={v!r})", "length", lambda v=v: posenc.shard_positions(v, 1, 0)
+        yield f"segment_positions(separators=[{v!r}])", "separators", lambda v=v: posenc.segment_positions(
+            b"a.b", [v])
+        yield f"digit_positions(offset={v!r})", "offset", lambda v=v: posenc.digit_positions(b"12+3", b"0123456789",
+                                                                                         offset=v)
+        yield f"digit_positions(digit_ids=[{v!r}])", "digit_ids", lambda v=v: posenc.digit_positions(b"12", [v])
+        yield f"coupled_positions(offset={v!r})", "offset", lambda v=v: posenc.coupled_positions(
+            b"1+2=3", b"0123456789", plus=b"+", equals=b"=", offset=v)
+        yield f"coupled_positions(plus={v!r})", "plus", lambda v=v: posenc.coupled_positions(
+            b"1+2=3", b"0123456789", plus=v, equals=b"=")
+        yield f"randomized_positions(length={v!r})", "length", lambda v=v: posenc.randomized_positions(v, 10)
+        yield f"randomized_positions(max_positions={v!r})", "max_positions", lambda v=v: posenc.randomized_positions(
+            2, v)
+        yield f"randomized_positions(batch={v!r})", "batch", lambda v=v: posenc.randomized_positions(2, 10, batch=v)
+        yield f"randomized_positions(seed={v!r})", "seed", lambda v=v: posenc.randomized_positions(2, 10, seed=v)
         yield f"shard_positions(world_size={v!r})", "world_size", lambda v=v: posenc.shard_positions(8, v, 0)
         yield f"shard_positions(rank={v!r})", "rank", lambda v=v: posenc.shard_positions(8, 2, v)
         yield f"resize_grid(old_grid=[{v!r}, 2])", "old_grid", lambda v=v: resize_grid(torch.zeros(4, 3), [v, 2], [3, 3])
@@ -221,6 +235,12 @@ def calls():
         yield f"attention(document_ids={name})", "document_ids", lambda ids=ids: posenc.attention(
             x, x, x, alibi, document_ids=ids)
         yield f"rope(positions={name})", "positions", lambda p=p: rope(x, p)
+        yield f"digit_positions(tokens={name})", "tokens", lambda p=p: posenc.digit_positions(p, [1, 2])
+        yield f"coupled_positions(tokens={name})", "tokens", lambda p=p: posenc.coupled_positions(p, [1, 2], plus=3,
+                                                                                                  equals=4)
+        yield f"segment_positions(tokens={name})", "tokens", lambda p=p: posenc.segment_positions(p, [[3], [b"\x01\x02"]])
+        yield f"segment_positions(document_ids={name})", "document_ids", lambda p=p: posenc.segment_positions(
+            torch.arange(5), [[3]], document_ids=p)
         yield f"context_parallel_attention(positions={name})", "positions", lambda p=p: \
             posenc.context_parallel_attention(x, x, x, positions=p)
 

@@ -175,13 +175,20 @@ def test_sweep_extreme_values_over_every_public_function():
                  "resize_grid(new_grid=[1000000000, 2])", "apply_rotary(cos=length-7)", "apply_rotary(out=expanded)",
                  "DiagonalSSM()(state=list)", "DiagonalSSM()(x=int64)", "attention(q with D=0)",
                  "DiagonalSSM(d_model=1000000000)", "DiagonalSSM(dt_max=1e+308)", "diagonal_scan(dt=list)",
-                 "diagonal_scan(dt=negative)", "diagonal_scan(dt=nan)", "diagonal_scan(v=list)"):
+                 "diagonal_scan(dt=negative)", "diagonal_scan(dt=nan)", "diagonal_scan(v=list)",
+                 "segment_positions(separators=[9223372036854775808])", "segment_positions(tokens=float)",
+                 "segment_positions(document_ids=short)", "randomized_positions(batch=1000000000)",
+                 "randomized_positions(max_positions=1000000000)", "randomized_positions(length=1000000000)",
+                 "digit_positions(offset=9223372036854775808)", "coupled_positions(plus=1e+308)",
+                 "digit_positions(tokens=float)", "coupled_positions(tokens=extra-dim)"):
         assert outcome[case] == "error", (case, outcome[case])
     for case in ("apply_rotary(x=noncontiguous)", "apply_rotary(x=expanded)", "apply_rotary(out=strided)",
                  "apply_rotary(cos=expanded)", "DiagonalSSM()(x=expanded)", "DiagonalSSM()(state=expanded)",
                  "attention(q=expanded)", "context_parallel_attention(q=noncontiguous)",
                  "attention(document_ids=expanded)", "grid_positions(offset=1000000000)",
-                 "DiagonalSSM()(x=length-0, return_state=True)", "diagonal_scan(dt=inf)", "diagonal_scan(dt=zero)"):
+                 "DiagonalSSM()(x=length-0, return_state=True)", "diagonal_scan(dt=inf)", "diagonal_scan(dt=zero)",
+                 "segment_positions(tokens=list)", "segment_positions(document_ids=expanded)",
+                 "randomized_positions(length=0)"):
         assert outcome[case] == "ok", (case, outcome[case])
 
 
@@ -215,6 +222,13 @@ def test_public_functions_refuse_what_this_process_cannot_hold_before_allocating
         (lambda: posenc.shard_positions(10**6, 2, 0), r"length=1000000 needs 3.81 MB"),
         (lambda: resize_grid(torch.zeros(4, 8), [2, 2], [300, 300]), r"new_grid=\[300, 300\] needs"),
         (lambda: DiagonalSSM(1000), r"d_model=1000 needs"),
+        (lambda: posenc.randomized_positions(10, 10**6), r"max_positions=1000000 needs 15.3 MB"),
+        (lambda: posenc.randomized_positions(10, 1000, batch=1000), r"max_positions=1000 with batch=1000 needs"),
+        (lambda: posenc.segment_positions(torch.zeros(10**5, dtype=torch.long), [[1], [2]]),
+         r"tokens=<shape \[100000\]> needs 6.1 MB"),
+        (lambda: posenc.digit_positions(torch.zeros(10**5, dtype=torch.long), [1]), r"tokens=<shape \[100000\]> needs"),
+        (lambda: posenc.coupled_positions(torch.zeros(10**5, dtype=torch.long), [1], plus=2, equals=3),
+         r"tokens=<shape \[100000\]> needs"),
     ]:
         with pytest.raises(ValueError, match=match):
             call()

@@ -87,12 +87,16 @@ def _errors(driver) -> list[str]:
 def test_the_site_has_every_page(site):
     names = {p.relative_to(site).as_posix() for p in _pages(site)}
     guides = {f"guide/{n}.html" for n in ("why-positions", "kinds", "rope", "axes", "attention", "content",
-                                          "benchmark", "explorer", "errors", "cli")}
+                                          "benchmark", "explorer", "errors", "cli", "structure")}
     api = {f"api/{n}.html" for n in ("posenc", "reference", "interop", "scaling", "analysis")}
     assert {"index.html", "numbers.html"} | guides | api <= names, sorted(names)
     cli = (site / "guide" / "cli.html").read_text(encoding="utf-8")
     assert "posenc extrapolate --help" in cli and "--profile" in cli  # generated from the parser
-    assert 'id="posenc.registry.build"' in (site / "api" / "posenc.html").read_text(encoding="utf-8")
+    api_page = (site / "api" / "posenc.html").read_text(encoding="utf-8")
+    assert 'id="posenc.registry.build"' in api_page
+    for name in ("positions.segment_positions", "positions.randomized_positions", "digits.digit_positions",
+                 "digits.coupled_positions"):
+        assert f'id="posenc.{name}"' in api_page, name
 
 
 def test_every_page_renders_offline_without_errors_or_requests(site, browser):

@@ -11,7 +11,7 @@ Relative distances are ``k - q``.
 from posenc.reference.attention import attention, softmax
 from posenc.reference.sinusoidal import sinusoidal, sinusoidal_inv_freq
 from posenc.reference.learned import learned
-from posenc.reference.positions import angles, grid_positions, positions_array
+from posenc.reference.positions import angles, grid_positions, positions_array, segment_positions
 from posenc.reference.rope import rope, rope_angles, rope_axial, rope_inv_freq, rope_inv_freq_exact, rotate_pairs_index
 from posenc.reference.alibi import alibi, alibi_slopes
 from posenc.reference.t5 import t5, t5_bucket
@@ -20,7 +20,7 @@ __all__ = [
     "attention", "softmax",
     "sinusoidal", "sinusoidal_inv_freq",
     "learned",
-    "angles", "grid_positions", "positions_array",
+    "angles", "grid_positions", "positions_array", "segment_positions",
     "rope", "rope_angles", "rope_axial", "rope_inv_freq", "rope_inv_freq_exact", "rotate_pairs_index",
     "alibi", "alibi_slopes",
     "t5", "t5_bucket",
@@ -62,3 +62,6 @@ __all__ += [
     "fox", "fox_log_gates", "cope", "cope_positions", "dape", "token_positions",
     "stick_breaking", "stick_breaking_weights", "path", "path_gates",
 ]
+from posenc.reference.digits import coupled_positions, digit_positions
+
+__all__ += ["coupled_positions", "digit_positions"]

@@ -7,6 +7,10 @@ or ``[B, L, A]``, where ``A`` comes from the scheme's spec (``axes``), never fro
 integers, or real numbers for the schemes that are functions of position (seconds of audio,
 fractional NaViT coordinates), where an integer-valued float gives exactly the integer result.
 
+**Positions from structure.** ``segment_positions`` is the token-by-token specification of
+``posenc.segment_positions``: a segment index per level (paragraph, sentence; block, line) and the
+offset inside the innermost segment, from separators; ``SegmentState`` continues a stream.
+
 **Exact angles.** ``p·θ mod 2π`` for positions below 2^63 (``POSITION_BOUND``): write
 ``p = Σ_j c_j·2^(21j)`` with ``0 <= c_j < 2^21`` (exact splits of an integer or a float64), so
 
@@ -30,6 +34,8 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -206,3 +212,188 @@ def angles(positions, inv_freq, axis_of_pair=None) -> np.ndarray:
     r = reduced_multiples(hi, lo)  # (LEVELS, R)
     total = sum(c * r[j] for j, c in enumerate(chunks(per_pair)))
     return np.remainder(total + np.pi, 2 * np.pi) - np.pi
+
+
+# -- positions from structure ---------------------------------------------------------------------
+
+def segment_separators(separators: Any) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """``separators`` of ``segment_positions``, checked: one tuple per level (outermost first) of the
+    token sequences that end a segment at that level (a token id ``i`` is ``(i,)``; a byte string is
+    its byte values)."""
+    example = "e.g. [[b'\\n\\n'], [b'.', b'\\n']] (paragraphs, then sentences) or [[869, 13]] (token ids)"
+    if isinstance(separators, (str, bytes, bytearray)) or not isinstance(separators, (list, tuple)):
+        raise TypeError(f"separators must be a list with one entry per level, outermost first, {example}; "
+                        f"got {separators!r} ({type(separators).__name__})")
+    if not separators:
+        raise ValueError(f"separators must name at least one level, {example}; got {separators!r}")
+    levels, level_of = [], {}
+    for i, level in enumerate(separators):
+        alternatives = level if isinstance(level, (list, tuple)) else [level]
+        if not alternatives:
+            raise ValueError(f"separators[{i}] must name at least one separator (a token id or a byte string), got []")
+        sequences = []
+        for j, item in enumerate(alternatives):
+            name = f"separators[{i}][{j}]" if isinstance(level, (list, tuple)) else f"separators[{i}]"
+            if isinstance(item, (bytes, bytearray)):
+                if not item:
+                    raise ValueError(f"{name} must be a non-empty byte string, got {bytes(item)!r}")
+                seq = tuple(bytes(item))
+            elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+                if not -INT64_MAX - 1 <= int(item) <= INT64_MAX:
+                    raise ValueError(f"{name} must be a token id within int64, got {item}")
+                seq = (int(item),)
+            else:
+                hint = f"; encode text first, e.g. {item!r}.encode()" if isinstance(item, str) else ""
+                raise TypeError(f"{name} must be a token id (an integer) or a byte string, got {item!r} "
+                                f"({type(item).__name__}){hint}")
+            if seq in level_of and level_of[seq] != i:
+                raise ValueError(f"{name}={item!r} is also a separator of level {level_of[seq]}: each separator "
+                                 f"belongs to one level")
+            level_of[seq] = i
+            if seq not in sequences:
+                sequences.append(seq)
+        levels.append(tuple(sequences))
+    return tuple(levels)
+
+
+@dataclass(frozen=True)
+class SegmentState:
+    """Where ``segment_positions`` stopped, to continue the same stream (cached decoding).
+
+    One entry per row (a single row for unbatched tokens) of ``document`` (the last token's document
+    id; None before any token), ``indices`` and ``offset`` (the last token's positions), ``ended``
+    (the level at which the last token ended a segment, None if it ended none) and ``tail`` (the
+    stream's last tokens in that document, as many as the longest separator minus one: a separator
+    split across two calls is still found). Plain Python values: the NumPy reference and the torch
+    builder read and write the same state.
+    """
+
+    separators: tuple[tuple[tuple[int, ...], ...], ...]
+    batched: bool
+    document: tuple[int | None, ...]
+    indices: tuple[tuple[int, ...], ...]
+    offset: tuple[int, ...]
+    ended: tuple[int | None, ...]
+    tail: tuple[tuple[int, ...], ...]
+
+    @property
+    def batch(self) -> int:
+        return len(self.document)
+
+
+def segment_state_rows(state: Any, levels, batched: bool, batch: int) -> SegmentState:
+    """``state`` checked against this call (its separators, batching and batch), or a fresh one."""
+    if state is None:
+        k = len(levels)
+        return SegmentState(levels, batched, (None,) * batch, ((0,) * k,) * batch, (0,) * batch,
+                            (None,) * batch, ((),) * batch)
+    if not isinstance(state, SegmentState):
+        raise TypeError(f"state must be the state a previous segment_positions call returned, or None; "
+                        f"got {type(state).__name__}")
+    if state.separators != levels:
+        raise ValueError(f"state comes from another separators set ({state.separators!r}); this call has "
+                         f"separators {levels!r}: continue a stream with the separators that began it")
+    if state.batched != batched or state.batch != batch:
+        given = f"[{state.batch}, L]" if state.batched else "[L]"
+        now = f"[{batch}, L]" if batched else "[L]"
+        raise ValueError(f"state continues tokens of shape {given}, but tokens has shape {now}")
+    return state
+
+
+def token_ids(tokens: Any) -> np.ndarray:
+    """Token ids (of ``segment_positions``, ``digit_positions``, ...) as int64 ``[L]`` or ``[B, L]``
+    (a byte string: its byte values)."""
+    if isinstance(tokens, (bytes, bytearray)):
+        return np.frombuffer(bytes(tokens), dtype=np.uint8).astype(np.int64)
+    if isinstance(tokens, str):
+        raise TypeError(f"tokens must be token ids or a byte string, got a str; encode it first, e.g. "
+                        f"{tokens[:20]!r}.encode()")
+    arr = np.asarray(tokens)
+    if arr.dtype.kind not in "iu" and not (arr.size == 0 and isinstance(tokens, (list, tuple))):
+        raise TypeError(f"tokens must be integer token ids (a tensor, array or list) or a byte string, "
+                        f"got dtype {arr.dtype}")
+    if arr.ndim not in (1, 2):
+        raise ValueError(f"tokens must have shape [L] or [B, L], got shape {list(arr.shape)}")
+    return arr.astype(np.int64)
+
+
+def segment_documents(document_ids: Any, shape: tuple[int, int], batched: bool,
+                      first: tuple[int | None, ...]) -> np.ndarray:
+    """``document_ids`` checked against tokens of ``shape`` ``[B, L]``: ``[B, L]`` int64 (zeros when
+    None, meaning the document the state ended in); ``first`` is each row's last document id so far."""
+    b, length = shape
+    if document_ids is None:
+        return np.array([[0 if d is None else d] * length for d in first], dtype=np.int64).reshape(b, length)
+    ids = np.asarray(document_ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"document_ids must hold integers (e.g. posenc.packing(...).document_ids), got dtype {ids.dtype}")
+    allowed = [[length], [b, length]] if batched else [[length]]
+    if list(ids.shape) not in allowed:
+        text = " or ".join(str(s) for s in allowed)
+        raise ValueError(f"document_ids must have shape {text} (that of tokens), got shape {list(ids.shape)}")
+    ids = np.broadcast_to(ids.astype(np.int64), (b, length))
+    steps = np.diff(ids, axis=-1)
+    if (steps < 0).any():
+        where = np.argwhere(steps < 0)[0].tolist()
+        raise ValueError(f"document_ids must be non-decreasing along L (each document contiguous), got a "
+                         f"decrease after index {where}")
+    for row, d in enumerate(first):
+        if d is not None and length and ids[row, 0] < d:
+            raise ValueError(f"document_ids must continue the state's documents: row {row} ended in document {d}, "
+                             f"but this call starts it at document {ids[row, 0]}")
+    return ids
+
+
+def segment_positions(tokens, separators, *, document_ids=None, state=None) -> tuple[np.ndarray, SegmentState]:
+    """Positions from structure: ``(positions, state)``, ``positions`` int64 ``[L, A]`` (``[B, L, A]``
+    for batched tokens), ``A = len(separators) + 1``: column ``j < A - 1`` is the index of the
+    token's segment at level ``j`` (outermost first) inside its enclosing segment, the last column
+    its offset inside its innermost segment. The specification of ``posenc.segment_positions``,
+    token by token:
+
+    - a token *ends a segment at level* ``l`` when the tokens up to it, inside its document, end with
+      one of the separators of level ``l`` (every occurrence counts, overlapping ones included); when
+      several levels' separators end there, the outermost level wins;
+    - the next token starts a new segment at that level: the index at level ``l`` goes up by one,
+      every inner level's index and the offset restart at 0 (the separator belongs to the segment it
+      ends, as its last token); otherwise the offset goes up by one;
+    - a document's first token has every index and the offset 0.
+
+    ``state`` (from a previous call) continues that call's stream: the positions of the new tokens
+    are those the whole stream gives.
+    """
+    levels = segment_separators(separators)
+    toks = token_ids(tokens)
+    batched = toks.ndim == 2
+    rows = toks if batched else toks[None]  # (B, L)
+    b, length = rows.shape
+    begun = segment_state_rows(state, levels, batched, b)
+    docs = segment_documents(document_ids, (b, length), batched, begun.document)  # (B, L)
+    k = len(levels)
+    longest = max(len(seq) for level in levels for seq in level)
+    out = np.zeros((b, length, k + 1), dtype=np.int64)  # (B, L, A)
+    rows_after = []
+    for r in range(b):
+        doc, idx, off = begun.document[r], list(begun.indices[r]), begun.offset[r]
+        ended, history = begun.ended[r], list(begun.tail[r])
+        for t in range(length):
+            d = int(docs[r, t])
+            if doc is None or d != doc:  # a document starts: everything at 0
+                idx, off, history = [0] * k, 0, []
+            elif ended is not None:  # the previous token ended a segment at level `ended`
+                idx[ended] += 1
+                idx[ended + 1:] = [0] * (k - ended - 1)
+                off = 0
+            else:
+                off += 1
+            doc = d
+            history.append(int(rows[r, t]))
+            out[r, t, :k] = idx
+            out[r, t, k] = off
+            ended = next((lvl for lvl, level in enumerate(levels)
+                          if any(tuple(history[-len(seq):]) == seq for seq in level if len(history) >= len(seq))),
+                         None)
+            history = history[-(longest - 1):] if longest > 1 else []
+        rows_after.append((doc, tuple(idx), off, ended, tuple(history)))
+    after = SegmentState(levels, batched, *(tuple(col) for col in zip(*rows_after))) if b else begun
+    return (out if batched else out[0]), after
