@@ -37,10 +37,51 @@ def tiny(model_type: str, *, seed: int = 0):
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
+ROTARY_ONLY = ("gemma2", "gpt_oss", "llama4_text")  # built by tests/test_hf_families.py's tiny_model, or here
+
+
 def test_every_family_in_the_table_is_tested():
-    assert sorted(t for f in FAMILIES for t in f.model_types if t in CONFIGS) == sorted(CONFIGS)
-    untested = [t for f in FAMILIES for t in f.model_types if t not in CONFIGS]
-    assert set(untested) <= {"olmo", "smollm3"}, untested  # same layout as llama, configs needing more keys
+    assert sorted(FAMILIES) == sorted([*CONFIGS, "gemma3_text", *ROTARY_ONLY])
+
+
+def _tiny_other(model_type):
+    from test_hf_families import tiny_model
+
+    if model_type == "gemma2":
+        config = transformers.Gemma2Config(**SMALL, num_key_value_heads=2, head_dim=8, attn_implementation="eager")
+        torch.manual_seed(0)
+        return transformers.Gemma2ForCausalLM(config).eval()
+    return tiny_model(model_type)  # eager attention
+
+
+@pytest.mark.parametrize("model_type", ROTARY_ONLY)
+def test_rotary_only_families_take_from_hf_and_refuse_other_kinds(model_type):
+    model = _tiny_other(model_type)
+    ids = torch.randint(3, 64, (1, 13))
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, posenc.from_hf(model.config))
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+        posenc.interop.unpatch(model)
+    with pytest.raises(ValueError, match="takes only one rotary scheme on every layer"):
+        posenc.interop.patch(model, "alibi")
+
+
+def test_gemma3_runs_its_two_bases_and_every_kind_through_posenc_attention():
+    """Gemma 3: one RoPE per layer type (local and global bases) and a sliding window, through the
+    attention function: the layer-type pattern of ``hf_layer_specs`` leaves the logits unchanged."""
+    from posenc.interop.hf import hf_layer_specs
+
+    model = _tiny_other("gemma3_text")
+    ids = torch.randint(3, 64, (2, 21))  # longer than the sliding window (8)
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+        posenc.interop.patch(model, "alibi", layers=[0, 5])  # the others keep their own bases
+        changed = model(ids).logits
+    assert not torch.allclose(changed, want, atol=1e-4)
+    assert torch.equal(_generate(model, ids[:1]), _generate(model, ids[:1], use_cache=False))
 
 
 @pytest.mark.parametrize("model_type", sorted(CONFIGS))
@@ -67,9 +108,10 @@ def _generate(model, ids, mask=None, **kw):
                           eos_token_id=None, **kw)
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen3", "gpt_neox", "phi3"])
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_every_kind_pads_and_decodes_through_the_cache(kind):
-    model = tiny("llama")
+def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
+    model = tiny(model_type)
     posenc.interop.patch(model, KINDS[kind])
     ids = torch.randint(3, 97, (2, 11))
     mask = torch.ones(2, 11, dtype=torch.long)

@@ -52,32 +52,35 @@ PATTERN = "layers"  # {"scheme": "layers", "pattern": [...]}: a per-layer patter
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """Where a transformers family keeps what ``patch`` replaces (attribute paths from the causal LM)."""
+    """Where a transformers family keeps its attention layers (attribute paths from the causal LM),
+    and why its attention cannot run posenc's, if it cannot (then only a rotary scheme on every
+    layer goes in, through its rotary module). Where its rotary module lives is
+    ``posenc.interop.HF_FAMILIES``'s (``from_hf``'s table), not repeated here."""
 
-    model_types: tuple[str, ...]
-    base: str  # the decoder: holds the rotary and the layers
-    layers: str = "layers"
+    layers: str = "model.layers"
     attention: str = "self_attn"
-    rotary: str = "rotary_emb"
+    rotary_only: str | None = None  # the reason, for a family whose attention computes more than softmax(qk)v
 
 
-FAMILIES: tuple[Family, ...] = (
-    Family(("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo", "olmo2", "granite", "smollm3", "gemma"), "model"),
-    Family(("gpt_neox",), "gpt_neox", attention="attention"),
-)
-"""The families ``patch`` knows, one row each (tested in ``tests/test_interop_patch.py``)."""
+_LLAMA = Family()
+FAMILIES: dict[str, Family] = {
+    **{t: _LLAMA for t in ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "granite", "gemma", "gemma3_text")},
+    "gpt_neox": Family("gpt_neox.layers", "attention"),
+    "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping)"),
+    "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax"),
+    "llama4_text": Family(rotary_only="its NoPE layers scale the queries inside its attention"),
+}
+"""model type -> :class:`Family`, the families ``patch`` knows (each tested in
+``tests/test_interop_patch.py``)."""
 
 
-def family_of(model: nn.Module) -> Family:
-    """The row of ``FAMILIES`` for ``model``; ValueError naming its class if there is none."""
-    config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
-    for family in FAMILIES:
-        if model_type in family.model_types:
-            return family
-    known = ", ".join(t for f in FAMILIES for t in f.model_types)
-    raise ValueError(f"posenc.interop.patch does not know the layout of {type(model).__name__} (model_type "
-                     f"{model_type!r}); known model types: {known}")
+def family_of(model: nn.Module) -> tuple[str, Family]:
+    """``model``'s model type and row of ``FAMILIES``; ValueError naming its class if there is none."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in FAMILIES:
+        raise ValueError(f"posenc.interop.patch does not know the layout of {type(model).__name__} (model_type "
+                         f"{model_type!r}); known model types: {', '.join(FAMILIES)}")
+    return model_type, FAMILIES[model_type]
 
 
 def _attr(obj: Any, path: str) -> Any:
@@ -86,10 +89,14 @@ def _attr(obj: Any, path: str) -> Any:
     return obj
 
 
-def _parts(model: nn.Module) -> tuple[Family, nn.Module, list[nn.Module]]:
-    family = family_of(model)
-    base = _attr(model, family.base)
-    return family, base, [_attr(layer, family.attention) for layer in _attr(base, family.layers)]
+def _parts(model: nn.Module) -> tuple[Family, nn.Module, str, list[nn.Module]]:
+    """The family, the module that holds the rotary, the rotary's attribute name, the attention layers."""
+    from posenc.interop.hf_families import HF_FAMILIES
+
+    model_type, family = family_of(model)
+    path = HF_FAMILIES[model_type].rotary if model_type in HF_FAMILIES else "model.rotary_emb"  # Llama-style
+    owner, _, name = path.rpartition(".")
+    return family, _attr(model, owner), name, [_attr(layer, family.attention) for layer in _attr(model, family.layers)]
 
 
 def _sizes(config: Any) -> dict[str, int]:
@@ -151,11 +158,14 @@ def _register() -> None:
 
 def _grow(module: nn.Module, name: str, new: torch.Tensor, lq: int, lk: int) -> torch.Tensor:
     """The per-layer record ``name`` of every key so far (``[B, Lk, ...]``): ``new`` (the queries')
-    appended to what earlier calls kept, restarted when this call has no past keys."""
+    appended to what earlier calls kept (its newest ``Lk − Lq`` entries: a sliding-window layer's
+    cache drops the oldest keys), restarted when this call has no past keys."""
     if lk == lq:
         whole = new
     else:
         past = module.__dict__.get(name)
+        if past is not None and past.shape[1] > lk - lq:  # a sliding-window cache keeps only the newest keys
+            past = past[:, past.shape[1] - (lk - lq):]
         if past is None or past.shape[1] != lk - lq or past.shape[0] != new.shape[0]:
             raise RuntimeError(f"posenc.interop: the cache holds {lk - lq} past keys but this layer kept "
                                f"{None if past is None else past.shape[1]} of them; patched models decode with "
@@ -176,6 +186,10 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if dropout:
         raise ValueError(f"posenc.attention has no attention dropout; set the model's attention_dropout to 0 "
                          f"(got dropout={dropout})")
+    for name in ("softcap", "s_aux"):  # logit softcapping, attention sinks: not softmax(q·k + bias)·v
+        if kwargs.get(name) is not None:
+            raise ValueError(f"posenc.interop: this model's attention passes {name}=, which posenc.attention does "
+                             "not compute")
     pe = module.posenc_pe
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
     kind = getattr(pe, "kind", "none")
@@ -208,7 +222,8 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
 
     Args:
         model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
-            Gemma, GPT-NeoX, ...); another is refused with its class named.
+            Gemma, Gemma 3, GPT-NeoX, ...; Gemma 2, GPT-OSS and Llama 4 take a rotary scheme on every
+            layer only); another is refused with its class named.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
             pattern (a list of those, or ``{"scheme": "layers", "pattern": [...]}``) that repeats
@@ -222,7 +237,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a transformers model (torch.nn.Module), got {type(model).__name__}")
-    family, base, attentions = _parts(model)
+    family, base, rotary, attentions = _parts(model)
     if getattr(model, "_posenc_original", None) is not None:
         unpatch(model)
     n = len(attentions)
@@ -235,20 +250,27 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     built: dict[int, nn.Module] = {}  # one module per distinct entry object: a shared spec shares its module
     for i, entry in zip(chosen, entries):
         modules[i] = built.setdefault(id(entry), _module(entry, model.config))
-    if any(m is None for m in modules):
-        from posenc.interop.hf import from_hf
+    if any(m is None for m in modules):  # the model's own encoding, layer by layer (Gemma 3's two bases)
+        import posenc
+        from posenc.interop.hf import hf_layer_specs
 
-        own = from_hf(model.config)
-        modules = [own if m is None else m for m in modules]
-    original = {"rotary": getattr(base, family.rotary), "attn": model.config._attn_implementation}
+        own = {}
+        for i, spec in enumerate(hf_layer_specs(model.config)):
+            if modules[i] is None:
+                key = json.dumps(spec, sort_keys=True)
+                modules[i] = own.setdefault(key, posenc.build(spec))
+    original = {"rotary": getattr(base, rotary), "attn": model.config._attn_implementation}
     first = modules[0]
     if all(m is first for m in modules) and getattr(first, "kind", None) == "rotary" and first.name in ("rope", "mrope"):
         from posenc.interop.hf import HFRotaryEmbedding
 
-        setattr(base, family.rotary, HFRotaryEmbedding(first))
+        setattr(base, rotary, HFRotaryEmbedding(first))
     else:
+        if family.rotary_only:
+            raise ValueError(f"{type(model).__name__} takes only one rotary scheme on every layer (through its rotary "
+                             f"module): {family.rotary_only}, which posenc.attention does not compute")
         _register()
-        setattr(base, family.rotary, _NeutralRotary(original["rotary"]))
+        setattr(base, rotary, _NeutralRotary(original["rotary"]))
         hooks = []
         unique = list({id(m): m for m in modules}.values())
         base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
@@ -270,8 +292,8 @@ def unpatch(model: nn.Module) -> nn.Module:
     original = getattr(model, "_posenc_original", None)
     if original is None:
         raise ValueError(f"{type(model).__name__} is not patched by posenc.interop.patch")
-    family, base, attentions = _parts(model)
-    setattr(base, family.rotary, original["rotary"])
+    family, base, rotary, attentions = _parts(model)
+    setattr(base, rotary, original["rotary"])
     for hook in original.get("hooks", ()):
         hook.remove()
     base._modules.pop("posenc_modules", None)
