@@ -87,7 +87,7 @@ def _errors(driver) -> list[str]:
 def test_the_site_has_every_page(site):
     names = {p.relative_to(site).as_posix() for p in _pages(site)}
     guides = {f"guide/{n}.html" for n in ("why-positions", "kinds", "rope", "axes", "attention", "content",
-                                          "benchmark", "explorer", "errors", "cli", "structure")}
+                                          "benchmark", "explorer", "errors", "cli", "structure", "transformers")}
     api = {f"api/{n}.html" for n in ("posenc", "reference", "interop", "scaling", "analysis")}
     assert {"index.html", "numbers.html"} | guides | api <= names, sorted(names)
     cli = (site / "guide" / "cli.html").read_text(encoding="utf-8")

@@ -239,3 +239,20 @@ def test_two_torchrun_processes_give_the_gradients_of_one(spec, tmp_path):
     assert a.keys() == b.keys() and any(".posenc_modules." in k for k in a)
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6, msg=lambda m: f"{spec} {k}: {m}")
+
+
+def test_the_docs_family_table_is_the_table_patch_reads():
+    """docs/guide/transformers.md's table names each model type of FAMILIES once, and says "rotary
+    scheme on every layer only" exactly for the rotary-only rows."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "transformers.md").read_text(encoding="utf-8")
+    table = page.split("## Families", 1)[1].split("\n\n", 2)[1]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    seen = {}
+    for row in rows:
+        types, what = row.strip("|").split("|")[:2]
+        for t in re.findall(r"`([a-z0-9_]+)`", types):
+            seen[t] = "on every layer only" in what
+    assert seen == {t: f.rotary_only is not None for t, f in FAMILIES.items()}

@@ -139,7 +139,7 @@ def _run(code: str, name: str, comments: dict[int, str], namespace: dict, checks
 
 def test_readme_and_pages_have_examples():
     pages = {page for page, _, _ in BLOCKS}
-    assert sum(page == "README.md" for page, _, _ in BLOCKS) == 5
+    assert sum(page == "README.md" for page, _, _ in BLOCKS) == 6
     assert len(BLOCKS) >= 20 and len(pages) >= 6, sorted(pages)
 
 
