@@ -108,7 +108,7 @@ def _generate(model, ids, mask=None, **kw):
                           eos_token_id=None, **kw)
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen3", "gpt_neox", "phi3"])
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
     model = tiny(model_type)
