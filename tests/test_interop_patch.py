@@ -100,6 +100,7 @@ def test_from_hf_leaves_the_logits_unchanged(model_type):
 KINDS = {  # a scheme of every kind, a per-layer pattern, and rotary on one layer only
     "bias": "alibi", "bias (table)": "t5", "relative": "shaw", "content": "cope", "content (reads hidden)": "fox",
     "none": "nope", "none (temperature)": "nope_temperature:floor_scale=4", "pattern": ["rope", "kerple"],
+    "additive": "sinusoidal", "additive (learned)": "learned",
 }
 
 

@@ -26,7 +26,9 @@ branch: a model whose ``config.model_type`` has no row is refused with its class
   appended at each step and restarted when a call has no past keys: ``generate()`` through
   transformers' ``DynamicCache`` equals recomputing the whole sequence. Beam search (which
   reorders the cache) and static caches (keys padded to a maximum length) are not supported.
-- Layers not named in ``layers`` keep the model's own encoding: ``from_hf(model.config)``.
+- Layers not named in ``layers`` keep the model's own encoding (``hf_layer_specs(model.config)``).
+- An additive scheme (sinusoidal, learned) is added to the token embeddings before the first
+  layer (a pre-hook of the decoder, positions from ``position_ids``); attention then has none.
 
 **Save and reload.** The patch is recorded in ``model.config.posenc`` (``{"modules": [spec, ...],
 "layers": [index, ...]}``: each distinct module's spec, and which one each layer runs), which
@@ -60,12 +62,13 @@ class Family:
     layers: str = "model.layers"
     attention: str = "self_attn"
     rotary_only: str | None = None  # the reason, for a family whose attention computes more than softmax(qk)v
+    embeddings: str = "embed_tokens"  # the decoder's token embedding (an additive scheme is added to its output)
 
 
 _LLAMA = Family()
 FAMILIES: dict[str, Family] = {
     **{t: _LLAMA for t in ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "granite", "gemma", "gemma3_text")},
-    "gpt_neox": Family("gpt_neox.layers", "attention"),
+    "gpt_neox": Family("gpt_neox.layers", "attention", embeddings="embed_in"),
     "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping)"),
     "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax"),
     "llama4_text": Family(rotary_only="its NoPE layers scale the queries inside its attention"),
@@ -190,7 +193,7 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
         if kwargs.get(name) is not None:
             raise ValueError(f"posenc.interop: this model's attention passes {name}=, which posenc.attention does "
                              "not compute")
-    pe = module.posenc_pe
+    pe = module.posenc_pe  # None: no position in attention (NoPE, or an additive scheme on the embeddings)
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
     kind = getattr(pe, "kind", "none")
     extra: dict[str, Any] = {}
@@ -210,6 +213,26 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     pe_arg = None if getattr(pe, "name", None) == "nope" else pe
     out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _add_to_embeddings(pe: nn.Module, embeddings: str):
+    """A forward pre-hook of the decoder: ``inputs_embeds = embed(input_ids) + pe(position_ids)`` (an
+    additive scheme, on the token embeddings before the first layer; positions continue the cache)."""
+
+    def hook(decoder: nn.Module, args: tuple, kwargs: dict):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        embeds = kwargs.get("inputs_embeds")
+        if embeds is None:
+            embeds = getattr(decoder, embeddings)(ids)  # (B, L, C)
+        positions = kwargs.get("position_ids")
+        if positions is None:
+            cache = kwargs.get("past_key_values", kwargs.get("cache"))
+            past = 0 if cache is None else cache.get_seq_length()
+            positions = torch.arange(past, past + embeds.shape[1], device=embeds.device).unsqueeze(0)
+        kwargs = {**kwargs, "input_ids": None, "inputs_embeds": embeds + pe(positions.long()).to(embeds.dtype)}
+        return (), kwargs
+
+    return hook
 
 
 def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -259,8 +282,12 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
             if modules[i] is None:
                 key = json.dumps(spec, sort_keys=True)
                 modules[i] = own.setdefault(key, posenc.build(spec))
-    original = {"rotary": getattr(base, rotary), "attn": model.config._attn_implementation}
+    original = {"rotary": getattr(base, rotary), "attn": model.config._attn_implementation, "hooks": []}
     first = modules[0]
+    additive = [m for m in modules if getattr(m, "kind", None) == "additive"]
+    if additive and (len(additive) != n or any(m is not first for m in modules)):
+        raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
+                         "layer, alone (not in a per-layer pattern or with layers=)")
     if all(m is first for m in modules) and getattr(first, "kind", None) == "rotary" and first.name in ("rope", "mrope"):
         from posenc.interop.hf import HFRotaryEmbedding
 
@@ -271,14 +298,15 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
                              f"module): {family.rotary_only}, which posenc.attention does not compute")
         _register()
         setattr(base, rotary, _NeutralRotary(original["rotary"]))
-        hooks = []
+        hooks = original["hooks"]
+        if additive:
+            hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, family.embeddings), with_kwargs=True))
         unique = list({id(m): m for m in modules}.values())
         base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
         for attention, module in zip(attentions, modules):
-            attention.__dict__["posenc_pe"] = module  # a reference, not a submodule: state_dict keys stay unique
+            attention.__dict__["posenc_pe"] = None if additive else module  # a reference, not a submodule
             if getattr(module, "reads_hidden", False):
                 hooks.append(attention.register_forward_pre_hook(_keep_input, with_kwargs=True))
-        original["hooks"] = hooks
         model.set_attn_implementation(ATTENTION)
     model._posenc_original = original
     unique = list({id(m): m for m in modules}.values())
