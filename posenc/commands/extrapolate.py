@@ -13,7 +13,7 @@ from posenc.cli import CLIError, check_output_file, int_arg, parse_int, require_
 
 PROFILE_NAMES = ("smoke", "quick", "full")
 PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
-ARCH_NAMES = ("transformer", "hybrid")  # posenc.extrapolate.model.ARCHS (not imported here: it imports torch)
+ARCH_NAMES = ("transformer", "hybrid", "llama")  # posenc.extrapolate.model.ARCHS (not imported here: it imports torch)
 
 
 def _seeds(text: str) -> tuple[int, ...]:
@@ -49,9 +49,10 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
                         "time (frame rates and durations) (default: the profile's)")
     p.add_argument("--seeds", type=str, default=None, help="comma-separated seeds (default: the profile's)")
     p.add_argument("--arch", choices=ARCH_NAMES, default=None,
-                   help="the model of the scheme runs: transformer (default), or hybrid: every other attention "
-                        "block replaced by an ssm block (Jamba-style); the profile's hybrid rows run beside "
-                        "transformer ones")
+                   help="the model of the scheme runs: transformer (default), hybrid: every other attention "
+                        "block replaced by an ssm block (Jamba-style; the profile's hybrid rows run beside "
+                        "transformer ones), or llama: transformers' LlamaForCausalLM of the profile's size with "
+                        "each scheme put in by posenc.interop.patch (needs the peers extra)")
     p.add_argument("--corpus", metavar="FILE", default=None,
                    help="a text file for language modelling (default: the Python standard library's sources)")
     p.add_argument("--jobs", type=int_arg("--jobs"), default=None,

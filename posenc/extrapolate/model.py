@@ -48,7 +48,7 @@ from posenc._validate import check_bool, check_choice, check_int
 from posenc.positions import text_positions
 from posenc.ssm import DiagonalSSM
 
-ARCHS = ("transformer", "hybrid")
+ARCHS = ("transformer", "hybrid", "llama")  # llama: transformers' LlamaForCausalLM (posenc.extrapolate.llama)
 LAYERS = "layers"
 """The ``scheme`` of a per-layer pattern's spec: ``{"scheme": "layers", "pattern": [spec, ...]}``."""
 MAX_PATTERN = 64  # entries in a per-layer pattern (a pattern repeats; 64 covers any model here)
@@ -285,6 +285,16 @@ class TinyGPT(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def build_model(cfg: GPTConfig, pe_spec: Any, *, arch: str = "transformer") -> nn.Module:
+    """The benchmark's model of ``arch``: ``TinyGPT`` (``transformer``, ``hybrid``), or transformers'
+    ``LlamaForCausalLM`` with the scheme patched in (``llama``: ``posenc.extrapolate.llama``)."""
+    if check_arch(arch, cfg) == "llama":
+        from posenc.extrapolate.llama import LlamaLM
+
+        return LlamaLM(cfg, pe_spec)
+    return TinyGPT(cfg, pe_spec, arch=arch)
 
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -57,7 +57,7 @@ elsewhere one by one (the same steps; see the module docstring for the measureme
 
 def stacks(models: Sequence[nn.Module], stacked: bool | None = None) -> bool:
     """Whether to train ``models`` as one stack: ``stacked`` if given, else by their device (``STACK_DEVICES``)."""
-    if len(models) < 2:
+    if len(models) < 2 or not all(getattr(m, "stackable", True) for m in models):  # a transformers model: one by one
         return False
     if stacked is not None:
         return stacked

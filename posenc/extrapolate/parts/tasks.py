@@ -26,7 +26,7 @@ from posenc.extrapolate.distributed import Dist, all_sum
 from posenc.extrapolate.evaluate import cannot_run
 from posenc.extrapolate.findings import FULL_COMMAND, Verdict, seed_verdict
 from posenc.extrapolate.verdicts import MIN_SEEDS, Evidence
-from posenc.extrapolate.model import TinyGPT, check_arch
+from posenc.extrapolate.model import TinyGPT, build_model, check_arch
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
@@ -113,9 +113,9 @@ def run_tasks(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
     models = []
     for r in runs:
         torch.manual_seed(r.seed)
-        models.append(TinyGPT(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size,
-                                                                           T.vocab_size(ts.tasks))),
-                              run.spec, arch=run.arch).to(ctx.dist.device))
+        models.append(build_model(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size,
+                                                                               T.vocab_size(ts.tasks))),
+                                  run.spec, arch=run.arch).to(ctx.dist.device))
     t0 = time.perf_counter()
     curves = train_with_bar(ctx, models, ts.train, [_task_batches(ts, r.seed) for r in runs], f"tasks {run.label}")
     seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share

@@ -26,7 +26,7 @@ from posenc.extrapolate.data import LMData, load_corpus, sample_batch, split, wi
 from posenc.extrapolate.distributed import Dist, all_sum
 from posenc.extrapolate.evaluate import cannot_run
 from posenc.extrapolate.findings import Verdict, position_claim, ppl_claim
-from posenc.extrapolate.model import TinyGPT, check_arch, pattern_label, token_nll
+from posenc.extrapolate.model import TinyGPT, build_model, check_arch, pattern_label, token_nll
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
@@ -75,7 +75,7 @@ def lm_specs(profile: Profile, schemes: list[Any]) -> list[tuple[str, dict[str, 
 
 def lm_model(ctx: Context, spec: dict[str, Any], seed: int, arch: str = "transformer") -> TinyGPT:
     torch.manual_seed(seed)  # same initial weights for every scheme of an arch (the pe is built last)
-    return TinyGPT(dataclasses.replace(ctx.profile.lm.model, vocab_size=256), spec, arch=arch).to(ctx.dist.device)
+    return build_model(dataclasses.replace(ctx.profile.lm.model, vocab_size=256), spec, arch=arch).to(ctx.dist.device)
 
 
 def lm_batches(ctx: Context, seed: int, *, batch: int, length: int):
