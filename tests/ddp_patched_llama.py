@@ -2,6 +2,7 @@
 in DDP, each rank on its half of one batch; rank 0 saves the averaged gradients to ``argv[2]``.
 Also run as one process (``argv[3] == "one"``) on the whole batch, without DDP."""
 
+import datetime
 import sys
 
 import torch
@@ -26,21 +27,18 @@ def main():
     model, ids = model_and_batch(spec)
     if mode == "one":
         model(ids, labels=ids).loss.backward()
-        grads = model
-    else:
-        dist.init_process_group("gloo")
-        rank, world = dist.get_rank(), dist.get_world_size()
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
-        half = ids.shape[0] // world
-        mine = ids[rank * half:(rank + 1) * half]
-        ddp(mine, labels=mine).loss.backward()  # DDP averages the ranks' gradients
-        grads = ddp.module
-        if rank != 0:
-            dist.destroy_process_group()
-            return
-    torch.save({k: p.grad for k, p in grads.named_parameters() if p.grad is not None}, out)
-    if mode != "one":
-        dist.destroy_process_group()
+        torch.save({k: p.grad for k, p in model.named_parameters() if p.grad is not None}, out)
+        return
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    half = ids.shape[0] // world
+    mine = ids[rank * half:(rank + 1) * half]
+    ddp(mine, labels=mine).loss.backward()  # DDP averages the ranks' gradients
+    if rank == 0:
+        torch.save({k: p.grad for k, p in ddp.module.named_parameters() if p.grad is not None}, out)
+    dist.barrier()  # both ranks leave together
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
