@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from posenc import reference as ref
-from posenc.encodings._base import BiasEncoding
+from posenc.encodings import _base  # the kinds' base classes
 from posenc.registry import register
 
 
@@ -36,7 +36,7 @@ def my_alibi_reference(q_positions, k_positions, slopes) -> np.ndarray:
 
 
 @register("my_alibi", kind="bias")
-class MyALiBi(BiasEncoding):
+class MyALiBi(_base.BiasEncoding):
     """ALiBi's slopes on log(1 + distance) (an example --plugin scheme)."""
 
     translation_invariant = True  # a function of k − q only

@@ -153,3 +153,9 @@ def test_smoke_runs_a_plugin_on_two_workers_reruns_it_when_edited_and_keeps_it_w
     assert given.returncode == 0 and "kept" not in given.stderr, given.stderr
     page = (out / "index.html").read_text()
     assert 'id="kept"' not in page and 'id="plugins"' in page and "--plugin" in page.split('id="command"')[1][:400]
+
+
+def test_the_benchmark_guide_shows_the_example_file_whole():
+    guide = (REPO / "docs" / "guide" / "benchmark.md").read_text()
+    assert "```python\n" + EXAMPLE.read_text().rstrip("\n") + "\n```" in guide
+    assert 'id="plugins"' not in guide and "`#plugins`" in guide and "--plugin FILE_OR_MODULE" in guide
