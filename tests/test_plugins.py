@@ -156,6 +156,8 @@ def test_smoke_runs_a_plugin_on_two_workers_reruns_it_when_edited_and_keeps_it_w
 
 
 def test_the_benchmark_guide_shows_the_example_file_whole():
+    """Whole, in a ``py`` block (tests/test_readme.py runs the ``python`` blocks in the test session,
+    where this one would register ``my_alibi`` for every test after it)."""
     guide = (REPO / "docs" / "guide" / "benchmark.md").read_text()
-    assert "```python\n" + EXAMPLE.read_text().rstrip("\n") + "\n```" in guide
+    assert "```py\n" + EXAMPLE.read_text().rstrip("\n") + "\n```" in guide
     assert 'id="plugins"' not in guide and "`#plugins`" in guide and "--plugin FILE_OR_MODULE" in guide
