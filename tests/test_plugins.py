@@ -140,6 +140,7 @@ def test_smoke_runs_a_plugin_on_two_workers_reruns_it_when_edited_and_keeps_it_w
     kept = posenc("report", *SMOKE, "--no-run", "--out", str(out))  # without --plugin
     assert kept.returncode == 0, kept.stderr
     assert "kept 1 result(s)" in kept.stderr and "my_alibi" in kept.stderr
+    assert f"{len(builtin)} runs, {len(builtin)} already in" in kept.stderr  # the same keys without the plugin
     page = (out / "index.html").read_text()
     assert 'id="kept"' in page and 'id="plugins"' in page
     section = page[page.index('id="plugins"'):]
