@@ -5,7 +5,9 @@ and gives every parser ``set_defaults(func=handler)`` where ``handler(args) -> i
 (ValueError, TypeError, any OSError, or ``CLIError``) exits 2 with one line on stderr,
 never a traceback. Integer flags are read by ``int_arg`` (int64's range at most, the flag named);
 a command that needs an extra (``EXTRAS``: ``plot``, ``extrapolate``) says which, in one line,
-before it does anything (``require_extra``).
+before it does anything (``require_extra``). Every command takes ``--plugin FILE_OR_MODULE``
+(repeatable): the user's module that registers schemes (``posenc.plugins``), imported before the
+parser is built, so the command sees its schemes as it sees the built-in ones.
 """
 
 from __future__ import annotations
@@ -132,7 +134,45 @@ def build_parser() -> argparse.ArgumentParser:
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         if not info.name.startswith("_"):
             importlib.import_module(f"posenc.commands.{info.name}").add_commands(sub)
+    for command in sub.choices.values():
+        _add_plugin(command)
     return parser
+
+
+PLUGIN_HELP = ("a Python file or module name whose import registers your schemes with posenc.registry.register "
+               "(repeatable); imported before the command runs, and in every worker process of the benchmark")
+
+
+def _add_plugin(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plugin", action="append", metavar="FILE_OR_MODULE", dest="plugins", help=PLUGIN_HELP)
+
+
+def plugins_in(argv: list[str]) -> list[str]:
+    """The ``--plugin`` values of a command line (``--plugin X`` or ``--plugin=X``), before it is parsed:
+    the parser itself must know the plugins' schemes."""
+    out, words = [], iter(argv)
+    for word in words:
+        if word == "--":
+            break
+        if word == "--plugin":
+            value = next(words, None)
+            if value is not None:
+                out.append(value)
+        elif word.startswith("--plugin="):
+            out.append(word.split("=", 1)[1])
+    return out
+
+
+def load_plugins(sources: list[str]) -> None:
+    """Imports the ``--plugin`` modules (``posenc.plugins.load``); a failure is a ``CLIError``."""
+    if not sources:
+        return
+    from posenc.plugins import PluginError, load
+
+    try:
+        load(sources)
+    except PluginError as e:
+        raise CLIError(str(e)) from None
 
 
 def _message(e: BaseException) -> str:
@@ -144,8 +184,15 @@ def _message(e: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        load_plugins(plugins_in(words))
+    except CLIError as e:
+        command = next((w for w in words if not w.startswith("-")), "")
+        print(f"posenc{' ' + command if command else ''}: error: {e}", file=sys.stderr)
+        return 2
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as e:  # a command's extra missing where no early check caught it

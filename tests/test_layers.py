@@ -36,8 +36,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("posenc.registry", "posenc.rowwise", "posenc.encodings", "posenc.interop")),
     ("attention", ("posenc.attn", "posenc.parallel")),
     ("the public names of `import posenc` (build, attention, ...)", ("posenc",)),
-    ("tools on the library: SPEC strings, the transformers patch, analysis, figures, the demo, the explorer",
-     ("posenc.spec", "posenc.interop.patching", "posenc.analysis", "posenc.plot", "posenc.demo", "posenc.explorer")),
+    ("tools on the library: SPEC strings, plugins (the user's schemes), the transformers patch, analysis, figures, "
+     "the demo, the explorer",
+     ("posenc.spec", "posenc.plugins", "posenc.interop.patching", "posenc.analysis", "posenc.plot", "posenc.demo", "posenc.explorer")),
     ("the benchmarks", ("posenc.bench", "posenc.extrapolate")),
     ("the command line", ("posenc.cli", "posenc.commands", "posenc.__main__")),
 )

@@ -64,9 +64,15 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
 
 
 def _profile(args: argparse.Namespace):
+    """The profile with the user's flags; the ``--plugin`` modules' schemes join its list (after its
+    own) unless ``--scheme`` names the list."""
+    from posenc import plugins
     from posenc.extrapolate.profiles import get_profile, with_overrides
 
-    return with_overrides(get_profile(args.profile), seeds=_seeds(args.seeds) if args.seeds else None,
+    profile = get_profile(args.profile)
+    added = [] if args.schemes else plugins.schemes_of(plugins.load(getattr(args, "plugins", None)))
+    return with_overrides(profile, seeds=_seeds(args.seeds) if args.seeds else None,
+                          schemes=(*profile.schemes, *added) if added else None,
                           parts=tuple(dict.fromkeys(args.parts)) if args.parts else None, arch=args.arch)
 
 

@@ -11,7 +11,9 @@ What each part runs and checks (text, hybrid, scalings, tasks, image, time) is t
 ``posenc.extrapolate.parts``; the driver knows them only through ``posenc.extrapolate.part.Part``.
 
 Parallelism, CPU: independent runs go to ``jobs`` worker processes of one torch thread each
-(default: one per CPU). Small models gain little from intra-op threads, and several OpenMP
+(default: one per CPU), spawned: each imports the driver's ``--plugin`` modules again
+(``posenc.plugins``), since a spawned process inherits no registration. Small models gain
+little from intra-op threads, and several OpenMP
 threads on a busy machine can run many times slower than one. Under ``torchrun`` (or on a GPU)
 the runs go one at a time and each run's training is spread over the ranks with DDP.
 """
@@ -28,6 +30,7 @@ from typing import Any
 
 import torch
 
+from posenc import plugins
 from posenc.environment import available_cpus
 from posenc.extrapolate.distributed import Dist, barrier, broadcast, setup, teardown
 from posenc.extrapolate.parts import PARTS, owner, plan
@@ -98,11 +101,16 @@ def keep_heap() -> None:
         pass
 
 
-def _init_worker(profile: Profile, corpus: str | None, checkpoints: str, corpus_sha: str, jobs: int) -> None:
+def _init_worker(profile: Profile, corpus: str | None, checkpoints: str, corpus_sha: str, jobs: int,
+                 plugin_sources: tuple[tuple[str, str], ...] = ()) -> None:
     global _WORKER
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     keep_heap()
+    # a spawned process inherits no registration: the driver's plugins, imported again, at the same source
+    found = plugins.load([source for source, _ in plugin_sources])
+    if [p.sha256 for p in found] != [sha for _, sha in plugin_sources]:
+        raise RuntimeError("a --plugin's source changed while the benchmark was starting")
     torch.set_num_threads(1)
     data, source, sha = _lm_data(profile, corpus)
     if sha != corpus_sha:
@@ -128,7 +136,8 @@ def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -
     running: dict[Future, list[Run]] = {}
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker,
-                               initargs=(ctx.profile, corpus, str(ctx.checkpoints), ctx.corpus_sha, jobs))
+                               initargs=(ctx.profile, corpus, str(ctx.checkpoints), ctx.corpus_sha, jobs,
+                                         tuple((p.source, p.sha256) for p in plugins.loaded())))
 
     def submit_ready() -> None:
         for group in [g for g in pending if all(deps.get(r.key) in (None, *finished) for r in g)]:

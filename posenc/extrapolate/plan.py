@@ -2,7 +2,9 @@
 (``posenc.extrapolate.parts``) plans its own runs; ``parts.plan`` puts them in order, per seed.
 
 A run's key hashes (profile, part, full scheme spec, variant, seed, settings hash), so the same
-arguments give the same keys and a finished run is recognised in the results file. User schemes
+arguments give the same keys and a finished run is recognised in the results file; a run of a
+``--plugin``'s scheme also hashes the plugin's source (``posenc.plugins.key_fields``), so an edited
+scheme runs again, while runs of built-in schemes keep their keys. User schemes
 are SPEC strings (``posenc.spec``); the sizes they leave out come from the benchmark's model.
 
 Settings that decide an outcome follow the training length ``L`` (the longest training
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from posenc import registry
+from posenc import plugins, registry
 from posenc.extrapolate.model import LAYERS, GPTConfig, build_pe, layer_pattern, pattern_label
 
 Log = Callable[[str], None]
@@ -120,6 +122,9 @@ class Run:
                   "seed": self.seed, "settings": self.settings}
         if self.arch != "transformer":  # a transformer run keeps the key it had before there was a choice
             fields["arch"] = self.arch
+        plugin = plugins.key_fields(self.spec)
+        if plugin is not None:  # a scheme of a --plugin: its source's hash, so an edited scheme runs again
+            fields["plugin"] = plugin
         text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 

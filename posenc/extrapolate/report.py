@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc import environment
-from posenc.extrapolate import findings
+from posenc.extrapolate import findings, yours
 from posenc.extrapolate.demos import demonstrations
 from posenc.extrapolate.glance import forest_svg, verdict_table
 from posenc.extrapolate.page import Page, e, number_sections, status
@@ -214,6 +214,7 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
     body = Page()
     demonstrations(body)
     sections = [part.section(body, part.records(records), profile) for part in PARTS]
+    yours.section(body, records)  # #plugins: the --plugin schemes against every baseline
     pooled = [dataclasses.replace(v, pool=part.name or "lm") for part, s in zip(PARTS, sections) for v in s.verdicts]
     verdicts = findings.adjust(pooled)
     settings = {src: text for s in sections for src, text in s.sources.items()}
@@ -225,7 +226,8 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
                  "papers' claims about transformers name plain scheme labels, so they show as not measured; the "
                  "scaling claims and Jamba's are measured on these runs.</p>")
     summary = Page()
-    summary.add("<h2 id=\"summary\">Summary: the papers' claims against this run</h2>" + arch_note + _glance(verdicts)
+    summary.add("<h2 id=\"summary\">Summary: the papers' claims against this run</h2>" + arch_note
+                + _kept_note(meta.get("kept", [])) + _glance(verdicts)
                 + "".join(s.summary for s in sections) + '<h3 id="verdict-details">Every verdict, with what was '
                 "measured</h3>" + _verdicts(verdicts, settings) + _honesty(verdicts) + _method(profile))
     numbered, toc = number_sections(summary.parts + body.parts)
@@ -234,6 +236,35 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
     page.figures.update(body.figures)
     page.errors += body.errors
     return page
+
+
+def kept_records(path: Path, profile: Profile, planned: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of ``path`` for ``profile``'s parts whose scheme this process cannot build (a
+    ``--plugin``'s scheme, the plugin not given this time): ``--no-run`` keeps them on the page
+    rather than dropping them. Of one configuration and seed, the last written (an edited plugin's)."""
+    from posenc import plugins
+    from posenc.extrapolate.results import load
+
+    have = {r["key"] for r in planned}
+    out: dict[tuple, dict[str, Any]] = {}
+    for record in load(path).values():
+        if (record.get("profile") == profile.name and record.get("part") in (*profile.parts, "hybrid")
+                and record["key"] not in have and not plugins.buildable(record.get("spec"))):
+            out[(record["part"], record.get("label"), record.get("arch"), record.get("seed"),
+                 json.dumps(record.get("variant"), sort_keys=True), record.get("settings"))] = record
+    return list(out.values())
+
+
+def _kept_names(kept: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r.get("label", "?") for r in kept))
+
+
+def _kept_note(kept: list[dict[str, Any]]) -> str:
+    if not kept:
+        return ""
+    return (f'<p class="note" id="kept">Kept from results.jsonl: {len(kept)} result(s) of schemes this command cannot '
+            f"build ({e(', '.join(_kept_names(kept)))}: their --plugin was not given), shown as they were recorded; "
+            "give the same <code>--plugin</code> to check them against their plugin's current source.</p>")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -265,12 +296,17 @@ def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benc
     records = list(iter_runs(profile, results=results, log=log, run_missing=run_benchmark, **run_kw))
     if int(os.environ.get("RANK", "0")) != 0:
         return None
+    kept = [] if run_benchmark else kept_records(results, profile, records)
+    if kept:
+        records += kept
+        print(f"posenc report: kept {len(kept)} result(s) of schemes this command cannot build "
+              f"({', '.join(_kept_names(kept))}: give their --plugin to build them)", file=sys.stderr)
     if not records:
         raise ValueError(f"no results for profile {profile.name!r} in {str(results)!r}; run without --no-run")
     render_start = time.perf_counter()
     meta = {"start": start, "render_start": render_start, "bench_seconds": render_start - start,
             "new": sum(r["key"] not in before for r in records), "reused": sum(r["key"] in before for r in records),
-            "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command}
+            "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command, "kept": kept}
     page = render(profile, records, meta)
     (out / "figures").mkdir(exist_ok=True)
     for name, data in page.figures.items():

@@ -3,7 +3,8 @@ the loss curve, and the record (``execute``). What a run of a part trains and ev
 part's ``execute`` (``posenc.extrapolate.parts``).
 
 ``execute(ctx, run)`` returns the run's record, the line the results file gets: the key and
-spec, the training-loss curve, the evaluation rows, timings and the environment.
+spec, the training-loss curve, the evaluation rows, timings and the environment; a run of a
+``--plugin``'s scheme also its ``plugin``: ``{scheme: {"source", "sha256"}}``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from posenc import environment
+from posenc import environment, plugins
 from posenc.extrapolate.model import TinyGPT
 from posenc.extrapolate.part import Context, Part
 from posenc.extrapolate.plan import Run
@@ -82,6 +83,7 @@ def execute_seeds(ctx: Context, runs: list[Run], part: Part) -> list[dict[str, A
     return [{"key": run.key, "profile": ctx.profile.name, "part": run.part, "label": run.label,
              "scheme": run.spec["scheme"], "spec": run.spec, "arch": run.arch, "seed": run.seed,
              "settings": run.settings,
+             **({"plugin": origin} if (origin := plugins.record_field(run.spec)) else {}),
              "corpus": corpus, **body, "seconds": round(seconds, 2),
              "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx)}
             for run, body in zip(runs, bodies)]
