@@ -223,6 +223,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     k_positions = dk if k_positions is None else check("k_positions", k_positions).to(q.device)
     check_batch("q_positions", q_positions, b, lq, axes=axes)
     check_batch("k_positions", k_positions, b, lk, axes=axes)
+    form = getattr(pe, "attention_form", None)  # a scheme whose attention is another module at some columns
+    if form is not None:  # (bipe_bias: its inter bias at the segment indices)
+        pe, q_positions, k_positions = form(q_positions, k_positions)
 
     if kind == "additive":
         raise ValueError(f"pe {pe.name!r} is additive: add pe(positions) to the token embeddings before the "
