@@ -50,6 +50,8 @@ from posenc.reference.bipe import AXES, bipe_columns, bipe_offsets
 from posenc.registry import build, get, register
 
 DEFAULT_SEPARATORS = [[b".", b"\n"]]
+SENTENCE = "Segments end here. Then a new one starts.\nA line too."
+MAX_TEXT = 2000
 """The segments ``posenc show bipe --text`` cuts a sentence into: the official code's full stop and newline."""
 
 
@@ -92,6 +94,7 @@ class _Bilevel:
     """What ``bipe`` and ``bipe_bias`` share: the positions ``(segment, offset)`` and the intra part."""
 
     axes = AXES
+    structured = True
     intra: PositionalEncoding
 
     def _intra(self, intra: Any, d_model: Any, max_positions: Any) -> None:
@@ -122,18 +125,23 @@ class _Bilevel:
         return self.intra.reference(bipe_offsets(positions, self.cap))
 
     def describe(self, *, text: str | None = None) -> list[tuple[str, str]]:
-        """``posenc show``'s rows: each token's segment index and offset in a typed sentence (bytes as
-        tokens; segments end at the full stop and the newline, the official code's separators)."""
-        if not text:
-            return [("positions", "(segment, offset): posenc.segment_positions(tokens, separators); "
-                                  "--text shows a sentence's")]
+        """``posenc show``'s rows: each token's segment index and offset in a typed sentence (its UTF-8
+        bytes as tokens; segments end at the full stop and the newline, the official code's separators)."""
         from posenc.positions import segment_positions
 
+        text = SENTENCE if text is None else text
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT:
+            raise ValueError(f"text must be a non-empty sentence of at most {MAX_TEXT} characters, got {text!r:.80}")
         data = text.encode()
-        pos, _ = segment_positions(data, DEFAULT_SEPARATORS)
-        cells = [f"{chr(b) if 32 <= b < 127 else repr(chr(b))[1:-1]}:{s},{o}" for b, (s, o) in zip(data, pos.tolist())]
-        return [("segments end at", "'.' and '\\n' (the official code's separators)"),
-                ("token:segment,offset", " ".join(cells))]
+        pos, _ = segment_positions(data, DEFAULT_SEPARATORS)  # (L, 2)
+        rows = [("bilevel positions", f"of each byte of {text!r}: segments end at '.' and '\\n' (the official "
+                                      f"code's separators); the intra part reads min(offset, {self.cap - 1})"
+                 if self.cap else f"of each byte of {text!r}: segments end at '.' and '\\n' (the official "
+                                  "code's separators)")]
+        for byte, (segment, offset) in zip(data, pos.tolist()):
+            shown = repr(chr(byte)) if byte < 128 else f"0x{byte:02x}"
+            rows.append((f"  {shown}", f"segment {segment:>4}   offset {offset:>4}"))
+        return rows
 
 
 @register("bipe", kind="rotary")

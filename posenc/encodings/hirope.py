@@ -47,7 +47,7 @@ from posenc.limits import Dim, Positions
 from posenc.reference.hirope import AXES, hirope, hirope_axis_of_pair
 from posenc.registry import register
 
-MAX_WINDOW = (1 << 63) - 1
+MAX_WINDOW = (1 << 63) - 1  # positions are int64
 
 
 @register("hirope", kind="rotary")
@@ -57,6 +57,8 @@ class HiRoPE(RoPE):
     ``module(x [B, H, L, D], positions [L, 2] or [B, L, 2], *, role=None)`` and ``cos_sin`` are
     ``rope``'s calls; positions are ``(level, token)``.
     """
+
+    structured = True  # (level, token) from the code's structure, not a grid
 
     def __init__(self, *, head_dim: Dim, base: float = 10000.0, rotary_dim: Dim | None = None,
                  token_dims: Dim | None = None, window: Positions = 0, layout: str = "half") -> None:
@@ -68,8 +70,6 @@ class HiRoPE(RoPE):
             raise ValueError(f"token_dims must be <= rotary_dim={self.rotary_dim} (the rotated dims that keep the "
                              f"token position), got {token_dims}")
         self.token_dims = token_dims
-        if isinstance(window, float) and window == float("inf"):
-            raise TypeError("window must be an integer number of tokens, got inf")
         self.window = check_int("window", window, min=0, max=MAX_WINDOW)
         self.axes = AXES
         self.axis_of_pair = torch.from_numpy(hirope_axis_of_pair(self.rotary_dim, token_dims))  # (R,)
