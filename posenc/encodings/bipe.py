@@ -178,16 +178,26 @@ class BiPE(_Bilevel, RotaryEncoding):
         return self.inter.reference(x, segment, role=role)
 
 
-class _ScaledBias(BiasEncoding):
-    """``c · b(q, k)``: a bias scheme scaled by a positive constant (BiPE-ALiBi's ×96), one score
-    function for every backend (its ``score_fn``), the inner scheme's peak and shortcuts kept."""
+class _SegmentBias(BiasEncoding):
+    """``c · b(seg_q, seg_k)``: ``bipe_bias``'s attention side, a bias scheme at segment indices scaled
+    by a positive constant (BiPE-ALiBi's ×96). What ``posenc.attention`` runs (``attention_form``):
+    one score function for every backend (``score_fn``), the inner scheme's peak and shortcuts kept.
+    Named after the scheme it serves; its dtype and device are the inner scheme's."""
 
-    def __init__(self, inner: BiasEncoding, scale: float) -> None:
+    def __init__(self, inner: BiasEncoding, scale: float, name: str) -> None:
         super().__init__()
         self.inner, self.scale = inner, float(scale)
-        self.num_heads, self.name, self.kind = inner.num_heads, inner.name, "bias"
+        self.num_heads, self.name, self.kind = inner.num_heads, name, "bias"
         for flag in ("flex_ok", "flex_compiles_fast", "peak_at_nearest_key", "translation_invariant", "real_positions"):
             setattr(self, flag, getattr(inner, flag))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.inner.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.inner.device
 
     def check_positions(self, name: str, positions: Any, **kw: Any) -> torch.Tensor:
         return self.inner.check_positions(name, positions, **kw)
@@ -225,7 +235,8 @@ class BiPEBias(_Bilevel, BiasEncoding):
             raise ValueError(f"inter has num_heads={inner.num_heads} but bipe_bias has num_heads={self.num_heads}")
         self.bias_scale = check_float("bias_scale", bias_scale, min=0.0, min_open=True)
         self.inter = inner
-        self.segment_bias = inner if self.bias_scale == 1.0 else _ScaledBias(inner, self.bias_scale)
+        # not a submodule (its parameters are inter's, saved once): moved and copied with inter
+        self.__dict__["segment_bias"] = _SegmentBias(inner, self.bias_scale, "bipe_bias")
         for flag in ("flex_ok", "flex_compiles_fast", "peak_at_nearest_key", "translation_invariant"):
             setattr(self, flag, getattr(inner, flag))
         self._intra(intra, d_model, max_positions)
