@@ -156,7 +156,6 @@ class BiPE(_Bilevel, RotaryEncoding):
         if self.inter.head_dim != self.head_dim:
             raise ValueError(f"inter has head_dim={self.inter.head_dim} but bipe has head_dim={self.head_dim}")
         self._intra(intra, d_model, max_positions)
-        self.real_positions = False
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:
@@ -240,7 +239,6 @@ class BiPEBias(_Bilevel, BiasEncoding):
         for flag in ("flex_ok", "flex_compiles_fast", "peak_at_nearest_key", "translation_invariant"):
             setattr(self, flag, getattr(inner, flag))
         self._intra(intra, d_model, max_positions)
-        self.real_positions = False
 
     def attention_form(self, q_positions: torch.Tensor, k_positions: torch.Tensor):
         """What ``posenc.attention`` runs: the (scaled) inter bias at the segment columns."""
