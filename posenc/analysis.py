@@ -160,6 +160,13 @@ def _positions(length: int, module=None):
     return text_positions(torch.arange(check_int("length", length, min=1)), getattr(module, "axes", 1))
 
 
+def _positions_on_axes(positions, module):
+    """``[L]`` positions as text tokens of a module with several axes (the same on every axis)."""
+    from posenc.positions import text_positions
+
+    return text_positions(positions, getattr(module, "axes", 1))
+
+
 def _numpy(t) -> np.ndarray:
     return t.detach().to("cpu").double().numpy()
 
@@ -450,6 +457,8 @@ def score_term(spec: Any, q_positions, k_positions, *, num_heads: int = DEFAULT_
 
     qp, kp = (torch.as_tensor(np.asarray(p, dtype=np.int64)) for p in (q_positions, k_positions))
     m = build(spec, dim=dim, num_heads=num_heads, length=int(max(qp.max(), kp.max())) + 1)
+    if getattr(m, "axes", 1) > 1 and qp.dim() == 1:  # one-axis positions: the same on every axis
+        qp, kp = _positions_on_axes(qp, m), _positions_on_axes(kp, m)
     if m.kind == "bias":
         return _numpy(m(qp, kp))
     if m.kind == "relative":
@@ -637,7 +646,7 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
            ("spec", ", ".join(f"{k}={v}" for k, v in m.spec.items() if k != "scheme") or "(no parameters)")]
     if untrained(m):
         out.append(("weights", untrained(m)))
-    if getattr(m, "axes", 1) > 1:  # a grid encoding: its 2D map (the 1D numbers need one axis)
+    if getattr(m, "axes", 1) > 1 and not getattr(m, "structured", False):  # a grid encoding: its 2D map
         out += grid_numbers(grid_map(m, num_heads=num_heads, dim=dim))
         if hasattr(m, "inv_freq"):
             lam = wavelengths(_numpy(m.inv_freq))
@@ -691,6 +700,9 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
         out.append(("reads the layer's input (hidden=)", "yes" if m.reads_hidden else "no"))
         out.append(("weight at r=0, 1, L-1 (identical tokens)",
                     ", ".join(f"{w.mean(0)[r]:.3g}" for r in (0, 1, length - 1))))
+    if m.kind != "content" and hasattr(m, "describe"):  # positions from structure (bipe): a typed sentence's
+        out += m.describe(text=text)
+    elif m.kind == "content":
         out += m.describe(text=text)
     return out
 

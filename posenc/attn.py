@@ -9,7 +9,11 @@
   ``[H, Lq, Lk]`` never exists whole;
 - ``relative``: adds ``pe(q, k, q_positions, k_positions)`` (and Shaw's value term), in blocks;
 - ``none``: plain SDPA (``nope_temperature`` first scales each query by its temperature,
-  ``pe(q, q_positions)``). ``additive`` encodings belong to the token embeddings, not here.
+  ``pe(q, q_positions)``). ``additive`` encodings belong to the token embeddings, not here;
+- a scheme whose attention is another module at some of its position columns declares
+  ``pe.attention_form(q_positions, k_positions) -> (module, q_positions, k_positions)`` and the
+  call runs that (``bipe_bias``: its inter-segment bias at the segment indices of ``[.., L, 2]``
+  positions); ``bipe`` and ``hirope`` read their ``[.., L, 2]`` positions in their rotary call.
 
 **Far keys.** Scores and biases are float32 at least; a bias scheme whose bias grows with distance
 (ALiBi, KERPLE) has each query row's peak (its value at the row's nearest visible key) removed in
@@ -223,6 +227,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     k_positions = dk if k_positions is None else check("k_positions", k_positions).to(q.device)
     check_batch("q_positions", q_positions, b, lq, axes=axes)
     check_batch("k_positions", k_positions, b, lk, axes=axes)
+    form = getattr(pe, "attention_form", None)  # a scheme whose attention is another module at some columns
+    if form is not None:  # (bipe_bias: its inter bias at the segment indices)
+        pe, q_positions, k_positions = form(q_positions, k_positions)
 
     if kind == "additive":
         raise ValueError(f"pe {pe.name!r} is additive: add pe(positions) to the token embeddings before the "

@@ -11,6 +11,7 @@ Other test files import these by name; keep the names stable:
     on_axes(module, positions)                 one-axis positions spread over the module's axes
     reference_output(module, args)            ``module.reference`` on the same arguments
     attention_reference(q, k, v, pe, ...)      float64 ``posenc.attention`` of any kind
+    attention_parameters(pe)                   the parameters attention reads (not bipe's ``intra``)
     schemes_of_kind(*kinds)                    registered scheme names of these kinds
 """
 
@@ -175,6 +176,13 @@ def module_args(module, *, length: int = 11, key_length: int | None = None, batc
         hidden = torch.randn(batch, lk, module.d_model, generator=g).to(dtype) if module.reads_hidden else None
         return (q, k, v, hidden)
     raise AssertionError(f"unknown kind {kind!r}")
+
+
+def attention_parameters(pe) -> dict:
+    """The parameters attention reads: all of them, less the additive part a scheme carries for
+    the token embeddings (bipe's ``intra``, applied by ``pe.embedding``, not by attention)."""
+    intra = {id(p) for p in pe.intra.parameters()} if hasattr(pe, "embedding") else set()
+    return {n: p for n, p in pe.named_parameters() if id(p) not in intra}
 
 
 def reference_output(module, args: tuple) -> np.ndarray:

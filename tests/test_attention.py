@@ -14,12 +14,14 @@ import posenc
 import posenc.attn
 from posenc import reference as ref
 from posenc import registry
-from conftest import (SMALL, assert_close, attention_reference, heads_dim, on_axes, positions, schemes_of_kind,
+from conftest import (SMALL, assert_close, attention_parameters, attention_reference, heads_dim, on_axes, positions, schemes_of_kind,
                       small_module)
 
 ALL = registry.schemes()
 APPLIED = schemes_of_kind("none", "rotary", "bias", "relative")  # what attention() takes
-LEARNED = [n for n in APPLIED if list(small_module(n).parameters())]
+
+
+LEARNED = [n for n in APPLIED if attention_parameters(small_module(n))]
 
 
 def _qkv(pe=None, *, lq=9, lk=9, batch=2, dtype=torch.float64, seed=0):
@@ -97,8 +99,8 @@ def test_backends_match_reference(name, backend, monkeypatch):
     q, k, v = _qkv(pe, lq=10, lk=23)
     q.requires_grad_(backend == "auto")  # auto then takes blockwise (as it does without grad on the CPU)
     for causal in (False, True):
-        _check(pe, q, k, v, causal=causal, backend=backend, q_positions=torch.arange(13, 23) + 5,
-               k_positions=torch.arange(23) + 5)
+        _check(pe, q, k, v, causal=causal, backend=backend, q_positions=on_axes(pe, torch.arange(13, 23) + 5),
+               k_positions=on_axes(pe, torch.arange(23) + 5))  # several axes (bipe_bias): spread over them
 
 
 @pytest.mark.parametrize("backend", ["materialize", "chunked"])
@@ -196,12 +198,12 @@ def test_gradients_reach_learned_tables(name, backend, monkeypatch):
 
     pe.zero_grad()
     loss().backward()
-    grads = {n: p.grad for n, p in pe.named_parameters()}
+    grads = {n: p.grad for n, p in attention_parameters(pe).items()}
     assert all(g is not None for g in grads.values()), f"no gradient for {[n for n, g in grads.items() if g is None]}"
     assert any(g.abs().sum() > 0 for g in grads.values())
     # The gradient is the true one: a central difference on the entry with the largest gradient.
     n, g = max(grads.items(), key=lambda item: float(item[1].abs().max()))
-    p = dict(pe.named_parameters())[n]
+    p = attention_parameters(pe)[n]
     i = int(g.abs().argmax())
     h = 1e-6
     with torch.no_grad():
@@ -223,7 +225,7 @@ def test_materialize_and_chunked_gradients_agree(name, monkeypatch):
         pe.zero_grad()
         q.grad = None
         posenc.attention(q, k, v, pe, backend=backend, causal=True).square().sum().backward()
-        grads.append([q.grad.clone(), *(p.grad.clone() for p in pe.parameters())])
+        grads.append([q.grad.clone(), *(p.grad.clone() for p in attention_parameters(pe).values())])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 

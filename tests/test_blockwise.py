@@ -12,7 +12,8 @@ import torch
 import posenc
 import posenc.attn
 import posenc.blockwise as bw
-from conftest import attention_reference, assert_close, heads_dim, positions, schemes_of_kind, small_module
+from conftest import (attention_parameters, attention_reference, assert_close, heads_dim, on_axes, positions,
+                      schemes_of_kind, small_module)
 
 SCHEMES = schemes_of_kind("bias", "relative")
 TOEPLITZ = [n for n in SCHEMES if getattr(small_module(n), "translation_invariant", False)]
@@ -28,7 +29,7 @@ def tiny_blocks(monkeypatch):
 
 def _grads(pe, q, k, v, w, backend, **kw):
     """Output and the gradients of ``(out · w).sum()`` with respect to q, k, v and pe's parameters."""
-    inputs = [q, k, v, *pe.parameters()]
+    inputs = [q, k, v, *attention_parameters(pe).values()]
     out = posenc.attention(q, k, v, pe, backend=backend, **kw)
     return [out, *torch.autograd.grad((out * w).sum(), inputs)]
 
@@ -44,10 +45,12 @@ def _compare(pe, *, lq, lk, batch=2, causal, q_positions=None, k_positions=None,
         qp, kp = q_positions, k_positions
         if qp is None:
             qp, kp = posenc.attn._default_positions(lq, lk, q.device)
-        assert bw._Bias(pe, qp, kp, torch.float64, causal=causal, lq=lq, lk=lk).toeplitz is toeplitz
+        form = getattr(pe, "attention_form", None)  # bipe_bias: its bias at the segment column
+        bias, qp, kp = form(qp, kp) if form is not None else (pe, qp, kp)
+        assert bw._Bias(bias, qp, kp, torch.float64, causal=causal, lq=lq, lk=lk).toeplitz is toeplitz
     want = _grads(pe, q, k, v, w, "materialize", **kw)
     got = _grads(pe, q, k, v, w, "blockwise", **kw)
-    names = ["out", "q", "k", "v", *(n for n, _ in pe.named_parameters())]
+    names = ["out", "q", "k", "v", *attention_parameters(pe)]
     for name, a, b in zip(names, got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-9, msg=lambda m: f"{pe.name} {name}: {m}")
 
@@ -57,7 +60,7 @@ def _compare(pe, *, lq, lk, batch=2, causal, q_positions=None, k_positions=None,
 @pytest.mark.parametrize("name", SCHEMES)
 def test_gradients_equal_the_materialized_path(name, lq, lk, offset, causal, tiny_blocks):
     pe = small_module(name).double()
-    kp = torch.arange(lk) + offset
+    kp = on_axes(pe, torch.arange(lk) + offset)  # several axes (bipe_bias): spread over them
     _compare(pe, lq=lq, lk=lk, causal=causal, q_positions=kp[lk - lq:], k_positions=kp,
              toeplitz=name in TOEPLITZ)
 
@@ -67,9 +70,9 @@ def test_gradients_equal_the_materialized_path(name, lq, lk, offset, causal, tin
 def test_translation_invariant_schemes_off_the_table_path(name, causal, tiny_blocks):
     """Batched positions, or positions with gaps, take the per-block ``score_fn`` path."""
     pe = small_module(name).double()
-    _compare(pe, lq=11, lk=19, causal=causal, q_positions=positions(11, offset=13, batch=2),
-             k_positions=positions(19, offset=5, batch=2), toeplitz=False)
-    gaps = torch.arange(19) * 3 + 1
+    _compare(pe, lq=11, lk=19, causal=causal, q_positions=on_axes(pe, positions(11, offset=13, batch=2)),
+             k_positions=on_axes(pe, positions(19, offset=5, batch=2)), toeplitz=False)
+    gaps = on_axes(pe, torch.arange(19) * 3 + 1)
     _compare(pe, lq=11, lk=19, causal=causal, q_positions=gaps[8:], k_positions=gaps, toeplitz=False)
 
 

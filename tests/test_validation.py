@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import posenc
 from posenc import registry
-from conftest import SMALL, module_args, small_module, small_spec
+from conftest import SMALL, module_args, on_axes, small_module, small_spec
 
 ALL = registry.schemes()
 POSITIONED = [n for n in ALL if registry.get(n).kind != "content"]  # content schemes take no positions
@@ -193,8 +193,8 @@ def test_positions_length_must_match_the_tensors(name):
 @pytest.mark.parametrize("name", [n for n in ALL if registry.get(n).kind == "bias"])
 def test_bias_positions_batches_must_agree(name):
     m = small_module(name)
-    q = torch.arange(4).expand(2, 4)
-    k = torch.arange(5).expand(3, 5)
+    q = on_axes(m, torch.arange(4).expand(2, 4))  # (2, 4) or (2, 4, A)
+    k = on_axes(m, torch.arange(5).expand(3, 5))
     _raises(lambda: m(q, k), error=ValueError, names=["q_positions", "k_positions"], values=[2, 3])
 
 

@@ -153,9 +153,11 @@ def _grid_mode(specs: list[dict[str, Any]], args: argparse.Namespace) -> bool:
     """True when ``--grid`` is given or a SPEC's module has several axes (``axes``, a learned ``grid``)."""
     from posenc import analysis
 
+    def grid(m) -> bool:  # several axes that are a grid, not positions from structure (bipe, hirope)
+        return getattr(m, "axes", 1) > 1 and not getattr(m, "structured", False)
+
     return args.grid is not None or any(
-        getattr(analysis.build(s, dim=args.dim, num_heads=args.heads, length=args.length), "axes", 1) > 1
-        for s in specs)
+        grid(analysis.build(s, dim=args.dim, num_heads=args.heads, length=args.length)) for s in specs)
 
 
 def _grid_spec(text: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -46,6 +46,10 @@ class PositionalEncoding(nn.Module):
     (or a learned ``grid``). Positions are ``[L]``/``[B, L]`` for 1, ``[L, A]``/``[B, L, A]`` above."""
     real_positions: bool = False
     """True for schemes that are functions of position and so accept real-valued positions."""
+    structured: bool = False
+    """True when the axes are positions from a sequence's structure (``posenc.segment_positions``:
+    bipe's ``(segment, offset)``, hirope's ``(level, token)``), not a grid: ``posenc show`` then
+    gives the one-axis numbers at text positions (the same on every axis)."""
 
     def __init__(self) -> None:
         super().__init__()
