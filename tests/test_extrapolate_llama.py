@@ -12,7 +12,8 @@ pytest.importorskip("transformers")
 
 from posenc.cli import main  # noqa: E402
 from posenc.extrapolate.llama import LlamaLM  # noqa: E402
-from posenc.extrapolate.model import GPTConfig, build_model  # noqa: E402
+from posenc.extrapolate.arch import build_model  # noqa: E402
+from posenc.extrapolate.model import GPTConfig  # noqa: E402
 
 CFG = GPTConfig(vocab_size=50, n_layer=2, n_head=2, n_embd=32)
 

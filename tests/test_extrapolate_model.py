@@ -189,5 +189,5 @@ def test_nope_hybrid_ignores_positions_but_not_order():
 def test_hybrid_needs_two_blocks_and_a_known_arch():
     with pytest.raises(ValueError, match="arch='hybrid' needs n_layer >= 2.*got n_layer=1"):
         TinyGPT(dataclasses.replace(CFG, n_layer=1), {"scheme": "nope"}, arch="hybrid")
-    with pytest.raises(ValueError, match="arch must be one of 'transformer', 'hybrid'; got 'mamba'"):
+    with pytest.raises(ValueError, match="arch must be one of 'transformer', 'hybrid', 'llama'; got 'mamba'"):
         TinyGPT(CFG, {"scheme": "nope"}, arch="mamba")

@@ -287,16 +287,6 @@ class TinyGPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def build_model(cfg: GPTConfig, pe_spec: Any, *, arch: str = "transformer") -> nn.Module:
-    """The benchmark's model of ``arch``: ``TinyGPT`` (``transformer``, ``hybrid``), or transformers'
-    ``LlamaForCausalLM`` with the scheme patched in (``llama``: ``posenc.extrapolate.llama``)."""
-    if check_arch(arch, cfg) == "llama":
-        from posenc.extrapolate.llama import LlamaLM
-
-        return LlamaLM(cfg, pe_spec)
-    return TinyGPT(cfg, pe_spec, arch=arch)
-
-
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Per-token negative log-likelihood in nats: ``[B, L, V]``, ``[B, L]`` -> ``[B, L]`` (float32+)."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)

@@ -22,11 +22,12 @@ import torch
 from posenc.extrapolate import figures as F
 from posenc.extrapolate import stats
 from posenc.extrapolate import tasks as T
+from posenc.extrapolate.arch import build_model
 from posenc.extrapolate.distributed import Dist, all_sum
 from posenc.extrapolate.evaluate import cannot_run
 from posenc.extrapolate.findings import FULL_COMMAND, Verdict, seed_verdict
 from posenc.extrapolate.verdicts import MIN_SEEDS, Evidence
-from posenc.extrapolate.model import TinyGPT, build_model, check_arch
+from posenc.extrapolate.model import TinyGPT, check_arch
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section

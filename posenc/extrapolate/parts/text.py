@@ -22,11 +22,12 @@ import torch
 
 from posenc.extrapolate import figures as F
 from posenc.extrapolate import stats
+from posenc.extrapolate.arch import build_model
 from posenc.extrapolate.data import LMData, load_corpus, sample_batch, split, windows
 from posenc.extrapolate.distributed import Dist, all_sum
 from posenc.extrapolate.evaluate import cannot_run
 from posenc.extrapolate.findings import Verdict, position_claim, ppl_claim
-from posenc.extrapolate.model import TinyGPT, build_model, check_arch, pattern_label, token_nll
+from posenc.extrapolate.model import TinyGPT, check_arch, pattern_label, token_nll
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
