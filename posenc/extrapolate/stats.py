@@ -300,10 +300,10 @@ class TaskTable:
         se = math.sqrt(tilde * (1 - tilde) / (count + 4) + seed_sd**2 / per_seed.size)
         return Estimate(p, se, int(per_seed.size), seed_sd)
 
-    def discordant(self, a: str, b: str, cells: list[tuple[str, int]]) -> tuple[int, int, int] | None:
-        """McNemar's counts over ``cells``, examples paired by seed id and index: ``(a right and b
-        wrong, a wrong and b right, pairs)``; None when a cell lacks per-example results."""
-        only_a = only_b = pairs = 0
+    def _paired_hits(self, a: str, b: str, cells: list[tuple[str, int]]) -> list[tuple[int, str, str]] | None:
+        """``(seed, hits of a, hits of b)`` for every seed both ran in every cell, paired by example;
+        None when a cell lacks per-example results (or their lengths differ)."""
+        out = []
         for task, size in cells:
             ra = self.runs.get(a, {}).get(task, {}).get(size, {})
             rb = self.runs.get(b, {}).get(task, {}).get(size, {})
@@ -311,23 +311,31 @@ class TaskTable:
                 ha, hb = ra[seed].hits, rb[seed].hits
                 if ha is None or hb is None or len(ha) != len(hb):
                     return None
-                only_a += sum(x == "1" and y == "0" for x, y in zip(ha, hb))
-                only_b += sum(x == "0" and y == "1" for x, y in zip(ha, hb))
-                pairs += len(ha)
+                out.append((seed, ha, hb))
+        return out
+
+    def discordant(self, a: str, b: str, cells: list[tuple[str, int]]) -> tuple[int, int, int] | None:
+        """McNemar's counts over ``cells``, examples paired by seed id and index: ``(a right and b
+        wrong, a wrong and b right, pairs)``; None when a cell lacks per-example results."""
+        paired = self._paired_hits(a, b, cells)
+        if paired is None:
+            return None
+        only_a = only_b = pairs = 0
+        for _, ha, hb in paired:
+            only_a += sum(x == "1" and y == "0" for x, y in zip(ha, hb))
+            only_b += sum(x == "0" and y == "1" for x, y in zip(ha, hb))
+            pairs += len(ha)
         return only_a, only_b, pairs
 
     def paired_seeds(self, a: str, b: str, cells: list[tuple[str, int]]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
         """Per seed both have in every cell (by id): the mean over the cells' examples of
         ``right_a − right_b`` and its standard error over examples; None without per-example results."""
+        paired = self._paired_hits(a, b, cells)
+        if paired is None:
+            return None
         per_seed: dict[int, list[int]] = defaultdict(list)
-        for task, size in cells:
-            ra = self.runs.get(a, {}).get(task, {}).get(size, {})
-            rb = self.runs.get(b, {}).get(task, {}).get(size, {})
-            for seed in sorted(set(ra) & set(rb)):
-                ha, hb = ra[seed].hits, rb[seed].hits
-                if ha is None or hb is None or len(ha) != len(hb):
-                    return None
-                per_seed[seed] += [int(x) - int(y) for x, y in zip(ha, hb)]
+        for seed, ha, hb in paired:
+            per_seed[seed] += [int(x) - int(y) for x, y in zip(ha, hb)]
         rows = [np.asarray(per_seed[s], dtype=np.float64) for s in sorted(per_seed) if len(per_seed[s]) > 1]
         if not rows:
             return None
