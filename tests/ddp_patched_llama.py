@@ -3,6 +3,8 @@ in DDP, each rank on its half of one batch; rank 0 saves the averaged gradients 
 Also run as one process (``argv[3] == "one"``) on the whole batch, without DDP."""
 
 import datetime
+import faulthandler
+import os
 import sys
 
 import torch
@@ -23,6 +25,7 @@ def model_and_batch(spec):
 
 def main():
     spec, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    faulthandler.dump_traceback_later(150, exit=True)  # a hang prints where it is and fails, within the test's timeout
     torch.set_num_threads(1)
     model, ids = model_and_batch(spec)
     if mode == "one":
@@ -38,7 +41,12 @@ def main():
     if rank == 0:
         torch.save({k: p.grad for k, p in ddp.module.named_parameters() if p.grad is not None}, out)
     dist.barrier()  # both ranks leave together
-    dist.destroy_process_group()
+    # and leave without destructors: gloo's run-loop thread frees the barrier's work under the GIL, and
+    # destroying the group (or the DDP reducer dropping its last reference at exit) joins that thread
+    # while holding the GIL. Seen here: one rank in ~ProcessGroupGloo, its run loop in take_gil, forever.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
