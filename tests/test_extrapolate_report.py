@@ -158,9 +158,11 @@ def test_the_method_names_the_rows_that_train_other_seeds_than_their_part():
     from posenc.extrapolate.profiles import PROFILES
     from posenc.extrapolate.report import _method
 
-    text = _method(PROFILES["quick"])
+    assert "3 seeds (training runs" in _method(PROFILES["quick"])  # one number of seeds for every part it runs
+    mixed = dataclasses.replace(PROFILES["quick"], seeds=(0,), part_seeds=(("lm", (0, 1, 2)), ("lm_rows", (0,))))
+    text = _method(mixed)
     assert "3 seeds for <code>lm</code>" in text and "1 seed for the content rows of <code>lm</code>" in text
-    only_tasks = dataclasses.replace(PROFILES["quick"], parts=("tasks",))
+    only_tasks = dataclasses.replace(mixed, parts=("tasks",))
     assert "content rows" not in _method(only_tasks)  # rows of a part that does not run: not named
 
 

@@ -14,7 +14,7 @@ import torch
 from posenc.extrapolate import stats
 from posenc.extrapolate import tasks as T
 from posenc.extrapolate.parts import tasks as task_part
-from posenc.extrapolate.profiles import PROFILES, settings_hash
+from posenc.extrapolate.profiles import PROFILES, settings_hash, with_overrides
 
 
 def _split(tokens: list[int], first: int) -> tuple[list[int], list[int]]:
@@ -213,13 +213,28 @@ def test_a_task_in_both_groups_is_refused():
         task_part.PART.plan(both, ["nope"], custom=False, corpus_sha="", log=lambda m: None)
 
 
-def test_quick_trains_the_content_tasks_beside_kazemnejads_five_and_keeps_their_keys():
-    quick = PROFILES["quick"]
-    runs = task_part.PART.plan(quick, list(quick.schemes), custom=False, corpus_sha="", log=lambda m: None)
-    assert [(r.seed, r.label, bool(r.variant)) for r in runs] == (
-        [(0, lab, False) for lab in quick.task_schemes] + [(0, lab, True) for lab in ("learned", "shaw", "cope")])
+def test_quick_leaves_the_tasks_out_and_on_request_trains_both_groups_on_three_seeds_with_their_keys():
+    quiet = {"custom": False, "corpus_sha": "", "log": lambda m: None}
+    assert "tasks" not in PROFILES["quick"].parts  # make report: three seeds of them do not fit its time
+    assert task_part.PART.plan(PROFILES["quick"], list(PROFILES["quick"].schemes), **quiet) == []
+    quick = with_overrides(PROFILES["quick"], parts=("tasks",))  # posenc report --part tasks
+    runs = task_part.PART.plan(quick, list(quick.schemes), **quiet)
+    assert [(r.seed, r.label, bool(r.variant)) for r in runs] == [
+        (seed, lab, variant) for seed in (0, 1, 2)
+        for lab, variant in [*((lab, False) for lab in quick.task_schemes), *((lab, True) for lab in ("learned", "shaw", "cope"))]]
     assert set(quick.task_schemes) == set(task_part.KAZEMNEJAD_MRR)
     before = dataclasses.replace(quick, content_tasks=None, task_schemes=None)  # the plan before the content tasks
-    old = {r.label: r.key for r in task_part.PART.plan(before, list(quick.schemes), custom=False, corpus_sha="",
-                                                        log=lambda m: None)}
-    assert all(old[r.label] == r.key for r in runs if not r.variant)  # their results are reused
+    old = {(r.seed, r.label): r.key for r in task_part.PART.plan(before, list(quick.schemes), **quiet)}
+    assert all(old[r.seed, r.label] == r.key for r in runs if not r.variant)  # their results are reused
+
+
+def test_a_page_without_the_tasks_lists_their_claims_with_the_command_that_measures_them():
+    from posenc.extrapolate.page import Page
+
+    page = Page()
+    verdicts = task_part.task_section(page, [])
+    html = "".join(page.parts)
+    assert task_part.TASKS_COMMAND in html and "--profile full --part tasks" in task_part.TASKS_COMMAND
+    claims = [claim for _, _, claim in task_part.kazemnejad_claims() + task_part.counting_claims()]
+    assert [v.claim for v in verdicts] == claims and len(claims) == 6
+    assert all(v.status == "not measured" and task_part.TASKS_COMMAND in v.measured for v in verdicts)

@@ -1,16 +1,16 @@
 """Benchmark profiles: how big, how long, which schemes. ``smoke`` (tests, seconds), ``quick``
-(``make report``: minutes on 2 CPU cores; three seeds for every part but the tasks and the
-language-modelling rows of positions that depend on content, whose one seed leaves their claims
-undecided: "needs seeds"), ``full`` (three seeds everywhere, the fewest a verdict rests on;
-bigger, longer).
+(``make report``: minutes on 2 CPU cores; three seeds, the fewest a verdict rests on, for every
+part it runs: language modelling, the scalings, images and time; the tasks and the
+language-modelling rows of positions that depend on content are left to the full profile, as
+three seeds of them do not fit its time), ``full`` (three seeds everywhere; bigger, longer).
 
 The seeds of one configuration run together; where it pays they train as one stacked model
 (``posenc.extrapolate.stack``), but on a CPU that costs what training them one by one costs
 (measured with ``docs/bench_seeds.py``: the models are small but each step is already
 arithmetic, not overhead), so there they train one by one and three seeds cost three times one
-seed's time. ``part_seeds`` gives a part other seeds than ``seeds``: the quick profile trains
-seeds 0, 1, 2 for every part but the tasks, whose runs cost the most (209 of 437 CPU seconds of
-one seed), and the content rows (``lm_rows``), so that ``make report`` stays within 10 minutes
+seed's time. ``part_seeds`` gives a part other seeds than ``seeds`` (``--seeds`` sets them all).
+The quick profile runs every part it has on three seeds and leaves out the tasks, whose models
+cost the most, and the content rows (``lm_rows``), so that ``make report`` stays within 10 minutes
 (measured: docs/numbers.md).
 
 Every setting that changes a number is in these dataclasses; their hash is part of each
@@ -215,7 +215,11 @@ PROFILES: dict[str, Profile] = {
         content_task_schemes=CONTENT_TASK_SCHEMES,
     ),
     "quick": Profile(
-        name="quick", seeds=(0,), schemes=DEFAULT_SCHEMES,
+        name="quick", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
+        # every part it runs on three seeds, the fewest a verdict rests on; the tasks (and the content rows of
+        # language modelling) cost more than three seeds of them fit in make report's time: the full profile
+        # runs them (docs/numbers.md), and --part tasks runs this profile's on three seeds
+        parts=("lm", "scaling", "image", "time"),
         lm=LMSettings(model=GPTConfig(n_layer=2, n_head=4, n_embd=64),
                       train=TrainConfig(steps=800, batch_size=16), train_length=32,
                       multipliers=(1, 1.5, 2, 4, 8, 16), heldout_tokens=24_576, corpus_bytes=1_500_000),
@@ -229,19 +233,14 @@ PROFILES: dict[str, Profile] = {
                             canvas_grids=(16,),
                             augmented_variants=("learned grid (resized)", "axial RoPE", "RoPE-Mixed")),
         time=TimeSettings(train=TrainConfig(steps=200, batch_size=64, lr=3e-3, warmup=20)),
-        description="three seeds for every part but the tasks and the rows of positions that depend on content "
-                    "(one seed: their claims are not decided, they need seeds), a 2-layer width-64 model trained at 32 bytes, with "
-                    "hybrid rows, images and time: under 10 minutes on 2 idle CPU cores",
+        description="three seeds for every part it runs: language modelling with hybrid rows, RoPE scalings, images "
+                    "and time, a 2-layer width-64 model trained at 32 bytes; the tasks and the rows of positions that "
+                    "depend on content are the full profile's: under 10 minutes on 2 idle CPU cores",
         hybrid=("nope", "rope"),
-        lm_rows=content_lm_rows(2),
         content_tasks=QUICK_CONTENT_TASKS, content_task_schemes=CONTENT_TASK_SCHEMES,
         # the algorithmic tasks: the five schemes of Kazemnejad et al.'s order (the learned table cannot run past
         # its length, KERPLE and FIRE have no claim there); the content tasks' models take their time
         task_schemes=("nope", "sinusoidal", "rope", "alibi", "t5"),
-        # every part but the tasks and the content rows on three seeds: the most that fits make report's
-        # 10 minutes (docs/numbers.md)
-        part_seeds=(*((part, (0, 1, 2)) for part in ("lm", "hybrid", "scaling", "image", "time")),
-                    ("lm_rows", (0,))),
     ),
     "full": Profile(
         name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,

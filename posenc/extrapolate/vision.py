@@ -19,7 +19,7 @@ import posenc
 from posenc.extrapolate.model import LAYERS, Block, GPTConfig, layer_pattern, pattern_label
 from posenc.extrapolate.profiles import TrainConfig
 from posenc.extrapolate.stack import Stack, stacks, train_stack
-from posenc.extrapolate.train import learning_rate
+from posenc.extrapolate.train import adamw, clip_gradients, learning_rate
 
 
 class SetTransformer(nn.Module):
@@ -53,9 +53,7 @@ def fit_classifier(model: nn.Module, cfg: TrainConfig, next_batch) -> list[float
     """AdamW with warm-up and cosine decay (the benchmark's schedule) on cross-entropy;
     ``next_batch(step)`` gives ``(x, positions, labels)``."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+    opt = adamw(params, cfg, cfg.lr)
     model.train()
     losses = []
     for step in range(cfg.steps):
@@ -65,7 +63,7 @@ def fit_classifier(model: nn.Module, cfg: TrainConfig, next_batch) -> list[float
         loss = F.cross_entropy(model(x, positions), labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        clip_gradients(params, cfg.grad_clip)
         opt.step()
         value = float(loss.detach())
         if not math.isfinite(value):

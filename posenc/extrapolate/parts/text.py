@@ -50,9 +50,10 @@ SOURCES = {PRESS: "WikiText-103, 247M parameters, trained at 512 tokens, tested 
                 "language models evaluated past their training length",
            YANG: "RoPE layers interleaved with NoPE layers (Llama 4: NoPE with a query temperature in one layer of "
                  "four) against RoPE in every layer; long-context evaluations"}
-CONTENT_COMMAND = "posenc extrapolate --part lm"
-"""What measures the content claims: the profile's ``lm_rows`` run after its schemes (the quick
-profile's, on one seed; ``--scheme`` replaces both: name each row and its baselines)."""
+CONTENT_COMMAND = "posenc report --profile full --part lm"
+"""What measures the content claims: the full profile's ``lm_rows``, run after its schemes on three
+seeds (the quick profile has none: three seeds of them do not fit its time; ``--scheme`` replaces
+both lists: name each row and its baselines)."""
 PATTERN = pattern_label(["rope", "rope", "rope", "nope_temperature"])  # the full profile's, as its runs are labelled
 
 
@@ -390,9 +391,10 @@ def content_section(page: Page, table: LMTable, pattern: str) -> list[Verdict]:
         labels += [lab for lab in CONTENT_BASELINES if lab in table.labels()]
         page.add(ppl_table(table, labels, "nonoverlap"))
     else:
-        page.add(f"<p>No runs of these schemes here: <code>{e(CONTENT_COMMAND)}</code> runs them (the profile's "
-                 "rows, after its schemes), or <code>posenc extrapolate --part lm --scheme fox --scheme rope "
-                 "--scheme nope ...</code> with each scheme named (--scheme replaces the list).</p>")
+        page.add(f"<p>No runs of these schemes here: <code>{e(CONTENT_COMMAND)}</code> runs them on three seeds (the "
+                 "full profile's rows, after its schemes; the quick profile leaves them out, as three seeds of them do "
+                 "not fit its time), or <code>posenc report --part lm --scheme fox --scheme rope --scheme nope "
+                 "...</code> with each scheme named (--scheme replaces the list).</p>")
     groups: dict[str, list[Verdict]] = {}
     for v in verdicts:
         groups.setdefault(v.status, []).append(v)
