@@ -89,3 +89,45 @@ def test_overlay_and_screen_ids_are_in_the_page():
                  "fig-bias", "fig-order", "fig-cope"):  # the ids in use before keep working
         assert f'id="{name}"' in text, name
     assert "spec-b" in explorer.script() and "eval(" not in explorer.script()  # the address is parsed, never run
+
+
+SEGMENT_IDS = ("fig-segments", "segments-text", "segments-preset", "segments-command", "segments-grid",
+               "segments-note", "segments-error")
+
+
+def test_structure_panel_ids_are_in_the_page_and_documented():
+    from pathlib import Path
+
+    text = explorer.page()
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "explorer.md").read_text(encoding="utf-8")
+    for name in SEGMENT_IDS:  # contracts, documented in docs/guide/explorer.md
+        assert f'id="{name}"' in text, name
+        assert f'`id="{name}"`' in doc, name
+    assert "### Positions from structure" in doc
+    for attribute in ("data-positions", "data-bytes", "data-separators"):
+        assert f"`{attribute}`" in doc, attribute
+
+
+def test_structure_presets_are_the_guides_separators():
+    from pathlib import Path
+
+    import posenc
+    from posenc.encodings import bipe
+
+    presets = explorer.schema()["segments"]["presets"]
+    seps = {name: [[s.encode() for s in level] for level in p["separators"]] for name, p in presets.items()}
+    assert seps == {"paragraphs": [[b"\n\n"], [b".", b"\n"]], "sentences": bipe.DEFAULT_SEPARATORS,
+                    "code": [[b"\n\n"], [b"\n"]]}
+    assert list(presets)[0] == "paragraphs" and presets["paragraphs"]["example"] == explorer.SEGMENT_TEXT
+    assert presets["sentences"]["example"] == bipe.SENTENCE
+    assert all(len(p["levels"]) == len(p["separators"]) for p in presets.values())
+    # docs/guide/structure.md writes code's separators one byte string per level: the same positions
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "structure.md").read_text(encoding="utf-8")
+    assert 'separators=[b"\\n\\n", b"\\n"]' in guide
+    code = explorer.SEGMENT_CODE.encode()
+    assert posenc.segment_positions(code, [b"\n\n", b"\n"])[0].tolist() == \
+        posenc.segment_positions(code, seps["code"])[0].tolist()
+    # the defaults are laid out in full: two paragraphs of two sentences, under the panel's limit
+    pos = posenc.segment_positions(explorer.SEGMENT_TEXT.encode(), seps["paragraphs"])[0].tolist()
+    assert pos[-1][0] == 1 and len(explorer.SEGMENT_TEXT.encode()) <= explorer.SEGMENT_MAX_BYTES
+    assert explorer.schema()["segments"]["max_bytes"] == explorer.SEGMENT_MAX_BYTES

@@ -453,6 +453,114 @@ def test_cope_positions_of_typed_sentences_are_sentence_positions(page):
     assert _console_errors(d) == []
 
 
+def _set_text(d, box, text: str) -> None:
+    d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", box, text)
+
+
+def _segments(d, text: str, preset: str, typed: bool = False) -> tuple[list[list[int]], list[list[int]]]:
+    """Chooses ``preset``, puts ``text`` into the panel (``typed``: key by key); the positions the page
+    holds (``data-positions``) and those its cells show, column by column."""
+    import json
+
+    from selenium.webdriver.support.ui import Select
+
+    Select(d.find_element("id", "segments-preset")).select_by_value(preset)
+    box = d.find_element("id", "segments-text")
+    _set_text(d, box, "")
+    if typed:
+        box.send_keys(text)
+    else:
+        _set_text(d, box, text)
+    assert box.get_attribute("value") == text
+    assert d.find_element("id", "segments-error").text == "" and box.get_attribute("aria-invalid") == "false"
+    held = json.loads(d.find_element("id", "fig-segments").get_attribute("data-positions"))
+    columns = d.execute_script(
+        "var cols = []; document.querySelectorAll('#segments-grid tr[data-column]').forEach(function (tr) {"
+        " var j = Number(tr.dataset.column); cols[j] = (cols[j] || []).concat(Array.from(tr.cells).slice(1)"
+        ".map(function (c) { return Number(c.textContent); })); }); return cols")
+    # the characters on top: one cell per character, spanning its bytes
+    spans = d.execute_script(
+        "return Array.from(document.querySelectorAll('#segments-grid tr[data-row=text] th[scope=col]'))"
+        ".map(function (c) { return c.colSpan; })")
+    assert spans == [len(c.encode()) for c in text], text
+    return held, [list(p) for p in zip(*columns)]
+
+
+SEGMENT_TEXTS = (  # (preset, text, typed): the edge cases of posenc.segment_positions on bytes
+    ("paragraphs", "", False),  # empty: no positions
+    ("paragraphs", "Typed. Two\n\nparagraphs.", True),  # key by key, Enter for each line break
+    ("paragraphs", "No separator at the end", False),
+    ("paragraphs", "A.. B\n\n\nC.\n", False),  # consecutive separators; \n\n\n holds two overlapping \n\n
+    ("paragraphs", "\n\nStarts with a blank line.\n\n", False),
+    ("paragraphs", "Ünïcödé. 日本語。\n\nAn emoji 🙂 and é.\nEnd", False),  # 2, 3 and 4 bytes per character
+    ("sentences", "Segments end here.\nA line too. Then.", False),
+    ("sentences", "...\n\n", False),
+    ("code", "import os\n\n\n\ndef f(x):\n    return x  # é\n\nf(1)", False),
+    ("code", "\n", False),
+)
+
+
+def test_positions_from_structure_of_typed_texts_are_segment_positions(page):
+    import json
+
+    from selenium.webdriver.support.ui import Select
+
+    import posenc
+
+    d = page
+    _goto(d, "rope", 64, 16, 2)
+    presets = explorer.schema()["segments"]["presets"]
+    fig, box = d.find_element("id", "fig-segments"), d.find_element("id", "segments-text")
+
+    def want(text: str, preset: str) -> list[list[int]]:
+        seps = [[s.encode() for s in level] for level in presets[preset]["separators"]]
+        return posenc.segment_positions(text.encode(), seps)[0].tolist()
+
+    # the page opens on the first preset's example, already laid out, whatever the scheme
+    assert fig.is_displayed() and box.get_attribute("value") == explorer.SEGMENT_TEXT
+    assert d.find_element("id", "segments-preset").get_attribute("value") == next(iter(presets))
+    assert json.loads(fig.get_attribute("data-positions")) == want(explorer.SEGMENT_TEXT, next(iter(presets)))
+    for preset, text, typed in SEGMENT_TEXTS:
+        held, shown = _segments(d, text, preset, typed=typed)
+        assert held == want(text, preset), (preset, text)
+        assert shown == held, (preset, text)  # what the cells show
+        assert json.loads(fig.get_attribute("data-separators")) == presets[preset]["separators"]
+        assert json.loads(fig.get_attribute("data-bytes")) == list(text.encode())
+    _segments(d, "", "code")
+    assert "empty" in d.find_element("id", "segments-note").text
+    # the levels by name, as the preset names them, the call that computes them, the segments counted
+    _segments(d, "A. B\n\nC.", "paragraphs")
+    rows = d.execute_script("return Array.from(document.querySelectorAll("
+                            "'#segments-grid table:first-child th[scope=row]')).map(function (c) { return c.textContent; })")
+    assert rows == ["text", "paragraph", "sentence", "offset"]
+    assert d.find_element("id", "segments-command").text == \
+        "posenc.segment_positions(text.encode(), [[b'\\n\\n'], [b'.', b'\\n']])"
+    pos = want("A. B\n\nC.", "paragraphs")  # the second \n of \n\n is a sentence of its own
+    assert [len({tuple(p[:j + 1]) for p in pos}) for j in range(2)] == [2, 4]  # segments per level
+    assert d.find_element("id", "segments-note").text == "8 bytes: 2 paragraphs, 4 sentences."
+    # an example not yet edited gives way to the next preset's
+    _set_text(d, box, presets["code"]["example"])
+    Select(d.find_element("id", "segments-preset")).select_by_value("sentences")
+    assert box.get_attribute("value") == presets["sentences"]["example"]
+    assert json.loads(fig.get_attribute("data-positions")) == want(presets["sentences"]["example"], "sentences")
+    # texts drawn at random (seeded) from separators, their parts and multi-byte characters
+    rng = random.Random(0)
+    alphabet = ["a", "b", " ", ".", "\n", "\n\n", "é", "語", "🙂", ".\n"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(60)]
+    for preset in presets:
+        got = d.execute_script("var seps = arguments[1]; return arguments[0].map(function (t) {"
+                               " return posencExplorer.segmentPositions(t, seps); })",
+                               texts, presets[preset]["separators"])
+        assert got == [want(t, preset) for t in texts], preset
+    # too long: a message next to the box, as the other inputs have
+    _set_text(d, box, "é" * (explorer.SEGMENT_MAX_BYTES // 2 + 1))
+    assert f"at most {explorer.SEGMENT_MAX_BYTES} bytes" in d.find_element("id", "segments-error").text
+    assert box.get_attribute("aria-invalid") == "true" and fig.get_attribute("data-positions") is None
+    _set_text(d, box, explorer.SEGMENT_TEXT)
+    assert box.get_attribute("aria-invalid") == "false"
+    assert _console_errors(d) == []
+
+
 # -- the screen: a grid of figures, panels that apply, per-head scales, one normalisation, an overlay --
 
 WIDE, NARROW = 1400, 600
@@ -501,6 +609,9 @@ def test_figures_fill_two_columns_on_a_wide_window_and_one_on_a_narrow_one(page,
             assert max(f["right"] for f in figs) >= inner - 40, (inner, figs)  # no blank third on the right
             controls = _boxes(d, "#controls")[0]
             assert controls["right"] <= min(f["left"] for f in figs)  # the controls beside the figures
+            seg = _boxes(d, "#fig-segments")[0]  # positions from structure: the figures' whole width
+            assert abs(seg["left"] - min(f["left"] for f in figs)) < 1
+            assert abs(seg["right"] - max(f["right"] for f in figs)) < 1
         else:
             assert len(lefts) == 1, figs  # one column
             assert min(f["width"] for f in figs) >= inner - 40, (inner, figs)  # each figure the page's width
@@ -517,10 +628,10 @@ def test_panels_that_do_not_apply_to_the_scheme_are_hidden(page, widths):
     for width in (WIDE, NARROW):
         widths(width)
         for spec, on, off in (
-                ("rope", ["fig-table", "fig-qk", "fig-order"], ["fig-cope", "grid-controls", "fig-bias", "fig-grid"]),
-                ("alibi", ["fig-bias", "fig-order"], ["fig-cope", "grid-controls", "fig-table", "fig-qk"]),
-                ("cope", ["fig-cope", "fig-order"], ["grid-controls", "fig-table", "fig-bias"]),
-                ("rope:axes=2", ["fig-grid", "grid-controls", "patch", "grid"], ["fig-cope", "fig-table", "fig-bias"])):
+                ("rope", ["fig-table", "fig-qk", "fig-order", "fig-segments"], ["fig-cope", "grid-controls", "fig-bias", "fig-grid"]),
+                ("alibi", ["fig-bias", "fig-order", "fig-segments"], ["fig-cope", "grid-controls", "fig-table", "fig-qk"]),
+                ("cope", ["fig-cope", "fig-order", "fig-segments"], ["grid-controls", "fig-table", "fig-bias"]),
+                ("rope:axes=2", ["fig-grid", "grid-controls", "patch", "grid", "fig-segments"], ["fig-cope", "fig-table", "fig-bias"])):
             _goto(d, spec, 64, 16, 4)
             assert [i for i in on if not shown(i)] == [], (width, spec)
             assert [i for i in off if shown(i)] == [], (width, spec)

@@ -21,6 +21,7 @@ The script is ``js/*.js``, one job per file, joined in ``JS_FILES`` order into o
     figures.js       one function per figure, drawing A and, in overlay mode (id="spec-b"), B
     order.js         "dog bites man" with the reader's sentences
     cope.js          CoPE's contextual positions of the reader's sentence (CoPE.sentence_positions)
+    segments.js      positions from structure of the reader's text, on its UTF-8 bytes (posenc.segment_positions)
     ui.js            controls, URL fragment state, error messages
 
 What the page may not drift from is written into it from Python at build time (``schema()``):
@@ -49,6 +50,22 @@ whose contextual positions of a typed sentence (``CoPE.sentence_positions``) nee
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")
 MAX_BYTES = 1_000_000
+
+SEGMENT_TEXT = "Two paragraphs. Each has two sentences.\n\nThis is the second. It ends here."
+SEGMENT_CODE = "import math\n\n\ndef area(r):\n    return math.pi * r * r\n\nprint(area(2))\n"
+SEGMENT_PRESETS = {
+    "paragraphs": ("paragraphs (\\n\\n) and sentences (. or \\n)", ["paragraph", "sentence"], [["\n\n"], [".", "\n"]],
+                   SEGMENT_TEXT),
+    "sentences": ("sentences (. or \\n): BiPE's one level", ["sentence"], None, None),  # from posenc.encodings.bipe
+    "code": ("code: blocks (a blank line, \\n\\n) and lines (\\n)", ["block", "line"], [["\n\n"], ["\n"]], SEGMENT_CODE),
+}
+"""The separator choices of the panel "positions from structure" (``id="segments-preset"``): a label,
+the name of each level (outermost first), the separators as text whose UTF-8 bytes
+``posenc.segment_positions`` reads, and an example text (``docs/guide/structure.md``: paragraphs and
+sentences; code's blank-line blocks and lines; BiPE's full stop and newline and its sentence,
+``posenc.encodings.bipe.DEFAULT_SEPARATORS`` and ``SENTENCE``). The page opens on the first."""
+SEGMENT_MAX_BYTES = 2000
+"""The most UTF-8 bytes of a typed text the panel lays out (one column each)."""
 
 
 def _typed(value: Any) -> Any:
@@ -111,7 +128,20 @@ def schema() -> dict[str, Any]:
         "demo": {"d_model": demo.D_MODEL, "num_heads": demo.NUM_HEADS},  # the sizes of `posenc demo order`
         "cope": {"sentence": cope.SENTENCE, "max_text": cope.MAX_TEXT, "conventions": list(cope.CONVENTIONS),
                  "npos_max": registry.get("cope").params["npos_max"]},  # `posenc show cope`'s sentence
+        "segments": {"text": SEGMENT_TEXT, "max_bytes": SEGMENT_MAX_BYTES, "presets": segment_presets()},
     }
+
+
+def segment_presets() -> dict[str, dict[str, Any]]:
+    """``SEGMENT_PRESETS`` as the page reads them: ``{name: {label, levels, separators, example}}``."""
+    from posenc.encodings import bipe
+
+    out = {}
+    for name, (label, levels, seps, example) in SEGMENT_PRESETS.items():
+        seps = seps or [[sep.decode() for sep in level] for level in bipe.DEFAULT_SEPARATORS]
+        assert len(levels) == len(seps), name
+        out[name] = {"label": label, "levels": levels, "separators": seps, "example": example or bipe.SENTENCE}
+    return out
 
 
 def _asset(name: str) -> str:
@@ -119,7 +149,7 @@ def _asset(name: str) -> str:
 
 
 JS_FILES = ("python.js", "crmath.js", "spec.js", "checks.js", "torch_random.js", "scaling.js", "schemes.js",
-            "numbers.js", "draw.js", "figures.js", "order.js", "cope.js", "ui.js")
+            "numbers.js", "draw.js", "figures.js", "order.js", "cope.js", "segments.js", "ui.js")
 
 
 def script() -> str:
@@ -164,4 +194,5 @@ def write(out: str | os.PathLike = "explorer") -> Path:
     return path
 
 
-__all__ = ["PAGE_SCHEMES", "CSP", "JS_FILES", "schema", "script", "page", "write"]
+__all__ = ["PAGE_SCHEMES", "CSP", "JS_FILES", "SEGMENT_PRESETS", "SEGMENT_TEXT", "SEGMENT_MAX_BYTES", "schema",
+           "SEGMENT_CODE", "segment_presets", "script", "page", "write"]

@@ -288,12 +288,15 @@ function init() {
   $('cope-sentence').value = SCHEMA.cope.sentence;
   $('cope-sentence').addEventListener('input', function () { if (lastGood) figCope(lastGood.cope); });
   $('cope-marks').addEventListener('change', function () { if (lastGood) figCope(lastGood.cope); });
+  initSegments();  // positions from structure: the reader's text, whatever the scheme
   window.addEventListener('hashchange', function () { if (location.hash !== written) readHash(); });
   readHash();
 }
 // what the browser tests (and a console) can call: the same functions the page uses
 globalThis.posencExplorer = {parseSpec: parseSpec, fullSpec: fullSpec, keyNumbers: keyNumbers, pyRepr: pyRepr,
                              copePositions: function (text, marks, nposMax) { return Array.from(copePositions(text, marks, nposMax)); },
+                             // posenc.segment_positions(text.encode(), separators).tolist(), separators as text
+                             segmentPositions: function (text, separators) { return segmentPositions(utf8(text), separators.map(function (l) { return l.map(utf8); })).positions; },
                              fmtF: fmtF, fmtE: fmtE, fmtG: fmtG, floatRepr: floatRepr, SpecError: SpecError,
                              gridValues: function (full, h, w, r, c) { return Array.from(gridValues(build(full), h, w, r, c)); },
                              // what a figure drew: {hidden, series: [{label, colour, dash, scheme, x, y}]} or its colour scales
