@@ -180,7 +180,8 @@ def scaling_section(page: Page, lm_recs: list[dict[str, Any]],
              f"(no training). Fine-tuned: a short fine-tune at {factor}L with factor {factor} (and a control "
              f"fine-tuned at {factor}L without scaling), then evaluated at every length.</p>" + _yarn_note(sc_recs))
     page.figure("rope_scalings", lambda: F.scaling(lm, sc, labels, base=base),
-                "RoPE scalings: zero-shot and after a fine-tune.")
+                "RoPE scalings: zero-shot and after a fine-tune; a scaling keeps its colour in both panels "
+                "(fine-tuned: dashed); bands: 95% intervals.")
     merged = stats.LMTable({**lm.blocks, **sc.blocks}, {**lm.cannot, **sc.cannot},
                            sorted(set(lm.lengths) | set(sc.lengths)), lm.train_length)
     page.add(ppl_table(merged, [base, *labels.values()], "nonoverlap"))

@@ -327,7 +327,8 @@ def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list
              f"(longer and sparser than trained, their glitch test). {e(models)}</p>")
     sub = dataclasses.replace(table, tasks=tasks)
     page.figure("content_task_accuracy", lambda: F.accuracy(sub, labels),
-                "Exact match against size on the content tasks; dashed: largest trained size.")
+                "Exact match against size on the content tasks; bands: 95% intervals; grey dashed line: largest "
+                "trained size.")
     _exact_tables(page, table, labels, tasks)
     if not any(t in T.COUNT_VARIABLES for t in tasks):
         return []
@@ -375,7 +376,7 @@ def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
     if algorithmic:
         sub = dataclasses.replace(table, tasks=algorithmic)
         page.figure("task_accuracy", lambda: F.accuracy(sub, labels),
-                    "Exact match against size; dashed: largest trained size.")
+                    "Exact match against size; bands: 95% intervals; grey dashed line: largest trained size.")
     _exact_tables(page, table, labels, algorithmic)
     verdicts, mrr, learned = task_verdicts(table)
     unlearned = [t for t in table.tasks if t not in learned and t in T.ALGORITHMIC]

@@ -345,7 +345,8 @@ def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> 
              f"{' and the seed spread (Student t)' if len({r['seed'] for r in lm_recs}) > 1 else ''}; differences between schemes "
              "are paired block by block and seed by seed.</p>")
     page.figure("perplexity", lambda: F.perplexity(table, labels),
-                "Perplexity per byte (lower is better) against evaluation length; dashed: training length.")
+                "Perplexity per byte (lower is better) against evaluation length; bands: 95% intervals; "
+                f"{F.LINE_STYLES}; grey dashed line: training length.")
     params = _params(lm_recs)
     for mode, name in F.MODES.items():
         page.add(f"<h3>{e(name)}</h3>" + ppl_table(table, labels, mode, params if mode == "nonoverlap" else None))
@@ -362,11 +363,13 @@ def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> 
              "with the gain from context. The claims about degrading past L compare the last column with the "
              "L/2–L column.</p>")
     page.figure("nll_by_position", lambda: F.by_position(table, labels),
-                "Perplexity per byte of the same held-out bytes by their position within the window; dashed: L.")
+                "Perplexity per byte of the same held-out bytes by their position within the window; bands: 95% "
+                f"intervals; {F.LINE_STYLES}; grey dashed line: L.")
     page.add(_position_table(table, labels) + "</div>")
     page.figure("lm_training_loss", lambda: F.losses(lm_recs, steps=profile.lm.train.steps,
                                                      title="language-modelling training loss"),
-                "Training loss per scheme (same batches for every scheme).")
+                "Training loss per scheme (same batches for every scheme): the mean over its seeds, the band "
+                "their range.")
     return lm_verdicts(table) + content_section(page, table, rope_nope_label(lm_recs))
 
 

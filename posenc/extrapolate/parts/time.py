@@ -179,19 +179,25 @@ def time_verdicts(t: AccuracyTable, train_rate: float, train_seconds: float) -> 
 
 
 def time_figure(t: AccuracyTable, conditions: list[tuple[float, float]]):
+    """Accuracy per test condition: a scheme's colour (``figures.styles``), frame indices solid and
+    positions in seconds dashed with the next marker; bands: 95% intervals."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8.8, 3.8), layout="constrained")
+    from posenc.extrapolate.figures import line, look, styles, variant
+
+    kinds = ("index", "time")
+    keys = [(label, kind) for label in t.labels for kind in kinds]
+    st = styles(keys, lambda k: None if look(k[0]) is None else variant(look(k[0]), kinds.index(k[1])))
+    fig = Figure(figsize=(9.6, 3.8), layout="constrained")
     ax = fig.subplots()
     xs = list(range(len(conditions)))
-    for i, label in enumerate(t.labels):
-        for kind, style in (("index", "-"), ("time", "--")):
-            pts = [(x, t.get(label, (r, s, kind))) for x, (r, s) in zip(xs, conditions)]
-            pts = [(x, c) for x, c in pts if c is not None]
-            if pts:
-                ax.errorbar([x for x, _ in pts], [c.accuracy for _, c in pts], yerr=[1.96 * c.se for _, c in pts],
-                            marker="o" if kind == "index" else "s", ms=3, lw=1.2, ls=style, capsize=2,
-                            label=f"{label}, {kind}", color=f"C{i % 10}")
+    for label, kind in keys:
+        pts = [(x, t.get(label, (r, s, kind))) for x, (r, s) in zip(xs, conditions)]
+        pts = [(x, c) for x, c in pts if c is not None]
+        if pts:
+            line(ax, [x for x, _ in pts], [c.accuracy for _, c in pts], st[(label, kind)], f"{label}, {kind}",
+                 ms=3.5, lw=1.2, lo=[max(c.accuracy - 1.96 * c.se, 0.0) for _, c in pts],
+                 hi=[min(c.accuracy + 1.96 * c.se, 1.0) for _, c in pts])
     ax.set_xticks(xs)
     ax.set_xticklabels([f"{r:g} fps\n{s:g} s" for r, s in conditions], fontsize=8)
     finish_axes(ax, CHANCE_TIME, "test frame rate and clip duration; dotted: chance")
@@ -218,7 +224,8 @@ def time_section(page: Page, records: list[dict[str, Any]]) -> list[Verdict]:
              "is twice as many frames, so only time positions keep its meaning. Schemes that take only integer "
              "positions (a learned table) or none have index rows only.</p>")
     page.figure("time_accuracy", lambda: time_figure(t, conditions),
-                "Accuracy per test condition; solid: frame indices, dashed: positions in seconds.")
+                "Accuracy per test condition (bands: 95% intervals); solid: frame indices, dashed: positions in "
+                "seconds, in the scheme's colour.")
     rows = []
     for lab in t.labels:
         for kind in ("index", "time"):

@@ -152,24 +152,30 @@ def _where(rows: list[tuple[str, str, str, int, list[Diff | None]]], index: int)
 
 
 def image_figure(t: AccuracyTable, train: int):
-    """Accuracy against the test grid: solid zoom, dashed canvas; each variant at its first mode."""
+    """Accuracy against the test grid: solid zoom, dashed canvas (the next marker) in the variant's
+    colour (``figures.styles``); each variant at its first mode; bands: 95% intervals."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 3.8), layout="constrained")
+    from posenc.extrapolate.figures import line, look, styles, variant
+
+    conds = ("zoom", "canvas")
+    keys = [(label, cond) for label in t.labels for cond in conds]
+    st = styles(keys, lambda k: None if look(k[0]) is None else variant(look(k[0]), conds.index(k[1])))
+    fig = Figure(figsize=(9.6, 3.8), layout="constrained")
     ax = fig.subplots()
     sizes = sorted({s for _, _, s in t.columns})
-    for i, label in enumerate(t.labels):
+    for label, cond in keys:
         modes = [p for _, p, _ in t.columns if t.get(label, ("zoom", p, train)) is not None]
-        for cond, style in (("zoom", "-"), ("canvas", "--")):
-            pts = [(s, t.get(label, (cond if s != train else "zoom", modes[0], s))) for s in sizes] if modes else []
-            pts = [(s, c) for s, c in pts if c is not None]
-            if pts and (cond == "zoom" or len(pts) > 1):
-                ax.errorbar([s for s, _ in pts], [c.accuracy for _, c in pts], yerr=[1.96 * c.se for _, c in pts],
-                            marker="o", ms=3, lw=1.3, ls=style, capsize=2, color=f"C{i % 10}",
-                            label=f"{label}, {modes[0]}" + (f", {cond}" if cond != "zoom" else ""))
+        pts = [(s, t.get(label, (cond if s != train else "zoom", modes[0], s))) for s in sizes] if modes else []
+        pts = [(s, c) for s, c in pts if c is not None]
+        if pts and (cond == "zoom" or len(pts) > 1):
+            line(ax, [s for s, _ in pts], [c.accuracy for _, c in pts], st[(label, cond)],
+                 f"{label}, {modes[0]}" + (f", {cond}" if cond != "zoom" else ""), ms=3.5, lw=1.3,
+                 lo=[max(c.accuracy - 1.96 * c.se, 0.0) for _, c in pts],
+                 hi=[min(c.accuracy + 1.96 * c.se, 1.0) for _, c in pts])
     ax.axvline(train, color="0.6", ls="--", lw=0.8)
     ax.set_xticks(sizes)
-    finish_axes(ax, CHANCE_IMAGE, "test grid (tokens per side); dashed line: training grid, dotted: chance")
+    finish_axes(ax, CHANCE_IMAGE, "test grid (tokens per side); dashed grey line: training grid, dotted: chance")
     return fig
 
 
@@ -211,8 +217,8 @@ def image_section(page: Page, records: list[dict[str, Any]]) -> list[Verdict]:
              f"(binomial over images{', plus the seed spread' if len({r['seed'] for r in records}) > 1 else ''}); "
              f"chance is {CHANCE_IMAGE:.1f}. {e(HEO)}: {e(HEO_SETTING)}.</p>")
     page.figure("image_accuracy", lambda: image_figure(t[aug], train),
-                f"Digit accuracy against the test grid, {e(TRAINING.get(aug, aug))}; solid: zoom, dashed: canvas; "
-                "dashed vertical line: the training grid.")
+                f"Digit accuracy against the test grid, {e(TRAINING.get(aug, aug))} (bands: 95% intervals); solid: "
+                "zoom, dashed: canvas, in the variant's colour; dashed grey line: the training grid.")
     for a, table in t.items():
         page.add(f"<h3>{e(TRAINING.get(a, a).capitalize())}</h3>" + _accuracy_table(table, train))
     verdicts = image_verdicts(t[aug], train, augment=aug)
