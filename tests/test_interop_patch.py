@@ -27,17 +27,21 @@ CONFIGS = {  # model type -> (config class, its extra keys): grouped heads where
     "olmo2": ("Olmo2Config", {"num_key_value_heads": 2}),
     "granite": ("GraniteConfig", {"num_key_value_heads": 2}),
     "gpt_neox": ("GPTNeoXConfig", {"rotary_pct": 0.5}),
+    # complex freqs_cis on pairs (2i, 2i+1), qk-norm, chunked attention, a NoPE layer with a query temperature
+    "llama4_text": ("Llama4TextConfig", {"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8,
+                                         "num_local_experts": 2, "intermediate_size_mlp": 96, "attention_chunk_size": 8,
+                                         "floor_scale": 3, "attn_scale": 0.3}),
 }
 
 
 def tiny(model_type: str, *, seed: int = 0):
     name, extra = CONFIGS[model_type]
-    config = getattr(transformers, name)(**SMALL, **extra, attn_implementation="sdpa")
+    config = getattr(transformers, name)(**{**SMALL, **extra}, attn_implementation="sdpa")
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-ROTARY_ONLY = ("gemma2", "gpt_oss", "llama4_text")  # built by tests/test_hf_families.py's tiny_model, or here
+ROTARY_ONLY = ("gemma2", "gpt_oss")  # built by tests/test_hf_families.py's tiny_model, or here
 
 
 def test_every_family_in_the_table_is_tested():
@@ -86,6 +90,11 @@ def test_gemma3_runs_its_two_bases_and_every_kind_through_posenc_attention():
 
 @pytest.mark.parametrize("model_type", sorted(CONFIGS))
 def test_from_hf_leaves_the_logits_unchanged(model_type):
+    """``from_hf`` through the model's rotary module, and ``hf_layer_specs`` (one spec per layer, so
+    through the attention function: posenc's RoPE, and Llama 4's NoPE temperature as posenc's
+    ``nope_temperature``) both leave the logits unchanged."""
+    from posenc.interop.hf import hf_layer_specs
+
     model = tiny(model_type)
     ids = torch.randint(3, 97, (2, 19))
     with torch.no_grad():
@@ -93,8 +102,32 @@ def test_from_hf_leaves_the_logits_unchanged(model_type):
         posenc.interop.patch(model, posenc.from_hf(model.config))
         got = model(ids).logits
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        assert model.config._attn_implementation == "posenc"
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
         posenc.interop.unpatch(model)
         torch.testing.assert_close(model(ids).logits, want, rtol=0, atol=0)
+
+
+def test_llama4_nope_layers_take_posencs_temperature():
+    """Llama 4's own query temperature is off while patched: its NoPE layer runs the scheme it is
+    given (``nope`` differs from the model; ``nope_temperature`` with its config's sizes equals it),
+    and unpatch switches the model's temperature back on."""
+    from posenc.interop.hf import hf_layer_specs
+
+    model = tiny("llama4_text")
+    ids = torch.randint(3, 97, (1, 40))  # past floor_scale: the temperature changes the queries
+    specs = hf_layer_specs(model.config)
+    assert [s["scheme"] for s in specs] == ["rope", "rope", "rope", "nope_temperature"]
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, [*specs[:3], {"scheme": "nope"}])
+        assert not model.model.layers[3].self_attn.attn_temperature_tuning
+        assert not torch.allclose(model(ids).logits, want, atol=1e-4)
+        posenc.interop.patch(model, specs)
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+        posenc.interop.unpatch(model)
+    assert model.model.layers[3].self_attn.attn_temperature_tuning
 
 
 KINDS = {  # a scheme of every kind, a per-layer pattern, and rotary on one layer only

@@ -9,9 +9,12 @@
 **How.** A family is a row of ``FAMILIES`` (where its rotary and attention layers live), never a
 branch: a model whose ``config.model_type`` has no row is refused with its class named.
 
-- A rotary scheme on every layer (``pe`` a ``rope``/``mrope`` module or SPEC): the model's
-  rotary module is replaced by ``HFRotaryEmbedding(pe)``; the model keeps its own attention
-  implementation. ``patch(model, posenc.from_hf(model.config))`` leaves the logits unchanged.
+- A rotary scheme on every layer (``pe`` a ``rope``/``mrope`` module or SPEC) that rotates the
+  pairs the model rotates over its rotary width: the model's rotary module is replaced by
+  ``HFRotaryEmbedding(pe)`` (with the family's table: Llama 4's complex ``freqs_cis``); the model
+  keeps its own attention implementation. ``patch(model, posenc.from_hf(model.config))`` leaves
+  the logits unchanged. Another rotary (``"rope"``, pairs (i, i + d/2), on Llama 4, which rotates
+  (2i, 2i+1)) goes through the attention function below.
 - Every other case (bias, relative, content, none, per-layer patterns, rotary on some layers
   only): the model's rotary is neutralised (cos 1, sin 0: ``apply_rotary_pos_emb`` is then the
   identity), the attention function ``"posenc"`` is registered with transformers'
@@ -26,6 +29,11 @@ branch: a model whose ``config.model_type`` has no row is refused with its class
   appended at each step and restarted when a call has no past keys: ``generate()`` through
   transformers' ``DynamicCache`` equals recomputing the whole sequence. Beam search (which
   reorders the cache) and static caches (keys padded to a maximum length) are not supported.
+- A position effect of the model's own outside its rotary (Llama 4's query temperature in its
+  NoPE layers, ``Family.own_positions``) is switched off while patched: each layer runs the scheme
+  it is given, and ``hf_layer_specs`` gives Llama 4's NoPE layers posenc's ``nope_temperature``
+  (logits unchanged). Its positions are ``position_ids`` (a left-padded row counts from its first
+  token), where transformers' own counts from the start of the padded batch.
 - Layers not named in ``layers`` keep the model's own encoding (``hf_layer_specs(model.config)``).
 - An additive scheme (sinusoidal, learned) is added to the token embeddings before the first
   layer (a pre-hook of the decoder, positions from ``position_ids``); attention then has none.
@@ -63,6 +71,9 @@ class Family:
     attention: str = "self_attn"
     rotary_only: str | None = None  # the reason, for a family whose attention computes more than softmax(qk)v
     embeddings: str = "embed_tokens"  # the decoder's token embedding (an additive scheme is added to its output)
+    own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position
+    # effect of its own outside the rotary (Llama 4's NoPE query temperature): off while patched, the
+    # layer's posenc scheme (``nope_temperature`` from ``hf_layer_specs``) computes it instead
 
 
 _LLAMA = Family()
@@ -71,7 +82,7 @@ FAMILIES: dict[str, Family] = {
     "gpt_neox": Family("gpt_neox.layers", "attention", embeddings="embed_in"),
     "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping)"),
     "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax"),
-    "llama4_text": Family(rotary_only="its NoPE layers scale the queries inside its attention"),
+    "llama4_text": Family(own_positions=("attn_temperature_tuning",)),
 }
 """model type -> :class:`Family`, the families ``patch`` knows (each tested in
 ``tests/test_interop_patch.py``)."""
@@ -139,16 +150,37 @@ def _entries(pe: Any, n: int) -> list[Any]:
 
 
 class _NeutralRotary(nn.Module):
-    """The model's rotary with cos 1 and sin 0 (``apply_rotary_pos_emb`` becomes the identity):
-    positions are posenc's, applied in the attention function."""
+    """The model's rotary with cos 1 and sin 0 (``apply_rotary_pos_emb`` becomes the identity), or
+    for a complex table (Llama 4's ``freqs_cis``) 1 + 0i: positions are posenc's, applied in the
+    attention function."""
 
     def __init__(self, original: nn.Module) -> None:
         super().__init__()
         self.original = original
 
     def forward(self, x, position_ids, *args, **kwargs):
-        cos, sin = self.original(x, position_ids, *args, **kwargs)
+        self.__dict__["position_ids"] = position_ids  # this call's, for a family whose layers do not pass them on
+        table = self.original(x, position_ids, *args, **kwargs)
+        if isinstance(table, torch.Tensor):  # freqs_cis = cos + i·sin
+            return torch.ones_like(table)
+        cos, sin = table
         return torch.ones_like(cos), torch.zeros_like(sin)
+
+
+def _fits_rotary_module(pe: nn.Module | None, config: Any) -> bool:
+    """Whether the model's own attention computes ``pe`` when its rotary module returns ``pe``'s table:
+    a ``rope``/``mrope`` rotating the pairs the model rotates (its layout) over its rotary width.
+    Another rotary (``"rope"`` with ``layout="half"`` on Llama 4, which rotates pairs (2i, 2i+1))
+    runs through the attention function, where posenc applies it."""
+    if getattr(pe, "kind", None) != "rotary" or getattr(pe, "name", None) not in ("rope", "mrope"):
+        return False
+    from posenc.interop.hf import hf_layer_specs
+
+    own = next((s for s in hf_layer_specs(config) if s["scheme"] in ("rope", "mrope")), None)
+    if own is None or pe.spec.get("axes", 1) != 1:
+        return False
+    width = pe.spec.get("rotary_dim") or pe.spec["head_dim"]
+    return pe.spec["layout"] == own["layout"] and width == (own.get("rotary_dim") or own["head_dim"])
 
 
 def _register() -> None:
@@ -199,6 +231,8 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     extra: dict[str, Any] = {}
     if kind != "content":
         position_ids = kwargs.get("position_ids")
+        if position_ids is None:  # Llama 4's layers keep them: the rotary saw them
+            position_ids = getattr(module.__dict__.get("_posenc_rotary"), "position_ids", None)
         if position_ids is None:
             position_ids = torch.arange(lk - lq, lk, device=query.device).unsqueeze(0)
         q_pos = position_ids.to(query.device).long().expand(b, lq)  # (B, Lq)
@@ -245,7 +279,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
 
     Args:
         model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
-            Gemma, Gemma 3, GPT-NeoX, ...; Gemma 2, GPT-OSS and Llama 4 take a rotary scheme on every
+            Gemma, Gemma 3, GPT-NeoX, Llama 4, ...; Gemma 2 and GPT-OSS take a rotary scheme on every
             layer only); another is refused with its class named.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
@@ -288,23 +322,30 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     if additive and (len(additive) != n or any(m is not first for m in modules)):
         raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
                          "layer, alone (not in a per-layer pattern or with layers=)")
-    if all(m is first for m in modules) and getattr(first, "kind", None) == "rotary" and first.name in ("rope", "mrope"):
+    if all(m is first for m in modules) and _fits_rotary_module(first, model.config):
         from posenc.interop.hf import HFRotaryEmbedding
+        from posenc.interop.hf_families import HF_FAMILIES
 
-        setattr(base, rotary, HFRotaryEmbedding(first))
+        row = HF_FAMILIES.get(model.config.model_type)
+        setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table))
     else:
         if family.rotary_only:
             raise ValueError(f"{type(model).__name__} takes only one rotary scheme on every layer (through its rotary "
                              f"module): {family.rotary_only}, which posenc.attention does not compute")
         _register()
-        setattr(base, rotary, _NeutralRotary(original["rotary"]))
+        neutral = _NeutralRotary(original["rotary"])
+        setattr(base, rotary, neutral)
         hooks = original["hooks"]
         if additive:
             hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, family.embeddings), with_kwargs=True))
         unique = list({id(m): m for m in modules}.values())
         base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
+        original["own"] = [{name: getattr(attention, name) for name in family.own_positions} for attention in attentions]
         for attention, module in zip(attentions, modules):
             attention.__dict__["posenc_pe"] = None if additive else module  # a reference, not a submodule
+            attention.__dict__["_posenc_rotary"] = neutral
+            for name in family.own_positions:
+                setattr(attention, name, False)
             if getattr(module, "reads_hidden", False):
                 hooks.append(attention.register_forward_pre_hook(_keep_input, with_kwargs=True))
         model.set_attn_implementation(ATTENTION)
@@ -325,9 +366,11 @@ def unpatch(model: nn.Module) -> nn.Module:
     for hook in original.get("hooks", ()):
         hook.remove()
     base._modules.pop("posenc_modules", None)
-    for attention in attentions:
-        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input"):
+    for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
+        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input", "_posenc_rotary"):
             attention.__dict__.pop(name, None)
+        for name, value in own.items():
+            setattr(attention, name, value)
     if model.config._attn_implementation != original["attn"]:
         model.set_attn_implementation(original["attn"])
     model._posenc_original = None
