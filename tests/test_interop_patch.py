@@ -31,12 +31,21 @@ CONFIGS = {  # model type -> (config class, its extra keys): grouped heads where
     "llama4_text": ("Llama4TextConfig", {"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8,
                                          "num_local_experts": 2, "intermediate_size_mlp": 96, "attention_chunk_size": 8,
                                          "floor_scale": 3, "attn_scale": 0.3}),
+    # MLA: q/k heads [nope 8, rope 8] with the rope part's pairs (2i, 2i+1), values of 12 (Dv != Dk), YaRN mscale
+    "deepseek_v3": ("DeepseekV3Config", {"num_key_value_heads": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                                         "v_head_dim": 12, "kv_lora_rank": 16, "q_lora_rank": 32, "n_routed_experts": 4,
+                                         "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+                                         "moe_intermediate_size": 32, "n_group": 1, "topk_group": 1,
+                                         "rope_interleave": True,
+                                         "rope_parameters": {"rope_type": "yarn", "rope_theta": 2000.0, "factor": 8.0,
+                                                             "original_max_position_embeddings": 16, "mscale": 1.0,
+                                                             "mscale_all_dim": 0.5}}),
 }
 
 
-def tiny(model_type: str, *, seed: int = 0):
+def tiny(model_type: str, *, seed: int = 0, **changes):
     name, extra = CONFIGS[model_type]
-    config = getattr(transformers, name)(**{**SMALL, **extra}, attn_implementation="sdpa")
+    config = getattr(transformers, name)(**{**SMALL, **extra, **changes}, attn_implementation="sdpa")
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
@@ -137,6 +146,9 @@ KINDS = {  # a scheme of every kind, a per-layer pattern, and rotary on one laye
 }
 
 
+OTHER = {("relative", "deepseek_v3"): "transformer_xl"}  # Shaw's value term needs Dv = Dk: refused below
+
+
 def _generate(model, ids, mask=None, **kw):
     return model.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0,
                           eos_token_id=None, **kw)
@@ -146,7 +158,7 @@ def _generate(model, ids, mask=None, **kw):
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
     model = tiny(model_type)
-    posenc.interop.patch(model, KINDS[kind])
+    posenc.interop.patch(model, OTHER.get((kind, model_type), KINDS[kind]))
     ids = torch.randint(3, 97, (2, 11))
     mask = torch.ones(2, 11, dtype=torch.long)
     mask[0, :4] = 0  # the first row is left-padded by 4
@@ -159,6 +171,28 @@ def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
     recomputed = _generate(model, ids, mask, use_cache=False)
     assert torch.equal(cached, recomputed), kind
     assert torch.equal(cached[0, 11:], _generate(model, ids[:1, 4:])[0, 7:]), kind
+
+
+def test_deepseek_v3_rope_part_in_either_pair_order():
+    """MLA's rope part (the last qk_rope_head_dim dims of each q/k head) without ``rope_interleave``
+    (pairs (i, i + d/2)): ``hf_layer_specs`` through the attention function rotates that part only
+    (logits unchanged), a full-width ``"rope"`` decodes through the cache; Shaw, whose value term
+    needs Dv = Dk, is refused naming v_head_dim."""
+    from posenc.interop.hf import hf_layer_specs
+
+    model = tiny("deepseek_v3", rope_interleave=False)
+    ids = torch.randint(3, 97, (2, 19))
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+    posenc.interop.patch(model, "rope")  # head_dim 16: the whole q/k head
+    assert model.model.layers[0].self_attn.posenc_pe.head_dim == 16
+    mask = torch.ones(2, 19, dtype=torch.long)
+    mask[0, :5] = 0
+    assert torch.equal(_generate(model, ids, mask), _generate(model, ids, mask, use_cache=False))
+    with pytest.raises(ValueError, match="v_head_dim=12"):
+        posenc.interop.patch(model, "shaw")
 
 
 def test_rotary_on_some_layers_keeps_the_models_own_elsewhere():

@@ -34,6 +34,12 @@ branch: a model whose ``config.model_type`` has no row is refused with its class
   it is given, and ``hf_layer_specs`` gives Llama 4's NoPE layers posenc's ``nope_temperature``
   (logits unchanged). Its positions are ``position_ids`` (a left-padded row counts from its first
   token), where transformers' own counts from the start of the padded batch.
+- Multi-head latent attention (DeepSeek-V3, ``Family.rope_part``): each q/k head is ``[nope part,
+  rope part]``; the attention function gives posenc ``[rope part, nope part]`` (the rope part in
+  the model's pair order: the model's interleaved apply, neutralised, only de-interleaved it) and
+  values of their own size (``v_head_dim``). A rotary scheme as wide as the rope part (``from_hf``,
+  ``hf_layer_specs``: logits unchanged) rotates that part only; one as wide as the head (a bare
+  ``"rope"``, sized ``qk_nope_head_dim + qk_rope_head_dim``) rotates all of it.
 - Layers not named in ``layers`` keep the model's own encoding (``hf_layer_specs(model.config)``).
 - An additive scheme (sinusoidal, learned) is added to the token embeddings before the first
   layer (a pre-hook of the decoder, positions from ``position_ids``); attention then has none.
@@ -74,6 +80,8 @@ class Family:
     own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position
     # effect of its own outside the rotary (Llama 4's NoPE query temperature): off while patched, the
     # layer's posenc scheme (``nope_temperature`` from ``hf_layer_specs``) computes it instead
+    head_dim: tuple[str, ...] = ()  # config keys whose sum is the query/key head size, when not head_dim
+    rope_part: str | None = None  # config key of the rotary width at the end of each q/k head (MLA: [nope, rope])
 
 
 _LLAMA = Family()
@@ -83,6 +91,7 @@ FAMILIES: dict[str, Family] = {
     "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping)"),
     "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax"),
     "llama4_text": Family(own_positions=("attn_temperature_tuning",)),
+    "deepseek_v3": Family(head_dim=("qk_nope_head_dim", "qk_rope_head_dim"), rope_part="qk_rope_head_dim"),
 }
 """model type -> :class:`Family`, the families ``patch`` knows (each tested in
 ``tests/test_interop_patch.py``)."""
@@ -113,13 +122,16 @@ def _parts(model: nn.Module) -> tuple[Family, nn.Module, str, list[nn.Module]]:
     return family, _attr(model, owner), name, [_attr(layer, family.attention) for layer in _attr(model, family.layers)]
 
 
-def _sizes(config: Any) -> dict[str, int]:
+def _sizes(config: Any, family: Family) -> dict[str, int]:
     heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    if family.head_dim:  # DeepSeek-V3: q/k heads of qk_nope_head_dim + qk_rope_head_dim
+        head_dim = sum(getattr(config, key) for key in family.head_dim)
+    else:
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return {"num_heads": heads, "head_dim": head_dim, "d_model": config.hidden_size}
 
 
-def _module(pe: Any, config: Any) -> nn.Module:
+def _module(pe: Any, config: Any, family: Family) -> nn.Module:
     """One entry: a built module as it is; a SPEC or spec dict built with the model's sizes."""
     if isinstance(pe, nn.Module):
         if not hasattr(pe, "kind"):
@@ -128,7 +140,7 @@ def _module(pe: Any, config: Any) -> nn.Module:
     import posenc
     from posenc.spec import fill_sizes
 
-    sizes = _sizes(config)
+    sizes = _sizes(config, family)
     spec = fill_sizes(pe, dim=sizes["d_model"], num_heads=sizes["num_heads"], head_dim=sizes["head_dim"],
                       length=getattr(config, "max_position_embeddings", None))
     return posenc.build(spec)
@@ -183,6 +195,18 @@ def _fits_rotary_module(pe: nn.Module | None, config: Any) -> bool:
     return pe.spec["layout"] == own["layout"] and width == (own.get("rotary_dim") or own["head_dim"])
 
 
+def _interleaved(config: Any) -> bool:
+    """Whether the model rotates pairs (2i, 2i+1) (``HF_FAMILIES``' layout and interleave key)."""
+    from posenc.interop.hf_families import HF_FAMILIES
+
+    row = HF_FAMILIES.get(config.model_type)
+    if row is None:
+        return False
+    if row.interleave_key is not None:
+        return bool(getattr(config, row.interleave_key, True))
+    return row.layout == "interleaved"
+
+
 def _register() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -208,6 +232,17 @@ def _grow(module: nn.Module, name: str, new: torch.Tensor, lq: int, lk: int) -> 
         whole = torch.cat([past, new], dim=1)
     module.__dict__[name] = whole
     return whole
+
+
+def _rope_part_first(x: torch.Tensor, width: int, interleaved: bool) -> torch.Tensor:
+    """An MLA head ``[nope part, rope part]`` (``x [B, H, L, D]``, the rope part its last ``width``
+    dims) as ``[rope part, nope part]``, the rope part in the model's own pair order: the model's
+    interleaved apply with cos 1, sin 0 left it de-interleaved (``x[0::2], x[1::2]``), which is
+    undone. The same permutation of q and k leaves every ``q·k`` as it was."""
+    nope, rope = x[..., : x.shape[-1] - width], x[..., x.shape[-1] - width:]
+    if interleaved:  # (a_0 .. a_{w/2-1}, b_0 .. b_{w/2-1}) -> (a_0, b_0, a_1, b_1, ...)
+        rope = torch.stack((rope[..., : width // 2], rope[..., width // 2:]), dim=-1).flatten(-2)
+    return torch.cat([rope, nope], dim=-1)  # (B, H, L, D)
 
 
 def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -245,6 +280,17 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
         raise ValueError(f"posenc.interop: the attention mask covers {mask.shape[-1]} keys but the layer has {lk}; "
                          "static caches are not supported (use DynamicCache)")
     pe_arg = None if getattr(pe, "name", None) == "nope" else pe
+    part = module.__dict__.get("_posenc_rope_part")  # MLA (DeepSeek-V3): (rope width, interleaved)
+    if part is not None:
+        width = part[0]
+        query, key = _rope_part_first(query, *part), _rope_part_first(key, *part)
+        if kind == "rotary" and getattr(pe, "head_dim", None) == width < query.shape[-1]:  # the rope part only
+            observe = getattr(pe, "observe", None)
+            if observe is not None:
+                observe(extra["q_positions"])
+            key = torch.cat([pe(key[..., :width], extra["k_positions"], role="key"), key[..., width:]], dim=-1)
+            query = torch.cat([pe(query[..., :width], extra["q_positions"], role="query"), query[..., width:]], dim=-1)
+            pe_arg = None
     out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra)
     return out.transpose(1, 2).contiguous(), None
 
@@ -279,7 +325,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
 
     Args:
         model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
-            Gemma, Gemma 3, GPT-NeoX, Llama 4, ...; Gemma 2 and GPT-OSS take a rotary scheme on every
+            Gemma, Gemma 3, GPT-NeoX, Llama 4, DeepSeek-V3, ...; Gemma 2 and GPT-OSS take a rotary scheme on every
             layer only); another is refused with its class named.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
@@ -306,7 +352,13 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     modules: list[nn.Module | None] = [None] * n
     built: dict[int, nn.Module] = {}  # one module per distinct entry object: a shared spec shares its module
     for i, entry in zip(chosen, entries):
-        modules[i] = built.setdefault(id(entry), _module(entry, model.config))
+        modules[i] = built.setdefault(id(entry), _module(entry, model.config, family))
+    v_head_dim = getattr(model.config, "v_head_dim", None)  # MLA: values of another size than q/k
+    for m in built.values():
+        if getattr(m, "value_term", None) is not None and v_head_dim is not None and v_head_dim != m.head_dim:
+            raise ValueError(f"pe {m.name!r} adds value embeddings of head_dim={m.head_dim} to the output, but "
+                             f"{type(model).__name__}'s values have v_head_dim={v_head_dim}: give a scheme without a "
+                             "value term (transformer_xl, deberta, a bias scheme)")
     if any(m is None for m in modules):  # the model's own encoding, layer by layer (Gemma 3's two bases)
         import posenc
         from posenc.interop.hf import hf_layer_specs
@@ -344,6 +396,8 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
         for attention, module in zip(attentions, modules):
             attention.__dict__["posenc_pe"] = None if additive else module  # a reference, not a submodule
             attention.__dict__["_posenc_rotary"] = neutral
+            if family.rope_part is not None:
+                attention.__dict__["_posenc_rope_part"] = (getattr(model.config, family.rope_part), _interleaved(model.config))
             for name in family.own_positions:
                 setattr(attention, name, False)
             if getattr(module, "reads_hidden", False):
@@ -367,7 +421,8 @@ def unpatch(model: nn.Module) -> nn.Module:
         hook.remove()
     base._modules.pop("posenc_modules", None)
     for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
-        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input", "_posenc_rotary"):
+        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input", "_posenc_rotary",
+                     "_posenc_rope_part"):
             attention.__dict__.pop(name, None)
         for name, value in own.items():
             setattr(attention, name, value)
