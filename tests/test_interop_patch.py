@@ -40,12 +40,24 @@ CONFIGS = {  # model type -> (config class, its extra keys): grouped heads where
                                          "rope_parameters": {"rope_type": "yarn", "rope_theta": 2000.0, "factor": 8.0,
                                                              "original_max_position_embeddings": 16, "mscale": 1.0,
                                                              "mscale_all_dim": 0.5}}),
+    # vision-language: the text model's layers; 3D mrope position_ids [3, B, L] (equal rows for text)
+    **{t: (c, {"num_key_value_heads": 2, "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0,
+                                                             "mrope_section": [1, 1, 2]}})
+       for t, c in (("qwen2_vl", "Qwen2VLConfig"), ("qwen2_5_vl", "Qwen2_5_VLConfig"))},
 }
+COMPOSITE = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration"}
+VISION = {"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "out_hidden_size": 64, "patch_size": 2,
+          "spatial_merge_size": 1, "temporal_patch_size": 1, "intermediate_size": 32}
 
 
 def tiny(model_type: str, *, seed: int = 0, **changes):
     name, extra = CONFIGS[model_type]
-    config = getattr(transformers, name)(**{**SMALL, **extra, **changes}, attn_implementation="sdpa")
+    sizes = {**SMALL, **extra, **changes}
+    if model_type in COMPOSITE:  # a text config inside the vision-language one (ids < 97: never an image token)
+        config = getattr(transformers, name)(text_config=sizes, vision_config=VISION, attn_implementation="sdpa")
+        torch.manual_seed(seed)
+        return getattr(transformers, COMPOSITE[model_type])(config).eval()
+    config = getattr(transformers, name)(**sizes, attn_implementation="sdpa")
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
@@ -193,6 +205,27 @@ def test_deepseek_v3_rope_part_in_either_pair_order():
     assert torch.equal(_generate(model, ids, mask), _generate(model, ids, mask, use_cache=False))
     with pytest.raises(ValueError, match="v_head_dim=12"):
         posenc.interop.patch(model, "shaw")
+
+
+@pytest.mark.parametrize("model_type", sorted(COMPOSITE))
+def test_qwen_vl_image_positions_reach_mrope_and_one_axis_schemes_refuse_them(model_type):
+    """Image tokens' 3D positions (rows that differ): posenc's ``mrope`` through the attention
+    function reads all three rows (logits unchanged), a one-axis scheme refuses them by name; the
+    vision tower keeps its own attention."""
+    from posenc.interop.hf import hf_layer_specs
+
+    model = tiny(model_type)
+    p = posenc.mrope_positions([{"text": 3}, {"image": [2, 3]}, {"text": 4}])  # (L, 3)
+    position_ids = p.T.unsqueeze(1).expand(3, 2, -1)  # (3, B, L)
+    ids = torch.randint(3, 97, (2, p.shape[0]))
+    with torch.no_grad():
+        want = model(ids, position_ids=position_ids).logits
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        assert model.config.vision_config._attn_implementation == "sdpa"
+        torch.testing.assert_close(model(ids, position_ids=position_ids).logits, want, rtol=1e-5, atol=1e-5)
+        posenc.interop.patch(model, "alibi")
+        with pytest.raises(ValueError, match="3 rows that differ .*'alibi' takes one position per token"):
+            model(ids, position_ids=position_ids)
 
 
 def test_rotary_on_some_layers_keeps_the_models_own_elsewhere():

@@ -34,6 +34,11 @@ branch: a model whose ``config.model_type`` has no row is refused with its class
   it is given, and ``hf_layer_specs`` gives Llama 4's NoPE layers posenc's ``nope_temperature``
   (logits unchanged). Its positions are ``position_ids`` (a left-padded row counts from its first
   token), where transformers' own counts from the start of the padded batch.
+- Vision-language models (Qwen2-VL, Qwen2.5-VL): the text model's layers take the scheme, its
+  vision tower keeps its attention implementation. Positions are those the model's rotary is
+  called with, 3D ``[3, B, L]`` (time, height, width): posenc's ``mrope`` reads the three rows
+  (image tokens included); a one-axis scheme takes text, whose rows are equal, and refuses image
+  or video tokens with a ValueError.
 - Multi-head latent attention (DeepSeek-V3, ``Family.rope_part``): each q/k head is ``[nope part,
   rope part]``; the attention function gives posenc ``[rope part, nope part]`` (the rope part in
   the model's pair order: the model's interleaved apply, neutralised, only de-interleaved it) and
@@ -91,6 +96,7 @@ FAMILIES: dict[str, Family] = {
     "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping)"),
     "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax"),
     "llama4_text": Family(own_positions=("attn_temperature_tuning",)),
+    **{t: Family("model.language_model.layers") for t in ("qwen2_vl", "qwen2_5_vl")},  # the text model's layers
     "deepseek_v3": Family(head_dim=("qk_nope_head_dim", "qk_rope_head_dim"), rope_part="qk_rope_head_dim"),
 }
 """model type -> :class:`Family`, the families ``patch`` knows (each tested in
@@ -122,7 +128,14 @@ def _parts(model: nn.Module) -> tuple[Family, nn.Module, str, list[nn.Module]]:
     return family, _attr(model, owner), name, [_attr(layer, family.attention) for layer in _attr(model, family.layers)]
 
 
+def _text(config: Any) -> Any:
+    """The config of the decoder (a vision-language model's ``text_config``; else ``config``)."""
+    get = getattr(config, "get_text_config", None)
+    return config if get is None else get()
+
+
 def _sizes(config: Any, family: Family) -> dict[str, int]:
+    config = _text(config)
     heads = config.num_attention_heads
     if family.head_dim:  # DeepSeek-V3: q/k heads of qk_nope_head_dim + qk_rope_head_dim
         head_dim = sum(getattr(config, key) for key in family.head_dim)
@@ -142,7 +155,7 @@ def _module(pe: Any, config: Any, family: Family) -> nn.Module:
 
     sizes = _sizes(config, family)
     spec = fill_sizes(pe, dim=sizes["d_model"], num_heads=sizes["num_heads"], head_dim=sizes["head_dim"],
-                      length=getattr(config, "max_position_embeddings", None))
+                      length=getattr(_text(config), "max_position_embeddings", None))
     return posenc.build(spec)
 
 
@@ -192,7 +205,11 @@ def _fits_rotary_module(pe: nn.Module | None, config: Any) -> bool:
     if own is None or pe.spec.get("axes", 1) != 1:
         return False
     width = pe.spec.get("rotary_dim") or pe.spec["head_dim"]
-    return pe.spec["layout"] == own["layout"] and width == (own.get("rotary_dim") or own["head_dim"])
+    if pe.spec["scheme"] != own["scheme"] or pe.spec["layout"] != own["layout"]:
+        return False
+    if pe.spec["scheme"] == "mrope" and any(pe.spec.get(k) != own.get(k) for k in ("sections", "sections_layout")):
+        return False  # the model's own apply picks its mrope_section of each table
+    return width == (own.get("rotary_dim") or own["head_dim"])
 
 
 def _interleaved(config: Any) -> bool:
@@ -205,6 +222,13 @@ def _interleaved(config: Any) -> bool:
     if row.interleave_key is not None:
         return bool(getattr(config, row.interleave_key, True))
     return row.layout == "interleaved"
+
+
+def _implementations(config: Any) -> dict[str, str]:
+    """The attention implementation of the model (key ``""``) and of each sub-config (``text_config``,
+    ``vision_config``), as ``set_attn_implementation`` takes them."""
+    subs = {key: getattr(config, key) for key in getattr(config, "sub_configs", {})}
+    return {"": config._attn_implementation, **{k: c._attn_implementation for k, c in subs.items() if c is not None}}
 
 
 def _register() -> None:
@@ -232,6 +256,43 @@ def _grow(module: nn.Module, name: str, new: torch.Tensor, lq: int, lk: int) -> 
         whole = torch.cat([past, new], dim=1)
     module.__dict__[name] = whole
     return whole
+
+
+def _one_row(p: torch.Tensor, pe: Any) -> torch.Tensor:
+    """Multimodal RoPE's rows ``[A, B, L]`` as one position per token ``[B, L]``: the rows must be
+    equal (text); image or video tokens, whose rows differ, are refused."""
+    if p.shape[0] > 1 and not bool((p == p[:1]).all()):
+        raise ValueError(f"posenc.interop: the model's position_ids have {p.shape[0]} rows that differ (image or "
+                         f"video tokens: time, height, width), but pe {getattr(pe, 'name', None)!r} takes one "
+                         "position per token; patch this model with mrope, or give it text-only inputs")
+    return p[0]
+
+
+def _query_positions(module: nn.Module, pe: Any, position_ids: torch.Tensor | None, b: int, lq: int, lk: int,
+                     device: torch.device) -> torch.Tensor:
+    """The queries' positions: those the model's rotary was called with this forward (what its own
+    RoPE would have used; Llama 4's layers do not pass them on), else the layer's ``position_ids``,
+    else the last ``Lq`` of ``0..Lk-1``. ``[B, Lq]``, or ``[B, Lq, A]`` for a scheme of ``A`` axes.
+
+    Multimodal RoPE's ``[A, B, L]`` rows (Qwen2-VL: time, height, width; ``[1, B, L]`` when
+    decoding) go to an ``A``-axis scheme (``mrope``) as they are; a one-axis scheme takes them
+    where the rows are equal (text), and image or video tokens, whose rows differ, are refused."""
+    seen = getattr(module.__dict__.get("_posenc_rotary"), "position_ids", None)
+    p = seen if seen is not None else position_ids
+    if p is None:
+        p = torch.arange(lk - lq, lk, device=device).unsqueeze(0)
+    p = p.to(device).long()
+    axes = getattr(pe, "axes", 1)
+    if p.dim() == 3:  # (A, B, L): multimodal RoPE's rows
+        if axes > 1:
+            if p.shape[0] not in (1, axes):
+                raise ValueError(f"pe {pe.name!r} takes {axes} position axes but the model's position_ids have "
+                                 f"{p.shape[0]} rows (shape {list(p.shape)})")
+            return p.expand(axes, -1, -1).permute(1, 2, 0).expand(b, lq, axes)  # (B, Lq, A)
+        p = _one_row(p, pe)
+    if axes > 1:  # text: the same position on every axis
+        return p.unsqueeze(-1).expand(b, lq, axes)
+    return p.expand(b, lq)  # (B, Lq)
 
 
 def _rope_part_first(x: torch.Tensor, width: int, interleaved: bool) -> torch.Tensor:
@@ -265,13 +326,8 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     kind = getattr(pe, "kind", "none")
     extra: dict[str, Any] = {}
     if kind != "content":
-        position_ids = kwargs.get("position_ids")
-        if position_ids is None:  # Llama 4's layers keep them: the rotary saw them
-            position_ids = getattr(module.__dict__.get("_posenc_rotary"), "position_ids", None)
-        if position_ids is None:
-            position_ids = torch.arange(lk - lq, lk, device=query.device).unsqueeze(0)
-        q_pos = position_ids.to(query.device).long().expand(b, lq)  # (B, Lq)
-        k_pos = _grow(module, "_posenc_key_positions", q_pos, lq, lk)  # (B, Lk)
+        q_pos = _query_positions(module, pe, kwargs.get("position_ids"), b, lq, lk, query.device)  # (B, Lq[, A])
+        k_pos = _grow(module, "_posenc_key_positions", q_pos, lq, lk)  # (B, Lk[, A])
         extra = {"q_positions": q_pos, "k_positions": k_pos}
     if getattr(pe, "reads_hidden", False):
         extra["hidden"] = _grow(module, "_posenc_hidden", module.__dict__.pop("_posenc_input"), lq, lk)
@@ -309,6 +365,8 @@ def _add_to_embeddings(pe: nn.Module, embeddings: str):
             cache = kwargs.get("past_key_values", kwargs.get("cache"))
             past = 0 if cache is None else cache.get_seq_length()
             positions = torch.arange(past, past + embeds.shape[1], device=embeds.device).unsqueeze(0)
+        if positions.dim() == 3:  # Qwen2-VL's [3, B, L] rows, or [4, B, L] with the text positions first
+            positions = _one_row(positions[1:] if positions.shape[0] == 4 else positions, pe)
         kwargs = {**kwargs, "input_ids": None, "inputs_embeds": embeds + pe(positions.long()).to(embeds.dtype)}
         return (), kwargs
 
@@ -325,7 +383,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
 
     Args:
         model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
-            Gemma, Gemma 3, GPT-NeoX, Llama 4, DeepSeek-V3, ...; Gemma 2 and GPT-OSS take a rotary scheme on every
+            Gemma, Gemma 3, GPT-NeoX, Llama 4, DeepSeek-V3, Qwen2-VL, Qwen2.5-VL, ...; Gemma 2 and GPT-OSS take a rotary scheme on every
             layer only); another is refused with its class named.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
@@ -368,7 +426,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
             if modules[i] is None:
                 key = json.dumps(spec, sort_keys=True)
                 modules[i] = own.setdefault(key, posenc.build(spec))
-    original = {"rotary": getattr(base, rotary), "attn": model.config._attn_implementation, "hooks": []}
+    original = {"rotary": getattr(base, rotary), "attn": _implementations(model.config), "hooks": []}
     first = modules[0]
     additive = [m for m in modules if getattr(m, "kind", None) == "additive"]
     if additive and (len(additive) != n or any(m is not first for m in modules)):
@@ -402,7 +460,8 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
                 setattr(attention, name, False)
             if getattr(module, "reads_hidden", False):
                 hooks.append(attention.register_forward_pre_hook(_keep_input, with_kwargs=True))
-        model.set_attn_implementation(ATTENTION)
+        text = "text_config" in original["attn"]  # a vision-language model: its text model only (not its vision tower)
+        model.set_attn_implementation({**original["attn"], "": ATTENTION, "text_config": ATTENTION} if text else ATTENTION)
     model._posenc_original = original
     unique = list({id(m): m for m in modules}.values())
     setattr(model.config, RECORD, {"modules": [m.spec for m in unique],
@@ -426,8 +485,9 @@ def unpatch(model: nn.Module) -> nn.Module:
             attention.__dict__.pop(name, None)
         for name, value in own.items():
             setattr(attention, name, value)
-    if model.config._attn_implementation != original["attn"]:
-        model.set_attn_implementation(original["attn"])
+    if _implementations(model.config) != original["attn"]:
+        attn = original["attn"]
+        model.set_attn_implementation(attn if len(attn) > 1 else attn[""])
     model._posenc_original = None
     if hasattr(model.config, RECORD):
         delattr(model.config, RECORD)
