@@ -62,7 +62,7 @@ def tiny(model_type: str, *, seed: int = 0, **changes):
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-ROTARY_ONLY = ("gemma2", "gpt_oss")  # built by tests/test_hf_families.py's tiny_model, or here
+ROTARY_ONLY = ("gemma2", "gpt_oss", "falcon")  # built by tests/test_hf_families.py's tiny_model, or here
 
 
 def test_every_family_in_the_table_is_tested():

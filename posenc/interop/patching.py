@@ -93,8 +93,16 @@ _LLAMA = Family()
 FAMILIES: dict[str, Family] = {
     **{t: _LLAMA for t in ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "granite", "gemma", "gemma3_text")},
     "gpt_neox": Family("gpt_neox.layers", "attention", embeddings="embed_in"),
-    "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping)"),
-    "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax"),
+    "falcon": Family("transformer.h", "self_attention", embeddings="word_embeddings",
+                     rotary_only="its attention calls torch's scaled_dot_product_attention itself, not transformers' "
+                                 "AttentionInterface"),
+    # posenc.attention computes softmax(q·k·scale + bias)·v on every backend, tested against the
+    # float64 reference; a tanh cap on the scores or a learned sink column is not in it (nor in
+    # its reference), so these two stay on their own attention, with posenc's rotary tables
+    "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping), which posenc.attention "
+                                 "does not compute"),
+    "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax (s_aux), which posenc.attention "
+                                  "does not compute"),
     "llama4_text": Family(own_positions=("attn_temperature_tuning",)),
     **{t: Family("model.language_model.layers") for t in ("qwen2_vl", "qwen2_5_vl")},  # the text model's layers
     "deepseek_v3": Family(head_dim=("qk_nope_head_dim", "qk_rope_head_dim"), rope_part="qk_rope_head_dim"),
@@ -441,7 +449,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     else:
         if family.rotary_only:
             raise ValueError(f"{type(model).__name__} takes only one rotary scheme on every layer (through its rotary "
-                             f"module): {family.rotary_only}, which posenc.attention does not compute")
+                             f"module): {family.rotary_only}")
         _register()
         neutral = _NeutralRotary(original["rotary"])
         setattr(base, rotary, neutral)
