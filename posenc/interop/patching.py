@@ -80,7 +80,7 @@ class Family:
 
     layers: str = "model.layers"
     attention: str = "self_attn"
-    rotary_only: str | None = None  # the reason, for a family whose attention computes more than softmax(qk)v
+    rotary_only: str | None = None  # the reason, for a family whose attention posenc's cannot stand in for
     embeddings: str = "embed_tokens"  # the decoder's token embedding (an additive scheme is added to its output)
     own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position
     # effect of its own outside the rotary (Llama 4's NoPE query temperature): off while patched, the
