@@ -27,17 +27,42 @@ CONFIGS = {  # model type -> (config class, its extra keys): grouped heads where
     "olmo2": ("Olmo2Config", {"num_key_value_heads": 2}),
     "granite": ("GraniteConfig", {"num_key_value_heads": 2}),
     "gpt_neox": ("GPTNeoXConfig", {"rotary_pct": 0.5}),
+    # complex freqs_cis on pairs (2i, 2i+1), qk-norm, chunked attention, a NoPE layer with a query temperature
+    "llama4_text": ("Llama4TextConfig", {"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8,
+                                         "num_local_experts": 2, "intermediate_size_mlp": 96, "attention_chunk_size": 8,
+                                         "floor_scale": 3, "attn_scale": 0.3}),
+    # MLA: q/k heads [nope 8, rope 8] with the rope part's pairs (2i, 2i+1), values of 12 (Dv != Dk), YaRN mscale
+    "deepseek_v3": ("DeepseekV3Config", {"num_key_value_heads": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                                         "v_head_dim": 12, "kv_lora_rank": 16, "q_lora_rank": 32, "n_routed_experts": 4,
+                                         "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+                                         "moe_intermediate_size": 32, "n_group": 1, "topk_group": 1,
+                                         "rope_interleave": True,
+                                         "rope_parameters": {"rope_type": "yarn", "rope_theta": 2000.0, "factor": 8.0,
+                                                             "original_max_position_embeddings": 16, "mscale": 1.0,
+                                                             "mscale_all_dim": 0.5}}),
+    # vision-language: the text model's layers; 3D mrope position_ids [3, B, L] (equal rows for text)
+    **{t: (c, {"num_key_value_heads": 2, "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0,
+                                                             "mrope_section": [1, 1, 2]}})
+       for t, c in (("qwen2_vl", "Qwen2VLConfig"), ("qwen2_5_vl", "Qwen2_5_VLConfig"))},
 }
+COMPOSITE = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration"}
+VISION = {"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "out_hidden_size": 64, "patch_size": 2,
+          "spatial_merge_size": 1, "temporal_patch_size": 1, "intermediate_size": 32}
 
 
-def tiny(model_type: str, *, seed: int = 0):
+def tiny(model_type: str, *, seed: int = 0, **changes):
     name, extra = CONFIGS[model_type]
-    config = getattr(transformers, name)(**SMALL, **extra, attn_implementation="sdpa")
+    sizes = {**SMALL, **extra, **changes}
+    if model_type in COMPOSITE:  # a text config inside the vision-language one (ids < 97: never an image token)
+        config = getattr(transformers, name)(text_config=sizes, vision_config=VISION, attn_implementation="sdpa")
+        torch.manual_seed(seed)
+        return getattr(transformers, COMPOSITE[model_type])(config).eval()
+    config = getattr(transformers, name)(**sizes, attn_implementation="sdpa")
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-ROTARY_ONLY = ("gemma2", "gpt_oss", "llama4_text")  # built by tests/test_hf_families.py's tiny_model, or here
+ROTARY_ONLY = ("gemma2", "gpt_oss", "falcon")  # built by tests/test_hf_families.py's tiny_model, or here
 
 
 def test_every_family_in_the_table_is_tested():
@@ -86,6 +111,11 @@ def test_gemma3_runs_its_two_bases_and_every_kind_through_posenc_attention():
 
 @pytest.mark.parametrize("model_type", sorted(CONFIGS))
 def test_from_hf_leaves_the_logits_unchanged(model_type):
+    """``from_hf`` through the model's rotary module, and ``hf_layer_specs`` (one spec per layer, so
+    through the attention function: posenc's RoPE, and Llama 4's NoPE temperature as posenc's
+    ``nope_temperature``) both leave the logits unchanged."""
+    from posenc.interop.hf import hf_layer_specs
+
     model = tiny(model_type)
     ids = torch.randint(3, 97, (2, 19))
     with torch.no_grad():
@@ -93,8 +123,32 @@ def test_from_hf_leaves_the_logits_unchanged(model_type):
         posenc.interop.patch(model, posenc.from_hf(model.config))
         got = model(ids).logits
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        assert model.config._attn_implementation == "posenc"
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
         posenc.interop.unpatch(model)
         torch.testing.assert_close(model(ids).logits, want, rtol=0, atol=0)
+
+
+def test_llama4_nope_layers_take_posencs_temperature():
+    """Llama 4's own query temperature is off while patched: its NoPE layer runs the scheme it is
+    given (``nope`` differs from the model; ``nope_temperature`` with its config's sizes equals it),
+    and unpatch switches the model's temperature back on."""
+    from posenc.interop.hf import hf_layer_specs
+
+    model = tiny("llama4_text")
+    ids = torch.randint(3, 97, (1, 40))  # past floor_scale: the temperature changes the queries
+    specs = hf_layer_specs(model.config)
+    assert [s["scheme"] for s in specs] == ["rope", "rope", "rope", "nope_temperature"]
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, [*specs[:3], {"scheme": "nope"}])
+        assert not model.model.layers[3].self_attn.attn_temperature_tuning
+        assert not torch.allclose(model(ids).logits, want, atol=1e-4)
+        posenc.interop.patch(model, specs)
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+        posenc.interop.unpatch(model)
+    assert model.model.layers[3].self_attn.attn_temperature_tuning
 
 
 KINDS = {  # a scheme of every kind, a per-layer pattern, and rotary on one layer only
@@ -102,6 +156,9 @@ KINDS = {  # a scheme of every kind, a per-layer pattern, and rotary on one laye
     "none": "nope", "none (temperature)": "nope_temperature:floor_scale=4", "pattern": ["rope", "kerple"],
     "additive": "sinusoidal", "additive (learned)": "learned",
 }
+
+
+OTHER = {("relative", "deepseek_v3"): "transformer_xl"}  # Shaw's value term needs Dv = Dk: refused below
 
 
 def _generate(model, ids, mask=None, **kw):
@@ -113,7 +170,7 @@ def _generate(model, ids, mask=None, **kw):
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
     model = tiny(model_type)
-    posenc.interop.patch(model, KINDS[kind])
+    posenc.interop.patch(model, OTHER.get((kind, model_type), KINDS[kind]))
     ids = torch.randint(3, 97, (2, 11))
     mask = torch.ones(2, 11, dtype=torch.long)
     mask[0, :4] = 0  # the first row is left-padded by 4
@@ -126,6 +183,49 @@ def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
     recomputed = _generate(model, ids, mask, use_cache=False)
     assert torch.equal(cached, recomputed), kind
     assert torch.equal(cached[0, 11:], _generate(model, ids[:1, 4:])[0, 7:]), kind
+
+
+def test_deepseek_v3_rope_part_in_either_pair_order():
+    """MLA's rope part (the last qk_rope_head_dim dims of each q/k head) without ``rope_interleave``
+    (pairs (i, i + d/2)): ``hf_layer_specs`` through the attention function rotates that part only
+    (logits unchanged), a full-width ``"rope"`` decodes through the cache; Shaw, whose value term
+    needs Dv = Dk, is refused naming v_head_dim."""
+    from posenc.interop.hf import hf_layer_specs
+
+    model = tiny("deepseek_v3", rope_interleave=False)
+    ids = torch.randint(3, 97, (2, 19))
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+    posenc.interop.patch(model, "rope")  # head_dim 16: the whole q/k head
+    assert model.model.layers[0].self_attn.posenc_pe.head_dim == 16
+    mask = torch.ones(2, 19, dtype=torch.long)
+    mask[0, :5] = 0
+    assert torch.equal(_generate(model, ids, mask), _generate(model, ids, mask, use_cache=False))
+    with pytest.raises(ValueError, match="v_head_dim=12"):
+        posenc.interop.patch(model, "shaw")
+
+
+@pytest.mark.parametrize("model_type", sorted(COMPOSITE))
+def test_qwen_vl_image_positions_reach_mrope_and_one_axis_schemes_refuse_them(model_type):
+    """Image tokens' 3D positions (rows that differ): posenc's ``mrope`` through the attention
+    function reads all three rows (logits unchanged), a one-axis scheme refuses them by name; the
+    vision tower keeps its own attention."""
+    from posenc.interop.hf import hf_layer_specs
+
+    model = tiny(model_type)
+    p = posenc.mrope_positions([{"text": 3}, {"image": [2, 3]}, {"text": 4}])  # (L, 3)
+    position_ids = p.T.unsqueeze(1).expand(3, 2, -1)  # (3, B, L)
+    ids = torch.randint(3, 97, (2, p.shape[0]))
+    with torch.no_grad():
+        want = model(ids, position_ids=position_ids).logits
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        assert model.config.vision_config._attn_implementation == "sdpa"
+        torch.testing.assert_close(model(ids, position_ids=position_ids).logits, want, rtol=1e-5, atol=1e-5)
+        posenc.interop.patch(model, "alibi")
+        with pytest.raises(ValueError, match="3 rows that differ .*'alibi' takes one position per token"):
+            model(ids, position_ids=position_ids)
 
 
 def test_rotary_on_some_layers_keeps_the_models_own_elsewhere():

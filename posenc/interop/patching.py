@@ -9,9 +9,12 @@
 **How.** A family is a row of ``FAMILIES`` (where its rotary and attention layers live), never a
 branch: a model whose ``config.model_type`` has no row is refused with its class named.
 
-- A rotary scheme on every layer (``pe`` a ``rope``/``mrope`` module or SPEC): the model's
-  rotary module is replaced by ``HFRotaryEmbedding(pe)``; the model keeps its own attention
-  implementation. ``patch(model, posenc.from_hf(model.config))`` leaves the logits unchanged.
+- A rotary scheme on every layer (``pe`` a ``rope``/``mrope`` module or SPEC) that rotates the
+  pairs the model rotates over its rotary width: the model's rotary module is replaced by
+  ``HFRotaryEmbedding(pe)`` (with the family's table: Llama 4's complex ``freqs_cis``); the model
+  keeps its own attention implementation. ``patch(model, posenc.from_hf(model.config))`` leaves
+  the logits unchanged. Another rotary (``"rope"``, pairs (i, i + d/2), on Llama 4, which rotates
+  (2i, 2i+1)) goes through the attention function below.
 - Every other case (bias, relative, content, none, per-layer patterns, rotary on some layers
   only): the model's rotary is neutralised (cos 1, sin 0: ``apply_rotary_pos_emb`` is then the
   identity), the attention function ``"posenc"`` is registered with transformers'
@@ -26,6 +29,22 @@ branch: a model whose ``config.model_type`` has no row is refused with its class
   appended at each step and restarted when a call has no past keys: ``generate()`` through
   transformers' ``DynamicCache`` equals recomputing the whole sequence. Beam search (which
   reorders the cache) and static caches (keys padded to a maximum length) are not supported.
+- A position effect of the model's own outside its rotary (Llama 4's query temperature in its
+  NoPE layers, ``Family.own_positions``) is switched off while patched: each layer runs the scheme
+  it is given, and ``hf_layer_specs`` gives Llama 4's NoPE layers posenc's ``nope_temperature``
+  (logits unchanged). Its positions are ``position_ids`` (a left-padded row counts from its first
+  token), where transformers' own counts from the start of the padded batch.
+- Vision-language models (Qwen2-VL, Qwen2.5-VL): the text model's layers take the scheme, its
+  vision tower keeps its attention implementation. Positions are those the model's rotary is
+  called with, 3D ``[3, B, L]`` (time, height, width): posenc's ``mrope`` reads the three rows
+  (image tokens included); a one-axis scheme takes text, whose rows are equal, and refuses image
+  or video tokens with a ValueError.
+- Multi-head latent attention (DeepSeek-V3, ``Family.rope_part``): each q/k head is ``[nope part,
+  rope part]``; the attention function gives posenc ``[rope part, nope part]`` (the rope part in
+  the model's pair order: the model's interleaved apply, neutralised, only de-interleaved it) and
+  values of their own size (``v_head_dim``). A rotary scheme as wide as the rope part (``from_hf``,
+  ``hf_layer_specs``: logits unchanged) rotates that part only; one as wide as the head (a bare
+  ``"rope"``, sized ``qk_nope_head_dim + qk_rope_head_dim``) rotates all of it.
 - Layers not named in ``layers`` keep the model's own encoding (``hf_layer_specs(model.config)``).
 - An additive scheme (sinusoidal, learned) is added to the token embeddings before the first
   layer (a pre-hook of the decoder, positions from ``position_ids``); attention then has none.
@@ -61,17 +80,32 @@ class Family:
 
     layers: str = "model.layers"
     attention: str = "self_attn"
-    rotary_only: str | None = None  # the reason, for a family whose attention computes more than softmax(qk)v
+    rotary_only: str | None = None  # the reason, for a family whose attention posenc's cannot stand in for
     embeddings: str = "embed_tokens"  # the decoder's token embedding (an additive scheme is added to its output)
+    own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position
+    # effect of its own outside the rotary (Llama 4's NoPE query temperature): off while patched, the
+    # layer's posenc scheme (``nope_temperature`` from ``hf_layer_specs``) computes it instead
+    head_dim: tuple[str, ...] = ()  # config keys whose sum is the query/key head size, when not head_dim
+    rope_part: str | None = None  # config key of the rotary width at the end of each q/k head (MLA: [nope, rope])
 
 
 _LLAMA = Family()
 FAMILIES: dict[str, Family] = {
     **{t: _LLAMA for t in ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "granite", "gemma", "gemma3_text")},
     "gpt_neox": Family("gpt_neox.layers", "attention", embeddings="embed_in"),
-    "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping)"),
-    "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax"),
-    "llama4_text": Family(rotary_only="its NoPE layers scale the queries inside its attention"),
+    "falcon": Family("transformer.h", "self_attention", embeddings="word_embeddings",
+                     rotary_only="its attention calls torch's scaled_dot_product_attention itself, not transformers' "
+                                 "AttentionInterface"),
+    # posenc.attention computes softmax(q·k·scale + bias)·v on every backend, tested against the
+    # float64 reference; a tanh cap on the scores or a learned sink column is not in it (nor in
+    # its reference), so these two stay on their own attention, with posenc's rotary tables
+    "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping), which posenc.attention "
+                                 "does not compute"),
+    "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax (s_aux), which posenc.attention "
+                                  "does not compute"),
+    "llama4_text": Family(own_positions=("attn_temperature_tuning",)),
+    **{t: Family("model.language_model.layers") for t in ("qwen2_vl", "qwen2_5_vl")},  # the text model's layers
+    "deepseek_v3": Family(head_dim=("qk_nope_head_dim", "qk_rope_head_dim"), rope_part="qk_rope_head_dim"),
 }
 """model type -> :class:`Family`, the families ``patch`` knows (each tested in
 ``tests/test_interop_patch.py``)."""
@@ -102,13 +136,23 @@ def _parts(model: nn.Module) -> tuple[Family, nn.Module, str, list[nn.Module]]:
     return family, _attr(model, owner), name, [_attr(layer, family.attention) for layer in _attr(model, family.layers)]
 
 
-def _sizes(config: Any) -> dict[str, int]:
+def _text(config: Any) -> Any:
+    """The config of the decoder (a vision-language model's ``text_config``; else ``config``)."""
+    get = getattr(config, "get_text_config", None)
+    return config if get is None else get()
+
+
+def _sizes(config: Any, family: Family) -> dict[str, int]:
+    config = _text(config)
     heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    if family.head_dim:  # DeepSeek-V3: q/k heads of qk_nope_head_dim + qk_rope_head_dim
+        head_dim = sum(getattr(config, key) for key in family.head_dim)
+    else:
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return {"num_heads": heads, "head_dim": head_dim, "d_model": config.hidden_size}
 
 
-def _module(pe: Any, config: Any) -> nn.Module:
+def _module(pe: Any, config: Any, family: Family) -> nn.Module:
     """One entry: a built module as it is; a SPEC or spec dict built with the model's sizes."""
     if isinstance(pe, nn.Module):
         if not hasattr(pe, "kind"):
@@ -117,9 +161,9 @@ def _module(pe: Any, config: Any) -> nn.Module:
     import posenc
     from posenc.spec import fill_sizes
 
-    sizes = _sizes(config)
+    sizes = _sizes(config, family)
     spec = fill_sizes(pe, dim=sizes["d_model"], num_heads=sizes["num_heads"], head_dim=sizes["head_dim"],
-                      length=getattr(config, "max_position_embeddings", None))
+                      length=getattr(_text(config), "max_position_embeddings", None))
     return posenc.build(spec)
 
 
@@ -139,16 +183,60 @@ def _entries(pe: Any, n: int) -> list[Any]:
 
 
 class _NeutralRotary(nn.Module):
-    """The model's rotary with cos 1 and sin 0 (``apply_rotary_pos_emb`` becomes the identity):
-    positions are posenc's, applied in the attention function."""
+    """The model's rotary with cos 1 and sin 0 (``apply_rotary_pos_emb`` becomes the identity), or
+    for a complex table (Llama 4's ``freqs_cis``) 1 + 0i: positions are posenc's, applied in the
+    attention function."""
 
     def __init__(self, original: nn.Module) -> None:
         super().__init__()
         self.original = original
 
     def forward(self, x, position_ids, *args, **kwargs):
-        cos, sin = self.original(x, position_ids, *args, **kwargs)
+        self.__dict__["position_ids"] = position_ids  # this call's, for a family whose layers do not pass them on
+        table = self.original(x, position_ids, *args, **kwargs)
+        if isinstance(table, torch.Tensor):  # freqs_cis = cos + i·sin
+            return torch.ones_like(table)
+        cos, sin = table
         return torch.ones_like(cos), torch.zeros_like(sin)
+
+
+def _fits_rotary_module(pe: nn.Module | None, config: Any) -> bool:
+    """Whether the model's own attention computes ``pe`` when its rotary module returns ``pe``'s table:
+    a ``rope``/``mrope`` rotating the pairs the model rotates (its layout) over its rotary width.
+    Another rotary (``"rope"`` with ``layout="half"`` on Llama 4, which rotates pairs (2i, 2i+1))
+    runs through the attention function, where posenc applies it."""
+    if getattr(pe, "kind", None) != "rotary" or getattr(pe, "name", None) not in ("rope", "mrope"):
+        return False
+    from posenc.interop.hf import hf_layer_specs
+
+    own = next((s for s in hf_layer_specs(config) if s["scheme"] in ("rope", "mrope")), None)
+    if own is None or pe.spec.get("axes", 1) != 1:
+        return False
+    width = pe.spec.get("rotary_dim") or pe.spec["head_dim"]
+    if pe.spec["scheme"] != own["scheme"] or pe.spec["layout"] != own["layout"]:
+        return False
+    if pe.spec["scheme"] == "mrope" and any(pe.spec.get(k) != own.get(k) for k in ("sections", "sections_layout")):
+        return False  # the model's own apply picks its mrope_section of each table
+    return width == (own.get("rotary_dim") or own["head_dim"])
+
+
+def _interleaved(config: Any) -> bool:
+    """Whether the model rotates pairs (2i, 2i+1) (``HF_FAMILIES``' layout and interleave key)."""
+    from posenc.interop.hf_families import HF_FAMILIES
+
+    row = HF_FAMILIES.get(config.model_type)
+    if row is None:
+        return False
+    if row.interleave_key is not None:
+        return bool(getattr(config, row.interleave_key, True))
+    return row.layout == "interleaved"
+
+
+def _implementations(config: Any) -> dict[str, str]:
+    """The attention implementation of the model (key ``""``) and of each sub-config (``text_config``,
+    ``vision_config``), as ``set_attn_implementation`` takes them."""
+    subs = {key: getattr(config, key) for key in getattr(config, "sub_configs", {})}
+    return {"": config._attn_implementation, **{k: c._attn_implementation for k, c in subs.items() if c is not None}}
 
 
 def _register() -> None:
@@ -178,6 +266,54 @@ def _grow(module: nn.Module, name: str, new: torch.Tensor, lq: int, lk: int) -> 
     return whole
 
 
+def _one_row(p: torch.Tensor, pe: Any) -> torch.Tensor:
+    """Multimodal RoPE's rows ``[A, B, L]`` as one position per token ``[B, L]``: the rows must be
+    equal (text); image or video tokens, whose rows differ, are refused."""
+    if p.shape[0] > 1 and not bool((p == p[:1]).all()):
+        raise ValueError(f"posenc.interop: the model's position_ids have {p.shape[0]} rows that differ (image or "
+                         f"video tokens: time, height, width), but pe {getattr(pe, 'name', None)!r} takes one "
+                         "position per token; patch this model with mrope, or give it text-only inputs")
+    return p[0]
+
+
+def _query_positions(module: nn.Module, pe: Any, position_ids: torch.Tensor | None, b: int, lq: int, lk: int,
+                     device: torch.device) -> torch.Tensor:
+    """The queries' positions: those the model's rotary was called with this forward (what its own
+    RoPE would have used; Llama 4's layers do not pass them on), else the layer's ``position_ids``,
+    else the last ``Lq`` of ``0..Lk-1``. ``[B, Lq]``, or ``[B, Lq, A]`` for a scheme of ``A`` axes.
+
+    Multimodal RoPE's ``[A, B, L]`` rows (Qwen2-VL: time, height, width; ``[1, B, L]`` when
+    decoding) go to an ``A``-axis scheme (``mrope``) as they are; a one-axis scheme takes them
+    where the rows are equal (text), and image or video tokens, whose rows differ, are refused."""
+    seen = getattr(module.__dict__.get("_posenc_rotary"), "position_ids", None)
+    p = seen if seen is not None else position_ids
+    if p is None:
+        p = torch.arange(lk - lq, lk, device=device).unsqueeze(0)
+    p = p.to(device).long()
+    axes = getattr(pe, "axes", 1)
+    if p.dim() == 3:  # (A, B, L): multimodal RoPE's rows
+        if axes > 1:
+            if p.shape[0] not in (1, axes):
+                raise ValueError(f"pe {pe.name!r} takes {axes} position axes but the model's position_ids have "
+                                 f"{p.shape[0]} rows (shape {list(p.shape)})")
+            return p.expand(axes, -1, -1).permute(1, 2, 0).expand(b, lq, axes)  # (B, Lq, A)
+        p = _one_row(p, pe)
+    if axes > 1:  # text: the same position on every axis
+        return p.unsqueeze(-1).expand(b, lq, axes)
+    return p.expand(b, lq)  # (B, Lq)
+
+
+def _rope_part_first(x: torch.Tensor, width: int, interleaved: bool) -> torch.Tensor:
+    """An MLA head ``[nope part, rope part]`` (``x [B, H, L, D]``, the rope part its last ``width``
+    dims) as ``[rope part, nope part]``, the rope part in the model's own pair order: the model's
+    interleaved apply with cos 1, sin 0 left it de-interleaved (``x[0::2], x[1::2]``), which is
+    undone. The same permutation of q and k leaves every ``q·k`` as it was."""
+    nope, rope = x[..., : x.shape[-1] - width], x[..., x.shape[-1] - width:]
+    if interleaved:  # (a_0 .. a_{w/2-1}, b_0 .. b_{w/2-1}) -> (a_0, b_0, a_1, b_1, ...)
+        rope = torch.stack((rope[..., : width // 2], rope[..., width // 2:]), dim=-1).flatten(-2)
+    return torch.cat([rope, nope], dim=-1)  # (B, H, L, D)
+
+
 def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                      **kwargs) -> tuple[torch.Tensor, None]:
@@ -198,11 +334,8 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     kind = getattr(pe, "kind", "none")
     extra: dict[str, Any] = {}
     if kind != "content":
-        position_ids = kwargs.get("position_ids")
-        if position_ids is None:
-            position_ids = torch.arange(lk - lq, lk, device=query.device).unsqueeze(0)
-        q_pos = position_ids.to(query.device).long().expand(b, lq)  # (B, Lq)
-        k_pos = _grow(module, "_posenc_key_positions", q_pos, lq, lk)  # (B, Lk)
+        q_pos = _query_positions(module, pe, kwargs.get("position_ids"), b, lq, lk, query.device)  # (B, Lq[, A])
+        k_pos = _grow(module, "_posenc_key_positions", q_pos, lq, lk)  # (B, Lk[, A])
         extra = {"q_positions": q_pos, "k_positions": k_pos}
     if getattr(pe, "reads_hidden", False):
         extra["hidden"] = _grow(module, "_posenc_hidden", module.__dict__.pop("_posenc_input"), lq, lk)
@@ -211,6 +344,17 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
         raise ValueError(f"posenc.interop: the attention mask covers {mask.shape[-1]} keys but the layer has {lk}; "
                          "static caches are not supported (use DynamicCache)")
     pe_arg = None if getattr(pe, "name", None) == "nope" else pe
+    part = module.__dict__.get("_posenc_rope_part")  # MLA (DeepSeek-V3): (rope width, interleaved)
+    if part is not None:
+        width = part[0]
+        query, key = _rope_part_first(query, *part), _rope_part_first(key, *part)
+        if kind == "rotary" and getattr(pe, "head_dim", None) == width < query.shape[-1]:  # the rope part only
+            observe = getattr(pe, "observe", None)
+            if observe is not None:
+                observe(extra["q_positions"])
+            key = torch.cat([pe(key[..., :width], extra["k_positions"], role="key"), key[..., width:]], dim=-1)
+            query = torch.cat([pe(query[..., :width], extra["q_positions"], role="query"), query[..., width:]], dim=-1)
+            pe_arg = None
     out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra)
     return out.transpose(1, 2).contiguous(), None
 
@@ -229,6 +373,8 @@ def _add_to_embeddings(pe: nn.Module, embeddings: str):
             cache = kwargs.get("past_key_values", kwargs.get("cache"))
             past = 0 if cache is None else cache.get_seq_length()
             positions = torch.arange(past, past + embeds.shape[1], device=embeds.device).unsqueeze(0)
+        if positions.dim() == 3:  # Qwen2-VL's [3, B, L] rows, or [4, B, L] with the text positions first
+            positions = _one_row(positions[1:] if positions.shape[0] == 4 else positions, pe)
         kwargs = {**kwargs, "input_ids": None, "inputs_embeds": embeds + pe(positions.long()).to(embeds.dtype)}
         return (), kwargs
 
@@ -245,7 +391,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
 
     Args:
         model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
-            Gemma, Gemma 3, GPT-NeoX, ...; Gemma 2, GPT-OSS and Llama 4 take a rotary scheme on every
+            Gemma, Gemma 3, GPT-NeoX, Llama 4, DeepSeek-V3, Qwen2-VL, Qwen2.5-VL, ...; Gemma 2 and GPT-OSS take a rotary scheme on every
             layer only); another is refused with its class named.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
@@ -272,7 +418,13 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     modules: list[nn.Module | None] = [None] * n
     built: dict[int, nn.Module] = {}  # one module per distinct entry object: a shared spec shares its module
     for i, entry in zip(chosen, entries):
-        modules[i] = built.setdefault(id(entry), _module(entry, model.config))
+        modules[i] = built.setdefault(id(entry), _module(entry, model.config, family))
+    v_head_dim = getattr(model.config, "v_head_dim", None)  # MLA: values of another size than q/k
+    for m in built.values():
+        if getattr(m, "value_term", None) is not None and v_head_dim is not None and v_head_dim != m.head_dim:
+            raise ValueError(f"pe {m.name!r} adds value embeddings of head_dim={m.head_dim} to the output, but "
+                             f"{type(model).__name__}'s values have v_head_dim={v_head_dim}: give a scheme without a "
+                             "value term (transformer_xl, deberta, a bias scheme)")
     if any(m is None for m in modules):  # the model's own encoding, layer by layer (Gemma 3's two bases)
         import posenc
         from posenc.interop.hf import hf_layer_specs
@@ -282,32 +434,42 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
             if modules[i] is None:
                 key = json.dumps(spec, sort_keys=True)
                 modules[i] = own.setdefault(key, posenc.build(spec))
-    original = {"rotary": getattr(base, rotary), "attn": model.config._attn_implementation, "hooks": []}
+    original = {"rotary": getattr(base, rotary), "attn": _implementations(model.config), "hooks": []}
     first = modules[0]
     additive = [m for m in modules if getattr(m, "kind", None) == "additive"]
     if additive and (len(additive) != n or any(m is not first for m in modules)):
         raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
                          "layer, alone (not in a per-layer pattern or with layers=)")
-    if all(m is first for m in modules) and getattr(first, "kind", None) == "rotary" and first.name in ("rope", "mrope"):
+    if all(m is first for m in modules) and _fits_rotary_module(first, model.config):
         from posenc.interop.hf import HFRotaryEmbedding
+        from posenc.interop.hf_families import HF_FAMILIES
 
-        setattr(base, rotary, HFRotaryEmbedding(first))
+        row = HF_FAMILIES.get(model.config.model_type)
+        setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table))
     else:
         if family.rotary_only:
             raise ValueError(f"{type(model).__name__} takes only one rotary scheme on every layer (through its rotary "
-                             f"module): {family.rotary_only}, which posenc.attention does not compute")
+                             f"module): {family.rotary_only}")
         _register()
-        setattr(base, rotary, _NeutralRotary(original["rotary"]))
+        neutral = _NeutralRotary(original["rotary"])
+        setattr(base, rotary, neutral)
         hooks = original["hooks"]
         if additive:
             hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, family.embeddings), with_kwargs=True))
         unique = list({id(m): m for m in modules}.values())
         base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
+        original["own"] = [{name: getattr(attention, name) for name in family.own_positions} for attention in attentions]
         for attention, module in zip(attentions, modules):
             attention.__dict__["posenc_pe"] = None if additive else module  # a reference, not a submodule
+            attention.__dict__["_posenc_rotary"] = neutral
+            if family.rope_part is not None:
+                attention.__dict__["_posenc_rope_part"] = (getattr(model.config, family.rope_part), _interleaved(model.config))
+            for name in family.own_positions:
+                setattr(attention, name, False)
             if getattr(module, "reads_hidden", False):
                 hooks.append(attention.register_forward_pre_hook(_keep_input, with_kwargs=True))
-        model.set_attn_implementation(ATTENTION)
+        text = "text_config" in original["attn"]  # a vision-language model: its text model only (not its vision tower)
+        model.set_attn_implementation({**original["attn"], "": ATTENTION, "text_config": ATTENTION} if text else ATTENTION)
     model._posenc_original = original
     unique = list({id(m): m for m in modules}.values())
     setattr(model.config, RECORD, {"modules": [m.spec for m in unique],
@@ -325,11 +487,15 @@ def unpatch(model: nn.Module) -> nn.Module:
     for hook in original.get("hooks", ()):
         hook.remove()
     base._modules.pop("posenc_modules", None)
-    for attention in attentions:
-        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input"):
+    for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
+        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input", "_posenc_rotary",
+                     "_posenc_rope_part"):
             attention.__dict__.pop(name, None)
-    if model.config._attn_implementation != original["attn"]:
-        model.set_attn_implementation(original["attn"])
+        for name, value in own.items():
+            setattr(attention, name, value)
+    if _implementations(model.config) != original["attn"]:
+        attn = original["attn"]
+        model.set_attn_implementation(attn if len(attn) > 1 else attn[""])
     model._posenc_original = None
     if hasattr(model.config, RECORD):
         delattr(model.config, RECORD)
