@@ -165,3 +165,99 @@ def test_the_quick_page_names_the_full_profile_for_the_rows_it_leaves_out():
     assert S.TASKS_COMMAND == "posenc report --profile full --part tasks"
     assert {v.pool for v in section.verdicts} == {S.TEXT_POOL, S.TASKS_POOL}
     assert "99% exact match on 100-digit addition" in html and "+12.0%" in html
+
+
+def _lm_record(label: str, short: float, long: float, seed: int, *, spec: dict, part: str = "lm",
+               variant: dict | None = None) -> dict:
+    """NLL ``short`` at L = 16 and ``long`` at 4L (both modes), 24 blocks with their own noise."""
+    import zlib
+
+    import numpy as np
+
+    rng = np.random.default_rng([zlib.crc32(label.encode()), seed])
+    rows = []
+    for length in (16, 32, 64):
+        mean = short if length == 16 else long if length == 64 else (short + long) / 2
+        for mode in ("nonoverlap", "sliding"):
+            blocks = mean + rng.normal(0.0, 0.01, 24)
+            rows.append({"mode": mode, "length": length, "mult": length / 16, "nll": float(blocks.mean()),
+                         "block_nll": [float(b) for b in blocks]})
+    out = {"part": part, "label": label, "seed": seed, "arch": "transformer", "train_length": 16, "eval": rows,
+           "spec": spec, "params": 1000, "train_loss": [3.0, 2.0]}
+    return {**out, "variant": variant} if variant else out
+
+
+def test_the_text_claims_are_decided_on_three_seeds():
+    rope = {"scheme": "rope", "head_dim": 8}
+    rows = [("rope", 1.0, 2.0, rope, "lm", None), ("alibi", 1.0, 1.0, {"scheme": "alibi"}, "lm", None),
+            ("bipe", 1.0, 1.0, {"scheme": "bipe"}, "lm", None),  # beats rope, as alibi
+            ("bipe_bias (bias_scale=96)", 1.0, 2.5, {"scheme": "bipe_bias"}, "lm", None),  # loses to both
+            ("rope + hirope (zero-shot)", 1.0, 1.5, rope, "scaling", {"type": "hirope", "mode": "zero-shot"}),
+            ("rope + ntk (zero-shot)", 1.0, 1.5, rope, "scaling", {"type": "ntk", "mode": "zero-shot"})]
+    records = [_lm_record(lab, a, b, seed, spec=spec, part=part, variant=variant)
+               for seed in (0, 1, 2) for lab, a, b, spec, part, variant in rows]
+    page = Page()
+    from posenc.extrapolate import findings
+
+    verdicts = findings.adjust(S.PART.section(page, records, PROFILES["quick"]).verdicts)
+    got = {v.claim: v.status for v in verdicts if v.source in (S.HE, S.ZHANG)}
+    assert got == {
+        "at 4L, BiPE-RoPE (segments: lines) beats rope": "agrees",
+        "at 4L, BiPE-RoPE (segments: lines) beats alibi": "no clear difference",
+        "at 4L, BiPE-ALiBi (segments: lines) beats rope": "disagrees",
+        "at 4L, BiPE-ALiBi (segments: lines) beats alibi": "disagrees",
+        "at 4L, HiRoPE (zero-shot on the trained RoPE, lines as the higher level) beats plain RoPE": "agrees",
+        "at 4L, HiRoPE beats zero-shot linear": "not measured",
+        "at 4L, HiRoPE beats zero-shot ntk": "no clear difference",
+        "at 4L, HiRoPE beats zero-shot yarn": "not measured",
+    }, got
+    assert all(v.seeds == 3 and v.p_holm is not None for v in verdicts if v.status != "not measured"
+               and v.source in (S.HE, S.ZHANG))
+    html = page.html("t")
+    assert "rope + hirope (zero-shot)" in html and "bipe_bias (bias_scale=96)" in html  # their perplexity rows
+
+
+def _task_record(label: str, p_in: float, p_out: float, seed: int, variant: dict, *, task: str = "add") -> dict:
+    """``task`` at size 2 (trained) and 6 (past every training sequence): 60 examples each, right
+    with probability ``p_in`` and ``p_out``."""
+    import zlib
+
+    import numpy as np
+
+    rng = np.random.default_rng([zlib.crc32(label.encode()), seed])
+    rows = []
+    for size, p, beyond in ((2, p_in, False), (6, p_out, True)):
+        hits = "".join("1" if x else "0" for x in rng.random(60) < p)
+        rows.append({"task": task, "size": size, "mult": size / 2, "length": T.seq_len(task, size),
+                     "beyond_trained": beyond, "correct": hits.count("1"), "count": 60, "token_acc": p,
+                     "hits": hits})
+    return {"part": "tasks", "label": label, "seed": seed, "arch": "transformer", "spec": {"scheme": "learned"},
+            "eval": rows, "max_size": 2, "trained_positions": T.seq_len(task, 2), "train_loss": [1.0],
+            **({"variant": variant} if variant else {})}
+
+
+def test_the_task_claims_are_decided_on_three_seeds():
+    add = {"tasks": "addition"}
+    rows = [("abacus", 1.0, 0.9, {**add, "positions": "abacus"}),  # beats rope and nope, ties with alibi
+            ("coupling", 1.0, 0.3, {**add, "positions": "coupling"}),  # ties with rope and nope, loses to alibi
+            ("rope", 1.0, 0.3, add), ("nope", 1.0, 0.3, add), ("alibi", 1.0, 0.9, add)]
+    records = [_task_record(lab, a, b, seed, variant) for seed in (0, 1, 2) for lab, a, b, variant in rows]
+    records += [_task_record(lab, 1.0, p, seed, variant, task="copy") for seed in (0, 1, 2)
+                for lab, p, variant in (("rope", 0.2, None),
+                                        ("rope + randomized", 0.8, {"positions": "randomized", "max_positions": 64}))]
+    page = Page()
+    from posenc.extrapolate import findings
+
+    verdicts = findings.adjust(S.PART.section(page, records, PROFILES["full"]).verdicts)
+    got = {v.claim: v.status for v in verdicts if v.source in (S.MCLEISH, S.CHO, S.RUOSS)}
+    past = "addition past the trained digits"
+    assert got == {f"{past}: abacus positions beat rope": "agrees", f"{past}: abacus positions beat nope": "agrees",
+                   f"{past}: abacus positions beat alibi": "no clear difference",
+                   f"{past}: coupling positions beat rope": "no clear difference",
+                   f"{past}: coupling positions beat nope": "no clear difference",
+                   f"{past}: coupling positions beat alibi": "disagrees",
+                   "rope with randomized positions generalises better than rope without them": "agrees",
+                   "sinusoidal with randomized positions generalises better than sinusoidal without them":
+                       "not measured",
+                   "alibi with randomized positions generalises better than alibi without them": "not measured"}, got
+    assert 'id="hierarchical"' in page.html("t")
