@@ -25,7 +25,9 @@ sequences made from their tokens (a model given no positions calls it):
 - ``randomized`` (Ruoss et al. 2023): in training an ordered sample of ``L`` positions of
   ``[0, max_positions)`` per row (``posenc.randomized_positions``), at evaluation ``0..L-1``.
 
-The draws come from a generator seeded by the run's seed, so a run repeats exactly.
+The draws come from a generator seeded by the run's seed, so a run repeats exactly. ``LINES`` and
+the functions here are part of the benchmark's protocol (no run key holds them): a change to them
+bumps ``posenc.extrapolate.profiles.BENCH_VERSION``.
 """
 
 from __future__ import annotations

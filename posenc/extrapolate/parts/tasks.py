@@ -184,7 +184,7 @@ def structure_runs(profile: Profile, *, custom: bool) -> list[tuple[list, tuple[
     groups = []
     add = profile.addition
     if add is not None:
-        settings = task_settings_hash(profile, add.tasks)
+        settings = settings_hash({"addition": add})  # its tasks and the training offsets
         items = []
         for name in add.schemes:
             if name in STRUCTURE_POSITIONS:  # a learned table over the digits' positions, NoPE attention
