@@ -37,7 +37,14 @@ def _expected_runs() -> int:
     per_seed += len(SMOKE.content_task_schemes)  # the content tasks' own models
     per_seed += len(SMOKE.hybrid)  # the hybrid's lm rows beside the transformer's
     per_seed += _image_runs() + len(SMOKE.time.schemes)  # --part image, --part time
+    per_seed += _structure_runs()
     return per_seed * len(SMOKE.seeds)
+
+
+def _structure_runs() -> int:
+    """Issue 28's rows of a seed, transformer only: BiPE's lm rows, HiRoPE zero-shot, the addition
+    models, the randomized positions."""
+    return len(SMOKE.bipe_rows) + 1 + len(SMOKE.addition.schemes) + len(SMOKE.randomized)
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +60,9 @@ def test_smoke_writes_every_result_once(smoke_results):
     records = [json.loads(x) for x in lines]
     assert len(records) == _expected_runs() == len({r["key"] for r in records})
     parts = [r["part"] for r in records]
-    assert parts.count("lm") == len(SMOKE.schemes) + len(SMOKE.hybrid)
-    assert parts.count("tasks") == len(SMOKE.schemes) + len(SMOKE.content_task_schemes)
+    assert parts.count("lm") == len(SMOKE.schemes) + len(SMOKE.hybrid) + len(SMOKE.bipe_rows)
+    assert parts.count("tasks") == (len(SMOKE.schemes) + len(SMOKE.content_task_schemes) + len(SMOKE.addition.schemes)
+                                    + len(SMOKE.randomized))
     content = [r["label"] for r in records if r["part"] == "tasks" and r["eval"][0]["task"] in SMOKE.content_tasks.tasks]
     assert content == list(SMOKE.content_task_schemes)
     hybrid = [r["label"] for r in records if r["arch"] == "hybrid"]
@@ -65,7 +73,8 @@ def test_smoke_writes_every_result_once(smoke_results):
     for r in records:
         if r["part"] == "tasks":  # the schemes' models, and the content tasks' own
             learned = {row["task"] for row in r["eval"]}
-            assert learned in (set(SMOKE.tasks.tasks), set(SMOKE.content_tasks.tasks)), r["label"]
+            assert learned in (set(SMOKE.tasks.tasks), set(SMOKE.content_tasks.tasks),
+                               set(SMOKE.addition.tasks.tasks)), r["label"]  # issue 28's addition models
             continue
         if r["part"] in ("image", "time"):  # checked in tests/test_extrapolate_vision.py
             assert r["eval"] and all(0 <= row["accuracy"] <= 1 for row in r["eval"])
@@ -140,7 +149,8 @@ def test_arch_hybrid_runs_every_part_and_resumes_by_arch(tmp_path, smoke_results
     path = tmp_path / "hybrid.jsonl"
     assert main(["extrapolate", *SERIAL, "--arch", "hybrid", "--out", str(path)]) == 0
     records = list(load(path).values())
-    assert len(records) == _expected_runs() - len(SMOKE.hybrid)  # the same plan, every run a hybrid
+    # the same plan, every run a hybrid (issue 28's rows are the transformer's)
+    assert len(records) == _expected_runs() - len(SMOKE.hybrid) - _structure_runs()
     # image and time have their own bidirectional model, the same for every --arch (the same runs, keys)
     own = [r for r in records if r["part"] in ("image", "time")]
     assert own and {r["arch"] for r in own} == {"transformer"} and {r["key"] for r in own} <= set(load(smoke_results))

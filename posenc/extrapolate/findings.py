@@ -46,7 +46,7 @@ class Verdict:
     p_holm: float | None = None  # after Holm's correction within its paper (``adjust``)
     evidence: Evidence | None = None  # the claim seed by seed (what its test rests on)
     unit: str = ""  # the effect's unit: "ΔNLL" (nats/token) or "Δaccuracy"
-    pool: str = ""  # the part whose claims share a seed spread (``adjust``'s caller sets it)
+    pool: str = ""  # the claims that share a seed spread: the part's name unless the part sets its own
     test: ClaimTest | None = None  # the seed-level test (``posenc.extrapolate.verdicts``)
     mde: float | None = None  # detectable |effect − null| at 80% power after the paper's correction
     tests: int = 0  # tested claims in its paper's family

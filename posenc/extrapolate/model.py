@@ -29,7 +29,17 @@ attention blocks must be a multiple of the pattern's length; each entry's module
 blocks that entry falls on (one per block with ``pe_per_layer``), and an additive entry is added
 before its own blocks.
 
-Notation used for tensor shapes: B batch, L length, C = n_embd, H heads, D = C // H.
+**Positions from the tokens** (``positions_fn``): a model may carry a function ``fn(idx [B, L],
+training) -> positions`` that makes each sequence's positions from its tokens when ``forward`` is
+given none: the structured positions of ``posenc.extrapolate.structured`` (BiPE's segments of
+lines, HiRoPE's ``(line, token)``, Abacus and coupled digit positions, Ruoss et al.'s randomized
+training positions). A ``[B, L, A]`` result is read as every axis of a structured scheme as it
+is; ``[B, L]`` as one axis (spread over a scheme's axes as text). BiPE's intra-segment part
+(``pe.embedding(P)``, the schemes with ``intra_positions``) is added to the token embeddings as an
+additive pe is. A model with such a function trains seed by seed (``stackable`` is False: its
+draws are not ``vmap``'s).
+
+Notation used for tensor shapes: B batch, L length, C = n_embd, H heads, D = C // H, A axes.
 """
 
 from __future__ import annotations
@@ -229,7 +239,14 @@ class TinyGPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.pes = nn.ModuleList()
+        self.positions_fn: Any = None  # fn(idx [B, L], training) -> positions: see the module docstring
         self.set_pe(pe_spec)
+
+    @property
+    def stackable(self) -> bool:
+        """Whether the seeds of this model may train as one stack (``posenc.extrapolate.stack``):
+        not when positions come from ``positions_fn`` (its random draws are not vmap's)."""
+        return self.positions_fn is None
 
     # -- positional encoding ----------------------------------------------------------------
     def set_pe(self, pe_spec: Any) -> None:
@@ -264,27 +281,48 @@ class TinyGPT(nn.Module):
     def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """``idx [B, L]`` token ids at ``positions [L]`` (default ``0..L-1``) -> logits ``[B, L, V]``."""
         b, length = idx.shape
+        if positions is None and self.positions_fn is not None:
+            positions = self.positions_fn(idx, self.training)  # (B, L) or (B, L, A): from the tokens
         if positions is None:
             positions = torch.arange(length, device=idx.device)
         x = self.tok_emb(idx)  # (B, L, C)
         one_axis = positions
         per_layer = self.cfg.pe_per_layer or self.pattern is not None
-        # An additive pe is added to the embeddings once (shared), or before each attention block (per layer).
-        if not per_layer and self.pes[0].kind == "additive":
-            x = x + self.pes[0](text_positions(one_axis, getattr(self.pes[0], "axes", 1))).to(x.dtype)  # (B, L, C)
+        # An additive pe (or BiPE's intra part) is added to the embeddings once (shared), or before each
+        # attention block (per layer).
+        if not per_layer:
+            x = _embed(x, self.pes[0], _on_axes(one_axis, self.pes[0]))
         for i, block in enumerate(self.blocks):
             if isinstance(block, SSMBlock):
                 x = block(x)
                 continue
             pe = self._pe(i)
-            positions = text_positions(one_axis, getattr(pe, "axes", 1))  # tokens of text on every axis
-            if per_layer and pe.kind == "additive":
-                x = x + pe(positions).to(x.dtype)  # (B, L, C)
+            positions = _on_axes(one_axis, pe)
+            if per_layer:
+                x = _embed(x, pe, positions)
             x = block(x, positions, pe)
         return self.lm_head(self.ln_f(x))  # (B, L, V)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def _on_axes(positions: torch.Tensor, pe: nn.Module) -> torch.Tensor:
+    """``positions`` as ``pe`` reads them: ``[B, L, A]`` structured positions as they are, one-axis
+    ones as text tokens on every axis (``text_positions``)."""
+    if positions.dim() == 3:
+        return positions
+    return text_positions(positions, getattr(pe, "axes", 1))
+
+
+def _embed(x: torch.Tensor, pe: nn.Module, positions: torch.Tensor) -> torch.Tensor:
+    """``x [B, L, C]`` plus what ``pe`` adds to the embeddings: an additive pe's output, or
+    BiPE's intra-segment part ``pe.embedding(P)``; unchanged for any other pe."""
+    if pe.kind == "additive":
+        return x + pe(positions).to(x.dtype)  # (B, L, C)
+    if hasattr(pe, "intra_positions"):  # bipe, bipe_bias: the absolute offset in the segment
+        return x + pe.embedding(positions).to(x.dtype)  # (B, L, C)
+    return x
 
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,11 @@ The quick profile runs every part it has on three seeds and leaves out the tasks
 cost the most, and the content rows (``lm_rows``), so that ``make report`` stays within 10 minutes
 (measured: docs/numbers.md).
 
+Issue 28's rows (``posenc.extrapolate.parts.structure``): the quick profile adds only HiRoPE
+applied zero-shot to its trained RoPE models (evaluation, no training); BiPE's two
+language-modelling rows (``bipe_rows``), the addition rows with Abacus and coupled positions and
+the randomized positions are the full profile's (and the smoke profile's, tiny).
+
 Every setting that changes a number is in these dataclasses; their hash is part of each
 result's key, so changing a setting re-runs what it affects and nothing else. The architecture
 (``arch``, and the ``hybrid`` rows beside the transformer's) is part of each run's key instead
@@ -132,6 +137,35 @@ class TimeSettings:
 
 
 @dataclass(frozen=True)
+class HiRoPESettings:
+    """HiRoPE applied zero-shot to the trained ``rope`` model (no training): its pairs split between
+    the token and the line (``posenc.extrapolate.structured.lines_and_tokens``)."""
+    token_dims: int | None = None  # rotated dims that keep the token position (None: hirope's default, half)
+    window: int | None = None  # tokens that keep their plain position on every pair (None: the training length)
+
+
+@dataclass(frozen=True)
+class AdditionSettings:
+    """Multi-digit addition learned alone, trained on up to ``tasks.max_size`` digits and tested to
+    ``tasks.test_sizes`` (at least 3x), with Abacus and coupled positions against plain schemes."""
+    tasks: TaskSettings = TaskSettings(tasks=("add",), max_size=10, test_sizes=(10, 20, 30))
+    schemes: tuple[str, ...] = ("abacus", "coupling", "rope", "nope", "alibi")  # abacus, coupling: positions
+    offset_max: int | None = None  # the random training offset's largest value (None: the largest test size)
+
+    def offset(self) -> int:
+        """The largest training offset: with it every position of a test number is trained."""
+        return max(self.tasks.test_sizes) if self.offset_max is None else self.offset_max
+
+
+STRUCTURE_POSITIONS = ("abacus", "coupling")
+"""The addition rows whose positions come from the digits (a learned table over them, NoPE attention)."""
+BIPE_ROWS = ("bipe", "bipe_bias:bias_scale=96")
+"""BiPE with RoPE and with ALiBi between segments (lines of the source code); the ALiBi one with
+the official code's slopes x 96 (``posenc.encodings.bipe``). Their claims:
+``posenc.extrapolate.parts.structure``."""
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     seeds: tuple[int, ...]
@@ -159,6 +193,16 @@ class Profile:
     content_task_schemes: tuple[str, ...] = ()
     # the schemes whose models learn ``tasks`` (--scheme: the user's); None: ``schemes``
     task_schemes: tuple[str, ...] | None = None
+    # issue 28's rows (posenc.extrapolate.parts.structure), transformer only: BiPE's language-modelling
+    # rows on the lm part's seeds; HiRoPE zero-shot on the trained rope models (the scaling part's seeds,
+    # wherever the scalings run); addition learned alone with Abacus and coupled positions; the schemes
+    # trained on ``tasks`` with Ruoss et al.'s randomized positions up to ``randomized_max_positions``
+    # (--scheme replaces the BiPE, addition and randomized rows, as it does ``lm_rows``)
+    bipe_rows: tuple[str, ...] = ()
+    hirope: HiRoPESettings | None = None
+    addition: AdditionSettings | None = None
+    randomized: tuple[str, ...] = ()
+    randomized_max_positions: int = 512
 
     def seeds_for(self, part: str, within: str | None = None) -> tuple[int, ...]:
         """The seeds ``part`` trains: its entry in ``part_seeds``, else the seeds of ``within`` (the
@@ -213,6 +257,12 @@ PROFILES: dict[str, Profile] = {
                                    train=TrainConfig(steps=8, batch_size=4, warmup=2), max_size=2,
                                    test_sizes=(2, 4), eval_examples=8, tasks=CONTENT),
         content_task_schemes=CONTENT_TASK_SCHEMES,
+        bipe_rows=BIPE_ROWS, hirope=HiRoPESettings(),
+        addition=AdditionSettings(tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=1, n_head=2, n_embd=16,
+                                                                     mlp_ratio=2),
+                                                     train=TrainConfig(steps=4, batch_size=4, warmup=1), tasks=("add",),
+                                                     max_size=2, test_sizes=(2, 6), eval_examples=8)),
+        randomized=("rope",), randomized_max_positions=64,
     ),
     "quick": Profile(
         name="quick", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
@@ -247,6 +297,9 @@ PROFILES: dict[str, Profile] = {
         # the algorithmic tasks: the five schemes of Kazemnejad et al.'s order (the learned table cannot run past
         # its length, KERPLE and FIRE have no claim there); the content tasks' models take their time
         task_schemes=("nope", "sinusoidal", "rope", "alibi", "t5"),
+        # issue 28: HiRoPE zero-shot on the trained RoPE models (evaluation only); BiPE's two rows, the addition
+        # and randomized rows are the full profile's (three seeds of BiPE's would pass make report's time)
+        bipe_rows=(), hirope=HiRoPESettings(),
     ),
     "full": Profile(
         name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
@@ -267,6 +320,12 @@ PROFILES: dict[str, Profile] = {
                                    train=TrainConfig(steps=4000, batch_size=64, lr=3e-3), max_size=10,
                                    tasks=CONTENT, test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
         content_task_schemes=(*CONTENT_TASK_SCHEMES, "t5", "nope", "rope", "fox", "stick_breaking"),
+        bipe_rows=BIPE_ROWS, hirope=HiRoPESettings(),
+        addition=AdditionSettings(tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=4, n_head=4, n_embd=128),
+                                                     train=TrainConfig(steps=4000, batch_size=64, lr=3e-3),
+                                                     tasks=("add",), max_size=10, test_sizes=(10, 15, 20, 30),
+                                                     eval_examples=300)),
+        randomized=("sinusoidal", "rope", "alibi"), randomized_max_positions=512,
     ),
 }
 

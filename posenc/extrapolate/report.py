@@ -215,7 +215,9 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
     demonstrations(body)
     sections = [part.section(body, part.records(records), profile) for part in PARTS]
     yours.section(body, records)  # #plugins: the --plugin schemes against every baseline
-    pooled = [dataclasses.replace(v, pool=part.name or "lm") for part, s in zip(PARTS, sections) for v in s.verdicts]
+    # each part's claims share a seed spread (a part's own pools: its verdicts' ``pool``)
+    pooled = [dataclasses.replace(v, pool=v.pool or part.name or "lm") for part, s in zip(PARTS, sections)
+              for v in s.verdicts]
     verdicts = findings.adjust(pooled)
     settings = {src: text for s in sections for src, text in s.sources.items()}
     meta["render_seconds"] = time.perf_counter() - meta["render_start"]

@@ -8,6 +8,8 @@ checks and its section of the page (the interface: ``posenc.extrapolate.part.Par
 - ``hybrid``: the same decoder with ssm blocks, rows beside the text (and tasks) runs (Jamba);
 - ``scalings`` (``--part scaling``): RoPE scalings on the trained RoPE model;
 - ``tasks``: algorithmic tasks and passkey by size (Kazemnejad et al.);
+- ``structure``: the claims of hierarchical and structured positions (BiPE, HiRoPE, Abacus, position
+  coupling, randomized positions; issue 28), whose rows are the text, scalings and tasks parts';
 - ``image``: digits at larger grids (Heo et al.);
 - ``time``: positions in time across frame rates.
 """
@@ -18,11 +20,11 @@ from typing import Any
 
 from posenc import registry
 from posenc.extrapolate.part import Log, Part
-from posenc.extrapolate.parts import hybrid, image, scalings, tasks, text, time
+from posenc.extrapolate.parts import hybrid, image, scalings, structure, tasks, text, time
 from posenc.extrapolate.plan import Run
 from posenc.extrapolate.profiles import Profile
 
-PARTS: tuple[Part, ...] = (text.PART, hybrid.PART, scalings.PART, tasks.PART, image.PART, time.PART)
+PARTS: tuple[Part, ...] = (text.PART, hybrid.PART, scalings.PART, tasks.PART, structure.PART, image.PART, time.PART)
 
 
 def owner(name: str) -> Part:

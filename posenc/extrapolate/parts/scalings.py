@@ -3,7 +3,10 @@
 Protocol: the trained RoPE model with linear / NTK / YaRN scaling, zero-shot (factor = T/L at
 length T) and after a short fine-tune at F·L with factor F (and a no-scaling control), evaluated at
 every length of the text part. Claims: NTK-aware and YaRN beat plain RoPE zero-shot; position
-interpolation beats fine-tuning without it; YaRN beats linear after the fine-tune.
+interpolation beats fine-tuning without it; YaRN beats linear after the fine-tune. HiRoPE
+(issue 28, ``profile.hirope``) is one more zero-shot row on the same trained model: its
+``(line, token)`` positions from the bytes, a window of the training length, no training
+(``run_hirope``); its claims and rows are in ``posenc.extrapolate.parts.structure``.
 
 YaRN (``yarn_betas``): ``beta_fast``/``beta_slow`` put the ends of the ramp at the same share of
 the rotary pairs as the paper's LLaMA setting (pairs 20 and 46 of 64 at L₀ = 4096); the paper's
@@ -134,6 +137,57 @@ def run_scaling(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
     return records
 
 
+HIROPE = "hirope"  # the ``type`` of a HiRoPE run's variant (zero-shot, on the trained rope model)
+
+
+def hirope_spec(rope: dict[str, Any], profile: Profile) -> dict[str, Any]:
+    """HiRoPE on the trained ``rope`` (same head_dim, base, rotary_dim, layout): the profile's
+    ``token_dims`` (None: hirope's default) and ``window`` (None: the training length)."""
+    from posenc import registry
+
+    settings = profile.hirope
+    spec: dict[str, Any] = {"scheme": HIROPE, **{k: rope[k] for k in ("head_dim", "base", "rotary_dim", "layout")
+                                                 if k in rope}}
+    if settings is not None and settings.token_dims is not None:
+        spec["token_dims"] = settings.token_dims
+    window = None if settings is None else settings.window
+    spec["window"] = profile.lm.train_length if window is None else window
+    return registry.normalize_spec(spec)
+
+
+def run_hirope(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+    """HiRoPE applied zero-shot to the trained RoPE model of each of ``runs`` (its seeds): its
+    (line, token) positions from the bytes (``posenc.extrapolate.structured``), no training."""
+    from posenc.extrapolate import structured
+
+    out = []
+    for run in runs:
+        model = _base_model(ctx, run)
+        spec = hirope_spec(run.spec, ctx.profile)
+        model.set_pe(spec)
+        model.positions_fn = structured.lines_and_tokens()
+        out.append({"train_length": ctx.profile.lm.train_length, "variant": run.variant, "hirope": spec,
+                    "eval": lm_eval(ctx, model)})
+    return out
+
+
+def hirope_runs(profile: Profile, base: tuple[str, dict[str, Any]], corpus_sha: str) -> list[Run]:
+    """HiRoPE zero-shot on the trained rope model, one run per seed of the scaling part (none without
+    ``profile.hirope`` or on another architecture than the transformer)."""
+    if profile.hirope is None or profile.arch != "transformer":
+        return []
+    settings = settings_hash({"lm": profile.lm, "hirope": profile.hirope, "corpus": corpus_sha})
+    spec = hirope_spec(base[1], profile)
+    variant = {"type": HIROPE, "mode": "zero-shot", "factor": 1, "token_dims": spec["token_dims"],
+               "window": spec["window"]}
+    return [Run("scaling", seed, "rope + hirope (zero-shot)", base[1], settings, variant, profile.name, profile.arch)
+            for seed in profile.seeds_for("scaling")]
+
+
+def is_hirope(record: dict[str, Any]) -> bool:
+    return (record.get("variant") or {}).get("type") == HIROPE
+
+
 # -- claims and section ----------------------------------------------------------------------
 
 def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str], str], factor: int, *,
@@ -235,20 +289,21 @@ class Scalings(Text):
                     variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
                     runs.append(Run(self.name, seed, arch_label(scaling_label(kind, mode, f), profile.arch), base[1],
                                     settings, variant, profile.name, profile.arch))
-        return runs
+        return runs + hirope_runs(profile, base, corpus_sha)  # issue 28 (parts.structure)
 
     def depends_on(self, run: Run, profile: Profile, corpus_sha: str) -> str | None:
         return base_run(run, profile, corpus_sha).key
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
-        return run_scaling(ctx, runs)
+        return run_hirope(ctx, runs) if runs[0].variant.get("type") == HIROPE else run_scaling(ctx, runs)
 
     def records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in records if r["part"] in ("lm", self.name)]  # the base model's rows too
 
     def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
         lm = [r for r in records if r["part"] == "lm"]
-        return Section(scaling_section(page, lm, [r for r in records if r["part"] == self.name]))
+        own = [r for r in records if r["part"] == self.name and not is_hirope(r)]  # HiRoPE's: parts.structure
+        return Section(scaling_section(page, lm, own))
 
 
 PART = Scalings()

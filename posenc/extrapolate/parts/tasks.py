@@ -9,6 +9,12 @@ al.'s verdicts use only their tasks' cells whose sequences are longer than every
 CoPE's counting order uses the counting cells at the trained size (the paper's test error is in
 distribution). Both compare two schemes example by example (McNemar's exact test on the same
 examples, pooled over those cells and the seeds).
+
+Issue 28's rows are planned and run here (``structure_runs``; their claims and tables:
+``posenc.extrapolate.parts.structure``): addition learned alone (``profile.addition``) with Abacus
+and coupled positions, and the algorithmic tasks' models of ``profile.randomized`` trained with
+randomized positions (``posenc.extrapolate.structured``); their records carry their ``variant``
+and stay out of this section's tables and verdicts.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any
 import torch
 
 from posenc.extrapolate import figures as F
-from posenc.extrapolate import stats
+from posenc.extrapolate import stats, structured
 from posenc.extrapolate import tasks as T
 from posenc.extrapolate.arch import build_model
 from posenc.extrapolate.distributed import Dist, all_sum
@@ -32,7 +38,7 @@ from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run, arch_label, by_seed, resolve_scheme
-from posenc.extrapolate.profiles import Profile, TaskSettings, settings_hash
+from posenc.extrapolate.profiles import STRUCTURE_POSITIONS, Profile, TaskSettings, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
 from posenc.extrapolate.stats import TaskTable, learned_tasks, mcnemar_exact, mean_reciprocal_rank
 
@@ -80,8 +86,26 @@ def task_settings_hash(profile: Profile, ts: TaskSettings | None = None) -> str:
     return settings_hash({"tasks": ts})
 
 
+ADDITION = "addition"
+"""The ``variant["tasks"]`` of a run of the addition models (``Profile.addition``, issue 28)."""
+RANDOMIZED = "randomized"
+"""The ``variant["positions"]`` of a run trained with Ruoss et al.'s randomized positions."""
+
+
+def structured_record(record: dict[str, Any]) -> bool:
+    """A record of issue 28's task rows (addition alone, randomized positions): its section is
+    ``#hierarchical`` (``posenc.extrapolate.parts.structure``), not the tasks section's tables."""
+    variant = record.get("variant") or {}
+    return variant.get("tasks") == ADDITION or "positions" in variant
+
+
 def run_settings(profile: Profile, run: Run) -> TaskSettings:
-    """What ``run`` learns: ``profile.content_tasks`` for a run of the content tasks' own models."""
+    """What ``run`` learns: ``profile.content_tasks`` for a run of the content tasks' own models,
+    ``profile.addition.tasks`` for an addition model."""
+    if run.variant.get("tasks") == ADDITION:
+        if profile.addition is None:
+            raise ValueError("a run of the addition models needs a profile with addition")
+        return profile.addition.tasks
     if run.variant == CONTENT_GROUP:
         if profile.content_tasks is None:
             raise ValueError("a run of the content tasks' models needs a profile with content_tasks")
@@ -120,11 +144,67 @@ def run_tasks(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
         models.append(build_model(dataclasses.replace(ts.model, vocab_size=max(ts.model.vocab_size,
                                                                                T.vocab_size(ts.tasks))),
                                   run.spec, arch=run.arch).to(ctx.dist.device))
+        fn = positions_fn(ctx.profile, r)
+        if fn is not None:
+            models[-1].positions_fn = fn
     t0 = time.perf_counter()
     curves = train_with_bar(ctx, models, ts.train, [_task_batches(ts, r.seed) for r in runs], f"tasks {run.label}")
     seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
     trained = task_max_positions(ctx.profile, ts)  # one model learns every task: its longest training sequence
-    return [_task_record(ctx, ts, model, losses, seconds, trained) for model, losses in zip(models, curves)]
+    extra = {"variant": run.variant} if run.variant.get("tasks") == ADDITION or "positions" in run.variant else {}
+    return [{**_task_record(ctx, ts, model, losses, seconds, trained), **extra}
+            for model, losses in zip(models, curves)]
+
+
+def positions_fn(profile: Profile, run: Run):
+    """The positions ``run``'s model makes from its tokens (``posenc.extrapolate.structured``):
+    Abacus or coupled digit positions, randomized training positions; None: ``0..L-1``."""
+    kind = run.variant.get("positions")
+    seed = 7_000_003 + run.seed  # the draws' own stream (the batches' generator is seeded with the seed)
+    if kind == "abacus":
+        return structured.abacus(profile.addition.offset(), seed)
+    if kind == "coupling":
+        return structured.coupled(profile.addition.offset(), seed, markers=(T.PLUS, T.SEP))
+    if kind == RANDOMIZED:
+        return structured.randomized(int(run.variant["max_positions"]), seed)
+    return None
+
+
+def addition_table_rows(profile: Profile) -> int:
+    """Rows of the learned table over Abacus or coupled positions: every training position (the
+    largest offset, the sum's digits, the start) and the longest test sequence (so no test is refused)."""
+    ts = profile.addition.tasks
+    return max(profile.addition.offset() + ts.max_size + 3, T.seq_len("add", max(ts.test_sizes)))
+
+
+def structure_runs(profile: Profile, *, custom: bool) -> list[tuple[list, tuple[int, ...]]]:
+    """Issue 28's task groups ``(items, seeds)`` for ``Tasks.plan``: the addition models (Abacus and
+    coupled positions, a learned table over them with no position in attention, against plain
+    schemes) and the models of ``profile.tasks`` with randomized positions; none with ``--scheme``
+    or on another architecture than the transformer."""
+    if custom or profile.arch != "transformer":
+        return []
+    groups = []
+    add = profile.addition
+    if add is not None:
+        settings = settings_hash({"addition": add})  # its tasks and the training offsets
+        items = []
+        for name in add.schemes:
+            if name in STRUCTURE_POSITIONS:  # a learned table over the digits' positions, NoPE attention
+                _, spec = resolve_scheme("learned", add.tasks.model, max_positions=addition_table_rows(profile))
+                items.append((name, spec, settings, {"tasks": ADDITION, "positions": name}))
+            else:
+                lab, spec = resolve_scheme(name, add.tasks.model, max_positions=task_max_positions(profile, add.tasks))
+                items.append((lab, spec, settings, {"tasks": ADDITION}))
+        groups.append((items, profile.seeds_for("tasks")))
+    if profile.randomized:
+        settings = task_settings_hash(profile)
+        specs = [resolve_scheme(s, profile.tasks.model, max_positions=task_max_positions(profile))
+                 for s in profile.randomized]
+        variant = {"positions": RANDOMIZED, "max_positions": profile.randomized_max_positions}
+        groups.append(([(f"{lab} + randomized", sp, settings, variant) for lab, sp in specs],
+                       profile.seeds_for("tasks")))
+    return groups
 
 
 def _task_record(ctx: Context, ts: TaskSettings, model: TinyGPT, losses: list[float], seconds: float,
@@ -424,6 +504,7 @@ class Tasks(Part):
             settings = task_settings_hash(profile, ts)
             specs = [resolve_scheme(s, ts.model, max_positions=task_max_positions(profile, ts)) for s in names]
             planned.append(([(lab, sp, settings, variant) for lab, sp in specs], seeds))
+        planned += structure_runs(profile, custom=custom)  # issue 28 (parts.structure)
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, dict(variant), profile=profile.name,
                     arch=profile.arch) for seed, (lab, sp, settings, variant) in by_seed(planned)]
 
@@ -436,7 +517,7 @@ class Tasks(Part):
         return f"mean exact match {acc:.2f}"
 
     def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
-        verdicts = task_section(page, records)
+        verdicts = task_section(page, [r for r in records if not structured_record(r)])  # issue 28's: #hierarchical
         cited = {KAZEMNEJAD, *(v.source for v in verdicts)}
         return Section(verdicts, sources={k: v for k, v in SOURCES.items() if k in cited})
 

@@ -6,6 +6,9 @@ Claims: Press et al.'s order at the longest length, "does not degrade" as non-in
 same bytes at positions past L (``posenc.extrapolate.findings``), and the learned table's limit;
 and those of positions that depend on content (issue 19; the rows ``profile.lm_rows``): FoX against RoPE and NoPE, DAPE-KERPLE against KERPLE, stick-breaking past L, and
 Llama 4's RoPE/NoPE layer pattern against RoPE (``content_verdicts``, section ``#content``).
+BiPE's rows (issue 28, ``profile.bipe_rows``, on the part's seeds) read ``(segment, offset)`` of
+the lines of the bytes (``posenc.extrapolate.structured``; any ``bipe``/``bipe_bias``/``hirope``
+spec does); their claims are in ``posenc.extrapolate.parts.structure`` (``#hierarchical``).
 The trained RoPE model is saved for the scalings part (``posenc.extrapolate.parts.scalings``).
 """
 
@@ -21,7 +24,7 @@ from typing import Any
 import torch
 
 from posenc.extrapolate import figures as F
-from posenc.extrapolate import stats
+from posenc.extrapolate import stats, structured
 from posenc.extrapolate.arch import build_model
 from posenc.extrapolate.data import LMData, load_corpus, sample_batch, split, windows
 from posenc.extrapolate.distributed import Dist, all_sum
@@ -77,7 +80,11 @@ def lm_specs(profile: Profile, schemes: list[Any]) -> list[tuple[str, dict[str, 
 
 def lm_model(ctx: Context, spec: dict[str, Any], seed: int, arch: str = "transformer") -> TinyGPT:
     torch.manual_seed(seed)  # same initial weights for every scheme of an arch (the pe is built last)
-    return build_model(dataclasses.replace(ctx.profile.lm.model, vocab_size=256), spec, arch=arch).to(ctx.dist.device)
+    model = build_model(dataclasses.replace(ctx.profile.lm.model, vocab_size=256), spec, arch=arch).to(ctx.dist.device)
+    fn = structured.for_spec(spec)  # BiPE's segments of lines, HiRoPE's (line, token); None: 0..L-1
+    if fn is not None and isinstance(model, TinyGPT):
+        model.positions_fn = fn
+    return model
 
 
 def lm_batches(ctx: Context, seed: int, *, batch: int, length: int):
@@ -439,8 +446,10 @@ class Text(Part):
         settings = lm_settings(profile, corpus_sha)
         # --scheme replaces the profile's rows too; a layer pattern is a transformer's (``--arch hybrid``: none)
         rows = [] if custom or profile.arch != "transformer" else profile.lm_rows
+        bipe = [] if custom or profile.arch != "transformer" else profile.bipe_rows  # issue 28 (parts.structure)
         groups = [(lm_specs(profile, schemes), profile.seeds_for(self.name)),
-                  (lm_specs(profile, rows), profile.seeds_for("lm_rows", self.name))]
+                  (lm_specs(profile, rows), profile.seeds_for("lm_rows", self.name)),
+                  (lm_specs(profile, bipe), profile.seeds_for(self.name))]
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
                     arch=profile.arch) for seed, (lab, sp) in by_seed(groups)]
 
