@@ -96,18 +96,21 @@ def test_the_model_adds_bipe_intra_segment_part_to_the_embeddings(scheme):
 def test_the_plans_add_the_rows_and_the_other_rows_keep_their_keys():
     quick, full, smoke = PROFILES["quick"], PROFILES["full"], PROFILES["smoke"]
     runs = plan(quick, list(quick.schemes), **QUIET)
-    bipe = [(r.seed, r.label) for r in runs if r.part == "lm" and r.spec["scheme"] in ("bipe", "bipe_bias")]
+    # make report's profile: HiRoPE only (evaluation); BiPE's rows, addition and randomized are the full profile's
+    assert not [r for r in runs if r.part == "lm" and r.spec["scheme"] in ("bipe", "bipe_bias")]
+    assert quick.bipe_rows == () and quick.addition is None and quick.randomized == ()
+    assert full.bipe_rows == BIPE_ROWS
+    with_bipe = plan(dataclasses.replace(quick, bipe_rows=BIPE_ROWS), list(quick.schemes), **QUIET)
+    bipe = [(r.seed, r.label) for r in with_bipe if r.part == "lm" and r.spec["scheme"] in ("bipe", "bipe_bias")]
     assert sorted(bipe) == [(s, lab) for s in (0, 1, 2) for lab in ("bipe", "bipe_bias (bias_scale=96)")]
-    assert quick.bipe_rows == BIPE_ROWS and quick.addition is None and quick.randomized == ()
     hirope = [r for r in runs if r.part == "scaling" and r.variant.get("type") == "hirope"]
     assert sorted(r.seed for r in hirope) == [0, 1, 2] and all(r.spec["scheme"] == "rope" for r in hirope)
     assert not [r for r in runs if r.part == "tasks" and ("positions" in r.variant or "tasks" in r.variant
                                                         and r.variant["tasks"] == "addition")]
     before = dataclasses.replace(quick, bipe_rows=(), hirope=None)  # the quick profile before issue 28
     old = {r.key for r in plan(before, list(quick.schemes), **QUIET)}
-    assert old <= {r.key for r in runs} and len(runs) - len(old) == 9
-    no_bipe = plan(dataclasses.replace(quick, bipe_rows=()), list(quick.schemes), **QUIET)
-    assert len(runs) - len(no_bipe) == 6  # the BiPE rows: one tuple, emptied in one line
+    assert old <= {r.key for r in runs} and len(runs) - len(old) == 3  # HiRoPE on three seeds
+    assert len(with_bipe) - len(runs) == 6  # the BiPE rows: one tuple
     for profile in (full, smoke):
         mine = plan(profile, list(profile.schemes), **QUIET)
         base = dataclasses.replace(profile, bipe_rows=(), hirope=None, addition=None, randomized=())
