@@ -297,6 +297,26 @@ def test_axial_rope_matches_its_reference(spec, layout, dtype):
                      magnitude=float(x.abs().max()), what=f"{spec} {dtype}")
 
 
+@pytest.mark.parametrize("spec", [{"axes": 2}, {"axes": 3}, {"axes": 2, "rotary_dim": 16},
+                                  {"axes": 3, "axes_dims": [8, 12, 4]}], ids=str)
+def test_axial_half_rope_into_out_in_place_and_its_gradient_equal_the_reference(spec):
+    """Equal axes over the whole head rotate as one view ``[..., A, d]``; unequal or partial axes slice by
+    slice: both into ``out``, in place, and with autograd's gradient (gradcheck in float64)."""
+    rope = posenc.build({"scheme": "rope", "head_dim": 24, **spec}).double()
+    g = torch.Generator().manual_seed(5)
+    pos = torch.randint(0, 40, (9, rope.axes), generator=g)
+    x = torch.randn(2, 3, 9, 24, generator=g, dtype=torch.float64)
+    want = torch.from_numpy(rope.reference(x.numpy(), pos.numpy()))
+    out = torch.empty_like(x)
+    assert rope(x, pos, out=out) is out
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+    inplace = x.clone()
+    assert rope(inplace, pos, out=inplace) is inplace
+    torch.testing.assert_close(inplace, want, rtol=0, atol=1e-12)
+    xg = x[:1, :1].clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda t: rope(t, pos), (xg,))
+
+
 def test_axial_rope_is_a_1d_rope_per_slice():
     rope = posenc.build({"scheme": "rope", "head_dim": 24, "axes": 2, "axes_dims": [8, 16]}).double()
     pos = posenc.grid_positions((4, 6), offset=3)

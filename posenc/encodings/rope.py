@@ -319,6 +319,15 @@ class RoPE(RotaryEncoding):
         out = None if out is None else check_out(out, x)
         if self.axes_dims is None or self.layout == "interleaved":  # the slices' pairs line up with the whole's
             return apply_rotary_unchecked(x, cos, sin, self.layout, out)
+        a, d = len(self.axes_dims), self.axes_dims[0]
+        if self.axes_dims == [d] * a and a * d == x.shape[-1]:  # equal axes over the whole head: one rotation
+            # of the view [..., A, d] (each axis's pairs (i, i + d/2) are that view's "half" pairs), no slices
+            # to copy or to zero-fill in backward: (B, H, L, D) -> (B, H, L, A, d), cos (…, L, A, d/2)
+            cos, sin = cos.unflatten(-1, (a, d // 2)), sin.unflatten(-1, (a, d // 2))
+            xv = x.unflatten(-1, (a, d))
+            view = None if out is None else xv if out is x else out.unflatten(-1, (a, d))  # in place stays in place
+            rotated = apply_rotary_unchecked(xv, cos, sin, "half", view)
+            return rotated.flatten(-2) if out is None else out
         if out is None:
             parts, start, pair = [], 0, 0  # "half": each axis's slice pairs (i, i + d_a/2) of its own
             for d in self.axes_dims:
