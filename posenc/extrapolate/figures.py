@@ -154,7 +154,7 @@ def colour(label: str, labels: list[str]) -> Any:
 
 def band(ax, xs, lo, hi, style: Style) -> None:
     """An interval as a translucent band in the line's colour."""
-    ax.fill_between(xs, lo, hi, color=style.colour, alpha=0.15, lw=0)
+    ax.fill_between(xs, lo, hi, color=style.colour, alpha=0.08, lw=0)  # faint: many rows overlap
 
 
 def line(ax, xs, ys, style: Style, label: str, *, lo=None, hi=None, **kw: Any) -> None:
