@@ -190,9 +190,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             arXiv:2408.00118): the content score is bounded first, then the scheme's bias (or
             relative term) and the mask are added, ``s = c·tanh(q·k·scale / c) + bias + mask``,
             as transformers' Gemma 2 attention adds its mask after the cap (a position bias is
-            added as the mask is; the cap bounds ``q·k`` only). Backends ``materialize`` and
-            ``chunked`` (``auto`` picks one of them); ``blockwise`` and ``flex`` refuse it;
-            content schemes refuse it.
+            added as the mask is; the cap bounds ``q·k`` only). Backends ``materialize``,
+            ``chunked`` and ``blockwise`` (its online-softmax loop, not the fused CPU kernel),
+            which ``auto`` picks from; ``flex`` refuses it, and so do content schemes.
         sinks: ``[H]`` floating, one learned logit per query head (attention sinks: GPT-OSS's
             ``s_aux``; Xiao et al. 2023, arXiv:2309.17453): each row's softmax denominator gains
             ``e^{sinks[h]}``, as one more key of score ``sinks[h]`` and value 0, so
@@ -290,7 +290,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         if pe is None:
             raise ValueError("backend='blockwise' needs a bias or relative scheme; with only an attention_mask "
                              "use backend='chunked' (or 'auto', which picks it)")
-        return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale, mask=mask)
+        return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale, mask=mask,
+                                   softcap=softcap, sinks=sinks)
     if backend == "flex":
         out = _flex(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale)
         if out is not None:
@@ -394,19 +395,19 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask: AttentionMask | 
     """``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype, grad mode and mask.
 
     ``auto`` never compiles FlexAttention for a mask alone on the CPU (``chunked`` is exact and
-    bounded, with no minutes-long first call). ``capped`` (a ``softcap`` or ``sinks``): only
-    ``materialize`` and ``chunked`` form those scores, so ``auto`` picks one of them."""
+    bounded, with no minutes-long first call). ``capped`` (a ``softcap`` or ``sinks``): flex does
+    not form those scores, so ``auto`` never picks it then."""
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     needs_grad = _needs_grad(q, k, v, pe)
     flex_mask_ok = mask is None or mask.bias is None  # flex reads a bool mask in its mask_mod
-    if capped and backend in ("flex", "blockwise"):
-        raise ValueError(f"backend={backend!r} does not compute softcap= or sinks= yet; use backend='materialize' or "
-                         "'chunked' (or 'auto', which picks one)")
+    if capped and backend == "flex":
+        raise ValueError("backend='flex' does not compute softcap= or sinks= yet; use backend='materialize', "
+                         "'chunked' or 'blockwise' (or 'auto', which picks one)")
     if backend == "auto":
         if b * h * lq * lk <= MATERIALIZE_ELEMENTS:
             return "materialize"
         if capped:
-            return "chunked"
+            return "chunked" if docs is not None or pe is None else "blockwise"
         if (_flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe) and flex_mask_ok
                 and (docs is not None or (pe is None and mask is None) or _flex_first(q))):
             return "flex"

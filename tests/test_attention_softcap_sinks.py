@@ -15,6 +15,7 @@ import torch
 
 import posenc
 import posenc.attn
+import posenc.blockwise as bw
 from conftest import assert_directional_gradients, small_module
 from posenc.reference.attention import attention as reference_attention
 
@@ -25,8 +26,12 @@ CASES = {"softcap": (2.5, False), "sinks": (None, True), "both": (1.5, True)}
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Chunks of a few query rows, so that the chunked path crosses several and a ragged last one."""
+    """Chunks of a few query rows and blocks of 5 queries x 7 keys (4 queries per fused call), so
+    that every path crosses several blocks, ragged last ones and rows a padding mask hides whole."""
     monkeypatch.setattr(posenc.attn, "CHUNK_ELEMENTS", 2 * H * 23 * 3)
+    monkeypatch.setattr(bw, "BLOCK_Q", 5)
+    monkeypatch.setattr(bw, "BLOCK_K", 7)
+    monkeypatch.setattr(bw, "FUSED_BLOCK_Q", 4)
 
 
 def _inputs(b, h_kv, lq, lk, dtype, *, seed, grad=False):
@@ -80,7 +85,8 @@ def test_softcap_and_sinks_equal_the_reference(name, case, h_kv, padded, dtype, 
     want = _reference(q, k, v, pe, q_positions=qp, k_positions=kp, mask=mask, softcap=softcap, sinks=sinks,
                       scale=0.4)
     atol = 1e-12 if dtype == torch.float64 else 2e-5
-    for backend in ["materialize", "chunked", "auto"]:
+    backends = ["materialize", "chunked", "auto"] + (["blockwise"] if pe is not None and pe.kind != "rotary" else [])
+    for backend in backends:
         got = posenc.attention(q, k, v, pe, causal=True, q_positions=qp, k_positions=kp, scale=0.4,
                                attention_mask=mask, softcap=softcap, sinks=sinks, backend=backend)
         assert got.dtype == dtype
@@ -89,9 +95,17 @@ def test_softcap_and_sinks_equal_the_reference(name, case, h_kv, padded, dtype, 
 
 
 def test_auto_picks_a_backend_that_computes_them_for_a_large_map(monkeypatch):
-    """Past the materialize threshold ``auto`` would pick blockwise for a bias: with a cap or sinks it
-    takes chunked, and stays exact."""
+    """Past the materialize threshold, where ``auto`` would take flex off the CPU, with a cap or sinks
+    it takes blockwise for a bias (chunked for none), and stays exact."""
     monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 0)
+    monkeypatch.setattr(posenc.attn, "_flex_first", lambda q: True)  # as on a GPU
+    q, k, v, _ = _inputs(1, 2, 13, 13, torch.float32, seed=2)
+    alibi = small_module("alibi")
+    with torch.no_grad():
+        assert posenc.attn._choose_backend("auto", q, k, v, alibi) == "flex"
+        assert posenc.attn._choose_backend("auto", q, k, v, alibi, capped=True) == "blockwise"
+        assert posenc.attn._choose_backend("auto", q, k, v, None, capped=True) == "chunked"
+    monkeypatch.setattr(posenc.attn, "_flex_first", lambda q: False)
     pe = small_module("alibi").double()
     q, k, v, sinks = _inputs(1, 2, 13, 13, torch.float64, seed=2)
     pos = torch.arange(13)
@@ -103,7 +117,7 @@ def test_auto_picks_a_backend_that_computes_them_for_a_large_map(monkeypatch):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("name", [None, "rope", "alibi", "transformer_xl"])
-def test_gradients_in_q_k_v_and_sinks_match_the_reference(name, case):
+def test_gradients_in_q_k_v_and_sinks_match_the_reference(name, case, small_chunks):
     """Autograd's gradients of q, k, v and the sinks (GQA, key padding, odd lengths) along random
     directions equal central differences of the float64 reference."""
     softcap, with_sinks = CASES[case]
@@ -116,7 +130,7 @@ def test_gradients_in_q_k_v_and_sinks_match_the_reference(name, case):
     qp = kp[lk - lq:]
     w = torch.randn(b, H, lq, D, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     leaves = {"q": q, "k": k, "v": v, **({"sinks": sinks} if with_sinks else {})}
-    for backend in ["materialize", "chunked"]:
+    for backend in ["materialize", "chunked"] + (["blockwise"] if name in ("alibi", "transformer_xl") else []):
         for leaf in leaves.values():
             leaf.grad = None
         out = posenc.attention(q, k, v, pe, causal=True, q_positions=qp, k_positions=kp, attention_mask=mask,
@@ -129,6 +143,33 @@ def test_gradients_in_q_k_v_and_sinks_match_the_reference(name, case):
             return float((ref * w.numpy()).sum())
 
         assert_directional_gradients(leaves, loss, seed=5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["no mask", "key padding"])
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("name", ["alibi", "t5", "kerple", "fire", "transformer_xl"])
+def test_blockwise_gradients_equal_the_materialized_path(name, case, padded, small_chunks):
+    """Blockwise's own backward (the cap's 1 − tanh², the sinks' −Σ e^{σ − lse} δ) against autograd
+    through the materialized path, into q, k, v, the sinks and the scheme's parameters (T5's table,
+    KERPLE's r1/r2, FIRE's MLP, Transformer-XL's projections), GQA and Lq < Lk at odd lengths."""
+    softcap, with_sinks = CASES[case]
+    b, lq, lk = 2, 17, 23
+    pe = small_module(name).double()
+    q, k, v, sinks = _inputs(b, 2, lq, lk, torch.float64, seed=10, grad=True)
+    sinks_arg = sinks if with_sinks else None
+    mask = _padding(b, lk, [lk - lq + 3, 0]) if padded else None
+    w = torch.randn(b, H, lq, D, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    inputs = [q, k, v, *([sinks] if with_sinks else []), *[p for p in pe.parameters() if p.requires_grad]]
+    results = []
+    for backend in ["materialize", "blockwise"]:
+        out = posenc.attention(q, k, v, pe, causal=True, attention_mask=mask, softcap=softcap, sinks=sinks_arg,
+                               backend=backend)
+        results.append([out, *torch.autograd.grad((out * w).sum(), inputs, allow_unused=True)])
+    for i, (want, got) in enumerate(zip(*results)):
+        if want is None:
+            assert got is None or not bool(got.any()), i
+            continue
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10, msg=lambda m: f"{name} {case} input {i}: {m}")
 
 
 def test_the_cap_and_the_sinks_sit_where_transformers_puts_them():
@@ -167,9 +208,9 @@ def test_bad_softcap_and_sinks_are_refused_naming_them(kwargs, error, words):
         posenc.attention(q, k, v, causal=True, **kwargs)
 
 
-@pytest.mark.parametrize("backend", ["blockwise", "flex"])
 @pytest.mark.parametrize("kwargs", [{"softcap": 2.0}, {"sinks": torch.zeros(H)}], ids=["softcap", "sinks"])
-def test_backends_that_do_not_compute_them_refuse_them(backend, kwargs):
+def test_flex_refuses_them(kwargs):
+    backend = "flex"
     q, k, v, _ = _inputs(1, 4, 5, 5, torch.float32, seed=8)
     with pytest.raises(ValueError, match=f"backend='{backend}' does not compute softcap= or sinks="):
         posenc.attention(q, k, v, small_module("alibi"), causal=True, backend=backend, **kwargs)
