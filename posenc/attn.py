@@ -190,15 +190,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             arXiv:2408.00118): the content score is bounded first, then the scheme's bias (or
             relative term) and the mask are added, ``s = c·tanh(q·k·scale / c) + bias + mask``,
             as transformers' Gemma 2 attention adds its mask after the cap (a position bias is
-            added as the mask is; the cap bounds ``q·k`` only). Backends ``materialize``,
-            ``chunked`` and ``blockwise`` (its online-softmax loop, not the fused CPU kernel),
-            which ``auto`` picks from; ``flex`` refuses it, and so do content schemes.
+            added as the mask is; the cap bounds ``q·k`` only). Every backend: ``materialize``,
+            ``chunked``, ``blockwise`` (its online-softmax loop, not the fused CPU kernel) and
+            ``flex`` (in its ``score_mod``); content schemes refuse it.
         sinks: ``[H]`` floating, one learned logit per query head (attention sinks: GPT-OSS's
             ``s_aux``; Xiao et al. 2023, arXiv:2309.17453): each row's softmax denominator gains
             ``e^{sinks[h]}``, as one more key of score ``sinks[h]`` and value 0, so
             ``out = softmax(s)·v · σ(lse − sinks[h])`` with ``lse`` the row's log-sum-exp;
-            differentiable in q, k, v and ``sinks``. Same backends as ``softcap``. A query that
-            sees no key still returns zeros.
+            differentiable in q, k, v and ``sinks``. Backends ``materialize``, ``chunked`` and
+            ``blockwise``; ``flex`` refuses it (``auto`` never picks it then), and so do content
+            schemes. A query that sees no key still returns zeros.
 
     Returns:
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
@@ -211,7 +212,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     lk = k.shape[2]
     softcap, sinks = _check_cap_and_sinks(softcap, sinks, h)
     mask = check_attention_mask(attention_mask, b=b, h=h, lq=lq, lk=lk, device=q.device)
-    capped = softcap is not None or sinks is not None  # scores that SDPA, blockwise and flex do not form
+    capped = softcap is not None or sinks is not None  # scores that SDPA does not form
     if scale is None:  # a scheme may fix its own (DeBERTa: 1/√(D·f)); else 1/√D
         scale = getattr(pe, "default_scale", None) or 1.0 / math.sqrt(d)
     else:
@@ -278,7 +279,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             return _sdpa(q, k, v, causal=causal, scale=scale)
         pe = None  # the masks (and the cap, the sinks) are the only terms on the scores: dispatched like a bias
 
-    backend = _choose_backend(backend, q, k, v, pe, docs, mask, capped=capped)
+    backend = _choose_backend(backend, q, k, v, pe, docs, mask, sinks=sinks is not None)
     if backend == "flex" and docs is not None and lk < FLEX_BLOCK:
         # compiled CPU FlexAttention with a document mask_mod is wrong when all keys fit in one
         # block (torch 2.13: error 0.24 at Lk = 120, exact at 128, 256, 311); chunked is exact
@@ -293,7 +294,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale, mask=mask,
                                    softcap=softcap, sinks=sinks)
     if backend == "flex":
-        out = _flex(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale)
+        out = _flex(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale, softcap=softcap)
         if out is not None:
             return out
         backend = "chunked"  # compiling was unavailable for this case (warned once)
@@ -391,24 +392,23 @@ def _flex_first(q) -> bool:
 
 
 def _choose_backend(backend: str, q, k, v, pe, docs=None, mask: AttentionMask | None = None, *,
-                    capped: bool = False) -> str:
+                    sinks: bool = False) -> str:
     """``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype, grad mode and mask.
 
     ``auto`` never compiles FlexAttention for a mask alone on the CPU (``chunked`` is exact and
-    bounded, with no minutes-long first call). ``capped`` (a ``softcap`` or ``sinks``): flex does
-    not form those scores, so ``auto`` never picks it then."""
+    bounded, with no minutes-long first call). With ``sinks`` flex is refused and ``auto`` never
+    picks it (CPU FlexAttention returns no log-sum-exp to merge the sink with: torch 2.13's
+    Inductor, "return_lse is not supported yet"); a ``softcap`` goes into flex's ``score_mod``."""
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     needs_grad = _needs_grad(q, k, v, pe)
     flex_mask_ok = mask is None or mask.bias is None  # flex reads a bool mask in its mask_mod
-    if capped and backend == "flex":
-        raise ValueError("backend='flex' does not compute softcap= or sinks= yet; use backend='materialize', "
-                         "'chunked' or 'blockwise' (or 'auto', which picks one)")
+    if sinks and backend == "flex":
+        raise ValueError("backend='flex' does not compute sinks= (FlexAttention on the CPU returns no log-sum-exp to "
+                         "merge them with); use backend='materialize', 'chunked' or 'blockwise' (or 'auto')")
     if backend == "auto":
         if b * h * lq * lk <= MATERIALIZE_ELEMENTS:
             return "materialize"
-        if capped:
-            return "chunked" if docs is not None or pe is None else "blockwise"
-        if (_flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe) and flex_mask_ok
+        if (_flex_ok(pe) and not sinks and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe) and flex_mask_ok
                 and (docs is not None or (pe is None and mask is None) or _flex_first(q))):
             return "flex"
         return "chunked" if docs is not None or pe is None else "blockwise"
@@ -461,7 +461,7 @@ def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, mask: AttentionMa
     """Exact attention over query blocks of ``chunk`` rows; scores in float32 at least.
     ``pe`` None: no bias, only the causal, document and attention masks. Grouped heads are folded
     (``_fold``), never repeated; a query that sees no key gives zeros. With ``softcap`` or
-    ``sinks`` a block's scores are formed explicitly (``_capped_scores``), then the softmax with
+    ``sinks`` a block's scores are formed explicitly (``_capped_weights``), then the softmax with
     the sink column."""
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
@@ -604,9 +604,10 @@ def _block_mask(b: int, lq: int, lk: int, docs, mask_mod, *, causal: bool, devic
 
 
 def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | None = None, *, causal: bool,
-          scale: float):
+          scale: float, softcap: float | None = None):
     """FlexAttention: the bias is computed score by score in ``score_mod``, never a whole map; the
-    masks are a block mask with a ``mask_mod``. None when compiling is unavailable for this case."""
+    masks are a block mask with a ``mask_mod``. None when compiling is unavailable for this case.
+    ``softcap``: the ``score_mod`` caps ``q·k·scale`` first (``c·tanh(s / c)``), then adds the bias."""
     from torch.nn.attention.flex_attention import flex_attention
 
     dtype = q.dtype
@@ -633,6 +634,13 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | Non
             def score_mod(score, bi, hi, qi, ki):
                 q = rows[bi, qi, 0]
                 return score + (bias(hi, q, kpos[bi, ki]) - bias(hi, q, rows[bi, qi, 1])).to(torch.float32)
+
+    if softcap is not None:  # the cap on q·k·scale (score_mod's score), then the bias as above
+        inner, cap = score_mod, float(softcap)
+
+        def score_mod(score, bi, hi, qi, ki):
+            capped = torch.tanh(score / cap) * cap
+            return capped if inner is None else inner(capped, bi, hi, qi, ki)
 
     block_mask = None
     if causal or docs is not None or mask is not None:
@@ -667,7 +675,7 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | Non
             out = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
         return out.to(dtype)
     key = (None if pe is None else pe.name, causal, docs is not None, q.device.type, gqa,
-           None if mask is None else ("keys" if mask.keys is not None else "pairs"))
+           None if mask is None else ("keys" if mask.keys is not None else "pairs"), softcap)
     run = _compiled_flex(key)
     if run is None:
         return None

@@ -95,16 +95,16 @@ def test_softcap_and_sinks_equal_the_reference(name, case, h_kv, padded, dtype, 
 
 
 def test_auto_picks_a_backend_that_computes_them_for_a_large_map(monkeypatch):
-    """Past the materialize threshold, where ``auto`` would take flex off the CPU, with a cap or sinks
-    it takes blockwise for a bias (chunked for none), and stays exact."""
+    """Past the materialize threshold, where ``auto`` takes flex off the CPU, with sinks it takes
+    blockwise for a bias (chunked for none), and stays exact; a cap alone keeps flex (its score_mod)."""
     monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 0)
     monkeypatch.setattr(posenc.attn, "_flex_first", lambda q: True)  # as on a GPU
     q, k, v, _ = _inputs(1, 2, 13, 13, torch.float32, seed=2)
     alibi = small_module("alibi")
     with torch.no_grad():
         assert posenc.attn._choose_backend("auto", q, k, v, alibi) == "flex"
-        assert posenc.attn._choose_backend("auto", q, k, v, alibi, capped=True) == "blockwise"
-        assert posenc.attn._choose_backend("auto", q, k, v, None, capped=True) == "chunked"
+        assert posenc.attn._choose_backend("auto", q, k, v, alibi, sinks=True) == "blockwise"
+        assert posenc.attn._choose_backend("auto", q, k, v, None, sinks=True) == "chunked"
     monkeypatch.setattr(posenc.attn, "_flex_first", lambda q: False)
     pe = small_module("alibi").double()
     q, k, v, sinks = _inputs(1, 2, 13, 13, torch.float64, seed=2)
@@ -208,12 +208,29 @@ def test_bad_softcap_and_sinks_are_refused_naming_them(kwargs, error, words):
         posenc.attention(q, k, v, causal=True, **kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{"softcap": 2.0}, {"sinks": torch.zeros(H)}], ids=["softcap", "sinks"])
-def test_flex_refuses_them(kwargs):
-    backend = "flex"
+def test_flex_refuses_sinks():
     q, k, v, _ = _inputs(1, 4, 5, 5, torch.float32, seed=8)
-    with pytest.raises(ValueError, match=f"backend='{backend}' does not compute softcap= or sinks="):
-        posenc.attention(q, k, v, small_module("alibi"), causal=True, backend=backend, **kwargs)
+    with pytest.raises(ValueError, match="backend='flex' does not compute sinks="):
+        posenc.attention(q, k, v, small_module("alibi"), causal=True, backend="flex", sinks=torch.zeros(H))
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("error::posenc.attn.FlexFallbackWarning")
+@pytest.mark.parametrize("padded", [False, True], ids=["no mask", "key padding"])
+def test_flex_caps_in_its_score_mod(padded):
+    """FlexAttention (compiled, forward: CPU flex has no backward) with the cap in its ``score_mod``
+    before ALiBi's bias, grouped heads, past one 128-key block: the float64 reference."""
+    b, lq, lk = 2, 131, 150
+    pe = small_module("alibi")
+    q, k, v, _ = _inputs(b, 2, lq, lk, torch.float32, seed=12)
+    mask = _padding(b, lk, [30, 0]) if padded else None
+    kp = torch.arange(lk)
+    qp = kp[lk - lq:]
+    want = _reference(q, k, v, pe.double(), q_positions=qp, k_positions=kp, mask=mask, softcap=2.0, sinks=None,
+                      scale=1 / math.sqrt(D))
+    with torch.no_grad():
+        got = posenc.attention(q, k, v, pe.float(), causal=True, attention_mask=mask, softcap=2.0, backend="flex")
+    np.testing.assert_allclose(got.double().numpy(), want, rtol=0, atol=2e-5)
 
 
 @pytest.mark.parametrize("kwargs", [{"softcap": 2.0}, {"sinks": torch.zeros(H)}], ids=["softcap", "sinks"])
