@@ -24,6 +24,11 @@ exact, and keys 10^12 away keep their key-to-key differences (``BiasEncoding.nea
 kernel, which wants one, gets zero columns: ``posenc.blockwise._one_head_size``); empty inputs
 (``B``, ``Lq`` or ``Lk`` zero) return what SDPA returns, with or without ``document_ids``.
 
+**Logit cap and sinks.** ``softcap=c`` bounds the content score, ``c·tanh(q·k·scale / c)``, before
+the scheme's bias and the mask are added (Gemma 2); ``sinks=[H]`` adds ``e^{sinks[h]}`` to each
+row's softmax denominator, one more key of value 0 (GPT-OSS). Both on materialize, chunked and
+blockwise; the cap also in flex's ``score_mod``; content schemes refuse both.
+
 **Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
 query sees only the keys of its own document, on every backend, and default positions restart
 at 0 in each document.

@@ -7,6 +7,7 @@ the sink sit, against transformers' own eager attention of both families."""
 from __future__ import annotations
 
 import math
+import re
 import types
 
 import numpy as np
@@ -204,7 +205,7 @@ def test_the_cap_and_the_sinks_sit_where_transformers_puts_them():
 ])
 def test_bad_softcap_and_sinks_are_refused_naming_them(kwargs, error, words):
     q, k, v, _ = _inputs(1, 4, 5, 5, torch.float32, seed=7)
-    with pytest.raises(error, match=__import__("re").escape(words)):
+    with pytest.raises(error, match=re.escape(words)):
         posenc.attention(q, k, v, causal=True, **kwargs)
 
 
