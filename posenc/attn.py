@@ -24,6 +24,11 @@ exact, and keys 10^12 away keep their key-to-key differences (``BiasEncoding.nea
 kernel, which wants one, gets zero columns: ``posenc.blockwise._one_head_size``); empty inputs
 (``B``, ``Lq`` or ``Lk`` zero) return what SDPA returns, with or without ``document_ids``.
 
+**Logit cap and sinks.** ``softcap=c`` bounds the content score, ``c·tanh(q·k·scale / c)``, before
+the scheme's bias and the mask are added (Gemma 2); ``sinks=[H]`` adds ``e^{sinks[h]}`` to each
+row's softmax denominator, one more key of value 0 (GPT-OSS). Both on materialize, chunked and
+blockwise; the cap also in flex's ``score_mod``; content schemes refuse both.
+
 **Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
 query sees only the keys of its own document, on every backend, and default positions restart
 at 0 in each document.
@@ -146,7 +151,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
               q_positions: torch.Tensor | None = None, k_positions: torch.Tensor | None = None,
               causal: bool = False, scale: float | None = None, backend: str = "auto",
               document_ids: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
-              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+              attention_mask: torch.Tensor | None = None, softcap: float | None = None,
+              sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D]`` with positional encoding ``pe``.
 
     **Grouped heads** (GQA, MQA): ``k`` and ``v`` may have ``H_kv`` heads with ``H % H_kv == 0``;
@@ -185,6 +191,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             the scores; ``−inf`` or transformers' ``finfo.min`` masks), combined with ``causal``
             and ``document_ids`` on every backend (``posenc.masking``). A query that sees no key
             returns zeros (and zero gradients). Content schemes take bool and padding masks.
+        softcap: a logit cap ``c > 0`` (Gemma 2's ``attn_logit_softcapping``; Gemma Team 2024,
+            arXiv:2408.00118): the content score is bounded first, then the scheme's bias (or
+            relative term) and the mask are added, ``s = c·tanh(q·k·scale / c) + bias + mask``,
+            as transformers' Gemma 2 attention adds its mask after the cap (a position bias is
+            added as the mask is; the cap bounds ``q·k`` only). Every backend: ``materialize``,
+            ``chunked``, ``blockwise`` (its online-softmax loop, not the fused CPU kernel) and
+            ``flex`` (in its ``score_mod``); content schemes refuse it.
+        sinks: ``[H]`` floating, one learned logit per query head (attention sinks: GPT-OSS's
+            ``s_aux``; Xiao et al. 2023, arXiv:2309.17453): each row's softmax denominator gains
+            ``e^{sinks[h]}``, as one more key of score ``sinks[h]`` and value 0, so
+            ``out = softmax(s)·v · σ(lse − sinks[h])`` with ``lse`` the row's log-sum-exp;
+            differentiable in q, k, v and ``sinks``. Backends ``materialize``, ``chunked`` and
+            ``blockwise``; ``flex`` refuses it (``auto`` never picks it then), and so do content
+            schemes. A query that sees no key still returns zeros.
 
     Returns:
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
@@ -195,7 +215,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     check_choice("backend", backend, BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
+    softcap, sinks = _check_cap_and_sinks(softcap, sinks, h)
     mask = check_attention_mask(attention_mask, b=b, h=h, lq=lq, lk=lk, device=q.device)
+    capped = softcap is not None or sinks is not None  # scores that SDPA does not form
     if scale is None:  # a scheme may fix its own (DeBERTa: 1/√(D·f)); else 1/√D
         scale = getattr(pe, "default_scale", None) or 1.0 / math.sqrt(d)
     else:
@@ -207,6 +229,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         raise ValueError(f"hidden= is read only by content schemes that declare it (fox with gate='full', path); "
                          f"pe {getattr(pe, 'name', None)!r} does not: pass hidden=None")
     if kind == "content":
+        if capped:
+            raise ValueError(f"pe {pe.name!r} is a content scheme, which owns its attention: it takes no softcap= "
+                             f"or sinks= (got softcap={softcap!r}, sinks "
+                             f"{None if sinks is None else list(sinks.shape)}); use a rotary, bias, relative or no scheme")
         if q_positions is not None or k_positions is not None:
             raise ValueError(f"pe {pe.name!r} is a content scheme: its positions are counted from the tokens, "
                              "so it takes no q_positions/k_positions (pass None)")
@@ -254,11 +280,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     if lq == 0 or lk == 0:  # no scores to bias: what SDPA gives (empty, or zeros over no keys)
         return _sdpa(q, k, v, causal=False, scale=scale)
     if kind in ("none", "rotary"):
-        if docs is None and mask is None:
+        if docs is None and mask is None and not capped:
             return _sdpa(q, k, v, causal=causal, scale=scale)
-        pe = None  # the document and attention masks are the only terms on the scores: dispatched like a bias
+        pe = None  # the masks (and the cap, the sinks) are the only terms on the scores: dispatched like a bias
 
-    backend = _choose_backend(backend, q, k, v, pe, docs, mask)
+    backend = _choose_backend(backend, q, k, v, pe, docs, mask, sinks=sinks is not None)
     if backend == "flex" and docs is not None and lk < FLEX_BLOCK:
         # compiled CPU FlexAttention with a document mask_mod is wrong when all keys fit in one
         # block (torch 2.13: error 0.24 at Lk = 120, exact at 128, 256, 311); chunked is exact
@@ -270,14 +296,37 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         if pe is None:
             raise ValueError("backend='blockwise' needs a bias or relative scheme; with only an attention_mask "
                              "use backend='chunked' (or 'auto', which picks it)")
-        return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale, mask=mask)
+        return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale, mask=mask,
+                                   softcap=softcap, sinks=sinks)
     if backend == "flex":
-        out = _flex(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale)
+        out = _flex(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale, softcap=softcap)
         if out is not None:
             return out
         backend = "chunked"  # compiling was unavailable for this case (warned once)
     chunk = lq if backend == "materialize" else max(1, CHUNK_ELEMENTS // max(1, b * h * lk))
-    return _chunked(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale, chunk=chunk)
+    return _chunked(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale, chunk=chunk,
+                    softcap=softcap, sinks=sinks)
+
+
+def _check_cap_and_sinks(softcap, sinks, h: int):
+    """``softcap`` a finite float > 0 or None; ``sinks`` a floating ``[H]`` tensor or None (checked
+    before anything is allocated)."""
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+            raise TypeError(f"softcap must be a float > 0 (the logit cap c in c·tanh(s / c)) or None, got "
+                            f"{type(softcap).__name__} {softcap!r}")
+        softcap = float(softcap)
+        if not math.isfinite(softcap) or softcap <= 0:
+            raise ValueError(f"softcap must be finite and > 0 (the logit cap c in c·tanh(s / c)) or None, got {softcap!r}")
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor):
+            raise TypeError(f"sinks must be a floating torch.Tensor of shape [H={h}] (one logit per head) or None, "
+                            f"got {type(sinks).__name__}")
+        if not sinks.is_floating_point():
+            raise TypeError(f"sinks must be floating point (one logit per head), got dtype {sinks.dtype}")
+        if tuple(sinks.shape) != (h,):
+            raise ValueError(f"sinks must have shape [H={h}] (one logit per query head), got {list(sinks.shape)}")
+    return softcap, sinks
 
 
 def _content(q, k, v, pe, hidden, document_ids, mask, *, causal: bool, scale: float, backend: str) -> torch.Tensor:
@@ -347,18 +396,24 @@ def _flex_first(q) -> bool:
     return q.device.type != "cpu" or torch.compiler.is_compiling()
 
 
-def _choose_backend(backend: str, q, k, v, pe, docs=None, mask: AttentionMask | None = None) -> str:
+def _choose_backend(backend: str, q, k, v, pe, docs=None, mask: AttentionMask | None = None, *,
+                    sinks: bool = False) -> str:
     """``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype, grad mode and mask.
 
     ``auto`` never compiles FlexAttention for a mask alone on the CPU (``chunked`` is exact and
-    bounded, with no minutes-long first call)."""
+    bounded, with no minutes-long first call). With ``sinks`` flex is refused and ``auto`` never
+    picks it (CPU FlexAttention returns no log-sum-exp to merge the sink with: torch 2.13's
+    Inductor, "return_lse is not supported yet"); a ``softcap`` goes into flex's ``score_mod``."""
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     needs_grad = _needs_grad(q, k, v, pe)
     flex_mask_ok = mask is None or mask.bias is None  # flex reads a bool mask in its mask_mod
+    if sinks and backend == "flex":
+        raise ValueError("backend='flex' does not compute sinks= (FlexAttention on the CPU returns no log-sum-exp to "
+                         "merge them with); use backend='materialize', 'chunked' or 'blockwise' (or 'auto')")
     if backend == "auto":
         if b * h * lq * lk <= MATERIALIZE_ELEMENTS:
             return "materialize"
-        if (_flex_ok(pe) and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe) and flex_mask_ok
+        if (_flex_ok(pe) and not sinks and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe) and flex_mask_ok
                 and (docs is not None or (pe is None and mask is None) or _flex_first(q))):
             return "flex"
         return "chunked" if docs is not None or pe is None else "blockwise"
@@ -407,10 +462,12 @@ def _visible(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, dev
 
 
 def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, mask: AttentionMask | None = None, *,
-             causal: bool, scale: float, chunk: int):
+             causal: bool, scale: float, chunk: int, softcap: float | None = None, sinks: torch.Tensor | None = None):
     """Exact attention over query blocks of ``chunk`` rows; scores in float32 at least.
     ``pe`` None: no bias, only the causal, document and attention masks. Grouped heads are folded
-    (``_fold``), never repeated; a query that sees no key gives zeros."""
+    (``_fold``), never repeated; a query that sees no key gives zeros. With ``softcap`` or
+    ``sinks`` a block's scores are formed explicitly (``_capped_weights``), then the softmax with
+    the sink column."""
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     q, k, v = q.to(work), k.to(work), v.to(work)
@@ -446,7 +503,12 @@ def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, mask: AttentionMa
             bias = added.to(work) if bias is None else bias + added.to(work)
         if allowed is not None:
             bias = allowed if bias is None else torch.where(allowed, bias, float("-inf"))
-        if getattr(pe, "value_term", None) is None:
+        if softcap is not None or sinks is not None:
+            p = _capped_weights(qc, k, bias, group, scale=scale, softcap=softcap, sinks=sinks)  # (B, H, c, Lk)
+            out = _unfold(torch.matmul(_fold(p, group), v), group)  # (B, H, c, Dv)
+            if getattr(pe, "value_term", None) is not None:
+                out = out + pe.value_term(p, qp, k_positions)
+        elif getattr(pe, "value_term", None) is None:
             if group > 1 and bias is not None:  # (.., c, Lk) -> (B or 1, H/G, G·c, Lk)
                 bias = _fold(bias.expand(bias.shape[0] if bias.dim() == 4 else 1, h, stop - start, lk), group)
             out = _unfold(F.scaled_dot_product_attention(_fold(qc, group), k, v, attn_mask=bias, scale=scale), group)
@@ -455,6 +517,24 @@ def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, mask: AttentionMa
             out = p @ v + pe.value_term(p, qp, k_positions)
         outs.append(out if seen is None else out * seen)
     return torch.cat(outs, dim=2).to(dtype)
+
+
+def _capped_weights(qc, k, bias, group: int, *, scale: float, softcap: float | None, sinks: torch.Tensor | None):
+    """The softmax weights ``[B, H, c, Lk]`` of one query block with a logit cap and/or sinks:
+    ``s = c·tanh(q·k·scale / c) + bias`` (the cap on the content score only; ``bias`` the scheme's
+    term plus the masks, ``−∞`` where masked, or a bool ``allowed``), then a column ``sinks[h]``
+    joins each row's softmax and is dropped (its value is 0), so the weights sum to
+    ``σ(lse − sinks[h])``."""
+    b, h, c = qc.shape[:3]
+    s = _unfold(torch.matmul(_fold(qc, group), k.transpose(-1, -2)), group) * scale  # (B, H, c, Lk)
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
+    if bias is not None:
+        s = s.masked_fill(~bias, float("-inf")) if bias.dtype == torch.bool else s + bias
+    if sinks is None:
+        return torch.softmax(s, dim=-1)
+    sink = sinks.to(device=s.device, dtype=s.dtype).view(1, h, 1, 1).expand(b, h, c, 1)  # (B, H, c, 1)
+    return torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :-1]
 
 
 # -- FlexAttention ----------------------------------------------------------------------------
@@ -529,9 +609,10 @@ def _block_mask(b: int, lq: int, lk: int, docs, mask_mod, *, causal: bool, devic
 
 
 def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | None = None, *, causal: bool,
-          scale: float):
+          scale: float, softcap: float | None = None):
     """FlexAttention: the bias is computed score by score in ``score_mod``, never a whole map; the
-    masks are a block mask with a ``mask_mod``. None when compiling is unavailable for this case."""
+    masks are a block mask with a ``mask_mod``. None when compiling is unavailable for this case.
+    ``softcap``: the ``score_mod`` caps ``q·k·scale`` first (``c·tanh(s / c)``), then adds the bias."""
     from torch.nn.attention.flex_attention import flex_attention
 
     dtype = q.dtype
@@ -558,6 +639,13 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | Non
             def score_mod(score, bi, hi, qi, ki):
                 q = rows[bi, qi, 0]
                 return score + (bias(hi, q, kpos[bi, ki]) - bias(hi, q, rows[bi, qi, 1])).to(torch.float32)
+
+    if softcap is not None:  # the cap on q·k·scale (score_mod's score), then the bias as above
+        inner, cap = score_mod, float(softcap)
+
+        def score_mod(score, bi, hi, qi, ki):
+            capped = torch.tanh(score / cap) * cap
+            return capped if inner is None else inner(capped, bi, hi, qi, ki)
 
     block_mask = None
     if causal or docs is not None or mask is not None:
@@ -592,7 +680,7 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | Non
             out = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
         return out.to(dtype)
     key = (None if pe is None else pe.name, causal, docs is not None, q.device.type, gqa,
-           None if mask is None else ("keys" if mask.keys is not None else "pairs"))
+           None if mask is None else ("keys" if mask.keys is not None else "pairs"), softcap)
     run = _compiled_flex(key)
     if run is None:
         return None

@@ -103,8 +103,10 @@ class _Bias:
     """
 
     def __init__(self, pe, q_positions: torch.Tensor, k_positions: torch.Tensor, work: torch.dtype, *,
-                 causal: bool, lq: int, lk: int, mask: AttentionMask | None = None) -> None:
+                 causal: bool, lq: int, lk: int, mask: AttentionMask | None = None, softcap: float | None = None,
+                 sinks: bool = False) -> None:
         self.pe, self.work, self.causal, self.lq, self.lk, self.mask = pe, work, causal, lq, lk, mask
+        self.softcap = softcap  # scores formed here: no fused kernel (which adds the bias inside)
         self.relative = pe.kind == "relative"
         self.value_fn = getattr(pe, "value_term", None)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
@@ -114,7 +116,8 @@ class _Bias:
         # differences needs integer positions
         self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
                          and not self.qpos.is_floating_point() and not self.kpos.is_floating_point()
-                         and _contiguous(self.qpos) and _contiguous(self.kpos) and mask is None)
+                         and _contiguous(self.qpos) and _contiguous(self.kpos) and mask is None
+                         and softcap is None and not sinks)
 
     def prepare(self) -> None:
         if not isinstance(self.pe, BiasEncoding):
@@ -338,7 +341,7 @@ def _forward_fused(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q:
 def _fused_forward(q, bias: _Bias) -> bool:
     """Whether the forward runs SDPA's fused CPU kernel per tile (the CPU, no value term, a batch);
     else the online-softmax loop below (other devices, Shaw)."""
-    return q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0
+    return q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0 and bias.softcap is None
 
 
 def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, block_k: int):
@@ -362,6 +365,8 @@ def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, 
         for ks in range(0, _key_end(qe, lk, shift, causal), block_k):
             ke = min(ks + block_k, _key_end(qe, lk, shift, causal))
             s = _unfold(torch.matmul(_fold(qb_scaled, group), kt[..., ks:ke]), group)  # (B, H, c, n)
+            if bias.softcap is not None:  # c·tanh(q·k·scale / c), before the bias (Gemma 2)
+                s = torch.tanh(s.div_(bias.softcap)).mul_(bias.softcap)
             s += bias.values(qs, qe, ks, ke, qb, k[:, :, ks:ke])
             if causal:
                 s = _masked(s, qs, ks, shift)
@@ -427,25 +432,29 @@ class _BlockwiseAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, args: dict, *params):
+    def forward(ctx, q, k, v, sinks, args: dict, *params):
         bias = args["bias"]
         bias.prepare()
         out, lse = _forward(q, k, v, bias, causal=args["causal"], scale=args["scale"],
                             block_q=args["block_q"], block_k=args["block_k"])
-        ctx.save_for_backward(q, k, v, out, lse, *params)
+        if sinks is not None:  # one more key of score sinks[h] and value 0: merged as a last tile
+            mass = lse.masked_fill(torch.isposinf(lse), float("-inf"))  # (B, H, Lq); −∞: a row with no key
+            lse = torch.logaddexp(mass, sinks.view(1, -1, 1))
+            out = out * (mass - lse).exp().unsqueeze(-1)
+        ctx.save_for_backward(q, k, v, out, lse, sinks, *params)
         ctx.args = args
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
-        q, k, v, out, lse, *params = ctx.saved_tensors
+        q, k, v, out, lse, sinks, *params = ctx.saved_tensors
         args = ctx.args
         bias: _Bias = args["bias"]
         if bias.toeplitz and not params and v.shape[-1] == q.shape[-1]:  # nothing to learn in the bias:
-            # SDPA's fused backward per block (one head size; else the loop below)
+            # SDPA's fused backward per block (one head size; else the loop below); never with sinks
             return (*_backward_toeplitz(dout, q, k, v, out, lse, bias, causal=args["causal"], scale=args["scale"],
-                                        block_q=FUSED_BLOCK_Q), None)
+                                        block_q=FUSED_BLOCK_Q), None, None)
         causal, scale, block_q, block_k = args["causal"], args["scale"], args["block_q"], args["block_k"]
         b, h, lq, _ = q.shape
         lk, group = k.shape[2], h // k.shape[1]
@@ -495,7 +504,12 @@ class _BlockwiseAttention(torch.autograd.Function):
                     bias_value = bias_b.detach()
                 else:
                     bias_value = bias.values(qs, qe, ks, ke, qb, kb)
-                s = _unfold(torch.matmul(_fold(qb_scaled, group), kb.transpose(-1, -2)), group) + bias_value
+                s = _unfold(torch.matmul(_fold(qb_scaled, group), kb.transpose(-1, -2)), group)  # (B, H, c, n)
+                dcap = None
+                if bias.softcap is not None:  # s = c·tanh(r / c) + b: ∂s/∂r = 1 − tanh²
+                    t = torch.tanh(s / bias.softcap)
+                    s, dcap = t * bias.softcap, 1.0 - t * t
+                s = s + bias_value
                 if causal and not rev:
                     s = _masked(s, qs, ks, shift)
                 s = bias.masked(s, qs, qe, ks, ke)  # (B, H, c, n)
@@ -511,8 +525,9 @@ class _BlockwiseAttention(torch.autograd.Function):
                     dp = dp + grads[0]
                     add(grads, 1)
                 ds = p.mul_(dp.sub_(delta_b))  # (B, H, c, n): p ∘ (dp − δ), in place of p
-                dqb += _unfold(torch.matmul(_fold(ds, group), kb), group) * scale
-                dk[:, :, ks:ke] += torch.matmul(_fold(ds, group).transpose(-1, -2), _fold(qb_scaled, group))
+                dr = ds if dcap is None else ds * dcap  # the gradient of q·k·scale (through the cap)
+                dqb += _unfold(torch.matmul(_fold(dr, group), kb), group) * scale
+                dk[:, :, ks:ke] += torch.matmul(_fold(dr, group).transpose(-1, -2), _fold(qb_scaled, group))
                 if dtable is not None:  # view at offset ks + Lq − qe: anti-diagonal r + c reads u[offset + r + c]
                     offset = ks + lq - qe
                     dtable[:, offset:offset + (qe - qs) + (ke - ks) - 1] += _antidiagonal_sums(ds.sum(0))
@@ -530,23 +545,32 @@ class _BlockwiseAttention(torch.autograd.Function):
         if dtable is not None and params:
             add(torch.autograd.grad(bias.table, params, dtable, allow_unused=True))
         needs = ctx.needs_input_grad
-        return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, None,
-                *(g if needs[4 + i] else None for i, g in enumerate(dparams)))
+        dsinks = None
+        if sinks is not None and needs[3]:  # the sink column's weight e^{σ − lse}, its ds = −e^{σ − lse} δ
+            dsinks = -((sinks.view(1, -1, 1) - lse).exp() * delta.squeeze(-1)).sum((0, 2))
+        return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, dsinks, None,
+                *(g if needs[5 + i] else None for i, g in enumerate(dparams)))
 
 
 def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q_positions: torch.Tensor,
                         k_positions: torch.Tensor, *, causal: bool, scale: float,
-                        mask: AttentionMask | None = None) -> torch.Tensor:
+                        mask: AttentionMask | None = None, softcap: float | None = None,
+                        sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Exact attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D|Dv]`` with the bias or
     relative scheme ``pe``, block by block (see the module docstring); checked inputs, as
     ``posenc.attention`` passes them (``mask`` a checked attention mask, ``posenc.masking``).
     Grouped heads (``H_kv < H``, bias kind) are folded into each product's rows, never repeated.
-    Scores in float32 at least; returns q's dtype."""
+    Scores in float32 at least; returns q's dtype. ``softcap``: ``c·tanh(q·k·scale / c)`` before the
+    bias (the loop, never a fused kernel); ``sinks [H]``: merged after the key blocks as one more
+    key of score ``sinks[h]`` and value 0 (``lse ← log(e^{lse} + e^{σ})``, ``o ← o·e^{lse_old − lse}``),
+    its gradient ``−Σ_i e^{σ − lse_i} δ_i``."""
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     params = [p for p in pe.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
-    bias = _Bias(pe, q_positions, k_positions, work, causal=causal, lq=q.shape[2], lk=k.shape[2], mask=mask)
+    bias = _Bias(pe, q_positions, k_positions, work, causal=causal, lq=q.shape[2], lk=k.shape[2], mask=mask,
+                 softcap=softcap, sinks=sinks is not None)
     args = {"bias": bias, "causal": causal, "scale": scale,
             "block_q": BLOCK_Q, "block_k": BLOCK_K}
-    out = _BlockwiseAttention.apply(q.to(work), k.to(work), v.to(work), args, *params)
+    out = _BlockwiseAttention.apply(q.to(work), k.to(work), v.to(work), None if sinks is None else sinks.to(
+        device=q.device, dtype=work), args, *params)
     return out.to(dtype)

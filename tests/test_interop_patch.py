@@ -27,6 +27,12 @@ CONFIGS = {  # model type -> (config class, its extra keys): grouped heads where
     "olmo2": ("Olmo2Config", {"num_key_value_heads": 2}),
     "granite": ("GraniteConfig", {"num_key_value_heads": 2}),
     "gpt_neox": ("GPTNeoXConfig", {"rotary_pct": 0.5}),
+    # a logit cap small enough to bite (a tiny random model's scores are ~0.01-0.1), a sliding window
+    "gemma2": ("Gemma2Config", {"num_key_value_heads": 2, "head_dim": 8, "query_pre_attn_scalar": 12,
+                                "attn_logit_softcapping": 0.02, "sliding_window": 8}),
+    # learned sinks per head (s_aux), half-width rotary tables, a sliding window on every other layer
+    "gpt_oss": ("GptOssConfig", {"num_key_value_heads": 2, "head_dim": 8, "num_local_experts": 4,
+                                 "num_experts_per_tok": 2, "sliding_window": 8}),
     # complex freqs_cis on pairs (2i, 2i+1), qk-norm, chunked attention, a NoPE layer with a query temperature
     "llama4_text": ("Llama4TextConfig", {"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8,
                                          "num_local_experts": 2, "intermediate_size_mlp": 96, "attention_chunk_size": 8,
@@ -45,6 +51,7 @@ CONFIGS = {  # model type -> (config class, its extra keys): grouped heads where
                                                              "mrope_section": [1, 1, 2]}})
        for t, c in (("qwen2_vl", "Qwen2VLConfig"), ("qwen2_5_vl", "Qwen2_5_VLConfig"))},
 }
+EAGER = {"gemma2": "eager", "gpt_oss": "eager"}  # no SDPA: their softmax has a cap / a sink column
 COMPOSITE = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration"}
 VISION = {"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "out_hidden_size": 64, "patch_size": 2,
           "spatial_merge_size": 1, "temporal_patch_size": 1, "intermediate_size": 32}
@@ -57,12 +64,12 @@ def tiny(model_type: str, *, seed: int = 0, **changes):
         config = getattr(transformers, name)(text_config=sizes, vision_config=VISION, attn_implementation="sdpa")
         torch.manual_seed(seed)
         return getattr(transformers, COMPOSITE[model_type])(config).eval()
-    config = getattr(transformers, name)(**sizes, attn_implementation="sdpa")
+    config = getattr(transformers, name)(**sizes, attn_implementation=EAGER.get(model_type, "sdpa"))
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-ROTARY_ONLY = ("gemma2", "gpt_oss", "falcon")  # built by tests/test_hf_families.py's tiny_model, or here
+ROTARY_ONLY = ("falcon",)  # built by tests/test_hf_families.py's tiny_model
 
 
 def test_every_family_in_the_table_is_tested():
@@ -72,10 +79,6 @@ def test_every_family_in_the_table_is_tested():
 def _tiny_other(model_type):
     from test_hf_families import tiny_model
 
-    if model_type == "gemma2":
-        config = transformers.Gemma2Config(**SMALL, num_key_value_heads=2, head_dim=8, attn_implementation="eager")
-        torch.manual_seed(0)
-        return transformers.Gemma2ForCausalLM(config).eval()
     return tiny_model(model_type)  # eager attention
 
 
@@ -166,10 +169,17 @@ def _generate(model, ids, mask=None, **kw):
                           eos_token_id=None, **kw)
 
 
+SOFTMAX_TERM = ("gemma2", "gpt_oss")  # a logit cap, sinks: posenc.attention's; a content scheme owns its softmax
+
+
 @pytest.mark.parametrize("model_type", sorted(CONFIGS))
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
     model = tiny(model_type)
+    if kind.startswith("content") and model_type in SOFTMAX_TERM:
+        with pytest.raises(ValueError, match=f"content scheme '{KINDS[kind]}' owns its attention"):
+            posenc.interop.patch(model, KINDS[kind])
+        return
     posenc.interop.patch(model, OTHER.get((kind, model_type), KINDS[kind]))
     ids = torch.randint(3, 97, (2, 11))
     mask = torch.ones(2, 11, dtype=torch.long)
@@ -183,6 +193,33 @@ def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
     recomputed = _generate(model, ids, mask, use_cache=False)
     assert torch.equal(cached, recomputed), kind
     assert torch.equal(cached[0, 11:], _generate(model, ids[:1, 4:])[0, 7:]), kind
+
+
+def test_gpt_oss_sinks_and_gemma2_cap_reach_posenc_attention():
+    """Through the attention function GPT-OSS's sinks train (their gradient equals the eager
+    model's, whose attention is its own, with ``from_hf`` through ``hf_layer_specs``), and Gemma 2's
+    logits depend on its cap as the eager model's do."""
+    from posenc.interop.hf import hf_layer_specs
+
+    ids = torch.randint(3, 97, (2, 13))
+    grads = []
+    for patched in (False, True):
+        model = tiny("gpt_oss")
+        if patched:
+            posenc.interop.patch(model, hf_layer_specs(model.config))
+        model(ids, labels=ids).loss.backward()
+        grads.append(torch.stack([layer.self_attn.sinks.grad for layer in model.model.layers]))
+    assert bool(grads[0].abs().sum() > 0)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-7)
+    logits = []
+    for cap in (0.02, None):
+        model = tiny("gemma2", attn_logit_softcapping=cap)
+        with torch.no_grad():
+            want = model(ids).logits
+            posenc.interop.patch(model, hf_layer_specs(model.config))
+            logits.append(model(ids).logits)
+        torch.testing.assert_close(logits[-1], want, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(logits[0], logits[1], atol=1e-3)  # the cap changes the model, and posenc follows
 
 
 def test_deepseek_v3_rope_part_in_either_pair_order():

@@ -87,6 +87,10 @@ class Family:
     # layer's posenc scheme (``nope_temperature`` from ``hf_layer_specs``) computes it instead
     head_dim: tuple[str, ...] = ()  # config keys whose sum is the query/key head size, when not head_dim
     rope_part: str | None = None  # config key of the rotary width at the end of each q/k head (MLA: [nope, rope])
+    # a term of the family's softmax that posenc.attention computes (softcap=, sinks=) but a content
+    # scheme, which owns its attention, does not: (config key that switches it on, or None if always
+    # on; what it is). A content scheme is refused on such a model rather than dropping the term.
+    softmax_term: tuple[str | None, str] | None = None
 
 
 _LLAMA = Family()
@@ -96,13 +100,10 @@ FAMILIES: dict[str, Family] = {
     "falcon": Family("transformer.h", "self_attention", embeddings="word_embeddings",
                      rotary_only="its attention calls torch's scaled_dot_product_attention itself, not transformers' "
                                  "AttentionInterface"),
-    # posenc.attention computes softmax(q·k·scale + bias)·v on every backend, tested against the
-    # float64 reference; a tanh cap on the scores or a learned sink column is not in it (nor in
-    # its reference), so these two stay on their own attention, with posenc's rotary tables
-    "gemma2": Family(rotary_only="its attention caps the logits (attn_logit_softcapping), which posenc.attention "
-                                 "does not compute"),
-    "gpt_oss": Family(rotary_only="its attention adds learned sinks to the softmax (s_aux), which posenc.attention "
-                                  "does not compute"),
+    # the attention function passes Gemma 2's logit cap (softcap=) and GPT-OSS's sinks (s_aux=, the
+    # layer's sinks parameter) to posenc.attention's softcap= and sinks=
+    "gemma2": Family(softmax_term=("attn_logit_softcapping", "caps the logits (attn_logit_softcapping)")),
+    "gpt_oss": Family(softmax_term=(None, "adds a learned sink per head to the softmax (s_aux)")),
     "llama4_text": Family(own_positions=("attn_temperature_tuning",)),
     **{t: Family("model.language_model.layers") for t in ("qwen2_vl", "qwen2_5_vl")},  # the text model's layers
     "deepseek_v3": Family(head_dim=("qk_nope_head_dim", "qk_rope_head_dim"), rope_part="qk_rope_head_dim"),
@@ -319,16 +320,19 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
                      **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention function ``"posenc"``: ``query [B, H, Lq, D]``, ``key, value [B, H_kv,
     Lk, D]`` (grouped heads as they are) -> ``([B, Lq, H, D], None)`` through ``posenc.attention``
-    with the layer's ``posenc_pe``, causal, the model's mask and scale, and the keys' positions."""
+    with the layer's ``posenc_pe``, causal, the model's mask and scale, the keys' positions, and
+    the family's softmax terms: Gemma 2's ``softcap`` and GPT-OSS's ``s_aux`` (its sinks) as
+    ``posenc.attention``'s ``softcap=`` and ``sinks=``."""
     import posenc
 
     if dropout:
         raise ValueError(f"posenc.attention has no attention dropout; set the model's attention_dropout to 0 "
                          f"(got dropout={dropout})")
-    for name in ("softcap", "s_aux"):  # logit softcapping, attention sinks: not softmax(q·k + bias)·v
-        if kwargs.get(name) is not None:
-            raise ValueError(f"posenc.interop: this model's attention passes {name}=, which posenc.attention does "
-                             "not compute")
+    # Gemma 2's logit cap (its scaling is query_pre_attn_scalar^-1/2, passed as scaling) and
+    # GPT-OSS's sinks (the layer's sinks parameter [H], passed as s_aux): posenc.attention's own
+    cap = {"softcap": kwargs["softcap"]} if kwargs.get("softcap") is not None else {}
+    if kwargs.get("s_aux") is not None:
+        cap["sinks"] = kwargs["s_aux"]
     pe = module.posenc_pe  # None: no position in attention (NoPE, or an additive scheme on the embeddings)
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
     kind = getattr(pe, "kind", "none")
@@ -355,7 +359,7 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
             key = torch.cat([pe(key[..., :width], extra["k_positions"], role="key"), key[..., width:]], dim=-1)
             query = torch.cat([pe(query[..., :width], extra["q_positions"], role="query"), query[..., width:]], dim=-1)
             pe_arg = None
-    out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra)
+    out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra, **cap)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -391,8 +395,9 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
 
     Args:
         model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
-            Gemma, Gemma 3, GPT-NeoX, Llama 4, DeepSeek-V3, Qwen2-VL, Qwen2.5-VL, ...; Gemma 2 and GPT-OSS take a rotary scheme on every
-            layer only); another is refused with its class named.
+            Gemma, Gemma 2, Gemma 3, GPT-NeoX, GPT-OSS, Llama 4, DeepSeek-V3, Qwen2-VL, Qwen2.5-VL, ...;
+            Falcon takes a rotary scheme on every layer only; Gemma 2 with its logit cap and GPT-OSS
+            with its sinks take no content scheme); another is refused with its class named.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
             pattern (a list of those, or ``{"scheme": "layers", "pattern": [...]}``) that repeats
@@ -420,6 +425,12 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     for i, entry in zip(chosen, entries):
         modules[i] = built.setdefault(id(entry), _module(entry, model.config, family))
     v_head_dim = getattr(model.config, "v_head_dim", None)  # MLA: values of another size than q/k
+    term = family.softmax_term
+    content = [m for m in modules if getattr(m, "kind", None) == "content"]
+    if term is not None and content and (term[0] is None or getattr(model.config, term[0], None) is not None):
+        raise ValueError(f"{type(model).__name__}'s attention {term[1]}, which posenc.attention computes as softcap=/"
+                         f"sinks= for rotary, bias, relative and no schemes, but content scheme {content[0].name!r} "
+                         "owns its attention and takes neither; use another kind")
     for m in built.values():
         if getattr(m, "value_term", None) is not None and v_head_dim is not None and v_head_dim != m.head_dim:
             raise ValueError(f"pe {m.name!r} adds value embeddings of head_dim={m.head_dim} to the output, but "

@@ -1,6 +1,13 @@
 """Scaled dot-product attention in float64 (Vaswani et al. 2017, "Attention Is All You Need").
 
     attention(Q, K, V) = softmax(Q Kᵀ · scale + bias) V,   scale = 1/√D
+
+With a logit cap ``c`` (Gemma 2's ``attn_logit_softcapping``; Gemma Team 2024, arXiv:2408.00118)
+the content score is bounded before the bias and the mask are added, as transformers' Gemma 2
+attention does: ``s = c · tanh(Q Kᵀ · scale / c) + bias``. With attention sinks ``σ_h`` (one
+logit per head: GPT-OSS, OpenAI 2025; Xiao et al. 2023, arXiv:2309.17453) the softmax's
+denominator gains ``e^{σ_h}``, as if one more key with score ``σ_h`` and value 0:
+``p_ij = e^{s_ij} / (e^{σ_h} + Σ_j' e^{s_ij'})``.
 """
 
 from __future__ import annotations
@@ -15,14 +22,15 @@ def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None = None,
-              allowed=None) -> np.ndarray:
+              allowed=None, softcap: float | None = None, sinks=None) -> np.ndarray:
     """``q [B, H, Lq, D]``, ``k, v [B, H_kv, Lk, D]`` -> ``[B, H, Lq, D]``.
 
     ``bias`` broadcasts against the scores ``[B, H, Lq, Lk]``. ``causal`` lets query ``i`` see key
     ``j`` when ``j <= i + (Lk - Lq)`` (aligned at the bottom right, as with a KV cache). ``allowed``
     (bool, broadcasting against the scores) masks pairs further. Grouped heads: with ``H_kv < H``
     (``H % H_kv == 0``) query head ``h`` reads key/value head ``h // (H / H_kv)``. A query that sees
-    no key returns zeros.
+    no key returns zeros. ``softcap``: ``c · tanh(q·k·scale / c)`` before ``bias`` is added;
+    ``sinks [H]``: one extra logit per head in each row's denominator (value 0).
     """
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
@@ -37,6 +45,8 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # head h reads kv head h // group
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     scores = np.einsum("bhqd,bhkd->bhqk", q, k) * scale  # (B, H, Lq, Lk)
+    if softcap is not None:
+        scores = softcap * np.tanh(scores / softcap)
     if bias is not None:
         scores = scores + np.asarray(bias, dtype=np.float64)
     lq, lk = q.shape[-2], k.shape[-2]
@@ -45,7 +55,7 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
         ok = ok & (np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq))
     if allowed is not None:
         ok = ok & np.asarray(allowed, dtype=bool)
-    return masked_attention(scores, v, ok)
+    return masked_attention(scores, v, ok, sinks=sinks)
 
 
 def causal_mask(lq: int, lk: int, document_ids=None, *, diagonal: bool = True) -> np.ndarray:
@@ -67,12 +77,18 @@ def log_sigmoid(x) -> np.ndarray:
     return -np.logaddexp(0.0, -np.asarray(x, dtype=np.float64))
 
 
-def masked_attention(scores, v, allowed) -> np.ndarray:
+def masked_attention(scores, v, allowed, *, sinks=None) -> np.ndarray:
     """``softmax(scores)`` over the ``allowed`` keys (``[.., Lq, Lk]``), times ``v [B, H, Lk, Dv]``;
-    a row with no allowed key gives zeros."""
+    a row with no allowed key gives zeros. ``sinks [H]``: a column of score ``sinks[h]`` joins each
+    row of head ``h`` in the softmax and is dropped after (its value is 0)."""
     scores = np.asarray(scores, dtype=np.float64)
     allowed = np.broadcast_to(np.asarray(allowed, dtype=bool), scores.shape)
     seen = allowed.any(-1, keepdims=True)  # (.., Lq, 1)
     scores = np.where(allowed, scores, -np.inf)
+    if sinks is not None:
+        sink = np.broadcast_to(np.asarray(sinks, dtype=np.float64).reshape(-1, 1, 1), scores.shape[:-1] + (1,))
+        full = np.concatenate([np.where(seen, scores, 0.0), sink], axis=-1)  # (.., Lq, Lk + 1)
+        weights = np.where(seen, softmax(full)[..., :-1], 0.0)
+        return np.einsum("bhqk,bhkd->bhqd", weights, np.asarray(v, dtype=np.float64))
     weights = np.where(seen, softmax(np.where(seen, scores, 0.0)), 0.0)
     return np.einsum("bhqk,bhkd->bhqd", weights, np.asarray(v, dtype=np.float64))
