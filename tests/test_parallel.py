@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -114,7 +115,10 @@ def _check(name, causal, balance, rank, world):
     expected = posenc.attention(*full, pe, causal=causal)
     local = [t[:, :, p].clone().requires_grad_(True) for t in (q, k, v)]
     out = posenc.context_parallel_attention(*local, pe, positions=p, causal=causal)
-    assert_close(out, attention_reference(q, k, v, pe, causal=causal)[:, :, p.numpy()], what=what)
+    want = attention_reference(q, k, v, pe, causal=causal)[:, :, p.numpy()]
+    # each rank's rows merge ``world`` partial softmaxes (one rounding of the normaliser per merge): the
+    # tolerance of one attention per merged part (seen: 6.4e-7 against 6.2e-7 for one, Transformer-XL, Intel CPU)
+    assert_close(out, want, magnitude=world * float(np.abs(want).max()), what=what)
     _near(out, expected[:, :, p], 1e-5, what)
     # gradients: each rank's loss is its rows' part of the full loss; the all-gather's backward sums
     # the key/value gradients of every rank's queries back to the keys' owner
