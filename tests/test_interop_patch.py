@@ -327,11 +327,14 @@ def test_a_shared_spec_is_one_module_and_parameters_train():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in pe.parameters())
 
 
-def test_save_and_reload_restore_the_patched_model(tmp_path):
-    model = tiny("llama")
+@pytest.mark.parametrize("model_type", ["llama", "falcon"])  # Falcon: its layers' forward, patched again on load
+def test_save_and_reload_restore_the_patched_model(tmp_path, model_type):
+    from posenc.interop.patching import _parts
+
+    model = tiny(model_type)
     posenc.interop.patch(model, "t5")
     with torch.no_grad():
-        for p in model.model.layers[0].self_attn.posenc_pe.parameters():
+        for p in _parts(model)[3][0].posenc_pe.parameters():
             p.normal_()  # a table unlike a fresh one
     ids = torch.randint(3, 97, (1, 10))
     with torch.no_grad():
