@@ -46,6 +46,8 @@ CONFIGS = {  # model type -> (config class, its extra keys): grouped heads where
                                          "rope_parameters": {"rope_type": "yarn", "rope_theta": 2000.0, "factor": 8.0,
                                                              "original_max_position_embeddings": 16, "mscale": 1.0,
                                                              "mscale_all_dim": 0.5}}),
+    # fused query_key_value, grouped heads (new_decoder_architecture), an attention that computes itself
+    "falcon": ("FalconConfig", {"new_decoder_architecture": True, "num_kv_heads": 2}),
     # vision-language: the text model's layers; 3D mrope position_ids [3, B, L] (equal rows for text)
     **{t: (c, {"num_key_value_heads": 2, "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0,
                                                              "mrope_section": [1, 1, 2]}})
@@ -69,7 +71,7 @@ def tiny(model_type: str, *, seed: int = 0, **changes):
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-ROTARY_ONLY = ("falcon",)  # built by tests/test_hf_families.py's tiny_model
+ROTARY_ONLY = ()  # families that take a rotary scheme only (none today), built by test_hf_families.py's tiny_model
 
 
 def test_every_family_in_the_table_is_tested():
@@ -127,7 +129,8 @@ def test_from_hf_leaves_the_logits_unchanged(model_type):
         got = model(ids).logits
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
         posenc.interop.patch(model, hf_layer_specs(model.config))
-        assert model.config._attn_implementation == "posenc"
+        own = FAMILIES[model_type].forward is not None  # Falcon: its layers' forward, its attention implementation
+        assert model.config._attn_implementation == ("sdpa" if own else "posenc")
         torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
         posenc.interop.unpatch(model)
         torch.testing.assert_close(model(ids).logits, want, rtol=0, atol=0)
@@ -193,6 +196,40 @@ def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
     recomputed = _generate(model, ids, mask, use_cache=False)
     assert torch.equal(cached, recomputed), kind
     assert torch.equal(cached[0, 11:], _generate(model, ids[:1, 4:])[0, 7:]), kind
+
+
+@pytest.mark.parametrize("layout", [{"multi_query": True}, {"multi_query": False, "attn_implementation": "eager"},
+                                    {"new_decoder_architecture": True, "num_kv_heads": 1}, {"alibi": True}],
+                         ids=["multi_query", "a_kv_head_per_head_eager", "one_group", "alibi"])
+def test_falcon_layouts_run_posenc_attention(layout):
+    """Falcon's other layouts through its patched forward: one key/value head (multi_query), one per
+    query head (under eager, an additive mask), a single group; ``hf_layer_specs`` leaves the
+    logits unchanged, and the cache decodes as recomputing. A Falcon with its own ALiBi (no RoPE)
+    runs the scheme instead (``use_alibi`` off while patched, on again after unpatch)."""
+    from posenc.interop.hf import hf_layer_specs
+
+    layout = dict(layout)
+    impl = layout.pop("attn_implementation", "sdpa")
+    config = transformers.FalconConfig(**{**SMALL, **layout}, attn_implementation=impl)
+    torch.manual_seed(1)
+    model = transformers.FalconForCausalLM(config).eval()
+    ids = torch.randint(3, 97, (2, 19))
+    mask = torch.ones(2, 19, dtype=torch.long)
+    mask[0, :5] = 0
+    with torch.no_grad():
+        want = model(ids).logits
+        if not config.alibi:
+            posenc.interop.patch(model, hf_layer_specs(config))
+            torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+        for spec in ("t5", "fox"):
+            posenc.interop.patch(model, spec)
+            assert not model.transformer.use_alibi
+            cached = _generate(model, ids, mask)
+            assert torch.equal(cached, _generate(model, ids, mask, use_cache=False)), spec
+            assert torch.equal(cached[0, 19:], _generate(model, ids[:1, 5:])[0, 14:]), spec
+        posenc.interop.unpatch(model)
+        assert model.transformer.use_alibi == config.alibi
+        torch.testing.assert_close(model(ids).logits, want, rtol=0, atol=0)
 
 
 def test_gpt_oss_sinks_and_gemma2_cap_reach_posenc_attention():
@@ -290,11 +327,14 @@ def test_a_shared_spec_is_one_module_and_parameters_train():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in pe.parameters())
 
 
-def test_save_and_reload_restore_the_patched_model(tmp_path):
-    model = tiny("llama")
+@pytest.mark.parametrize("model_type", ["llama", "falcon"])  # Falcon: its layers' forward, patched again on load
+def test_save_and_reload_restore_the_patched_model(tmp_path, model_type):
+    from posenc.interop.patching import _parts
+
+    model = tiny(model_type)
     posenc.interop.patch(model, "t5")
     with torch.no_grad():
-        for p in model.model.layers[0].self_attn.posenc_pe.parameters():
+        for p in _parts(model)[3][0].posenc_pe.parameters():
             p.normal_()  # a table unlike a fresh one
     ids = torch.randint(3, 97, (1, 10))
     with torch.no_grad():

@@ -24,6 +24,12 @@ branch: a model whose ``config.model_type`` has no row is refused with its class
   their parameters train, and ``state_dict`` saves a shared table once). The
   function runs ``posenc.attention`` with grouped key/value heads as they are (never repeated),
   the model's mask, its scale, and positions from ``position_ids`` (left padding included).
+- A family whose attention computes itself and never calls the ``AttentionInterface`` (Falcon,
+  ``Family.forward``): each attention layer's ``forward`` is replaced while patched by one that
+  splits its fused ``query_key_value`` into grouped heads, updates the cache and calls the same
+  ``posenc_attention``; the model keeps its attention implementation and the mask it builds
+  (4D bool under SDPA, additive under eager). Falcon's own ALiBi (``alibi=True``, no RoPE) is
+  off while patched (``Family.decoder_positions``): the scheme replaces it.
 - **Cached decoding.** The function keeps, per layer, the positions of the keys seen so far
   (and the layer inputs of the keys, for a scheme that reads them: FoX's full gate, PaTH),
   appended at each step and restarted when a call has no past keys: ``generate()`` through
@@ -59,7 +65,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,15 +97,51 @@ class Family:
     # scheme, which owns its attention, does not: (config key that switches it on, or None if always
     # on; what it is). A content scheme is refused on such a model rather than dropping the term.
     softmax_term: tuple[str | None, str] | None = None
+    # the attention layers' forward while patched, for a family whose layers compute attention
+    # themselves and never call transformers' AttentionInterface (Falcon): it calls posenc_attention
+    # as the interface would, and the model keeps its attention implementation (and the mask it builds)
+    forward: Callable[..., Any] | None = None
+    # boolean attributes of the decoder (the module holding the rotary) that switch on a position
+    # encoding of the model's own in place of its rotary (Falcon's ALiBi, use_alibi): off while
+    # patched through the attention function, whose scheme replaces it
+    decoder_positions: tuple[str, ...] = ()
+
+
+def _falcon_forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | None,
+                    attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None = None,
+                    layer_past: Any = None, use_cache: bool = False, output_attentions: bool = False,
+                    position_embeddings: Any = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """``FalconAttention.forward`` through :func:`posenc_attention`: its fused ``query_key_value``
+    split into ``q [B, H, L, D]`` and ``k, v [B, H_kv, L, D]``, grouped heads as they are (the model's
+    own broadcasts a ``new_decoder_architecture`` layer's keys to every query head; here the cache
+    keeps ``H_kv`` heads), the cache updated, the model's mask (4D bool under SDPA, additive under
+    eager) and its scale ``1/sqrt(D)``. No rotary is applied (the scheme's positions are posenc's),
+    and ``alibi`` is ``None`` (the decoder's ``use_alibi`` is off while patched). Falcon's rotary path
+    applies no attention dropout; neither does this."""
+    fused = self.query_key_value(hidden_states)  # (B, L, (H + 2 H_kv) D), or (B, L, 3 H D)
+    b, length, _ = fused.shape
+    if self.new_decoder_architecture:  # per key/value head g: its H / H_kv query heads, then its key, its value
+        qkv = fused.view(b, length, self.num_kv_heads, self.num_heads // self.num_kv_heads + 2, self.head_dim)
+        query = qkv[:, :, :, :-2].flatten(2, 3)  # (B, L, H, D): head g·(H/H_kv) + j reads key/value head g
+        key, value = qkv[:, :, :, -2], qkv[:, :, :, -1]  # (B, L, H_kv, D)
+    else:  # multi-query (one key/value head) or one per query head
+        query, key, value = self._split_heads(fused)  # (B, L, H, D), (B, L, H_kv, D)
+    query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # (B, H or H_kv, L, D)
+    if layer_past is not None:
+        key, value = layer_past.update(key, value, self.layer_idx)  # (B, H_kv, Lk, D)
+    out, _ = posenc_attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor,
+                              position_ids=position_ids)  # (B, L, H, D)
+    return self.dense(out.reshape(b, length, self.num_heads * self.head_dim)), None
 
 
 _LLAMA = Family()
 FAMILIES: dict[str, Family] = {
     **{t: _LLAMA for t in ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "granite", "gemma", "gemma3_text")},
     "gpt_neox": Family("gpt_neox.layers", "attention", embeddings="embed_in"),
-    "falcon": Family("transformer.h", "self_attention", embeddings="word_embeddings",
-                     rotary_only="its attention calls torch's scaled_dot_product_attention itself, not transformers' "
-                                 "AttentionInterface"),
+    # its attention computes itself (torch's SDPA or eager), never through the AttentionInterface:
+    # its forward is replaced while patched; its ALiBi (alibi=True) gives way to the scheme
+    "falcon": Family("transformer.h", "self_attention", embeddings="word_embeddings", forward=_falcon_forward,
+                     decoder_positions=("use_alibi",)),
     # the attention function passes Gemma 2's logit cap (softcap=) and GPT-OSS's sinks (s_aux=, the
     # layer's sinks parameter) to posenc.attention's softcap= and sinks=
     "gemma2": Family(softmax_term=("attn_logit_softcapping", "caps the logits (attn_logit_softcapping)")),
@@ -395,9 +437,9 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
 
     Args:
         model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
-            Gemma, Gemma 2, Gemma 3, GPT-NeoX, GPT-OSS, Llama 4, DeepSeek-V3, Qwen2-VL, Qwen2.5-VL, ...;
-            Falcon takes a rotary scheme on every layer only; Gemma 2 with its logit cap and GPT-OSS
-            with its sinks take no content scheme); another is refused with its class named.
+            Gemma, Gemma 2, Gemma 3, GPT-NeoX, Falcon, GPT-OSS, Llama 4, DeepSeek-V3, Qwen2-VL,
+            Qwen2.5-VL, ...; Gemma 2 with its logit cap and GPT-OSS with its sinks take no content
+            scheme); another is refused with its class named.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
             pattern (a list of those, or ``{"scheme": "layers", "pattern": [...]}``) that repeats
@@ -451,7 +493,8 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     if additive and (len(additive) != n or any(m is not first for m in modules)):
         raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
                          "layer, alone (not in a per-layer pattern or with layers=)")
-    if all(m is first for m in modules) and _fits_rotary_module(first, model.config):
+    own_on = any(getattr(base, name) for name in family.decoder_positions)  # Falcon's ALiBi: no rotary to replace
+    if all(m is first for m in modules) and not own_on and _fits_rotary_module(first, model.config):
         from posenc.interop.hf import HFRotaryEmbedding
         from posenc.interop.hf_families import HF_FAMILIES
 
@@ -470,6 +513,9 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
         unique = list({id(m): m for m in modules}.values())
         base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
         original["own"] = [{name: getattr(attention, name) for name in family.own_positions} for attention in attentions]
+        original["decoder"] = {name: getattr(base, name) for name in family.decoder_positions}
+        for name in family.decoder_positions:
+            setattr(base, name, False)
         for attention, module in zip(attentions, modules):
             attention.__dict__["posenc_pe"] = None if additive else module  # a reference, not a submodule
             attention.__dict__["_posenc_rotary"] = neutral
@@ -477,10 +523,14 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
                 attention.__dict__["_posenc_rope_part"] = (getattr(model.config, family.rope_part), _interleaved(model.config))
             for name in family.own_positions:
                 setattr(attention, name, False)
+            if family.forward is not None:  # an instance attribute: nn.Module.__call__ (and its hooks) call it
+                attention.forward = family.forward.__get__(attention)
             if getattr(module, "reads_hidden", False):
                 hooks.append(attention.register_forward_pre_hook(_keep_input, with_kwargs=True))
         text = "text_config" in original["attn"]  # a vision-language model: its text model only (not its vision tower)
-        model.set_attn_implementation({**original["attn"], "": ATTENTION, "text_config": ATTENTION} if text else ATTENTION)
+        if family.forward is None:  # else the model's attention implementation stays (it builds the mask)
+            model.set_attn_implementation({**original["attn"], "": ATTENTION, "text_config": ATTENTION} if text
+                                          else ATTENTION)
     model._posenc_original = original
     unique = list({id(m): m for m in modules}.values())
     setattr(model.config, RECORD, {"modules": [m.spec for m in unique],
@@ -500,10 +550,12 @@ def unpatch(model: nn.Module) -> nn.Module:
     base._modules.pop("posenc_modules", None)
     for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
         for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input", "_posenc_rotary",
-                     "_posenc_rope_part"):
+                     "_posenc_rope_part", "forward"):  # forward: the family's, an instance attribute
             attention.__dict__.pop(name, None)
         for name, value in own.items():
             setattr(attention, name, value)
+    for name, value in original.get("decoder", {}).items():
+        setattr(base, name, value)
     if _implementations(model.config) != original["attn"]:
         attn = original["attn"]
         model.set_attn_implementation(attn if len(attn) > 1 else attn[""])
