@@ -272,7 +272,7 @@ PROFILES: dict[str, Profile] = {
         parts=("lm", "scaling", "image", "time"),
         # evaluation: no 1.5L (no claim reads it) and 16,384 held-out bytes (24,576 before): a claim's error is
         # the spread of its seeds, which holds the held-out noise and the larger spread between training runs
-        # training: 400 steps of 32 windows (the tokens of 800 of 16 at 17% less CPU: docs/numbers.md), the
+        # training: 400 steps of 32 windows (the tokens of 800 of 16 at 17% less CPU, measured as process time), the
         # peak learning rate raised with the batch (3e-3, about √2 × 2e-3); the fine-tunes keep their tokens
         lm=LMSettings(model=GPTConfig(n_layer=2, n_head=4, n_embd=64),
                       train=TrainConfig(steps=400, batch_size=32, lr=3e-3, warmup=20), train_length=32,
