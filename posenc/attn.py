@@ -27,7 +27,9 @@ kernel, which wants one, gets zero columns: ``posenc.blockwise._one_head_size``)
 **Logit cap and sinks.** ``softcap=c`` bounds the content score, ``c·tanh(q·k·scale / c)``, before
 the scheme's bias and the mask are added (Gemma 2); ``sinks=[H]`` adds ``e^{sinks[h]}`` to each
 row's softmax denominator, one more key of value 0 (GPT-OSS). Both on materialize, chunked and
-blockwise; the cap also in flex's ``score_mod``; content schemes refuse both.
+blockwise; the cap also in flex's ``score_mod``. Content schemes take both in their own formula
+(``posenc.rowwise``: the cap on the content score ``q·k``, the sink as one more column of their
+softmax); stick-breaking, which has no softmax, takes the cap and refuses sinks.
 
 **Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
 query sees only the keys of its own document, on every backend, and default positions restart
@@ -62,6 +64,7 @@ from posenc.blockwise import blockwise_attention
 from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_qkv
 from posenc.masking import AttentionMask, check_attention_mask
 from posenc.positions import as_working, text_positions
+from posenc.rowwise import check_cap_and_sinks
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
 MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
@@ -197,14 +200,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             as transformers' Gemma 2 attention adds its mask after the cap (a position bias is
             added as the mask is; the cap bounds ``q·k`` only). Every backend: ``materialize``,
             ``chunked``, ``blockwise`` (its online-softmax loop, not the fused CPU kernel) and
-            ``flex`` (in its ``score_mod``); content schemes refuse it.
+            ``flex`` (in its ``score_mod``). A content scheme caps its own dot-product term and adds
+            its positional term after (``posenc.rowwise``: FoX's gates, CoPE's ``q·e(p)``, DAPE's
+            MLP reading the capped score; PaTH's whole transported score; stick-breaking's ``z``).
         sinks: ``[H]`` floating, one learned logit per query head (attention sinks: GPT-OSS's
             ``s_aux``; Xiao et al. 2023, arXiv:2309.17453): each row's softmax denominator gains
             ``e^{sinks[h]}``, as one more key of score ``sinks[h]`` and value 0, so
             ``out = softmax(s)·v · σ(lse − sinks[h])`` with ``lse`` the row's log-sum-exp;
             differentiable in q, k, v and ``sinks``. Backends ``materialize``, ``chunked`` and
-            ``blockwise``; ``flex`` refuses it (``auto`` never picks it then), and so do content
-            schemes. A query that sees no key still returns zeros.
+            ``blockwise``; ``flex`` refuses it (``auto`` never picks it then). Content schemes take
+            it as one more column of their softmax, but stick-breaking (no softmax: refused). A
+            query that sees no key still returns zeros.
 
     Returns:
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
@@ -215,7 +221,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     check_choice("backend", backend, BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    softcap, sinks = _check_cap_and_sinks(softcap, sinks, h)
+    softcap, sinks = check_cap_and_sinks(softcap, sinks, h)
     mask = check_attention_mask(attention_mask, b=b, h=h, lq=lq, lk=lk, device=q.device)
     capped = softcap is not None or sinks is not None  # scores that SDPA does not form
     if scale is None:  # a scheme may fix its own (DeBERTa: 1/√(D·f)); else 1/√D
@@ -229,15 +235,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         raise ValueError(f"hidden= is read only by content schemes that declare it (fox with gate='full', path); "
                          f"pe {getattr(pe, 'name', None)!r} does not: pass hidden=None")
     if kind == "content":
-        if capped:
-            raise ValueError(f"pe {pe.name!r} is a content scheme, which owns its attention: it takes no softcap= "
-                             f"or sinks= (got softcap={softcap!r}, sinks "
-                             f"{None if sinks is None else list(sinks.shape)}); use a rotary, bias, relative or no scheme")
         if q_positions is not None or k_positions is not None:
             raise ValueError(f"pe {pe.name!r} is a content scheme: its positions are counted from the tokens, "
                              "so it takes no q_positions/k_positions (pass None)")
         k, v = _repeat_kv(k, v, h)
-        return _content(q, k, v, pe, hidden, document_ids, mask, causal=causal, scale=scale, backend=backend)
+        return _content(q, k, v, pe, hidden, document_ids, mask, causal=causal, scale=scale, backend=backend,
+                        softcap=softcap, sinks=sinks)
     axes, check = getattr(pe, "axes", 1), getattr(pe, "check_positions", check_positions)  # the pe's positions model
     docs = None if document_ids is None else _check_documents(document_ids, b, lq, lk, q.device)
     if q_positions is None or k_positions is None:
@@ -308,38 +311,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
                     softcap=softcap, sinks=sinks)
 
 
-def _check_cap_and_sinks(softcap, sinks, h: int):
-    """``softcap`` a finite float > 0 or None; ``sinks`` a floating ``[H]`` tensor or None (checked
-    before anything is allocated)."""
-    if softcap is not None:
-        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-            raise TypeError(f"softcap must be a float > 0 (the logit cap c in c·tanh(s / c)) or None, got "
-                            f"{type(softcap).__name__} {softcap!r}")
-        softcap = float(softcap)
-        if not math.isfinite(softcap) or softcap <= 0:
-            raise ValueError(f"softcap must be finite and > 0 (the logit cap c in c·tanh(s / c)) or None, got {softcap!r}")
-    if sinks is not None:
-        if not isinstance(sinks, torch.Tensor):
-            raise TypeError(f"sinks must be a floating torch.Tensor of shape [H={h}] (one logit per head) or None, "
-                            f"got {type(sinks).__name__}")
-        if not sinks.is_floating_point():
-            raise TypeError(f"sinks must be floating point (one logit per head), got dtype {sinks.dtype}")
-        if tuple(sinks.shape) != (h,):
-            raise ValueError(f"sinks must have shape [H={h}] (one logit per query head), got {list(sinks.shape)}")
-    return softcap, sinks
-
-
-def _content(q, k, v, pe, hidden, document_ids, mask, *, causal: bool, scale: float, backend: str) -> torch.Tensor:
+def _content(q, k, v, pe, hidden, document_ids, mask, *, causal: bool, scale: float, backend: str,
+             softcap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """A content scheme's attention: FlexAttention for a scheme whose score is an elementwise bias of
-    per-token state (FoX: ``score_mod`` reads ``c[q] − c[kv]``), else the scheme's own backends."""
+    per-token state (FoX: ``score_mod`` reads ``c[q] − c[kv]``, after the cap when there is one),
+    else the scheme's own backends (which take ``softcap``/``sinks`` in its formula)."""
     if backend == "flex" and not pe.flex_ok:
         raise ValueError(f"backend='flex' needs a scheme whose score is elementwise; {pe.name!r} is not one "
                          f"(use 'blockwise', 'chunked' or 'materialize')")
     if backend == "flex" and mask is not None:
         raise ValueError(f"backend='flex' does not take an attention_mask for content scheme {pe.name!r} yet; use "
                          "'blockwise', 'chunked' or 'materialize' (or 'auto', which picks one)")
+    if backend == "flex" and sinks is not None:
+        raise ValueError(f"backend='flex' does not take sinks= (CPU FlexAttention cannot return the log-sum-exp the "
+                         f"sink column needs); use 'blockwise', 'chunked' or 'materialize' for {pe.name!r}")
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    if backend in ("flex", "auto") and pe.flex_ok and lq and lk and mask is None:
+    if backend in ("flex", "auto") and pe.flex_ok and lq and lk and mask is None and sinks is None:
         needs_grad = _needs_grad(q, k, v, pe) or (torch.is_grad_enabled() and hidden is not None
                                                   and hidden.requires_grad)
         wanted = backend == "flex" or (b * h * lq * lk > MATERIALIZE_ELEMENTS and not needs_grad
@@ -353,11 +340,16 @@ def _content(q, k, v, pe, hidden, document_ids, mask, *, causal: bool, scale: fl
             with torch.no_grad():
                 bias, index = pe.flex_parts(k.float(), None if hidden is None else hidden.float(), docs)
             out = _flex(q, k, v, bias, index[:, lk - lq:], index, docs, causal=True,
-                        scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale))
+                        scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale),
+                        softcap=softcap)
             if out is not None:
                 return out
         backend = "auto" if backend == "flex" else backend  # compiling was unavailable (warned once)
     extra = {} if mask is None else {"attention_mask": mask}
+    if softcap is not None:  # passed only when set: a plugin's scheme without them keeps working
+        extra["softcap"] = softcap
+    if sinks is not None:
+        extra["sinks"] = sinks
     return pe(q, k, v, hidden=hidden, causal=causal, scale=scale, document_ids=document_ids, backend=backend, **extra)
 
 

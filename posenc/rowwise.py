@@ -17,6 +17,18 @@ rows split into blocks of ``c`` queries without any carry between blocks, and
   are those of the materialized path (the same operations, in the same order, on the same values)
   and at most one block's ``[B, H, c, Lk]`` temporaries are alive at a time.
 
+**Logit cap and sinks** (``softcap=``, ``sinks=``, as ``posenc.attention`` takes them for the other
+kinds: Gemma 2, GPT-OSS). The cap bounds the dot-product term of the score, ``c·tanh(q·k·scale / c)``
+(``cap_scores``), and the scheme's positional term is added after it, as a bias is after the cap:
+FoX's ``c_i − c_j``, CoPE's ``q_i·e(p_ij)`` (its gates still read the uncapped ``q·k``: they are
+the scheme's own sigmoid, not the softmax's logits), DAPE's bias and MLP (the MLP reads the capped
+score, as it reads the score the softmax gets); PaTH's score is its transported ``q·k`` whole, so
+the cap bounds all of it; stick-breaking caps its ``z``. A sink is one more column of the softmax
+with score ``sinks[h]`` and value 0 (``softmax_rows``); stick-breaking, which has no softmax,
+refuses sinks. A scheme declares what its ``rows`` take (``takes_softcap``, ``takes_sinks``:
+every built-in scheme both, stick-breaking the cap only; a plugin's scheme neither unless it
+says). Each block's gradient reaches ``sinks`` through the recomputed rows like any parameter.
+
 With causal attention a block of rows ending at query ``qe`` reads keys ``0 … qe + Lk − Lq − 1``
 only. Packed documents (``document_ids``) are a mask on the block: a key of another document is
 absent for the scheme (no gate, no survival factor, no weight), so gates and positions restart at
@@ -57,6 +69,34 @@ TRIM_ELEMENTS = 1 << 20
 MATERIALIZE_ELEMENTS = 1 << 22  # auto builds a map up to 4M scores whole, as posenc.attention does
 
 
+def check_cap_and_sinks(softcap, sinks, h: int):
+    """``softcap`` a finite float > 0 or None; ``sinks`` a floating ``[H]`` tensor or None (checked
+    before anything is allocated): ``posenc.attention``'s and every content scheme's."""
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+            raise TypeError(f"softcap must be a float > 0 (the logit cap c in c·tanh(s / c)) or None, got "
+                            f"{type(softcap).__name__} {softcap!r}")
+        softcap = float(softcap)
+        if not math.isfinite(softcap) or softcap <= 0:
+            raise ValueError(f"softcap must be finite and > 0 (the logit cap c in c·tanh(s / c)) or None, got {softcap!r}")
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor):
+            raise TypeError(f"sinks must be a floating torch.Tensor of shape [H={h}] (one logit per head) or None, "
+                            f"got {type(sinks).__name__}")
+        if not sinks.is_floating_point():
+            raise TypeError(f"sinks must be floating point (one logit per head), got dtype {sinks.dtype}")
+        if tuple(sinks.shape) != (h,):
+            raise ValueError(f"sinks must have shape [H={h}] (one logit per query head), got {list(sinks.shape)}")
+    return softcap, sinks
+
+
+
+
+def cap_scores(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``c·tanh(scores / c)`` (Gemma 2's logit cap), or ``scores`` when ``softcap`` is None."""
+    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
+
+
 def _documents(document_ids, b: int, lq: int, lk: int, device) -> torch.Tensor | None:
     if document_ids is None:
         return None
@@ -85,18 +125,21 @@ class RowwiseEncoding(ContentEncoding):
     """A content scheme whose attention is its ``rows`` over blocks of queries (every scheme of the kind)."""
 
     def forward(self, q, k, v, hidden=None, *, causal: bool = True, scale=None, document_ids=None,
-                backend: str = "auto", attention_mask=None):
+                backend: str = "auto", attention_mask=None, softcap=None, sinks=None):
         return content_attention(self, q, k, v, hidden=hidden, causal=causal, scale=scale,
-                                 document_ids=document_ids, backend=backend, attention_mask=attention_mask)
+                                 document_ids=document_ids, backend=backend, attention_mask=attention_mask,
+                                 softcap=softcap, sinks=sinks)
 
 
 def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=None, document_ids=None,
-                      backend: str = "auto", attention_mask=None) -> torch.Tensor:
+                      backend: str = "auto", attention_mask=None, softcap=None, sinks=None) -> torch.Tensor:
     """``pe``'s attention (see the module docstring); ``pe.forward`` and ``posenc.attention`` call it.
 
     ``attention_mask`` (``posenc.masking``: a key padding mask or a bool 4D mask) removes keys
     from every query's row as the causal and document masks do; a query that sees no key gives
-    zeros. An additive 4D mask is refused: a content scheme's scores are its own formula."""
+    zeros. An additive 4D mask is refused: a content scheme's scores are its own formula.
+    ``softcap`` and ``sinks [H]``: the logit cap and the attention sinks (module docstring), passed
+    to ``pe.rows`` only when set; a scheme without ``takes_softcap``/``takes_sinks`` refuses them."""
     q, k, v = check_qkv(q, k, v)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
@@ -112,6 +155,13 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     if causal and lq > lk:
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
+    softcap, sinks = check_cap_and_sinks(softcap, sinks, h)
+    if softcap is not None and not getattr(pe, "takes_softcap", False):
+        raise ValueError(f"scheme {pe.name!r} takes no softcap= (its rows do not declare takes_softcap); "
+                         f"got softcap={softcap!r}")
+    if sinks is not None and not getattr(pe, "takes_sinks", False):
+        why = getattr(pe, "no_sinks_reason", "its rows do not declare takes_sinks")
+        raise ValueError(f"scheme {pe.name!r} takes no sinks= ({why}); got sinks of shape {list(sinks.shape)}")
     hidden = pe.check_hidden(hidden, b, lk)
     docs = _documents(document_ids, b, lq, lk, q.device)
     mask = (attention_mask if isinstance(attention_mask, AttentionMask)
@@ -126,6 +176,7 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     work = torch.promote_types(dtype, torch.float32)
     q, k, v = q.to(work), k.to(work), v.to(work)
     state = pe.state(k, None if hidden is None else hidden.to(work), docs)
+    sink_logits = None if sinks is None else sinks.to(device=q.device, dtype=work)  # (H,)
     if backend == "auto":
         grad = torch.is_grad_enabled()
         backend = "materialize" if b * h * lq * lk <= MATERIALIZE_ELEMENTS else ("blockwise" if grad else "chunked")
@@ -144,7 +195,7 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
             seen = allowed.any(-1, keepdim=True)  # (.., c, 1): a query with no key gives zeros
             allowed = allowed | ~seen  # ... and sees every key meanwhile, so nothing is NaN
         args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + shift, allowed, scale)
-        out = _recomputed(pe, *args) if keep else pe.rows(*args)
+        out = _recomputed(pe, *args, softcap, sink_logits) if keep else pe.rows(*args, **_terms(softcap, sink_logits))
         outs.append(out if seen is None else out * seen)
         _trim(b * h * (qe - qs) * n)
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)).to(dtype)
@@ -178,12 +229,21 @@ def _tensors(state) -> list[torch.Tensor]:
     return [state] if isinstance(state, torch.Tensor) else list(state)
 
 
-def _recomputed(pe, q, k, v, state, q0, allowed, scale):
-    """``pe.rows(...)`` whose backward recomputes the block (``_Rows``): the forward keeps nothing of it."""
-    parts = _tensors(state)
+def _terms(softcap, sinks) -> dict:
+    """The keywords of ``rows`` for the cap and the sinks, only those that are set."""
+    terms = {} if softcap is None else {"softcap": softcap}
+    if sinks is not None:
+        terms["sinks"] = sinks
+    return terms
+
+
+def _recomputed(pe, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None):
+    """``pe.rows(...)`` whose backward recomputes the block (``_Rows``): the forward keeps nothing of it.
+    ``sinks`` rides after the state's tensors (so its gradient comes back as theirs does)."""
+    parts = _tensors(state) + ([] if sinks is None else [sinks])
     params = [p for p in pe.parameters() if p.requires_grad]
     return _Rows.apply({"pe": pe, "q0": q0, "allowed": allowed, "scale": scale, "tuple": not isinstance(state, torch.Tensor),
-                        "n": len(parts)}, q, k, v, *parts, *params)
+                        "n": len(parts), "sinks": sinks is not None, "softcap": softcap}, q, k, v, *parts, *params)
 
 
 class _Rows(torch.autograd.Function):
@@ -217,15 +277,24 @@ class _Rows(torch.autograd.Function):
 
 
 def _call(args, q, k, v, parts):
-    if args["n"] == 0:
+    parts = list(parts)
+    sinks = parts.pop() if args["sinks"] else None
+    if not parts:
         state = None
     else:
         state = tuple(parts) if args["tuple"] else parts[0]
-    return args["pe"].rows(q, k, v, state, args["q0"], args["allowed"], args["scale"])
+    return args["pe"].rows(q, k, v, state, args["q0"], args["allowed"], args["scale"],
+                           **_terms(args["softcap"], sinks))
 
 
-def softmax_rows(scores: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
-    """``softmax(scores)`` over the allowed keys of a block, times ``v``: ``[B, H, c, n] -> [B, H, c, Dv]``."""
+def softmax_rows(scores: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
+                 sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """``softmax(scores)`` over the allowed keys of a block, times ``v``: ``[B, H, c, n] -> [B, H, c, Dv]``.
+    ``sinks [H]``: one more column of score ``sinks[h]`` and value 0 in every row's softmax."""
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
+    if sinks is None:
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+    sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # (B, H, c, 1)
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (B, H, c, n)
+    return torch.matmul(weights, v)

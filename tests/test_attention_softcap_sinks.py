@@ -232,10 +232,3 @@ def test_flex_caps_in_its_score_mod(padded):
     with torch.no_grad():
         got = posenc.attention(q, k, v, pe.float(), causal=True, attention_mask=mask, softcap=2.0, backend="flex")
     np.testing.assert_allclose(got.double().numpy(), want, rtol=0, atol=2e-5)
-
-
-@pytest.mark.parametrize("kwargs", [{"softcap": 2.0}, {"sinks": torch.zeros(H)}], ids=["softcap", "sinks"])
-def test_content_schemes_refuse_them(kwargs):
-    q, k, v, _ = _inputs(1, 4, 5, 5, torch.float32, seed=9)
-    with pytest.raises(ValueError, match="content scheme, which owns its attention: it takes no softcap="):
-        posenc.attention(q, k, v, small_module("fox"), causal=True, **kwargs)

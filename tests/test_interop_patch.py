@@ -172,17 +172,10 @@ def _generate(model, ids, mask=None, **kw):
                           eos_token_id=None, **kw)
 
 
-SOFTMAX_TERM = ("gemma2", "gpt_oss")  # a logit cap, sinks: posenc.attention's; a content scheme owns its softmax
-
-
 @pytest.mark.parametrize("model_type", sorted(CONFIGS))
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_every_kind_pads_and_decodes_through_the_cache(kind, model_type):
     model = tiny(model_type)
-    if kind.startswith("content") and model_type in SOFTMAX_TERM:
-        with pytest.raises(ValueError, match=f"content scheme '{KINDS[kind]}' owns its attention"):
-            posenc.interop.patch(model, KINDS[kind])
-        return
     posenc.interop.patch(model, OTHER.get((kind, model_type), KINDS[kind]))
     ids = torch.randint(3, 97, (2, 11))
     mask = torch.ones(2, 11, dtype=torch.long)
@@ -230,6 +223,40 @@ def test_falcon_layouts_run_posenc_attention(layout):
         posenc.interop.unpatch(model)
         assert model.transformer.use_alibi == config.alibi
         torch.testing.assert_close(model(ids).logits, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("spec", ["fox", "cope", "dape", "path"])
+def test_content_schemes_take_gpt_oss_sinks_and_gemma2_cap(spec):
+    """A content scheme on GPT-OSS: its sinks enter the scheme's softmax (the logits move with
+    them) and get a gradient; on Gemma 2 the cap enters its scores (the logits move with it).
+    Stick-breaking, which has no softmax for a sink, is refused on GPT-OSS and runs on Gemma 2."""
+    ids = torch.randint(3, 97, (2, 13))
+    model = tiny("gpt_oss")
+    posenc.interop.patch(model, spec)
+    model(ids, labels=ids).loss.backward()
+    sinks = [layer.self_attn.sinks for layer in model.model.layers]
+    assert all(bool(s.grad.abs().sum() > 0) for s in sinks)
+    with torch.no_grad():
+        before = model(ids).logits
+        for s in sinks:
+            s.add_(3.0)
+        assert not torch.allclose(model(ids).logits, before, atol=1e-4)
+    logits = []
+    for cap in (0.02, None):
+        model = tiny("gemma2", attn_logit_softcapping=cap)
+        posenc.interop.patch(model, spec)
+        with torch.no_grad():
+            logits.append(model(ids).logits)
+    assert not torch.allclose(logits[0], logits[1], atol=1e-3)
+
+
+def test_stick_breaking_is_refused_on_gpt_oss_and_runs_on_gemma2():
+    with pytest.raises(ValueError, match="GptOssForCausalLM's attention adds a learned sink .* 'stick_breaking' .*no softmax"):
+        posenc.interop.patch(tiny("gpt_oss"), "stick_breaking")
+    model = posenc.interop.patch(tiny("gemma2"), "stick_breaking")
+    ids = torch.randint(3, 97, (1, 9))
+    with torch.no_grad():
+        assert torch.equal(_generate(model, ids), _generate(model, ids, use_cache=False))
 
 
 def test_gpt_oss_sinks_and_gemma2_cap_reach_posenc_attention():

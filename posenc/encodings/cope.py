@@ -28,6 +28,10 @@ values) are not implemented.
 ``self.convention`` holds the formula's name. Sizes are bounded at build time (``check_memory``:
 the ``[npos_max, head_dim]`` table), before anything is allocated.
 
+Logit cap and sinks (Gemma 2, GPT-OSS; ``posenc.rowwise``): the cap bounds ``q_i·k_j · scale``,
+then the position term is added (``q_i·e(p_ij) · scale``, or unscaled under ``"scaled"``); the
+gates still read the uncapped ``q·k`` (they are CoPE's own sigmoid, not the softmax's logits).
+
 The gate sum runs from the query backwards along its row, so blocks of rows are independent
 (``posenc.rowwise``): the sum is a reverse cumulative sum over the keys the block reads, in
 float64 (a sum of up to ``Lk`` gates whose near end must keep its digits), with the future keys'
@@ -46,7 +50,7 @@ from posenc.encodings._base import to_numpy
 from posenc.limits import Dim, Rows, check_memory
 from posenc.reference.cope import CONVENTIONS, GATES_SCALED, TERM_SCALED, cope as cope_ref, cope_positions, formula
 from posenc.registry import register
-from posenc.rowwise import RowwiseEncoding, softmax_rows
+from posenc.rowwise import RowwiseEncoding, cap_scores, softmax_rows
 
 SENTENCE = "The cat sat on the mat. It purred. Then it slept"
 MAX_TEXT = 2000  # characters of a typed sentence (posenc show cope --text)
@@ -55,6 +59,8 @@ MAX_TEXT = 2000  # characters of a typed sentence (posenc show cope --text)
 @register("cope", kind="content")
 class CoPE(RowwiseEncoding):
     """Positions counted by gates the query opens on the keys, from the query backwards (CoPE)."""
+
+    takes_softcap = takes_sinks = True
 
     def __init__(self, *, head_dim: Dim, npos_max: Rows = 64, convention: str = "paper") -> None:
         super().__init__()
@@ -75,14 +81,17 @@ class CoPE(RowwiseEncoding):
         p = torch.flip(torch.cumsum(torch.flip(gates.double(), (-1,)), -1), (-1,))
         return s, p.clamp(max=self.npos_max - 1)
 
-    def rows(self, q, k, v, state, q0, allowed, scale):
+    def rows(self, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None):
         s, p = self.positions(q, k, allowed, scale)
         lo = p.floor()
         w = (p - lo).to(q.dtype)
         qe = torch.matmul(q, self.pos_emb.to(q.dtype).t())  # (B, H, c, npos_max)
         term = qe.gather(-1, p.ceil().long()) * w + qe.gather(-1, lo.long()) * (1 - w)
-        scores = (s + term) * scale if TERM_SCALED[self.convention] else s * scale + term
-        return softmax_rows(scores, v, allowed)
+        if softcap is None:
+            scores = (s + term) * scale if TERM_SCALED[self.convention] else s * scale + term
+        else:  # the cap bounds q·k·scale; the position term q·e(p) is added after it, as a bias
+            scores = cap_scores(s * scale, softcap) + (term * scale if TERM_SCALED[self.convention] else term)
+        return softmax_rows(scores, v, allowed, sinks)
 
     def sentence_positions(self, text: str, marks: str) -> torch.Tensor:
         """The positions ``p [len(text)]`` the last character gives every character when the gates
@@ -119,9 +128,9 @@ class CoPE(RowwiseEncoding):
             start = i + 1
         return rows
 
-    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None):
+    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None, softcap=None, sinks=None):
         return cope_ref(q, k, v, to_numpy(self.pos_emb), convention=self.convention, scale=scale,
-                        document_ids=document_ids)
+                        document_ids=document_ids, softcap=softcap, sinks=sinks)
 
     def reference_positions(self, q, k, *, scale=None, document_ids=None):
         return cope_positions(q, k, npos_max=self.npos_max, convention=self.convention, scale=scale,

@@ -15,6 +15,9 @@ pair, so it runs tile by tile with the rows (``posenc.rowwise``): ``blockwise`` 
 ``causal=False`` attends both ways (the wrapped bias decides what ``|i − j|`` means). The paper's
 convolution variant (DAPE v2) is not implemented.
 
+Logit cap and sinks (Gemma 2, GPT-OSS; ``posenc.rowwise``): ``A = c·tanh(q·k·scale / c)``, which
+the MLP reads as it reads the score the softmax gets, and a sink column of score ``sinks[h]``.
+
 **Around FIRE.** The repository's ``FIRE_DAPE`` also changes FIRE itself: its MLP ``1 → hidden → H``
 has a LeakyReLU (slope 0.01) where FIRE's paper, and the repository's own ``FIRE``, have a ReLU.
 ``fire_activation="leaky_relu"`` reproduces it (``posenc.reference.dape.leaky_fire``: the bias
@@ -42,7 +45,7 @@ from posenc.encodings.fire import EPS as FIRE_EPS
 from posenc.limits import Heads, Width, check_memory
 from posenc.reference.dape import NEGATIVE_SLOPE, dape as dape_ref, leaky_fire, token_positions
 from posenc.registry import register
-from posenc.rowwise import RowwiseEncoding, softmax_rows
+from posenc.rowwise import RowwiseEncoding, cap_scores, softmax_rows
 
 FIRE_ACTIVATIONS = ("relu", "leaky_relu")  # FIRE's MLP: the paper's (posenc's fire), or FIRE_DAPE's
 
@@ -52,6 +55,7 @@ class DAPE(RowwiseEncoding):
     """An MLP across heads corrects a bias scheme's bias from the pair's scores (DAPE)."""
 
     causal_only = False
+    takes_softcap = takes_sinks = True
 
     def __init__(self, *, num_heads: Heads, bias: Any = "kerple", hidden: Width = 32,
                  fire_activation: str = "relu") -> None:
@@ -87,8 +91,8 @@ class DAPE(RowwiseEncoding):
 
         return positions_in_documents(docs)
 
-    def rows(self, q, k, v, positions, q0, allowed, scale):
-        a = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, c, n)
+    def rows(self, q, k, v, positions, q0, allowed, scale, softcap=None, sinks=None):
+        a = cap_scores(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap)  # (B, H, c, n)
         q_pos, k_pos = positions[..., q0:q0 + q.shape[2]], positions[..., :k.shape[2]]
         if self.fire_activation == "leaky_relu":
             b = self.leaky_fire(q_pos, k_pos).to(a.dtype).expand_as(a)
@@ -96,7 +100,7 @@ class DAPE(RowwiseEncoding):
             b = self.inner(q_pos, k_pos, dtype=q.dtype).expand_as(a)
         x = torch.cat([a, b], dim=1).permute(0, 2, 3, 1)  # (B, c, n, 2H)
         mlp = self.mlp_out(F.leaky_relu(self.mlp_in(x.to(self.mlp_in.weight.dtype)), NEGATIVE_SLOPE))  # (B, c, n, H)
-        return softmax_rows(a + b + mlp.permute(0, 3, 1, 2).to(a.dtype), v, allowed)
+        return softmax_rows(a + b + mlp.permute(0, 3, 1, 2).to(a.dtype), v, allowed, sinks)
 
     def leaky_fire(self, q_pos, k_pos) -> torch.Tensor:
         """FIRE's bias with LeakyReLU for ReLU (``FIRE_DAPE``), float64: ``[H, c, n]`` (``[B, H, c, n]``
@@ -110,7 +114,7 @@ class DAPE(RowwiseEncoding):
         h = F.leaky_relu(x.unsqueeze(-1) * first.weight.to(f64).flatten() + first.bias.to(f64), NEGATIVE_SLOPE)
         return (h @ second.weight.to(f64).t() + second.bias.to(f64)).movedim(-1, -3)  # (..., H, c, n)
 
-    def reference(self, q, k, v, hidden=None, *, causal=True, scale=None, document_ids=None):
+    def reference(self, q, k, v, hidden=None, *, causal=True, scale=None, document_ids=None, softcap=None, sinks=None):
         lq, lk = q.shape[2], k.shape[2]
         pos = token_positions(lk, document_ids)
         if self.fire_activation == "leaky_relu":
@@ -122,4 +126,4 @@ class DAPE(RowwiseEncoding):
             bias = self.inner.reference(pos[..., lk - lq:], pos)
         return dape_ref(q, k, v, bias, to_numpy(self.mlp_in.weight), to_numpy(self.mlp_in.bias),
                         to_numpy(self.mlp_out.weight), to_numpy(self.mlp_out.bias), causal=causal, scale=scale,
-                        document_ids=document_ids)
+                        document_ids=document_ids, softcap=softcap, sinks=sinks)

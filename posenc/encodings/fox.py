@@ -24,7 +24,8 @@ Packed documents (``document_ids``): ``c`` restarts at each document's first tok
 sum of that document's gates, ``posenc.documents.cumsum_in_documents``) and the mask keeps ``j``
 in ``i``'s document, so each document gets the ``c`` it has alone: a non-finite gate (from a
 non-finite ``hidden``) stays in its document, and ``c`` grows like a document's length, not the
-row's. KV cache: ``hidden`` holds every key's input (the gates are per token, so a cache of
+row's. Logit cap and sinks (Gemma 2, GPT-OSS; ``posenc.rowwise``): ``s_ij = c·tanh(q_i·k_j ·
+scale / c) + c_i − c_j``, and a sink column of score ``sinks[h]``. KV cache: ``hidden`` holds every key's input (the gates are per token, so a cache of
 ``log f`` or of ``hidden`` gives the same ``c``).
 """
 
@@ -42,7 +43,7 @@ from posenc.encodings._base import to_numpy
 from posenc.limits import Dim, Heads, check_memory
 from posenc.reference.fox import fox as fox_ref, fox_log_gates
 from posenc.registry import register
-from posenc.rowwise import RowwiseEncoding, softmax_rows
+from posenc.rowwise import RowwiseEncoding, cap_scores, softmax_rows
 
 GATES = ("full", "bias_only", "fixed")
 
@@ -52,6 +53,7 @@ class FoX(RowwiseEncoding):
     """Forget gate per head and token: the score bias c_i − c_j, c = cumsum(log f) (FoX)."""
 
     flex_ok = True
+    takes_softcap = takes_sinks = True
 
     def __init__(self, *, num_heads: Heads, d_model: Dim | None = None, gate: str = "full") -> None:
         super().__init__()
@@ -99,9 +101,9 @@ class FoX(RowwiseEncoding):
             return log_f * (t + 1).to(torch.float64)
         return cumsum_in_documents(log_f, t)
 
-    def rows(self, q, k, v, c, q0, allowed, scale):
+    def rows(self, q, k, v, c, q0, allowed, scale, softcap=None, sinks=None):
         bias = (c[..., q0:q0 + q.shape[2], None] - c[..., None, :k.shape[2]]).to(q.dtype)  # (B|1, H, c, n)
-        return softmax_rows(torch.matmul(q, k.transpose(-1, -2)) * scale + bias, v, allowed)
+        return softmax_rows(cap_scores(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap) + bias, v, allowed, sinks)
 
     def flex_parts(self, k, hidden, docs):
         """What ``posenc.attention``'s FlexAttention path needs: a bias with ``score_fn()`` over
@@ -114,13 +116,13 @@ class FoX(RowwiseEncoding):
         index = torch.arange(b * lk, device=k.device).view(b, lk)  # (B, Lk)
         return _FlexBias(self.name, hi, lo), index
 
-    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None):
+    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None, softcap=None, sinks=None):
         if self.gate == "fixed":
             log_f = -ref.alibi_slopes(self.num_heads)[None, :, None]
         else:
             weight = to_numpy(self.weight) if self.gate == "full" else None
             log_f = fox_log_gates(hidden, weight, to_numpy(self.bias))
-        return fox_ref(q, k, v, log_f, scale=scale, document_ids=document_ids)
+        return fox_ref(q, k, v, log_f, scale=scale, document_ids=document_ids, softcap=softcap, sinks=sinks)
 
 
 class _FlexBias:

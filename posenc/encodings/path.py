@@ -29,6 +29,10 @@ benchmark result's key) keeps the model it always built (the paper's formula, a 
 layer (without its optional forget gate and q/k norms, which are not positions). One difference
 remains: its ``l2_norm`` divides by ``√(|u|² + 10⁻⁶)``, here by ``|u|`` exactly (as the paper's formula).
 
+Logit cap and sinks (Gemma 2, GPT-OSS; ``posenc.rowwise``): the score is the transported ``q·k``
+whole (content and position at once), so the cap bounds all of it, ``c·tanh(s_ij / c)``; a sink
+column of score ``sinks[h]``.
+
 **Materialized only.** For each block of query rows the scores are built from the query
 backwards, ``u ← q_i``, then for ``j = n − 1 … 0``: ``s_ij = u·k_j`` and ``u ← H_j u`` on the rows
 ``i ≥ j`` — ``Lk`` sequential steps that autograd keeps (``[B, H, c, D]`` each). That is
@@ -50,7 +54,7 @@ from posenc.encodings._base import to_numpy
 from posenc.limits import Dim, Heads, Kernel, Rows, Width, check_memory
 from posenc.reference.path import path as path_ref, path_gates
 from posenc.registry import register
-from posenc.rowwise import RowwiseEncoding, softmax_rows
+from posenc.rowwise import RowwiseEncoding, cap_scores, softmax_rows
 
 
 @register("path", kind="content")
@@ -58,6 +62,7 @@ class PaTH(RowwiseEncoding):
     """Keys carried to the query through each token's Householder reflection (PaTH); materialized."""
 
     reads_hidden = True
+    takes_softcap = takes_sinks = True
 
     def __init__(self, *, num_heads: Heads, head_dim: Dim, d_model: Dim, max_length: Rows = 1024,
                  w_rank: Width | None = None, w_conv_size: Kernel | None = None) -> None:
@@ -121,7 +126,7 @@ class PaTH(RowwiseEncoding):
             out = out + back * kernel[:, size - 1 - s]
         return out
 
-    def rows(self, q, k, v, state, q0, allowed, scale):
+    def rows(self, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None):
         w, beta = state
         c, n = q.shape[2], k.shape[2]
         rows = torch.arange(q0, q0 + c, device=q.device).view(1, 1, c, 1)  # key index of each query row
@@ -133,15 +138,15 @@ class PaTH(RowwiseEncoding):
             reflected = u - beta[:, :, j, None, None] * wj * (u * wj).sum(-1, keepdim=True)
             u = torch.where(rows >= j, reflected, u)
         scores = torch.stack(cols[::-1], dim=-1)  # (B, H, c, n)
-        return softmax_rows(scores * scale, v, allowed)
+        return softmax_rows(cap_scores(scores * scale, softcap), v, allowed, sinks)
 
-    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None):
+    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None, softcap=None, sinks=None):
         low_rank = self.w_rank is not None
         w, beta = path_gates(hidden, to_numpy(self.w_up if low_rank else self.w_weight), to_numpy(self.beta_weight),
                              to_numpy(self.beta_bias), self.num_heads, w_down=to_numpy(self.w_down) if low_rank else None,
                              w_conv=None if self.w_conv_size is None else to_numpy(self.w_conv),
                              document_ids=document_ids)
-        return path_ref(q, k, v, w, beta, scale=scale, document_ids=document_ids)
+        return path_ref(q, k, v, w, beta, scale=scale, document_ids=document_ids, softcap=softcap, sinks=sinks)
 
 
 def _uniform(rows: int, cols: int) -> torch.Tensor:

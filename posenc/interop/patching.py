@@ -93,10 +93,11 @@ class Family:
     # layer's posenc scheme (``nope_temperature`` from ``hf_layer_specs``) computes it instead
     head_dim: tuple[str, ...] = ()  # config keys whose sum is the query/key head size, when not head_dim
     rope_part: str | None = None  # config key of the rotary width at the end of each q/k head (MLA: [nope, rope])
-    # a term of the family's softmax that posenc.attention computes (softcap=, sinks=) but a content
-    # scheme, which owns its attention, does not: (config key that switches it on, or None if always
-    # on; what it is). A content scheme is refused on such a model rather than dropping the term.
-    softmax_term: tuple[str | None, str] | None = None
+    # a term of the family's softmax that posenc.attention computes (softcap=, sinks=) and a content
+    # scheme takes only if it declares it: (config key that switches it on, or None if always on;
+    # what it is; the scheme's attribute that says it takes it). A scheme without it (stick-breaking:
+    # no softmax for a sink) is refused on such a model rather than dropping the term.
+    softmax_term: tuple[str | None, str, str] | None = None
     # the attention layers' forward while patched, for a family whose layers compute attention
     # themselves and never call transformers' AttentionInterface (Falcon): it calls posenc_attention
     # as the interface would, and the model keeps its attention implementation (and the mask it builds)
@@ -144,8 +145,9 @@ FAMILIES: dict[str, Family] = {
                      decoder_positions=("use_alibi",)),
     # the attention function passes Gemma 2's logit cap (softcap=) and GPT-OSS's sinks (s_aux=, the
     # layer's sinks parameter) to posenc.attention's softcap= and sinks=
-    "gemma2": Family(softmax_term=("attn_logit_softcapping", "caps the logits (attn_logit_softcapping)")),
-    "gpt_oss": Family(softmax_term=(None, "adds a learned sink per head to the softmax (s_aux)")),
+    "gemma2": Family(softmax_term=("attn_logit_softcapping", "caps the logits (attn_logit_softcapping)",
+                                   "takes_softcap")),
+    "gpt_oss": Family(softmax_term=(None, "adds a learned sink per head to the softmax (s_aux)", "takes_sinks")),
     "llama4_text": Family(own_positions=("attn_temperature_tuning",)),
     **{t: Family("model.language_model.layers") for t in ("qwen2_vl", "qwen2_5_vl")},  # the text model's layers
     "deepseek_v3": Family(head_dim=("qk_nope_head_dim", "qk_rope_head_dim"), rope_part="qk_rope_head_dim"),
@@ -438,8 +440,8 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     Args:
         model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
             Gemma, Gemma 2, Gemma 3, GPT-NeoX, Falcon, GPT-OSS, Llama 4, DeepSeek-V3, Qwen2-VL,
-            Qwen2.5-VL, ...; Gemma 2 with its logit cap and GPT-OSS with its sinks take no content
-            scheme); another is refused with its class named.
+            Qwen2.5-VL, ...; GPT-OSS, whose sinks need a softmax, takes every scheme but
+            stick-breaking); another is refused with its class named.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
             pattern (a list of those, or ``{"scheme": "layers", "pattern": [...]}``) that repeats
@@ -468,11 +470,13 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
         modules[i] = built.setdefault(id(entry), _module(entry, model.config, family))
     v_head_dim = getattr(model.config, "v_head_dim", None)  # MLA: values of another size than q/k
     term = family.softmax_term
-    content = [m for m in modules if getattr(m, "kind", None) == "content"]
-    if term is not None and content and (term[0] is None or getattr(model.config, term[0], None) is not None):
-        raise ValueError(f"{type(model).__name__}'s attention {term[1]}, which posenc.attention computes as softcap=/"
-                         f"sinks= for rotary, bias, relative and no schemes, but content scheme {content[0].name!r} "
-                         "owns its attention and takes neither; use another kind")
+    unable = [m for m in modules if getattr(m, "kind", None) == "content" and not getattr(m, term[2], False)
+              ] if term is not None else []
+    if unable and (term[0] is None or getattr(model.config, term[0], None) is not None):
+        why = getattr(unable[0], "no_sinks_reason", None) if term[2] == "takes_sinks" else None
+        raise ValueError(f"{type(model).__name__}'s attention {term[1]}, but content scheme {unable[0].name!r} "
+                         f"owns its attention and does not take it ({why or 'its rows do not declare ' + term[2]}); "
+                         "use another scheme")
     for m in built.values():
         if getattr(m, "value_term", None) is not None and v_head_dim is not None and v_head_dim != m.head_dim:
             raise ValueError(f"pe {m.name!r} adds value embeddings of head_dim={m.head_dim} to the output, but "

@@ -45,8 +45,7 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # head h reads kv head h // group
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     scores = np.einsum("bhqd,bhkd->bhqk", q, k) * scale  # (B, H, Lq, Lk)
-    if softcap is not None:
-        scores = softcap * np.tanh(scores / softcap)
+    scores = logit_cap(scores, softcap)
     if bias is not None:
         scores = scores + np.asarray(bias, dtype=np.float64)
     lq, lk = q.shape[-2], k.shape[-2]
@@ -56,6 +55,11 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
     if allowed is not None:
         ok = ok & np.asarray(allowed, dtype=bool)
     return masked_attention(scores, v, ok, sinks=sinks)
+
+
+def logit_cap(scores, softcap: float | None) -> np.ndarray:
+    """``c · tanh(scores / c)`` (Gemma 2's logit cap), or ``scores`` when ``softcap`` is None."""
+    return scores if softcap is None else softcap * np.tanh(np.asarray(scores, dtype=np.float64) / softcap)
 
 
 def causal_mask(lq: int, lk: int, document_ids=None, *, diagonal: bool = True) -> np.ndarray:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc.reference.attention import causal_mask, masked_attention
+from posenc.reference.attention import causal_mask, logit_cap, masked_attention
 
 FORMULAS = ("paper", "ram_code", "scaled")
 ALIASES = {"ram": "paper", "ram_nodiv": "scaled"}
@@ -55,8 +55,11 @@ def cope_positions(q, k, *, npos_max: int, convention: str = "paper", scale: flo
     return np.minimum(np.cumsum(gates[..., ::-1], axis=-1)[..., ::-1], npos_max - 1)
 
 
-def cope(q, k, v, pos_emb, *, convention: str = "paper", scale: float | None = None, document_ids=None) -> np.ndarray:
-    """Causal CoPE attention; ``pos_emb [npos_max, D]``."""
+def cope(q, k, v, pos_emb, *, convention: str = "paper", scale: float | None = None, document_ids=None,
+         softcap: float | None = None, sinks=None) -> np.ndarray:
+    """Causal CoPE attention; ``pos_emb [npos_max, D]``. ``softcap``: ``c · tanh(q·k·scale / c)``, then
+    the position term added (the gates read the uncapped ``q·k``); ``sinks [H]``: one more logit
+    per head in each row's softmax, of value 0."""
     convention = formula(convention)
     q, k, e = (np.asarray(t, dtype=np.float64) for t in (q, k, pos_emb))
     lq, lk = q.shape[2], k.shape[2]
@@ -67,5 +70,5 @@ def cope(q, k, v, pos_emb, *, convention: str = "paper", scale: float | None = N
     qe = np.einsum("bhqd,pd->bhqp", q, e)  # (B, H, Lq, npos_max): q_i·e[p] at every integer p
     term = np.take_along_axis(qe, hi, -1) * w + np.take_along_axis(qe, lo, -1) * (1 - w)
     s = np.einsum("bhqd,bhkd->bhqk", q, k)
-    scores = (s + term) * scale if TERM_SCALED[convention] else s * scale + term
-    return masked_attention(scores, v, causal_mask(lq, lk, document_ids))
+    scores = logit_cap(s * scale, softcap) + (term * scale if TERM_SCALED[convention] else term)
+    return masked_attention(scores, v, causal_mask(lq, lk, document_ids), sinks=sinks)

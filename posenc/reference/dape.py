@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc.reference.attention import causal_mask, masked_attention
+from posenc.reference.attention import causal_mask, logit_cap, masked_attention
 from posenc.reference.fire import fire_input
 
 NEGATIVE_SLOPE = 0.01  # torch.nn.LeakyReLU's default, which the repository's MLPs use
@@ -51,12 +51,14 @@ def token_positions(lk: int, document_ids=None) -> np.ndarray:
 
 
 def dape(q, k, v, bias, w1, b1, w2, b2, *, causal: bool = True, scale: float | None = None,
-         document_ids=None) -> np.ndarray:
-    """``bias [H, Lq, Lk]`` or ``[B, H, Lq, Lk]``; ``w1 [hidden, 2H]``, ``b1 [hidden]``, ``w2 [H, hidden]``, ``b2 [H]``."""
+         document_ids=None, softcap: float | None = None, sinks=None) -> np.ndarray:
+    """``bias [H, Lq, Lk]`` or ``[B, H, Lq, Lk]``; ``w1 [hidden, 2H]``, ``b1 [hidden]``, ``w2 [H, hidden]``, ``b2 [H]``.
+    ``softcap``: ``A = c · tanh(q·k·scale / c)`` (what the MLP reads too); ``sinks [H]``: one more
+    logit per head in each row's softmax, of value 0."""
     q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
     lq, lk = q.shape[2], k.shape[2]
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    a = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    a = logit_cap(np.einsum("bhqd,bhkd->bhqk", q, k) * scale, softcap)
     b = np.broadcast_to(np.asarray(bias, dtype=np.float64), a.shape)
     x = np.concatenate([a, b], axis=1).transpose(0, 2, 3, 1)  # (B, Lq, Lk, 2H)
     h = x @ np.asarray(w1, dtype=np.float64).T + b1
@@ -66,4 +68,4 @@ def dape(q, k, v, bias, w1, b1, w2, b2, *, causal: bool = True, scale: float | N
     if document_ids is not None and not causal:
         docs = np.asarray(document_ids).reshape(-1, lk)
         allowed = docs[:, None, lk - lq:, None] == docs[:, None, None, :]
-    return masked_attention(a + b + mlp, v, allowed)
+    return masked_attention(a + b + mlp, v, allowed, sinks=sinks)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc.reference.attention import causal_mask, log_sigmoid, masked_attention
+from posenc.reference.attention import causal_mask, log_sigmoid, logit_cap, masked_attention
 
 
 def fox_log_gates(hidden, weight, bias) -> np.ndarray:
@@ -28,17 +28,20 @@ def fox_log_gates(hidden, weight, bias) -> np.ndarray:
     return log_sigmoid(z + bias[None, :, None])
 
 
-def fox(q, k, v, log_f, *, scale: float | None = None, document_ids=None) -> np.ndarray:
+def fox(q, k, v, log_f, *, scale: float | None = None, document_ids=None, softcap: float | None = None,
+        sinks=None) -> np.ndarray:
     """Causal FoX attention of ``q [B, H, Lq, D]`` (the last Lq keys) over ``k, v [B, H, Lk, ·]``
-    with the log forget gates ``log_f [B, H, Lk]`` (``[1, H, 1]``: one per head, at every token)."""
+    with the log forget gates ``log_f [B, H, Lk]`` (``[1, H, 1]``: one per head, at every token).
+    ``softcap``: ``c · tanh(q·k·scale / c)`` before the gates' bias is added (Gemma 2); ``sinks [H]``:
+    one more logit per head in each row's softmax, of value 0 (GPT-OSS)."""
     q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
     lq, lk = q.shape[2], k.shape[2]
     log_f = np.broadcast_to(np.asarray(log_f, dtype=np.float64), (max(q.shape[0], np.shape(log_f)[0]),
                                                                     q.shape[1], lk))
     c = np.cumsum(log_f, axis=-1) if document_ids is None else cumsum_in_documents(log_f, document_ids)  # (B, H, Lk)
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    scores = np.einsum("bhqd,bhkd->bhqk", q, k) * scale + c[..., lk - lq:, None] - c[..., None, :]
-    return masked_attention(scores, v, causal_mask(lq, lk, document_ids))
+    scores = logit_cap(np.einsum("bhqd,bhkd->bhqk", q, k) * scale, softcap) + c[..., lk - lq:, None] - c[..., None, :]
+    return masked_attention(scores, v, causal_mask(lq, lk, document_ids), sinks=sinks)
 
 
 def cumsum_in_documents(x, document_ids) -> np.ndarray:

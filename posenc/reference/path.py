@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc.reference.attention import causal_mask, log_sigmoid, masked_attention
+from posenc.reference.attention import causal_mask, log_sigmoid, logit_cap, masked_attention
 
 
 def path_gates(hidden, w_weight, beta_weight, beta_bias, num_heads: int, *, w_down=None, w_conv=None,
@@ -54,8 +54,10 @@ def path_gates(hidden, w_weight, beta_weight, beta_bias, num_heads: int, *, w_do
     return w, beta
 
 
-def path(q, k, v, w, beta, *, scale: float | None = None, document_ids=None) -> np.ndarray:
-    """Causal PaTH attention; ``w [B, H, Lk, D]``, ``beta [B, H, Lk]``."""
+def path(q, k, v, w, beta, *, scale: float | None = None, document_ids=None, softcap: float | None = None,
+         sinks=None) -> np.ndarray:
+    """Causal PaTH attention; ``w [B, H, Lk, D]``, ``beta [B, H, Lk]``. ``softcap``: the whole score
+    ``c · tanh(s / c)``; ``sinks [H]``: one more logit per head in each row's softmax, of value 0."""
     q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
     bsz, heads, lq, _ = q.shape
     lk = k.shape[2]
@@ -69,4 +71,4 @@ def path(q, k, v, w, beta, *, scale: float | None = None, document_ids=None) -> 
                 for j in range(i, -1, -1):
                     scores[b, h, r, j] = u @ k[b, h, j]
                     u = u - beta[b, h, j] * w[b, h, j] * (w[b, h, j] @ u)
-    return masked_attention(scores * scale, v, causal_mask(lq, lk, document_ids))
+    return masked_attention(logit_cap(scores * scale, softcap), v, causal_mask(lq, lk, document_ids), sinks=sinks)

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from posenc.reference.attention import causal_mask, log_sigmoid
+from posenc.reference.attention import causal_mask, log_sigmoid, logit_cap
 
 
 def stick_breaking_weights(q, k, *, scale: float | None = None, attend_current: bool = False,
-                           document_ids=None) -> np.ndarray:
-    """``A [B, H, Lq, Lk]`` (queries are the last Lq keys)."""
+                           document_ids=None, softcap: float | None = None) -> np.ndarray:
+    """``A [B, H, Lq, Lk]`` (queries are the last Lq keys); ``softcap``: ``z = c · tanh(q·k·scale / c)``."""
     q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
     lq, lk = q.shape[2], k.shape[2]
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    z = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    z = logit_cap(np.einsum("bhqd,bhkd->bhqk", q, k) * scale, softcap)
     allowed = causal_mask(lq, lk, document_ids, diagonal=attend_current)
     log_keep = np.where(allowed, log_sigmoid(-z), 0.0)  # log(1 − σ(z)) of every key that is there
     after = np.cumsum(log_keep[..., ::-1], axis=-1)[..., ::-1] - log_keep  # Σ_{t>j} (over the keys there)
@@ -33,9 +33,10 @@ def stick_breaking_weights(q, k, *, scale: float | None = None, attend_current: 
 
 
 def stick_breaking(q, k, v, *, scale: float | None = None, attend_current: bool = False,
-                   document_ids=None) -> np.ndarray:
+                   document_ids=None, softcap: float | None = None) -> np.ndarray:
     """``[B, H, Lq, Dv]``: the weighted keys' values plus the leftover times the query's own value."""
     v = np.asarray(v, dtype=np.float64)
-    a = stick_breaking_weights(q, k, scale=scale, attend_current=attend_current, document_ids=document_ids)
+    a = stick_breaking_weights(q, k, scale=scale, attend_current=attend_current, document_ids=document_ids,
+                               softcap=softcap)
     lq, lk = a.shape[-2:]
     return np.einsum("bhqk,bhkd->bhqd", a, v) + (1.0 - a.sum(-1))[..., None] * v[:, :, lk - lq:]
