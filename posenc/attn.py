@@ -64,7 +64,7 @@ from posenc.blockwise import blockwise_attention
 from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_qkv
 from posenc.masking import AttentionMask, check_attention_mask
 from posenc.positions import as_working, text_positions
-from posenc.rowwise import check_cap_and_sinks
+from posenc.rowwise import cap_and_sink_keywords, check_cap_and_sinks
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
 MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
@@ -345,11 +345,9 @@ def _content(q, k, v, pe, hidden, document_ids, mask, *, causal: bool, scale: fl
             if out is not None:
                 return out
         backend = "auto" if backend == "flex" else backend  # compiling was unavailable (warned once)
-    extra = {} if mask is None else {"attention_mask": mask}
-    if softcap is not None:  # passed only when set: a plugin's scheme without them keeps working
-        extra["softcap"] = softcap
-    if sinks is not None:
-        extra["sinks"] = sinks
+    extra = cap_and_sink_keywords(softcap, sinks)
+    if mask is not None:
+        extra["attention_mask"] = mask
     return pe(q, k, v, hidden=hidden, causal=causal, scale=scale, document_ids=document_ids, backend=backend, **extra)
 
 

@@ -90,6 +90,23 @@ def check_cap_and_sinks(softcap, sinks, h: int):
     return softcap, sinks
 
 
+def check_takes(pe, *, softcap: bool = False, sinks: bool = False) -> None:
+    """Raises ValueError when content scheme ``pe`` is asked for a cap or sinks its ``rows`` do not
+    take (``takes_softcap``, ``takes_sinks``; ``no_sinks_reason`` says why, as stick-breaking's)."""
+    if softcap and not getattr(pe, "takes_softcap", False):
+        raise ValueError(f"scheme {pe.name!r} takes no softcap= (its rows do not declare takes_softcap)")
+    if sinks and not getattr(pe, "takes_sinks", False):
+        why = getattr(pe, "no_sinks_reason", "its rows do not declare takes_sinks")
+        raise ValueError(f"scheme {pe.name!r} takes no sinks= ({why})")
+
+
+def cap_and_sink_keywords(softcap: float | None, sinks: torch.Tensor | None) -> dict:
+    """The keywords ``softcap=``/``sinks=`` for a content scheme's call or ``rows``, only those set
+    (a plugin's scheme that takes neither keeps working)."""
+    terms = {} if softcap is None else {"softcap": softcap}
+    if sinks is not None:
+        terms["sinks"] = sinks
+    return terms
 
 
 def cap_scores(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
@@ -156,12 +173,7 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
         raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
     softcap, sinks = check_cap_and_sinks(softcap, sinks, h)
-    if softcap is not None and not getattr(pe, "takes_softcap", False):
-        raise ValueError(f"scheme {pe.name!r} takes no softcap= (its rows do not declare takes_softcap); "
-                         f"got softcap={softcap!r}")
-    if sinks is not None and not getattr(pe, "takes_sinks", False):
-        why = getattr(pe, "no_sinks_reason", "its rows do not declare takes_sinks")
-        raise ValueError(f"scheme {pe.name!r} takes no sinks= ({why}); got sinks of shape {list(sinks.shape)}")
+    check_takes(pe, softcap=softcap is not None, sinks=sinks is not None)
     hidden = pe.check_hidden(hidden, b, lk)
     docs = _documents(document_ids, b, lq, lk, q.device)
     mask = (attention_mask if isinstance(attention_mask, AttentionMask)
@@ -195,7 +207,7 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
             seen = allowed.any(-1, keepdim=True)  # (.., c, 1): a query with no key gives zeros
             allowed = allowed | ~seen  # ... and sees every key meanwhile, so nothing is NaN
         args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + shift, allowed, scale)
-        out = _recomputed(pe, *args, softcap, sink_logits) if keep else pe.rows(*args, **_terms(softcap, sink_logits))
+        out = _recomputed(pe, *args, softcap, sink_logits) if keep else pe.rows(*args, **cap_and_sink_keywords(softcap, sink_logits))
         outs.append(out if seen is None else out * seen)
         _trim(b * h * (qe - qs) * n)
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)).to(dtype)
@@ -227,14 +239,6 @@ def _tensors(state) -> list[torch.Tensor]:
     if state is None:
         return []
     return [state] if isinstance(state, torch.Tensor) else list(state)
-
-
-def _terms(softcap, sinks) -> dict:
-    """The keywords of ``rows`` for the cap and the sinks, only those that are set."""
-    terms = {} if softcap is None else {"softcap": softcap}
-    if sinks is not None:
-        terms["sinks"] = sinks
-    return terms
 
 
 def _recomputed(pe, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None):
@@ -284,7 +288,7 @@ def _call(args, q, k, v, parts):
     else:
         state = tuple(parts) if args["tuple"] else parts[0]
     return args["pe"].rows(q, k, v, state, args["q0"], args["allowed"], args["scale"],
-                           **_terms(args["softcap"], sinks))
+                           **cap_and_sink_keywords(args["softcap"], sinks))
 
 
 def softmax_rows(scores: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,

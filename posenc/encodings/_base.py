@@ -377,8 +377,9 @@ class ContentEncoding(PositionalEncoding):
     they may see (``allowed [1 or B, 1, c, n]``: causal and document mask, or None), and
     ``state(k, hidden, docs)``, the per-token tensors ``rows`` reads (FoX's cumulative log gates).
     A scheme that takes Gemma 2's logit cap and GPT-OSS's sinks declares ``takes_softcap`` and
-    ``takes_sinks`` (every built-in scheme; stick-breaking has no softmax and refuses sinks) and its ``rows`` takes ``softcap=`` and ``sinks=`` keywords, passed
-    only when set (``posenc.rowwise``'s docstring says where each scheme's cap enters).
+    ``takes_sinks`` (every built-in scheme; stick-breaking has no softmax and refuses sinks), and
+    its ``rows`` takes ``softcap=`` and ``sinks=`` keywords, passed only when set
+    (``posenc.rowwise``'s docstring says where each scheme's cap enters).
     Every content scheme is row-local: a query's weights need only its own row of scores
     (CoPE's gate sums and stick-breaking's survival run from the query backwards along its row),
     so ``posenc.rowwise.RowwiseEncoding`` (the base the schemes subclass) runs ``rows`` over blocks

@@ -87,7 +87,7 @@ class CoPE(RowwiseEncoding):
         w = (p - lo).to(q.dtype)
         qe = torch.matmul(q, self.pos_emb.to(q.dtype).t())  # (B, H, c, npos_max)
         term = qe.gather(-1, p.ceil().long()) * w + qe.gather(-1, lo.long()) * (1 - w)
-        if softcap is None:
+        if softcap is None:  # the formula in the order it always ran (earlier results keep their bits)
             scores = (s + term) * scale if TERM_SCALED[self.convention] else s * scale + term
         else:  # the cap bounds q·k·scale; the position term q·e(p) is added after it, as a bias
             scores = cap_scores(s * scale, softcap) + (term * scale if TERM_SCALED[self.convention] else term)

@@ -95,8 +95,9 @@ class Family:
     rope_part: str | None = None  # config key of the rotary width at the end of each q/k head (MLA: [nope, rope])
     # a term of the family's softmax that posenc.attention computes (softcap=, sinks=) and a content
     # scheme takes only if it declares it: (config key that switches it on, or None if always on;
-    # what it is; the scheme's attribute that says it takes it). A scheme without it (stick-breaking:
-    # no softmax for a sink) is refused on such a model rather than dropping the term.
+    # what it is; posenc.attention's keyword for it). A scheme that does not take it (stick-breaking:
+    # no softmax for a sink; posenc.rowwise.check_takes) is refused on such a model rather than
+    # dropping the term.
     softmax_term: tuple[str | None, str, str] | None = None
     # the attention layers' forward while patched, for a family whose layers compute attention
     # themselves and never call transformers' AttentionInterface (Falcon): it calls posenc_attention
@@ -146,8 +147,8 @@ FAMILIES: dict[str, Family] = {
     # the attention function passes Gemma 2's logit cap (softcap=) and GPT-OSS's sinks (s_aux=, the
     # layer's sinks parameter) to posenc.attention's softcap= and sinks=
     "gemma2": Family(softmax_term=("attn_logit_softcapping", "caps the logits (attn_logit_softcapping)",
-                                   "takes_softcap")),
-    "gpt_oss": Family(softmax_term=(None, "adds a learned sink per head to the softmax (s_aux)", "takes_sinks")),
+                                   "softcap")),
+    "gpt_oss": Family(softmax_term=(None, "adds a learned sink per head to the softmax (s_aux)", "sinks")),
     "llama4_text": Family(own_positions=("attn_temperature_tuning",)),
     **{t: Family("model.language_model.layers") for t in ("qwen2_vl", "qwen2_5_vl")},  # the text model's layers
     "deepseek_v3": Family(head_dim=("qk_nope_head_dim", "qk_rope_head_dim"), rope_part="qk_rope_head_dim"),
@@ -470,13 +471,16 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
         modules[i] = built.setdefault(id(entry), _module(entry, model.config, family))
     v_head_dim = getattr(model.config, "v_head_dim", None)  # MLA: values of another size than q/k
     term = family.softmax_term
-    unable = [m for m in modules if getattr(m, "kind", None) == "content" and not getattr(m, term[2], False)
-              ] if term is not None else []
-    if unable and (term[0] is None or getattr(model.config, term[0], None) is not None):
-        why = getattr(unable[0], "no_sinks_reason", None) if term[2] == "takes_sinks" else None
-        raise ValueError(f"{type(model).__name__}'s attention {term[1]}, but content scheme {unable[0].name!r} "
-                         f"owns its attention and does not take it ({why or 'its rows do not declare ' + term[2]}); "
-                         "use another scheme")
+    if term is not None and (term[0] is None or getattr(model.config, term[0], None) is not None):
+        from posenc.rowwise import check_takes
+
+        for m in built.values():
+            if getattr(m, "kind", None) == "content":
+                try:
+                    check_takes(m, **{term[2]: True})
+                except ValueError as err:
+                    raise ValueError(f"{type(model).__name__}'s attention {term[1]}, but {err}: a content scheme "
+                                     "owns its attention; use another scheme") from None
     for m in built.values():
         if getattr(m, "value_term", None) is not None and v_head_dim is not None and v_head_dim != m.head_dim:
             raise ValueError(f"pe {m.name!r} adds value embeddings of head_dim={m.head_dim} to the output, but "
