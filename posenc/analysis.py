@@ -287,12 +287,11 @@ def linear_map(tab: np.ndarray, k: int) -> tuple[np.ndarray, float]:
     ``_rotation_pairings``, and the first whose residual is the table's own rounding
     (``ROTATION_ULPS``) is returned: its ``M_k`` is block-diagonal, one ``[[Re c, −Im c], [Im c, Re c]]``
     per pair, and its residual ``0.5 · L · eps`` (below 1e-12 up to L = 8192; 1.8e-12 at 16384, where
-    the rounding of the table's angles ``p·θ``, not the fit, sets it). Any other table gets NumPy's
-    least squares (LAPACK ``gelsd``, SVD-based: the minimum-norm ``M_k``, deterministic on
-    rank-deficient input, where torch's ``gelsy`` used before returned a different residual on each
-    call: 1e-14 to 1.3 on one 128 × 64 sinusoidal table; torch's MKL drivers also change their last
-    bits with the thread count, NumPy's OpenBLAS ones do not). The same bits on every call and any
-    thread count (tests/test_determinism.py).
+    the rounding of the table's angles ``p·θ``, not the fit, sets it). Any other table gets the
+    least squares of ``_least_squares`` (LAPACK ``gelsd``, SVD-based: the minimum-norm ``M_k``,
+    deterministic on rank-deficient input, where the ``gelsy`` used before returned a different
+    residual on each call: 1e-14 to 1.3 on one 128 × 64 sinusoidal table). The same bits on every
+    call and any thread count (tests/test_determinism.py).
 
     Returns:
         ``(M_k [d, d], residual)``.
@@ -312,8 +311,27 @@ def linear_map(tab: np.ndarray, k: int) -> tuple[np.ndarray, float]:
             m[first, first], m[first, second] = c.real, -c.imag
             m[second, first], m[second, second] = c.imag, c.real
             return m, worst / scale
-    mt = np.linalg.lstsq(x, y, rcond=None)[0]  # (d, d): x @ mt ≈ y, SVD-based (gelsd)
-    return mt.T, float(np.abs(x @ mt - y).max() / scale)
+    mt, worst = _least_squares(x, y)
+    return mt.T, worst / scale
+
+
+def _least_squares(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """``mt`` minimising ``|x @ mt − y|`` (minimum norm), and ``max |x @ mt − y|``: LAPACK ``gelsd``
+    (SVD-based, deterministic on rank-deficient input) on one thread. Threaded BLAS changes the last
+    bits with the thread count (measured: torch's MKL and NumPy's OpenBLAS, ``gelsd`` and ``gesdd``
+    alike, at 299 × 64); one thread costs 6-7 s at the largest fit ``posenc show`` accepts
+    (4095 × 1024, on a loaded 2-core machine), where the table is not a rotation table."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        mt = torch.linalg.lstsq(xt, yt, driver="gelsd").solution  # (d, d): x @ mt ≈ y
+        worst = float((xt @ mt - yt).abs().max())
+    finally:
+        torch.set_num_threads(threads)
+    return mt.numpy(), worst
 
 
 def nearest_neighbour_distances(tab: np.ndarray, *, chunk: int = 1024) -> np.ndarray:
