@@ -63,7 +63,7 @@ from posenc._validate import check_choice, check_float
 from posenc.blockwise import blockwise_attention
 from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_qkv
 from posenc.masking import AttentionMask, check_attention_mask
-from posenc.positions import as_working, text_positions
+from posenc.positions import as_working, heads_hint, text_positions
 from posenc.rowwise import cap_and_sink_keywords, check_cap_and_sinks
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
@@ -254,8 +254,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         dq, dk = text_positions(dq, axes), text_positions(dk, axes)  # several axes: the same on each
     q_positions = dq if q_positions is None else check("q_positions", q_positions).to(q.device)
     k_positions = dk if k_positions is None else check("k_positions", k_positions).to(q.device)
-    check_batch("q_positions", q_positions, b, lq, axes=axes)
-    check_batch("k_positions", k_positions, b, lk, axes=axes)
+    check_batch("q_positions", q_positions, b, lq, axes=axes, heads=h)
+    check_batch("k_positions", k_positions, b, lk, axes=axes, heads=k.shape[1])
     form = getattr(pe, "attention_form", None)  # a scheme whose attention is another module at some columns
     if form is not None:  # (bipe_bias: its inter bias at the segment indices)
         pe, q_positions, k_positions = form(q_positions, k_positions)
@@ -266,7 +266,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     if kind not in ("none", "rotary", "bias", "relative"):  # content returned above
         raise TypeError(f"pe must be a module from posenc.build (with a kind), got {type(pe).__name__}")
     if kind == "bias" and pe.num_heads != h:
-        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
+        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads{heads_hint(pe.num_heads, q)}")
     if kind == "relative":
         k, v = _repeat_kv(k, v, h)
     if getattr(pe, "value_term", None) is not None and v.shape[-1] != pe.head_dim:

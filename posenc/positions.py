@@ -94,6 +94,23 @@ def batch_of(positions: torch.Tensor, axes: int = 1) -> int | None:
     return positions.shape[0] if batched else None
 
 
+def layout_hint(found: str, tensor: str = "x") -> str:
+    """The end of an error about a tensor read as ``[B, H, L, D]`` that looks ``[B, L, H, D]`` (the
+    layout of a projection's ``view(B, L, H, D)``), ``found`` saying why: every entry point taking
+    ``[B, H, L, D]`` (``posenc.attention``, the modules, ``posenc.apply_rotary``) ends its shape
+    error with it when a ``[B, L, H, D]`` tensor would fit."""
+    return (f"; the tensor is read as [B, H, L, D] (heads before length) and {found}: for a [B, L, H, D] tensor "
+            f"pass {tensor}.transpose(1, 2) (and transpose the result back)")
+
+
+def heads_hint(num_heads: int, x: torch.Tensor, tensor: str = "q") -> str:
+    """``layout_hint`` for a scheme of ``num_heads`` heads given ``x [B, H, L, D]`` whose dim 2 (read as
+    its length) has that size and whose dim 1 does not; else ``""``."""
+    if x.dim() == 4 and x.shape[2] == num_heads != x.shape[1]:
+        return layout_hint(f"its dim 2 has the scheme's num_heads={num_heads}", tensor)
+    return ""
+
+
 def check_batch(name: str, positions: torch.Tensor, batch: int, length: int, *, axes: int = 1,
                 heads: int | None = None) -> None:
     """Checked positions agree with a tensor of batch ``batch`` and length ``length``.
@@ -103,10 +120,7 @@ def check_batch(name: str, positions: torch.Tensor, batch: int, length: int, *, 
     tensor, the layout of a projection's ``view(B, L, H, D)``, needs ``.transpose(1, 2)``)."""
     n = length_of(positions, axes)
     if n != length:
-        hint = ""
-        if heads is not None and heads == n:
-            hint = (f"; the tensor is read as [B, H, L, D] (heads before length) and its dim 1 has the positions' "
-                    f"size {n}: for a [B, L, H, D] tensor pass x.transpose(1, 2) (and transpose the result back)")
+        hint = layout_hint(f"its dim 1 has the positions' size {n}") if heads is not None and heads == n else ""
         raise ValueError(f"{name} has length {n} but the tensor has length {length}{hint}")
     b = batch_of(positions, axes)
     if b is not None and b not in (1, batch):

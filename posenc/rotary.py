@@ -366,13 +366,18 @@ def _check_broadcast(x: torch.Tensor, cos: torch.Tensor) -> None:
     except RuntimeError:
         ok = False
     if not ok:
-        hint = ""
-        if x.dim() >= 3 and cos.dim() >= 2 and cos.shape[-2] == x.shape[-3] != x.shape[-2]:
-            hint = ("; x's length is its dim -2 ([B, H, L, D]) and cos fits its dim -3: for a [B, L, H, D] x pass "
-                    "x.transpose(1, 2)")
         raise ValueError(f"cos and sin of shape {list(cos.shape)} must broadcast to x's [..., L, rotary_dim/2] = "
                          f"{list(target)} (x {list(x.shape)}): their length L and batch dimensions must be x's or 1"
-                         f"{hint}")
+                         f"{_layout_hint(x, cos)}")
+
+
+def _layout_hint(x: torch.Tensor, cos: torch.Tensor) -> str:
+    """The end of a shape error when ``cos``'s length fits ``x``'s dim -3 and not its dim -2: ``x`` is
+    read as ``[B, H, L, D]`` and is likely ``[B, L, H, D]``; else ``""``."""
+    if x.dim() >= 3 and cos.dim() >= 2 and cos.shape[-2] == x.shape[-3] != x.shape[-2]:
+        return ("; x's length is its dim -2 ([B, H, L, D]) and cos fits its dim -3: for a [B, L, H, D] x pass "
+                "x.transpose(1, 2)")
+    return ""
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "half",
@@ -392,8 +397,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layou
     """
     check_rotation_args(layout, x, cos, sin)
     if x.dim() == 0 or cos.shape != sin.shape or cos.dim() == 0 or 2 * cos.shape[-1] > x.shape[-1]:
+        full = ("; cos has x's full width: posenc's tables hold one angle per pair (transformers' cos repeats "
+                "its halves: pass cos[..., :D // 2])" if cos.dim() and cos.shape[-1] == x.shape[-1] else "")
         raise ValueError(f"cos and sin must have the same shape [..., L, rotary_dim/2] with rotary_dim <= "
-                         f"x.shape[-1]; got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}")
+                         f"x.shape[-1]; got x {list(x.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}"
+                         f"{full}{_layout_hint(x, cos) if x.dim() else ''}")
     _check_broadcast(x, cos)
     return apply_rotary_unchecked(x, cos, sin, layout, None if out is None else check_out(out, x))
 

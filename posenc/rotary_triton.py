@@ -189,8 +189,12 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str
     else:
         top = 0
     if max_seqlen + top > cos.shape[1]:
+        hint = ""
+        if not packed and x.shape[1] + top == cos.shape[1]:  # tables made for x's dim 1: a [B, L, H, D] x
+            hint = ("; x's length is its dim 2 ([B, H, L, D]) and the tables fit its dim 1: for a [B, L, H, D] x "
+                    "pass x.transpose(1, 2)")
         raise ValueError(f"cos and sin have {cos.shape[1]} rows but positions reach {max_seqlen + top - 1} "
-                         f"(max_seqlen {max_seqlen} + seqlen_offsets up to {top})")
+                         f"(max_seqlen {max_seqlen} + seqlen_offsets up to {top}){hint}")
     inplace = out is x
     if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
         raise ValueError("cos and sin must not require grad on the Triton path (its backward is to x only); "

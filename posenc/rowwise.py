@@ -52,6 +52,7 @@ import torch
 from posenc._validate import check_choice, check_float
 from posenc.encodings._base import ContentEncoding, check_batch, check_qkv
 from posenc.masking import AttentionMask, check_attention_mask
+from posenc.positions import heads_hint
 
 # Scores per block of rows: 4M (16 MB in float32; 64 rows at Lk = 8192 with 8 heads), as the
 # chunked bias backend's CHUNK_ELEMENTS / 2 (a content block holds several such temporaries).
@@ -164,7 +165,7 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     b, h, lq, d = q.shape
     lk = k.shape[2]
     if getattr(pe, "num_heads", None) is not None and pe.num_heads != h:
-        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
+        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads{heads_hint(pe.num_heads, q)}")
     if getattr(pe, "head_dim", None) is not None and pe.head_dim != d:
         raise ValueError(f"pe has head_dim={pe.head_dim} but q has last dimension {d}")
     if pe.causal_only and not causal:
