@@ -88,7 +88,7 @@ def _analysis() -> dict[str, Any]:
         "table rope": analysis.table("rope", length=96, dim=32),
         "cosine_similarity_matrix": analysis.cosine_similarity_matrix(tab),
         "similarity_vs_distance": [analysis.similarity_vs_distance(t) for t in (tab, big)],
-        "nearest_neighbour_distances": analysis.nearest_neighbour_distances(big),
+        "nearest_neighbour_distances": analysis.nearest_neighbour_distances(tab, chunk=50),
         "min_fingerprint_distance": [analysis.min_fingerprint_distance(t) for t in (tab, big, learned)],
         "wavelengths, turns": [analysis.wavelengths(analysis.inv_freq("rope")), analysis.turns(analysis.inv_freq("rope"), 128)],
         "spectrum": analysis.spectrum(yarn),
