@@ -10,8 +10,10 @@ grain (32768 elements) and OpenBLAS's threading, so another thread count splits 
 
 The package's calls into LAPACK or into torch paths documented as nondeterministic (found by grep:
 ``torch.linalg.*``, ``np.linalg.*`` but ``norm``, ``scatter_add``, ``index_add_``): ``linear_map``'s
-least squares (NumPy's ``gelsd``, below), Shaw's value term (``scatter_add`` on CPU) and the language
-benchmark's per-block sums (``index_add_`` in ``posenc/extrapolate/parts/text.py``) are in ``numbers()``.
+least squares (LAPACK ``gelsd`` on one thread: threaded BLAS changes its last bits with the thread
+count; a table of shuffled sinusoid columns makes it nearly rank-deficient), Shaw's value term
+(``scatter_add`` on CPU) and the language benchmark's per-block sums (``index_add_`` in
+``posenc/extrapolate/parts/text.py``) are in ``numbers()``.
 """
 
 from __future__ import annotations
