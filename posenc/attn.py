@@ -31,14 +31,24 @@ the sinks, grouped heads, the size budget) is written once, in ``posenc.scores``
 float64 before the cast, on every backend: softmax sees only differences along a row, so this is
 exact, and keys 10^12 away keep their key-to-key differences (``BiasEncoding.nearest_keys``).
 
+**Grouped heads** (GQA, MQA): ``k`` and ``v`` may have ``H_kv`` heads with ``H % H_kv == 0``;
+query head ``h`` reads key/value head ``h // (H / H_kv)`` (transformers' ``repeat_kv``). Kinds
+none, rotary and bias never repeat them, on every backend (the ``G = H / H_kv`` query heads of a
+group are folded into one head of ``G·c`` rows for each product, ``posenc.scores.fold``);
+relative and content schemes, whose terms read keys per query head, repeat them.
+
 **Shapes.** ``v`` may have a head size ``Dv`` other than q/k's on every backend (SDPA's fused CPU
 kernel, which wants one, gets zero columns: ``posenc.blockwise._one_head_size``); empty inputs
 (``B``, ``Lq`` or ``Lk`` zero) return what SDPA returns, with or without ``document_ids``.
 
 **Logit cap and sinks.** ``softcap=c`` bounds the content score, ``c·tanh(q·k·scale / c)``, before
-the scheme's bias and the mask are added (Gemma 2); ``sinks=[H]`` adds ``e^{sinks[h]}`` to each
-row's softmax denominator, one more key of value 0 (GPT-OSS). Both on materialize, chunked and
-blockwise; the cap also in flex's ``score_mod``. Content schemes take both in their own formula
+the scheme's bias and the mask are added (Gemma 2's ``attn_logit_softcapping``; Gemma Team 2024,
+arXiv:2408.00118), as transformers' Gemma 2 adds its mask after the cap; ``sinks=[H]`` adds
+``e^{sinks[h]}`` to each row's softmax denominator, one more key of value 0 (GPT-OSS's ``s_aux``;
+Xiao et al. 2023, arXiv:2309.17453), so ``out = softmax(s)·v · σ(lse − sinks[h])``, differentiable
+in q, k, v and ``sinks``; a query that sees no key still returns zeros. Both on materialize,
+chunked and blockwise (its online-softmax loop, not the fused CPU kernel); the cap also in flex's
+``score_mod`` (flex refuses sinks, and ``auto`` never picks it then). Content schemes take both in their own formula
 (``posenc.rowwise``: the cap on the content score ``q·k``, the sink as one more column of their
 softmax); stick-breaking, which has no softmax, takes the cap and refuses sinks.
 
@@ -154,11 +164,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     attention, BiPE's inner module, a query temperature, the rotation), then one backend from
     ``BACKEND_RUNS`` (``_choose_backend`` says which and why).
 
-    **Grouped heads** (GQA, MQA): ``k`` and ``v`` may have ``H_kv`` heads with ``H % H_kv == 0``;
-    query head ``h`` reads key/value head ``h // (H / H_kv)`` (transformers' ``repeat_kv``). Kinds
-    none, rotary and bias never repeat them, on every backend (the ``G = H / H_kv`` query heads
-    of a group are folded into one head of ``G·c`` rows for each product, ``posenc.scores.fold``);
-    relative and content schemes, whose terms read keys per query head, repeat them.
+    ``k`` and ``v`` may have ``H_kv`` heads with ``H % H_kv == 0`` (grouped heads: module docstring).
 
     Args:
         pe: a module from ``posenc.build`` (or None, the same as ``nope``).
@@ -191,23 +197,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             the scores; ``−inf`` or transformers' ``finfo.min`` masks), combined with ``causal``,
             ``window`` and ``document_ids`` on every backend (``posenc.masking``). A query that sees
             no key returns zeros (and zero gradients). Content schemes take bool and padding masks.
-        softcap: a logit cap ``c > 0`` (Gemma 2's ``attn_logit_softcapping``; Gemma Team 2024,
-            arXiv:2408.00118): the content score is bounded first, then the scheme's bias (or
-            relative term) and the mask are added, ``s = c·tanh(q·k·scale / c) + bias + mask``,
-            as transformers' Gemma 2 attention adds its mask after the cap (a position bias is
-            added as the mask is; the cap bounds ``q·k`` only). Every backend: ``materialize``,
-            ``chunked``, ``blockwise`` (its online-softmax loop, not the fused CPU kernel) and
-            ``flex`` (in its ``score_mod``). A content scheme caps its own dot-product term and adds
-            its positional term after (``posenc.rowwise``: FoX's gates, CoPE's ``q·e(p)``, DAPE's
-            MLP reading the capped score; PaTH's whole transported score; stick-breaking's ``z``).
-        sinks: ``[H]`` floating, one learned logit per query head (attention sinks: GPT-OSS's
-            ``s_aux``; Xiao et al. 2023, arXiv:2309.17453): each row's softmax denominator gains
-            ``e^{sinks[h]}``, as one more key of score ``sinks[h]`` and value 0, so
-            ``out = softmax(s)·v · σ(lse − sinks[h])`` with ``lse`` the row's log-sum-exp;
-            differentiable in q, k, v and ``sinks``. Backends ``materialize``, ``chunked`` and
-            ``blockwise``; ``flex`` refuses it (``auto`` never picks it then). Content schemes take
-            it as one more column of their softmax, but stick-breaking (no softmax: refused). A
-            query that sees no key still returns zeros.
+        softcap: a logit cap ``c > 0`` (Gemma 2; module docstring): ``s = c·tanh(q·k·scale / c) +
+            bias + mask``, the cap on the content score only, on every backend; a content scheme
+            caps its own dot-product term (``posenc.rowwise``).
+        sinks: ``[H]`` floating, one learned logit per query head (GPT-OSS's ``s_aux``; module
+            docstring): one more key of score ``sinks[h]`` and value 0 in each row's softmax,
+            differentiable; ``materialize``, ``chunked``, ``blockwise`` and content schemes but
+            stick-breaking (``flex`` refuses it).
         window: an int ``W >= 1``, sliding-window (local) attention as Mistral's and Gemma's local
             layers: query ``i`` sees key ``j`` only when ``j >= i + (Lk − Lq) − (W − 1)`` (at most
             ``W − 1`` positions back, by key index; without ``causal`` also at most ``W − 1``

@@ -415,6 +415,10 @@ class _BlockwiseAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
+        """The module docstring's backward, line by line: ``ds = p ∘ (dp − δ)`` per tile and what it
+        feeds (q, k, v, the bias's parameters, Shaw's value term, the Toeplitz table, the sinks).
+        Over 80 lines because it is one derivation that reads as one piece: its tile loop shares
+        the row state (``dq``, ``δ``, ``lse``) with every term, and split it would pass a dozen."""
         q, k, v, out, lse, sinks, *params = ctx.saved_tensors
         args = ctx.args
         bias: _Bias = args["bias"]

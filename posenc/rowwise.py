@@ -120,9 +120,9 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     check_choice("backend", backend, type(pe).BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    if getattr(pe, "num_heads", None) is not None and pe.num_heads != h:
+    if pe.num_heads is not None and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
-    if getattr(pe, "head_dim", None) is not None and pe.head_dim != d:
+    if pe.head_dim is not None and pe.head_dim != d:
         raise ValueError(f"pe has head_dim={pe.head_dim} but q has last dimension {d}")
     if pe.causal_only and not causal:
         raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")

@@ -433,6 +433,8 @@ class ContentEncoding(PositionalEncoding):
     no_window_reason: str = "its rows do not take a window"
     BACKENDS = ("auto", "materialize", "chunked", "blockwise")
     d_model: int | None = None
+    num_heads: int | None = None  # the heads its parameters are per (None: any)
+    head_dim: int | None = None  # the head size its parameters take (None: any)
 
     def state(self, k: torch.Tensor, hidden: torch.Tensor | None, docs: torch.Tensor | None) -> Any:
         """Per-token tensors computed once for the whole sequence (default: nothing); ``docs`` is

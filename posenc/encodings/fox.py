@@ -117,13 +117,15 @@ class FoX(RowwiseEncoding):
         index = torch.arange(b * lk, device=k.device).view(b, lk)  # (B, Lk)
         return FlexBias(self.name, hi, lo), index
 
-    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None, softcap=None, sinks=None):
+    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None, softcap=None, sinks=None,
+                  window=None):
         if self.gate == "fixed":
             log_f = -ref.alibi_slopes(self.num_heads)[None, :, None]
         else:
             weight = to_numpy(self.weight) if self.gate == "full" else None
             log_f = fox_log_gates(hidden, weight, to_numpy(self.bias))
-        return fox_ref(q, k, v, log_f, scale=scale, document_ids=document_ids, softcap=softcap, sinks=sinks)
+        return fox_ref(q, k, v, log_f, scale=scale, document_ids=document_ids, softcap=softcap, sinks=sinks,
+                       window=window)
 
 
 class FlexBias(BiasEncoding):
