@@ -88,11 +88,11 @@ import torch.nn.functional as F
 from posenc import scores
 from posenc._validate import check_choice, check_float
 from posenc.blockwise import blockwise_attention
-from posenc.encodings._base import (BiasEncoding, ContentEncoding, PositionalEncoding, RelativeEncoding,
-                                    RotaryEncoding, check_batch, check_positions, check_qkv)
+from posenc.encodings._base import (BiasEncoding, PositionalEncoding, RelativeEncoding, RotaryEncoding, check_batch,
+                                    check_positions, check_qkv)
 from posenc.masking import Visibility
 from posenc.positions import as_working, text_positions
-from posenc.rowwise import cap_and_sink_keywords, check_takes, content_attention
+from posenc.rowwise import check_takes, content_attention
 from posenc.scores import cap_scores, check_cap_and_sinks, fold, repeat_kv, sink_softmax, unfold
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
