@@ -1,6 +1,17 @@
 """``posenc.attention``: scaled dot-product attention that applies any built scheme.
 
-    attention(q, k, v, pe, q_positions=..., k_positions=..., causal=..., document_ids=...)
+    attention(q, k, v, pe, q_positions=..., k_positions=..., causal=..., document_ids=..., window=...)
+
+**Shape.** One call is three steps: ``_prepare`` checks every input, fills in the scale and the
+default positions and builds the call's ``posenc.masking.Visibility`` (causality, a sliding
+``window``, documents, the attention mask: the one definition every backend reads);
+``_scheme_step`` lets the scheme prepare its call through the hooks its kind base class declares
+with defaults (``attention_form``: BiPE's inner bias; ``temper_queries``: Llama 4's query
+temperature; ``RotaryEncoding.rotate``: observe, keys, queries; ``default_scale``: DeBERTa's;
+``ContentEncoding.flex_bias``: FoX's bias for FlexAttention, a real ``BiasEncoding``); then one
+backend of ``BACKEND_RUNS`` (``{name: function of the prepared call}``), picked by the one
+chooser ``_choose_backend``, which can say why. What every backend does to its scores (the cap,
+the sinks, grouped heads, the size budget) is written once, in ``posenc.scores``.
 
 - ``rotary``: rotates q at q_positions and k at k_positions, then SDPA;
 - ``bias``: adds ``pe(q_positions, k_positions)`` to the scores. Small maps are materialized;
@@ -20,16 +31,30 @@
 float64 before the cast, on every backend: softmax sees only differences along a row, so this is
 exact, and keys 10^12 away keep their key-to-key differences (``BiasEncoding.nearest_keys``).
 
+**Grouped heads** (GQA, MQA): ``k`` and ``v`` may have ``H_kv`` heads with ``H % H_kv == 0``;
+query head ``h`` reads key/value head ``h // (H / H_kv)`` (transformers' ``repeat_kv``). Kinds
+none, rotary and bias never repeat them, on every backend (the ``G = H / H_kv`` query heads of a
+group are folded into one head of ``G·c`` rows for each product, ``posenc.scores.fold``);
+relative and content schemes, whose terms read keys per query head, repeat them.
+
 **Shapes.** ``v`` may have a head size ``Dv`` other than q/k's on every backend (SDPA's fused CPU
 kernel, which wants one, gets zero columns: ``posenc.blockwise._one_head_size``); empty inputs
 (``B``, ``Lq`` or ``Lk`` zero) return what SDPA returns, with or without ``document_ids``.
 
 **Logit cap and sinks.** ``softcap=c`` bounds the content score, ``c·tanh(q·k·scale / c)``, before
-the scheme's bias and the mask are added (Gemma 2); ``sinks=[H]`` adds ``e^{sinks[h]}`` to each
-row's softmax denominator, one more key of value 0 (GPT-OSS). Both on materialize, chunked and
-blockwise; the cap also in flex's ``score_mod``. Content schemes take both in their own formula
+the scheme's bias and the mask are added (Gemma 2's ``attn_logit_softcapping``; Gemma Team 2024,
+arXiv:2408.00118), as transformers' Gemma 2 adds its mask after the cap; ``sinks=[H]`` adds
+``e^{sinks[h]}`` to each row's softmax denominator, one more key of value 0 (GPT-OSS's ``s_aux``;
+Xiao et al. 2023, arXiv:2309.17453), so ``out = softmax(s)·v · σ(lse − sinks[h])``, differentiable
+in q, k, v and ``sinks``; a query that sees no key still returns zeros. Both on materialize,
+chunked and blockwise (its online-softmax loop, not the fused CPU kernel); the cap also in flex's
+``score_mod`` (flex refuses sinks, and ``auto`` never picks it then). Content schemes take both in their own formula
 (``posenc.rowwise``: the cap on the content score ``q·k``, the sink as one more column of their
 softmax); stick-breaking, which has no softmax, takes the cap and refuses sinks.
+
+**Sliding window.** ``window=W``: query ``i`` sees keys at most ``W − 1`` positions back (by key
+index, ``j ≥ i + Lk − Lq − (W − 1)``; without ``causal`` as far forward too), on every backend and
+every kind with a softmax; the backends skip the key blocks outside it (``Visibility.key_range``).
 
 **Packed documents.** With ``document_ids`` (``posenc.packing``, in ``posenc/documents.py``) a
 query sees only the keys of its own document, on every backend, and default positions restart
@@ -55,19 +80,22 @@ import contextlib
 import math
 import types
 import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from posenc import scores
 from posenc._validate import check_choice, check_float
 from posenc.blockwise import blockwise_attention
-from posenc.encodings._base import BiasEncoding, check_batch, check_positions, check_qkv
-from posenc.masking import AttentionMask, check_attention_mask
+from posenc.encodings._base import (BiasEncoding, PositionalEncoding, RelativeEncoding, RotaryEncoding, check_batch,
+                                    check_positions, check_qkv)
+from posenc.masking import Visibility
 from posenc.positions import as_working, heads_hint, text_positions
-from posenc.rowwise import cap_and_sink_keywords, check_cap_and_sinks
+from posenc.rowwise import check_takes, content_attention
+from posenc.scores import cap_scores, check_cap_and_sinks, fold, repeat_kv, sink_softmax, unfold
 
 BACKENDS = ("auto", "materialize", "flex", "chunked", "blockwise")
-MATERIALIZE_ELEMENTS = 1 << 22  # a bias map up to 4M scores (16 MB in float32) is built whole
 CHUNK_ELEMENTS = 1 << 23  # scores per query chunk on the chunked path
 FLEX_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # flex runs these in float32; CPU flex has no float64
 FLEX_BLOCK = 128  # FlexAttention's block size (create_block_mask's default BLOCK_SIZE)
@@ -82,6 +110,23 @@ class FlexFallbackWarning(UserWarning):
     """The flex backend could not compile a case and ran it on the chunked backend (still exact)."""
 
 
+@dataclass
+class _Call:
+    """One prepared call: checked tensors, the module the backends run (``pe``: a bias or relative
+    scheme, or None for none/rotary after their step), positions, the visibility, the score terms."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    pe: PositionalEncoding | None
+    q_positions: torch.Tensor | None
+    k_positions: torch.Tensor | None
+    vis: Visibility
+    scale: float
+    softcap: float | None = None
+    sinks: torch.Tensor | None = None
+
+
 def _default_positions(lq: int, lk: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys at 0..Lk-1; queries are the last Lq of them (a KV cache), or 0..Lq-1 if Lq > Lk."""
     k = torch.arange(lk, device=device)
@@ -89,60 +134,16 @@ def _default_positions(lq: int, lk: int, device) -> tuple[torch.Tensor, torch.Te
     return q, k
 
 
-def _causal_allowed(lq: int, lk: int, device) -> torch.Tensor:
-    """``[Lq, Lk]`` True where query i may see key j: ``j <= i + (Lk - Lq)`` (bottom-right aligned)."""
-    return torch.arange(lk, device=device) <= torch.arange(lq, device=device).unsqueeze(-1) + (lk - lq)
-
-
-def _check_documents(document_ids, b: int, lq: int, lk: int, device) -> torch.Tensor:
-    """``document_ids [Lk]`` or ``[B, Lk]``, non-decreasing along L -> ``[1 or B, Lk]`` int64."""
-    from posenc.documents import check_document_ids
-
-    docs = check_document_ids("document_ids", document_ids).to(device)
-    check_batch("document_ids", docs, b, lk)
-    if lq > lk:
-        raise ValueError(f"document_ids needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
-    return docs.long().reshape(docs.shape[0] if docs.dim() == 2 else 1, lk)  # (1 or B, Lk), also when Lk = 0
-
-
-def _sdpa(q, k, v, *, causal: bool, scale, mask=None):
-    """SDPA; with grouped heads (``k``'s ``H_kv`` < ``q``'s ``H``) through ``enable_gqa``, which on the
-    CPU's fused kernel (no mask) reads each key/value head for its group without repeating it."""
+def _sdpa(q, k, v, *, scale, vis: Visibility | None = None):
+    """SDPA under causality alone (or nothing); with grouped heads (``k``'s ``H_kv`` < ``q``'s ``H``)
+    through ``enable_gqa``, which on the CPU's fused kernel (no mask) reads each key/value head for
+    its group without repeating it."""
     lq, lk = q.shape[-2], k.shape[-2]
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
-    if causal and mask is None and lq == lk:
+    if vis is not None and vis.causal and lq == lk:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, **gqa)
-    if causal:
-        allowed = _causal_allowed(lq, lk, q.device)
-        mask = allowed if mask is None else mask.masked_fill(~allowed, float("-inf"))
+    mask = None if vis is None else vis.allowed(0, lq, 0, lk, device=q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **gqa)
-
-
-def _fold(x: torch.Tensor, group: int) -> torch.Tensor:
-    """``[B, H, c, X] -> [B, H/G, G·c, X]``: the ``G`` query heads that share a key/value head as one
-    head of ``G·c`` rows (head ``h = kv·G + g``, row ``g·c + r``), so a product with ``k [B, H/G, X, n]``
-    reads each key/value head once instead of repeating it ``G`` times (grouped-query attention)."""
-    if group == 1:
-        return x
-    b, h, c = x.shape[:3]
-    return x.reshape(b, h // group, group * c, *x.shape[3:])
-
-
-def _unfold(x: torch.Tensor, group: int) -> torch.Tensor:
-    """``[B, H/G, G·c, X] -> [B, H, c, X]``, the inverse of ``_fold``."""
-    if group == 1:
-        return x
-    b, hk, gc = x.shape[:3]
-    return x.reshape(b, hk * group, gc // group, *x.shape[3:])
-
-
-def _repeat_kv(k: torch.Tensor, v: torch.Tensor, h: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``k, v [B, H_kv, Lk, ·]`` repeated to ``H`` heads (head ``h`` reads ``h // (H / H_kv)``), for
-    the kinds whose scheme reads keys per query head (relative, content)."""
-    group = h // k.shape[1]
-    if group == 1:
-        return k, v
-    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
 def _needs_grad(q, k, v, pe) -> bool:
@@ -155,14 +156,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
               causal: bool = False, scale: float | None = None, backend: str = "auto",
               document_ids: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
               attention_mask: torch.Tensor | None = None, softcap: float | None = None,
-              sinks: torch.Tensor | None = None) -> torch.Tensor:
+              sinks: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
     """Attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D]`` with positional encoding ``pe``.
 
-    **Grouped heads** (GQA, MQA): ``k`` and ``v`` may have ``H_kv`` heads with ``H % H_kv == 0``;
-    query head ``h`` reads key/value head ``h // (H / H_kv)`` (transformers' ``repeat_kv``). Kinds
-    none, rotary and bias never repeat them, on every backend (the ``G = H / H_kv`` query heads
-    of a group are folded into one head of ``G·c`` rows for each product, ``_fold``); relative and
-    content schemes, whose terms read keys per query head, repeat them.
+    Three steps: ``_prepare`` (validate, default positions, build the ``posenc.masking.Visibility``),
+    the scheme's own step through the hooks its kind declares (``_scheme_step``: a content scheme's
+    attention, BiPE's inner module, a query temperature, the rotation), then one backend from
+    ``BACKEND_RUNS`` (``_choose_backend`` says which and why).
+
+    ``k`` and ``v`` may have ``H_kv`` heads with ``H % H_kv == 0`` (grouped heads: module docstring).
 
     Args:
         pe: a module from ``posenc.build`` (or None, the same as ``nope``).
@@ -173,15 +175,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
         causal: query ``i`` sees key ``j`` only when ``j <= i + (Lk - Lq)``.
         scale: multiplies ``q·k``; by default ``1/√D``, or the scheme's ``default_scale`` when it
             declares one (DeBERTa: ``1/√(D·f)``, ``f`` counting its terms).
-        backend: for bias and relative kinds (and any kind with ``document_ids``),
-            ``"materialize"`` the whole score bias, ``"flex"`` (FlexAttention ``score_mod``; bias
-            kind, forward only on CPU, float16/bfloat16/float32), ``"chunked"`` (query blocks),
-            ``"blockwise"`` (``posenc.blockwise``: query and key blocks with an online softmax,
-            and a backward that recomputes them; trains at long context; no ``document_ids``),
-            or ``"auto"`` (materialize when small; else, when no gradient is needed and the dtype
-            allows, flex off the CPU, under ``torch.compile`` or with ``document_ids`` — but
-            eagerly never for a scheme whose score_mod takes minutes to compile, FIRE's MLP
-            (``_flex_cheap``); else blockwise, or chunked with ``document_ids``).
+        backend: for bias and relative kinds (and any kind with ``document_ids``, a ``window``, an
+            ``attention_mask``, ``softcap`` or ``sinks``), ``"materialize"`` the whole score bias,
+            ``"flex"`` (FlexAttention ``score_mod``; bias kind, forward only on CPU,
+            float16/bfloat16/float32), ``"chunked"`` (query blocks), ``"blockwise"``
+            (``posenc.blockwise``: query and key blocks with an online softmax, and a backward that
+            recomputes them; trains at long context), or ``"auto"`` (materialize when small; else,
+            when no gradient is needed and the dtype allows, flex off the CPU, under
+            ``torch.compile`` or with ``document_ids`` — but eagerly never for a scheme whose
+            score_mod takes minutes to compile, FIRE's MLP (``_flex_cheap``); else blockwise, or
+            chunked with ``document_ids`` or without a scheme).
         document_ids: integer ``[Lk]`` or ``[B, Lk]``, non-decreasing: the document of each key
             (queries are the last ``Lq`` keys). A query sees only keys of its own document.
         hidden: ``[B, Lk, d_model]``, the layer's input at every key, for a ``content`` scheme that
@@ -191,30 +194,58 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             ``flex``.
         attention_mask: a key padding mask ``[B, Lk]`` (bool or 0/1: False/0 marks padding) or a
             4D mask ``[B or 1, H or 1, Lq, Lk]``, bool (True: may see) or additive float (added to
-            the scores; ``−inf`` or transformers' ``finfo.min`` masks), combined with ``causal``
-            and ``document_ids`` on every backend (``posenc.masking``). A query that sees no key
-            returns zeros (and zero gradients). Content schemes take bool and padding masks.
-        softcap: a logit cap ``c > 0`` (Gemma 2's ``attn_logit_softcapping``; Gemma Team 2024,
-            arXiv:2408.00118): the content score is bounded first, then the scheme's bias (or
-            relative term) and the mask are added, ``s = c·tanh(q·k·scale / c) + bias + mask``,
-            as transformers' Gemma 2 attention adds its mask after the cap (a position bias is
-            added as the mask is; the cap bounds ``q·k`` only). Every backend: ``materialize``,
-            ``chunked``, ``blockwise`` (its online-softmax loop, not the fused CPU kernel) and
-            ``flex`` (in its ``score_mod``). A content scheme caps its own dot-product term and adds
-            its positional term after (``posenc.rowwise``: FoX's gates, CoPE's ``q·e(p)``, DAPE's
-            MLP reading the capped score; PaTH's whole transported score; stick-breaking's ``z``).
-        sinks: ``[H]`` floating, one learned logit per query head (attention sinks: GPT-OSS's
-            ``s_aux``; Xiao et al. 2023, arXiv:2309.17453): each row's softmax denominator gains
-            ``e^{sinks[h]}``, as one more key of score ``sinks[h]`` and value 0, so
-            ``out = softmax(s)·v · σ(lse − sinks[h])`` with ``lse`` the row's log-sum-exp;
-            differentiable in q, k, v and ``sinks``. Backends ``materialize``, ``chunked`` and
-            ``blockwise``; ``flex`` refuses it (``auto`` never picks it then). Content schemes take
-            it as one more column of their softmax, but stick-breaking (no softmax: refused). A
-            query that sees no key still returns zeros.
+            the scores; ``−inf`` or transformers' ``finfo.min`` masks), combined with ``causal``,
+            ``window`` and ``document_ids`` on every backend (``posenc.masking``). A query that sees
+            no key returns zeros (and zero gradients). Content schemes take bool and padding masks.
+        softcap: a logit cap ``c > 0`` (Gemma 2; module docstring): ``s = c·tanh(q·k·scale / c) +
+            bias + mask``, the cap on the content score only, on every backend; a content scheme
+            caps its own dot-product term (``posenc.rowwise``).
+        sinks: ``[H]`` floating, one learned logit per query head (GPT-OSS's ``s_aux``; module
+            docstring): one more key of score ``sinks[h]`` and value 0 in each row's softmax,
+            differentiable; ``materialize``, ``chunked``, ``blockwise`` and content schemes but
+            stick-breaking (``flex`` refuses it).
+        window: an int ``W >= 1``, sliding-window (local) attention as Mistral's and Gemma's local
+            layers: query ``i`` sees key ``j`` only when ``j >= i + (Lk − Lq) − (W − 1)`` (at most
+            ``W − 1`` positions back, by key index; without ``causal`` also at most ``W − 1``
+            forward); needs ``Lq <= Lk``. Every backend skips the key blocks outside the window.
+            Every kind with a softmax: none, rotary, bias, relative and the content schemes but
+            stick-breaking (refused: no softmax; its leftover mass goes to the query's own value).
 
     Returns:
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
     """
+    call, hidden, kind = _prepare(q, k, v, pe, q_positions=q_positions, k_positions=k_positions, causal=causal,
+                                  scale=scale, backend=backend, document_ids=document_ids, hidden=hidden,
+                                  attention_mask=attention_mask, softcap=softcap, sinks=sinks, window=window)
+    if kind == "content":
+        return _content(call, hidden, backend)
+    call = _scheme_step(call, kind)
+    if call.q.shape[2] == 0 or call.k.shape[2] == 0:  # no scores to bias: what SDPA gives (empty, or zeros)
+        return _sdpa(call.q, call.k, call.v, scale=call.scale)
+    if call.pe is None and call.vis.docs is None and call.vis.mask is None and call.vis.window is None \
+            and call.softcap is None and call.sinks is None:
+        return _sdpa(call.q, call.k, call.v, scale=call.scale, vis=call.vis)
+    name = _choose_backend(backend, call.q, call.k, call.v, call.pe, call.vis.docs, call.vis.mask,
+                           sinks=call.sinks is not None, window=call.vis.window)
+    return BACKEND_RUNS[name](call)
+
+
+def _kind_of(pe) -> str:
+    """``pe``'s kind (None: ``none``); anything not from ``posenc.build`` refused."""
+    if pe is None:
+        return "none"
+    if not isinstance(pe, PositionalEncoding):
+        raise TypeError(f"pe must be a module from posenc.build (with a kind), got {type(pe).__name__}")
+    if pe.kind == "additive":
+        raise ValueError(f"pe {pe.name!r} is additive: add pe(positions) to the token embeddings before the "
+                         "q/k/v projections; attention() applies rotary, bias, relative and content kinds")
+    return pe.kind
+
+
+def _prepare(q, k, v, pe, *, q_positions, k_positions, causal, scale, backend, document_ids, hidden,
+             attention_mask, softcap, sinks, window) -> tuple[_Call, torch.Tensor | None, str]:
+    """Step 1: every input checked (before anything is allocated), the scale and default positions
+    filled in, and the call's ``Visibility`` built. Returns ``(call, hidden, kind)``."""
     q, k, v = check_qkv(q, k, v, grouped=True)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
@@ -222,137 +253,149 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     b, h, lq, d = q.shape
     lk = k.shape[2]
     softcap, sinks = check_cap_and_sinks(softcap, sinks, h)
-    mask = check_attention_mask(attention_mask, b=b, h=h, lq=lq, lk=lk, device=q.device)
-    capped = softcap is not None or sinks is not None  # scores that SDPA does not form
+    kind = _kind_of(pe)
+    vis = Visibility.build(b=b, h=h, lq=lq, lk=lk, device=q.device, causal=causal, window=window,
+                           document_ids=document_ids, attention_mask=attention_mask)
     if scale is None:  # a scheme may fix its own (DeBERTa: 1/√(D·f)); else 1/√D
-        scale = getattr(pe, "default_scale", None) or 1.0 / math.sqrt(d)
+        scale = (None if pe is None else pe.default_scale) or 1.0 / math.sqrt(d)
     else:
         scale = check_float("scale", scale)
-    if causal and lq > lk:
-        raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
-    kind = "none" if pe is None else getattr(pe, "kind", None)
-    if hidden is not None and not getattr(pe, "reads_hidden", False):
+    if hidden is not None and (pe is None or not pe.reads_hidden):
         raise ValueError(f"hidden= is read only by content schemes that declare it (fox with gate='full', path); "
-                         f"pe {getattr(pe, 'name', None)!r} does not: pass hidden=None")
+                         f"pe {None if pe is None else pe.name!r} does not: pass hidden=None")
     if kind == "content":
         if q_positions is not None or k_positions is not None:
             raise ValueError(f"pe {pe.name!r} is a content scheme: its positions are counted from the tokens, "
                              "so it takes no q_positions/k_positions (pass None)")
-        k, v = _repeat_kv(k, v, h)
-        return _content(q, k, v, pe, hidden, document_ids, mask, causal=causal, scale=scale, backend=backend,
-                        softcap=softcap, sinks=sinks)
-    axes, check = getattr(pe, "axes", 1), getattr(pe, "check_positions", check_positions)  # the pe's positions model
-    docs = None if document_ids is None else _check_documents(document_ids, b, lq, lk, q.device)
+        return _Call(q, k, v, pe, None, None, vis, scale, softcap, sinks), hidden, kind
+    q_positions, k_positions = _positions(pe, q_positions, k_positions, vis, b=b, heads=(q.shape[1], k.shape[1]), device=q.device)
+    return _Call(q, k, v, pe, q_positions, k_positions, vis, scale, softcap, sinks), hidden, kind
+
+
+def _positions(pe, q_positions, k_positions, vis: Visibility, *, b: int, heads: tuple[int, int], device):
+    """Checked positions, by default keys at ``0..Lk-1`` and queries the last ``Lq`` of them
+    (restarting at 0 in each document), on every axis of the scheme's positions model."""
+    axes = 1 if pe is None else pe.axes
+    check = check_positions if pe is None else pe.check_positions
+    lq, lk = vis.lq, vis.lk
     if q_positions is None or k_positions is None:
-        if docs is None:
-            dq, dk = _default_positions(lq, lk, q.device)
+        if vis.docs is None:
+            dq, dk = _default_positions(lq, lk, device)
         else:
             from posenc.documents import positions_in_documents
 
-            dk = positions_in_documents(docs)  # (1 or B, Lk)
+            dk = positions_in_documents(vis.docs)  # (1 or B, Lk)
             dq = dk[:, lk - lq:]
         dq, dk = text_positions(dq, axes), text_positions(dk, axes)  # several axes: the same on each
-    q_positions = dq if q_positions is None else check("q_positions", q_positions).to(q.device)
-    k_positions = dk if k_positions is None else check("k_positions", k_positions).to(q.device)
-    check_batch("q_positions", q_positions, b, lq, axes=axes, heads=h)
-    check_batch("k_positions", k_positions, b, lk, axes=axes, heads=k.shape[1])
-    form = getattr(pe, "attention_form", None)  # a scheme whose attention is another module at some columns
-    if form is not None:  # (bipe_bias: its inter bias at the segment indices)
-        pe, q_positions, k_positions = form(q_positions, k_positions)
+    q_positions = dq if q_positions is None else check("q_positions", q_positions).to(device)
+    k_positions = dk if k_positions is None else check("k_positions", k_positions).to(device)
+    check_batch("q_positions", q_positions, b, lq, axes=axes, heads=heads[0])
+    check_batch("k_positions", k_positions, b, lk, axes=axes, heads=heads[1])
+    return q_positions, k_positions
 
-    if kind == "additive":
-        raise ValueError(f"pe {pe.name!r} is additive: add pe(positions) to the token embeddings before the "
-                         "q/k/v projections; attention() applies rotary, bias and relative kinds")
-    if kind not in ("none", "rotary", "bias", "relative"):  # content returned above
-        raise TypeError(f"pe must be a module from posenc.build (with a kind), got {type(pe).__name__}")
-    if kind == "bias" and pe.num_heads != h:
+
+def _scheme_step(call: _Call, kind: str) -> _Call:
+    """Step 2: the scheme prepares its call through the hooks its kind declares
+    (``PositionalEncoding.attention_form``, ``.temper_queries``, ``RotaryEncoding.rotate``). After
+    it, ``call.pe`` is a bias or relative scheme for the backends, or None (none and rotary kinds:
+    only the masks and the score terms remain)."""
+    pe, q, k, v = call.pe, call.q, call.k, call.v
+    if pe is None:
+        return call
+    h = q.shape[1]
+    pe, qp, kp = pe.attention_form(call.q_positions, call.k_positions)
+    if isinstance(pe, BiasEncoding) and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads{heads_hint(pe.num_heads, q)}")
-    if kind == "relative":
-        k, v = _repeat_kv(k, v, h)
-    if getattr(pe, "value_term", None) is not None and v.shape[-1] != pe.head_dim:
+    if isinstance(pe, RelativeEncoding):
+        k, v = repeat_kv(k, v, h)
+    if pe.value_term is not None and v.shape[-1] != pe.head_dim:
         raise ValueError(f"pe {pe.name!r} adds value embeddings of head_dim={pe.head_dim} to the output, so v must "
                          f"have last dimension {pe.head_dim}, got {v.shape[-1]} (shape {list(v.shape)})")
-    if getattr(pe, "query_scale", None) is not None:  # a temperature per query position (Llama 4's NoPE layers)
-        q = pe(q, q_positions)
-    if kind == "rotary":  # one length for q and k (length-dependent scalings), then keys first
-        observe = getattr(pe, "observe", None)
-        if observe is not None:
-            observe(q_positions)
-        k = pe(k, k_positions, role="key")
-        q = pe(q, q_positions, role="query")
-    if lq == 0 or lk == 0:  # no scores to bias: what SDPA gives (empty, or zeros over no keys)
-        return _sdpa(q, k, v, causal=False, scale=scale)
-    if kind in ("none", "rotary"):
-        if docs is None and mask is None and not capped:
-            return _sdpa(q, k, v, causal=causal, scale=scale)
-        pe = None  # the masks (and the cap, the sinks) are the only terms on the scores: dispatched like a bias
+    q = pe.temper_queries(q, qp)  # a temperature per query position (Llama 4's NoPE layers)
+    if isinstance(pe, RotaryEncoding):  # one length for q and k (length-dependent scalings), then keys first
+        q, k = pe.rotate(q, k, qp, kp)
+    run = pe if isinstance(pe, (BiasEncoding, RelativeEncoding)) else None
+    return _Call(q, k, v, run, qp, kp, call.vis, call.scale, call.softcap, call.sinks)
 
-    backend = _choose_backend(backend, q, k, v, pe, docs, mask, sinks=sinks is not None)
-    if backend == "flex" and docs is not None and lk < FLEX_BLOCK:
+
+# -- step 3: the backends ---------------------------------------------------------------------
+
+def _run_materialize(call: _Call) -> torch.Tensor:
+    return _chunked(call, chunk=call.q.shape[2])
+
+
+def _run_chunked(call: _Call) -> torch.Tensor:
+    b, h, lk = call.q.shape[0], call.q.shape[1], call.k.shape[2]
+    return _chunked(call, chunk=max(1, CHUNK_ELEMENTS // max(1, b * h * lk)))
+
+
+def _run_blockwise(call: _Call) -> torch.Tensor:
+    return blockwise_attention(call.q, call.k, call.v, call.pe, call.q_positions, call.k_positions, vis=call.vis,
+                               scale=call.scale, softcap=call.softcap, sinks=call.sinks)
+
+
+def _run_flex(call: _Call) -> torch.Tensor:
+    if call.vis.docs is not None and call.k.shape[2] < FLEX_BLOCK:
         # compiled CPU FlexAttention with a document mask_mod is wrong when all keys fit in one
         # block (torch 2.13: error 0.24 at Lk = 120, exact at 128, 256, 311); chunked is exact
-        backend = "chunked"
-    if backend == "blockwise":
-        if docs is not None:
-            raise ValueError("backend='blockwise' does not take document_ids yet; use backend='chunked' "
-                             "(or 'auto', which picks it) for packed documents")
-        if pe is None:
-            raise ValueError("backend='blockwise' needs a bias or relative scheme; with only an attention_mask "
-                             "use backend='chunked' (or 'auto', which picks it)")
-        return blockwise_attention(q, k, v, pe, q_positions, k_positions, causal=causal, scale=scale, mask=mask,
-                                   softcap=softcap, sinks=sinks)
-    if backend == "flex":
-        out = _flex(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale, softcap=softcap)
-        if out is not None:
-            return out
-        backend = "chunked"  # compiling was unavailable for this case (warned once)
-    chunk = lq if backend == "materialize" else max(1, CHUNK_ELEMENTS // max(1, b * h * lk))
-    return _chunked(q, k, v, pe, q_positions, k_positions, docs, mask, causal=causal, scale=scale, chunk=chunk,
-                    softcap=softcap, sinks=sinks)
+        return _run_chunked(call)
+    out = _flex(call.q, call.k, call.v, call.pe, call.q_positions, call.k_positions, call.vis, scale=call.scale,
+                softcap=call.softcap)
+    return _run_chunked(call) if out is None else out  # None: compiling was unavailable (warned once)
 
 
-def _content(q, k, v, pe, hidden, document_ids, mask, *, causal: bool, scale: float, backend: str,
-             softcap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+# The backend table: every backend is a function of one prepared call (``_choose_backend`` picks).
+BACKEND_RUNS = {"materialize": _run_materialize, "chunked": _run_chunked, "blockwise": _run_blockwise,
+                "flex": _run_flex}
+
+
+def _content(call: _Call, hidden, backend: str) -> torch.Tensor:
     """A content scheme's attention: FlexAttention for a scheme whose score is an elementwise bias of
-    per-token state (FoX: ``score_mod`` reads ``c[q] − c[kv]``, after the cap when there is one),
-    else the scheme's own backends (which take ``softcap``/``sinks`` in its formula)."""
-    if backend == "flex" and not pe.flex_ok:
-        raise ValueError(f"backend='flex' needs a scheme whose score is elementwise; {pe.name!r} is not one "
-                         f"(use 'blockwise', 'chunked' or 'materialize')")
-    if backend == "flex" and mask is not None:
-        raise ValueError(f"backend='flex' does not take an attention_mask for content scheme {pe.name!r} yet; use "
-                         "'blockwise', 'chunked' or 'materialize' (or 'auto', which picks one)")
-    if backend == "flex" and sinks is not None:
-        raise ValueError(f"backend='flex' does not take sinks= (CPU FlexAttention cannot return the log-sum-exp the "
-                         f"sink column needs); use 'blockwise', 'chunked' or 'materialize' for {pe.name!r}")
+    per-token state (``flex_ok``, FoX: ``score_mod`` reads ``c[q] − c[kv]`` through its
+    ``flex_bias``, after the cap when there is one), else the scheme's own backends
+    (``posenc.rowwise``, which take ``softcap``/``sinks`` in the scheme's formula)."""
+    q, pe, vis, softcap, sinks = call.q, call.pe, call.vis, call.softcap, call.sinks
+    k, v = repeat_kv(call.k, call.v, q.shape[1])
+    if backend == "flex":
+        _check_content_flex(pe, vis, sinks)
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    if backend in ("flex", "auto") and pe.flex_ok and lq and lk and mask is None and sinks is None:
+    if backend in ("flex", "auto") and pe.flex_ok and lq and lk and vis.mask is None and sinks is None:
         needs_grad = _needs_grad(q, k, v, pe) or (torch.is_grad_enabled() and hidden is not None
                                                   and hidden.requires_grad)
-        wanted = backend == "flex" or (b * h * lq * lk > MATERIALIZE_ELEMENTS and not needs_grad
+        wanted = backend == "flex" or (b * h * lq * lk > scores.MATERIALIZE_ELEMENTS and not needs_grad
                                        and q.dtype in FLEX_DTYPES and _flex_first(q))
         if wanted:
             _check_flex(q, needs_grad)
             hidden = pe.check_hidden(hidden, b, lk)
-            if not causal:
+            if not vis.causal:
                 raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
-            docs = None if document_ids is None else _check_documents(document_ids, b, lq, lk, q.device)
+            check_takes(pe, softcap=softcap is not None, window=vis.window is not None)
             with torch.no_grad():
-                bias, index = pe.flex_parts(k.float(), None if hidden is None else hidden.float(), docs)
-            out = _flex(q, k, v, bias, index[:, lk - lq:], index, docs, causal=True,
-                        scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale),
-                        softcap=softcap)
+                bias, index = pe.flex_bias(k.float(), None if hidden is None else hidden.float(), vis.docs)
+            out = _flex(q, k, v, bias, index[:, lk - lq:], index, vis, scale=call.scale, softcap=softcap)
             if out is not None:
                 return out
         backend = "auto" if backend == "flex" else backend  # compiling was unavailable (warned once)
-    extra = cap_and_sink_keywords(softcap, sinks)
-    if mask is not None:
-        extra["attention_mask"] = mask
-    return pe(q, k, v, hidden=hidden, causal=causal, scale=scale, document_ids=document_ids, backend=backend, **extra)
+    return content_attention(pe, q, k, v, hidden=hidden, causal=vis.causal, scale=call.scale, backend=backend,
+                             softcap=softcap, sinks=sinks, visibility=vis)
+
+
+def _check_content_flex(pe, vis: Visibility, sinks) -> None:
+    """An explicit ``backend="flex"`` for a content scheme: one whose score is elementwise, without a
+    mask or sinks."""
+    if not pe.flex_ok:
+        raise ValueError(f"backend='flex' needs a scheme whose score is elementwise; {pe.name!r} is not one "
+                         f"(use 'blockwise', 'chunked' or 'materialize')")
+    if vis.mask is not None:
+        raise ValueError(f"backend='flex' does not take an attention_mask for content scheme {pe.name!r} yet; use "
+                         "'blockwise', 'chunked' or 'materialize' (or 'auto', which picks one)")
+    if sinks is not None:
+        raise ValueError(f"backend='flex' does not take sinks= (CPU FlexAttention cannot return the log-sum-exp the "
+                         f"sink column needs); use 'blockwise', 'chunked' or 'materialize' for {pe.name!r}")
 
 
 def _flex_ok(pe) -> bool:
-    return pe is None or (pe.kind == "bias" and pe.flex_ok)
+    return pe is None or (isinstance(pe, BiasEncoding) and pe.flex_ok)
 
 
 def _flex_cheap(pe) -> bool:
@@ -361,7 +404,7 @@ def _flex_cheap(pe) -> bool:
     flex is the route that compiles whole). A cold compile of ALiBi with a document mask took 27 s
     on the CPU (2 cores, loaded; 0.08 s a call afterwards, chunked 0.99 s, L = 2048, two documents);
     FIRE's score_mod unrolls its MLP and took 177–189 s at hidden = 128 (``flex_compiles_fast``)."""
-    return pe is None or getattr(pe, "flex_compiles_fast", True) or torch.compiler.is_compiling()
+    return pe is None or pe.flex_compiles_fast or torch.compiler.is_compiling()
 
 
 def _flex_first(q) -> bool:
@@ -386,14 +429,20 @@ def _flex_first(q) -> bool:
     return q.device.type != "cpu" or torch.compiler.is_compiling()
 
 
-def _choose_backend(backend: str, q, k, v, pe, docs=None, mask: AttentionMask | None = None, *,
-                    sinks: bool = False) -> str:
-    """``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype, grad mode and mask.
+def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: bool = False,
+                    window: int | None = None, explain: bool = False):
+    """The one chooser: ``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype,
+    grad mode and mask. Returns the backend's name (``explain``: ``(name, why)``).
 
-    ``auto`` never compiles FlexAttention for a mask alone on the CPU (``chunked`` is exact and
-    bounded, with no minutes-long first call). With ``sinks`` flex is refused and ``auto`` never
-    picks it (CPU FlexAttention returns no log-sum-exp to merge the sink with: torch 2.13's
-    Inductor, "return_lse is not supported yet"); a ``softcap`` goes into flex's ``score_mod``."""
+    ``auto``: ``materialize`` up to ``posenc.scores.MATERIALIZE_ELEMENTS`` scores; else ``flex``
+    for a forward without gradient in a flex dtype when the scheme's score is elementwise and
+    compiles fast, and there are documents (or nothing but the score terms) or flex is the fast
+    path (off the CPU, under the caller's compile); else ``chunked`` with documents or without a
+    scheme, ``blockwise`` otherwise. ``auto`` never compiles FlexAttention for a mask (or a window)
+    alone on the CPU (``chunked`` is exact and bounded, with no minutes-long first call). With
+    ``sinks`` flex is refused and ``auto`` never picks it (CPU FlexAttention returns no log-sum-exp
+    to merge the sink with: torch 2.13's Inductor, "return_lse is not supported yet"); a
+    ``softcap`` goes into flex's ``score_mod``."""
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     needs_grad = _needs_grad(q, k, v, pe)
     flex_mask_ok = mask is None or mask.bias is None  # flex reads a bool mask in its mask_mod
@@ -401,12 +450,18 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask: AttentionMask | 
         raise ValueError("backend='flex' does not compute sinks= (FlexAttention on the CPU returns no log-sum-exp to "
                          "merge them with); use backend='materialize', 'chunked' or 'blockwise' (or 'auto')")
     if backend == "auto":
-        if b * h * lq * lk <= MATERIALIZE_ELEMENTS:
-            return "materialize"
-        if (_flex_ok(pe) and not sinks and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe) and flex_mask_ok
-                and (docs is not None or (pe is None and mask is None) or _flex_first(q))):
-            return "flex"
-        return "chunked" if docs is not None or pe is None else "blockwise"
+        n = b * h * lq * lk
+        if n <= scores.MATERIALIZE_ELEMENTS:
+            name, why = "materialize", f"B·H·Lq·Lk = {n} scores fit MATERIALIZE_ELEMENTS"
+        elif (_flex_ok(pe) and not sinks and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe)
+              and flex_mask_ok and (docs is not None or (pe is None and mask is None and window is None)
+                                    or _flex_first(q))):
+            name, why = "flex", "a forward without gradient that FlexAttention's score_mod and block mask serve"
+        elif docs is not None or pe is None:
+            name, why = "chunked", "documents or no scheme: query blocks with the masks (exact, bounded)"
+        else:
+            name, why = "blockwise", "query and key blocks with an online softmax (exact, bounded, trainable)"
+        return (name, why) if explain else name
     if backend == "flex":
         if not _flex_ok(pe):
             raise ValueError(f"backend='flex' needs a bias scheme with an elementwise score; {pe.name!r} is not one")
@@ -414,7 +469,7 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask: AttentionMask | 
             raise ValueError("backend='flex' takes a bool or key padding attention_mask; an additive float mask with "
                              "values other than 0 and -inf runs on 'chunked', 'materialize' or 'blockwise'")
         _check_flex(q, needs_grad)
-    return backend
+    return (backend, "asked for") if explain else backend
 
 
 def _check_flex(q, needs_grad: bool) -> None:
@@ -427,104 +482,84 @@ def _check_flex(q, needs_grad: bool) -> None:
                          "'materialize' when gradients are needed (or wrap the call in torch.no_grad())")
 
 
-def _allowed(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, device):
-    """Which keys queries ``start..stop-1`` may see: ``[c, Lk]`` or ``[1 or B, 1, c, Lk]``; None if all."""
-    rows = torch.arange(start, stop, device=device).unsqueeze(-1)  # (c, 1): only this chunk's rows
-    allowed = torch.arange(lk, device=device) <= rows + (lk - lq) if causal else None  # (c, Lk)
-    if docs is not None:
-        shift = lk - lq
-        same = docs[:, None, start + shift:stop + shift, None] == docs[:, None, None, :]  # (1 or B, 1, c, Lk)
-        allowed = same if allowed is None else same & allowed
-    return allowed
-
-
-def _visible(lq: int, lk: int, start: int, stop: int, docs, *, causal: bool, device):
-    """The keys queries ``start..stop-1`` may see as index ranges ``first..last`` (inclusive, ``[c]`` or
-    ``[1 or B, c]``; ``first`` None: from key 0): the causal and document masks, for
-    ``BiasEncoding.nearest_keys``. Documents are contiguous, so a query's are one range."""
-    own = torch.arange(start, stop, device=device) + (lk - lq)  # (c,) each query's own key
-    last = own if causal else torch.full_like(own, lk - 1)
-    if docs is None:
-        return None, last
-    ids = docs.contiguous()  # (1 or B, Lk), non-decreasing
-    mine = ids[:, own]  # (1 or B, c)
-    return torch.searchsorted(ids, mine), torch.minimum(last, torch.searchsorted(ids, mine, right=True) - 1)
-
-
-def _chunked(q, k, v, pe, q_positions, k_positions, docs=None, mask: AttentionMask | None = None, *,
-             causal: bool, scale: float, chunk: int, softcap: float | None = None, sinks: torch.Tensor | None = None):
-    """Exact attention over query blocks of ``chunk`` rows; scores in float32 at least.
-    ``pe`` None: no bias, only the causal, document and attention masks. Grouped heads are folded
-    (``_fold``), never repeated; a query that sees no key gives zeros. With ``softcap`` or
-    ``sinks`` a block's scores are formed explicitly (``_capped_weights``), then the softmax with
-    the sink column."""
+def _chunked(call: _Call, *, chunk: int) -> torch.Tensor:
+    """Exact attention over query blocks of ``chunk`` rows, each over the keys its rows can see
+    (``Visibility.key_range``); scores in float32 at least. ``pe`` None: no bias, only the masks.
+    Grouped heads are folded (``posenc.scores.fold``), never repeated; a query that sees no key
+    gives zeros. With ``softcap`` or ``sinks`` a block's scores are formed explicitly
+    (``_capped_weights``), then the softmax with the sink column."""
+    q, k, v, pe, vis = call.q, call.k, call.v, call.pe, call.vis
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     q, k, v = q.to(work), k.to(work), v.to(work)
-    b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    h, lq = q.shape[1], q.shape[2]
     group = h // k.shape[1]
+    value_term = None if pe is None else pe.value_term
     outs = []
     for start in range(0, lq, chunk):
         stop = min(start + chunk, lq)
-        qp = q_positions[..., start:stop]
-        qc = q[:, :, start:stop]  # (B, H, c, D)
-        allowed = _allowed(lq, lk, start, stop, docs, causal=causal, device=q.device)
-        seen = added = None
-        if mask is not None:
-            own = mask.allowed(start, stop, 0, lk)  # (1 or B, 1 or H, c or 1, Lk)
-            allowed = own if allowed is None else allowed & own
+        k0, k1 = vis.key_range(start, stop)
+        qc, kc, vc = q[:, :, start:stop], k[:, :, k0:k1], v[:, :, k0:k1]  # (B, H, c, D), (B, H_kv, n, ·)
+        qp = None if pe is None else _along(call.q_positions, start, stop, pe.axes)
+        kp = None if pe is None else _along(call.k_positions, k0, k1, pe.axes)
+        allowed = vis.allowed(start, stop, k0, k1, device=q.device)
+        seen = None
+        if vis.hides_rows:
             seen = allowed.any(-1, keepdim=True)  # (.., c, 1): a query with no key gives zeros
             allowed = allowed | ~seen  # ... and sees every key meanwhile, so nothing is NaN
-            added = mask.added(start, stop, 0, lk)
-        if pe is None:
-            bias = None
-        elif isinstance(pe, BiasEncoding):  # float64 map cast once to the score dtype, not the module's
-            first, last = _visible(lq, lk, start, stop, docs, causal=causal, device=q.device)
-            near = pe.nearest_keys(qp, k_positions, first=first, last=last)  # (c,) or (B, c); None: no peak
-            if near is None:
-                bias = pe(qp, k_positions, dtype=work)  # (H, c, Lk) or (B, H, c, Lk)
-            else:  # each row's peak removed in float64 first (far keys)
-                bias = pe.peak_removed(as_working(qp), as_working(k_positions), near).to(work)
-        elif pe.kind == "bias":
-            bias = pe(qp, k_positions).to(work)
-        else:
-            bias = pe(qc, k, qp, k_positions).to(work)  # (B, H, c, Lk)
+        bias = _block_bias(pe, qc, kc, qp, kp, vis, start, stop, k0, work)
+        added = vis.added(start, stop, k0, k1)
         if added is not None:
             bias = added.to(work) if bias is None else bias + added.to(work)
         if allowed is not None:
             bias = allowed if bias is None else torch.where(allowed, bias, float("-inf"))
-        if softcap is not None or sinks is not None:
-            p = _capped_weights(qc, k, bias, group, scale=scale, softcap=softcap, sinks=sinks)  # (B, H, c, Lk)
-            out = _unfold(torch.matmul(_fold(p, group), v), group)  # (B, H, c, Dv)
-            if getattr(pe, "value_term", None) is not None:
-                out = out + pe.value_term(p, qp, k_positions)
-        elif getattr(pe, "value_term", None) is None:
-            if group > 1 and bias is not None:  # (.., c, Lk) -> (B or 1, H/G, G·c, Lk)
-                bias = _fold(bias.expand(bias.shape[0] if bias.dim() == 4 else 1, h, stop - start, lk), group)
-            out = _unfold(F.scaled_dot_product_attention(_fold(qc, group), k, v, attn_mask=bias, scale=scale), group)
+        if call.softcap is not None or call.sinks is not None:
+            p = _capped_weights(qc, kc, bias, group, scale=call.scale, softcap=call.softcap, sinks=call.sinks)
+            out = unfold(torch.matmul(fold(p, group), vc), group)  # (B, H, c, Dv)
+            if value_term is not None:
+                out = out + value_term(p, qp, kp)
+        elif value_term is None:
+            if group > 1 and bias is not None:  # (.., c, n) -> (B or 1, H/G, G·c, n)
+                bias = fold(bias.expand(bias.shape[0] if bias.dim() == 4 else 1, h, stop - start, k1 - k0), group)
+            out = unfold(F.scaled_dot_product_attention(fold(qc, group), kc, vc, attn_mask=bias, scale=call.scale),
+                         group)
         else:  # Shaw: the output also mixes relative value embeddings with the same weights
-            p = torch.softmax(qc @ k.transpose(-1, -2) * scale + bias, dim=-1)  # (B, H, c, Lk)
-            out = p @ v + pe.value_term(p, qp, k_positions)
+            p = torch.softmax(qc @ kc.transpose(-1, -2) * call.scale + bias, dim=-1)  # (B, H, c, n)
+            out = p @ vc + value_term(p, qp, kp)
         outs.append(out if seen is None else out * seen)
     return torch.cat(outs, dim=2).to(dtype)
 
 
+def _along(positions: torch.Tensor, start: int, stop: int, axes: int) -> torch.Tensor:
+    """Positions ``[..., L]`` (``[..., L, A]`` with ``A`` axes) of rows ``start … stop − 1``."""
+    return positions[..., start:stop] if axes == 1 else positions[..., start:stop, :]
+
+
+def _block_bias(pe, qc, kc, qp, kp, vis: Visibility, start: int, stop: int, k0: int, work):
+    """The scheme's term of a block of queries ``start … stop − 1`` over keys from ``k0`` (those of
+    ``kc``): a bias scheme's float64 map cast once to the score dtype (each row's peak removed
+    first where it has one: far keys), or a relative scheme's ``pe(q, k, ...)``; None without one."""
+    if pe is None:
+        return None
+    if not isinstance(pe, BiasEncoding):
+        return pe(qc, kc, qp, kp).to(work)  # (B, H, c, n)
+    first, last = vis.row_ranges(start, stop, device=qc.device)
+    near = pe.nearest_keys(qp, kp, first=None if first is None else first - k0, last=last - k0)
+    if near is None:
+        return pe(qp, kp, dtype=work)  # (H, c, n) or (B, H, c, n)
+    return pe.peak_removed(as_working(qp), as_working(kp), near).to(work)  # each row's peak removed in float64
+
+
 def _capped_weights(qc, k, bias, group: int, *, scale: float, softcap: float | None, sinks: torch.Tensor | None):
-    """The softmax weights ``[B, H, c, Lk]`` of one query block with a logit cap and/or sinks:
+    """The softmax weights ``[B, H, c, n]`` of one query block with a logit cap and/or sinks:
     ``s = c·tanh(q·k·scale / c) + bias`` (the cap on the content score only; ``bias`` the scheme's
     term plus the masks, ``−∞`` where masked, or a bool ``allowed``), then a column ``sinks[h]``
-    joins each row's softmax and is dropped (its value is 0), so the weights sum to
-    ``σ(lse − sinks[h])``."""
-    b, h, c = qc.shape[:3]
-    s = _unfold(torch.matmul(_fold(qc, group), k.transpose(-1, -2)), group) * scale  # (B, H, c, Lk)
-    if softcap is not None:
-        s = torch.tanh(s / softcap) * softcap
+    joins each row's softmax and is dropped (``posenc.scores``)."""
+    s = unfold(torch.matmul(fold(qc, group), k.transpose(-1, -2)), group) * scale  # (B, H, c, n)
+    s = cap_scores(s, softcap)
     if bias is not None:
         s = s.masked_fill(~bias, float("-inf")) if bias.dtype == torch.bool else s + bias
-    if sinks is None:
-        return torch.softmax(s, dim=-1)
-    sink = sinks.to(device=s.device, dtype=s.dtype).view(1, h, 1, 1).expand(b, h, c, 1)  # (B, H, c, 1)
-    return torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :-1]
+    return sink_softmax(s, sinks)
 
 
 # -- FlexAttention ----------------------------------------------------------------------------
@@ -561,47 +596,9 @@ def _flex_unavailable(key: tuple, why: str) -> None:
                   "the chunked backend from now on (exact, memory bounded)", FlexFallbackWarning, stacklevel=4)
 
 
-def _block_mask(b: int, lq: int, lk: int, docs, mask_mod, *, causal: bool, device, masked: bool = False):
-    """The ``BlockMask`` of the causal and/or document mask, built from ``FLEX_BLOCK`` blocks directly:
-    ``[nq, nk]`` block tables, never the ``[Lq, Lk]`` mask (nor a compile of create_block_mask).
-    ``masked``: an attention mask also applies, so no block is known whole (``mask_mod`` runs on each)."""
-    from torch.nn.attention.flex_attention import BlockMask
-
-    n = FLEX_BLOCK
-    nq, nk = -(-lq // n), -(-lk // n)
-    q_first = torch.arange(nq, device=device) * n  # (nq,) first query row of each block
-    q_last = (q_first + n - 1).clamp(max=lq - 1)
-    k_first = torch.arange(nk, device=device) * n  # (nk,)
-    k_last = (k_first + n - 1).clamp(max=lk - 1)
-    some = torch.ones(1, nq, nk, dtype=torch.bool, device=device)  # a block with at least one allowed pair
-    every = torch.ones(1, nq, nk, dtype=torch.bool, device=device)  # a block whose pairs are all allowed
-    shift = lk - lq
-    if causal:
-        some = some & (k_first <= q_last[:, None] + shift)
-        every = every & (k_last <= q_first[:, None] + shift)
-    if docs is not None:  # non-decreasing ids: a block's first and last rows hold its smallest and largest
-        q_lo, q_hi = docs[:, q_first + shift], docs[:, q_last + shift]  # (1 or B, nq)
-        k_lo, k_hi = docs[:, k_first], docs[:, k_last]  # (1 or B, nk)
-        some = some & (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
-        every = every & ((q_lo == q_hi)[:, :, None] & (k_lo == k_hi)[:, None, :]
-                         & (q_lo[:, :, None] == k_lo[:, None, :]))
-    if masked:
-        every = every & False
-    partial = some & ~every
-
-    def table(m):  # (Bm, nq, nk) -> the count and the indices (allowed first) of each row's blocks
-        m = m.unsqueeze(1)  # (Bm, 1, nq, nk)
-        index = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-        return m.sum(-1, dtype=torch.int32), index
-
-    return BlockMask.from_kv_blocks(*table(partial), *table(every), BLOCK_SIZE=n, mask_mod=mask_mod,
-                                    seq_lengths=(lq, lk))
-
-
-def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | None = None, *, causal: bool,
-          scale: float, softcap: float | None = None):
+def _flex(q, k, v, pe, q_positions, k_positions, vis: Visibility, *, scale: float, softcap: float | None = None):
     """FlexAttention: the bias is computed score by score in ``score_mod``, never a whole map; the
-    masks are a block mask with a ``mask_mod``. None when compiling is unavailable for this case.
+    masks are ``vis``'s block mask and ``mask_mod``. None when compiling is unavailable for this case.
     ``softcap``: the ``score_mod`` caps ``q·k·scale`` first (``c·tanh(s / c)``), then adds the bias."""
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -614,7 +611,7 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | Non
         qpos = as_working(q_positions).expand(b, lq).contiguous()  # (B, Lq): int64, or float64 if real
         kpos = as_working(k_positions).expand(b, lk).contiguous()  # (B, Lk)
         bias = pe.score_fn()
-        first, last = _visible(lq, lk, 0, lq, docs, causal=causal, device=q.device)
+        first, last = vis.row_ranges(0, lq, device=q.device)
         near = pe.nearest_keys(qpos, kpos, first=first, last=last)  # (B, Lq) or None
 
         if near is None:
@@ -638,39 +635,24 @@ def _flex(q, k, v, pe, q_positions, k_positions, docs, mask: AttentionMask | Non
             return capped if inner is None else inner(capped, bi, hi, qi, ki)
 
     block_mask = None
-    if causal or docs is not None or mask is not None:
-        shift = lk - lq
-        if not torch.compiler.is_compiling():  # a tensor, so that our compile does not specialize on it
-            shift = torch.tensor(shift, device=q.device)  # (the caller's compile takes only inputs in a mask_mod)
-        kdoc = None if docs is None else docs.expand(b, lk).contiguous()  # (B, Lk)
-        keys = None if mask is None or mask.keys is None else mask.keys.expand(b, lk).contiguous()  # (B, Lk)
-        pairs = None if mask is None else mask.pairs  # (1 or B, 1 or H, Lq, Lk)
-        pair_b, pair_h = (False, False) if pairs is None else (pairs.shape[0] > 1, pairs.shape[1] > 1)
-
-        def mask_mod(bi, hi, qi, ki):
-            allowed = ki <= qi + shift if causal else ki >= 0
-            if kdoc is not None:
-                allowed = allowed & (kdoc[bi, qi + shift] == kdoc[bi, ki])
-            if keys is not None:
-                allowed = allowed & keys[bi, ki]
-            if pairs is not None:
-                allowed = allowed & pairs[bi if pair_b else 0, hi if pair_h else 0, qi, ki]
-            return allowed
-
+    mask_mod = vis.mask_mod(b, q.device)
+    if mask_mod is not None:
         if torch.compiler.is_compiling():  # the caller's compile fuses create_block_mask (no [Lq, Lk] mask)
             from torch.nn.attention.flex_attention import create_block_mask
 
-            block_mask = create_block_mask(mask_mod, None if docs is None else b, None, lq, lk, device=q.device)
+            batched = vis.docs is not None or vis.mask is not None
+            block_mask = create_block_mask(mask_mod, b if batched else None, None, lq, lk, device=q.device)
         else:
-            block_mask = _block_mask(b, lq, lk, docs, mask_mod, causal=causal, device=q.device, masked=mask is not None)
+            block_mask = vis.flex_block_mask(b, mask_mod, block=FLEX_BLOCK, device=q.device)
     # CPU FlexAttention has no backward; elsewhere keep the caller's grad mode (never force it on)
     grad = torch.no_grad() if q.device.type == "cpu" else contextlib.nullcontext()
     if torch.compiler.is_compiling():  # the caller's compile captures flex_attention
         with grad:
             out = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
         return out.to(dtype)
-    key = (None if pe is None else pe.name, causal, docs is not None, q.device.type, gqa,
-           None if mask is None else ("keys" if mask.keys is not None else "pairs"), softcap)
+    mask = vis.mask
+    key = (None if pe is None else pe.name, vis.causal, vis.docs is not None, q.device.type, gqa,
+           None if mask is None else ("keys" if mask.keys is not None else "pairs"), softcap, vis.window is not None)
     run = _compiled_flex(key)
     if run is None:
         return None

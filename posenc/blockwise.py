@@ -55,8 +55,8 @@ with zero columns (``_one_head_size``); the backward's loop takes any ``Dv``.
 
 Memory: besides q, k, v, o, lse and the gradients, one block of scores and its bias (``B·H·
 BLOCK_Q·BLOCK_K`` elements, with the scheme's temporaries for that block) lives at a time.
-Causal attention skips the key blocks entirely above the diagonal and masks only those that cross
-it. The bias is computed per block by the scheme's own ``score_fn`` (the function that also
+Causal (and windowed) attention skips the key blocks no query of a block can see
+(``Visibility.key_range``) and masks only those that cross the diagonal (or the window's edge). The bias is computed per block by the scheme's own ``score_fn`` (the function that also
 builds the full map and FlexAttention's ``score_mod``), in float64 and then cast, so the three
 paths cannot drift; the forward, which needs no graph, asks the scheme's ``block_fn``, which is
 ``score_fn`` too except where a scheme has a faster form held to the same reference (FIRE).
@@ -69,9 +69,10 @@ from __future__ import annotations
 
 import torch
 
-from posenc.encodings._base import BiasEncoding
-from posenc.masking import AttentionMask
+from posenc.encodings._base import BiasEncoding, RelativeEncoding
+from posenc.masking import Visibility
 from posenc.positions import as_working
+from posenc.scores import cap_scores, capped, fold as _fold, merge_sinks, sinks_grad, unfold as _unfold
 
 # Blocks of 256 queries x 512 keys: 8 heads' scores are 4 MB in float32 and the largest float64
 # temporary (a bias block) 8 MB, under glibc's 32 MB mmap threshold, so every block reuses warm
@@ -94,8 +95,9 @@ class _Bias:
     Toeplitz mode (``self.table`` is set): a bias scheme that depends on ``k − q`` only
     (``translation_invariant``) at contiguous positions ``qpos = q0 + i``, ``kpos = k0 + j`` has
     ``b_ij = f(j − i + k0 − q0)``: one float64 table ``u[e] = f(e − (Lq − 1) + k0 − q0)`` over
-    ``e = j − i + Lq − 1 ∈ [0, Lq + Lk − 1)``, with causal's ``−∞`` folded in (``j > i + Lk − Lq``
-    is ``e ≥ Lk``). A block whose query rows are taken in reverse order (``r = qe − 1 − i``) reads
+    ``e = j − i + Lq − 1 ∈ [0, Lq + Lk − 1)``, with causality's and the window's ``−∞`` folded in
+    (the index offset ``j − (i + Lk − Lq)`` is ``e − Lk + 1``: causal masks ``e ≥ Lk``). A block
+    whose query rows are taken in reverse order (``r = qe − 1 − i``) reads
     ``u[ks + (Lq − qe) + r + c]`` at row ``r``, column ``c``: a view of ``u`` with strides
     ``(T, 1, 1)`` over ``[H, c, n]``, never materialized, which SDPA's fused CPU kernel takes as
     its ``attn_mask``. The gradient of ``u`` is the block's ``ds`` summed along those
@@ -103,12 +105,13 @@ class _Bias:
     """
 
     def __init__(self, pe, q_positions: torch.Tensor, k_positions: torch.Tensor, work: torch.dtype, *,
-                 causal: bool, lq: int, lk: int, mask: AttentionMask | None = None, softcap: float | None = None,
-                 sinks: bool = False) -> None:
-        self.pe, self.work, self.causal, self.lq, self.lk, self.mask = pe, work, causal, lq, lk, mask
+                 vis: Visibility, softcap: float | None = None, sinks: bool = False) -> None:
+        self.pe, self.work, self.vis, self.lq, self.lk = pe, work, vis, vis.lq, vis.lk
+        # a tile may hide some of its rows whole (a window, documents, an attention mask)
+        self.partial = vis.window is not None or vis.docs is not None or vis.mask is not None
         self.softcap = softcap  # scores formed here: no fused kernel (which adds the bias inside)
-        self.relative = pe.kind == "relative"
-        self.value_fn = getattr(pe, "value_term", None)
+        self.relative = isinstance(pe, RelativeEncoding)
+        self.value_fn = None if pe is None else pe.value_term  # (None: no scheme, only the masks)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
         self.qpos, self.kpos = as_working(q_positions), as_working(k_positions)
         self.fn = self.block = self.table = self.near = None
@@ -116,8 +119,8 @@ class _Bias:
         # differences needs integer positions
         self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
                          and not self.qpos.is_floating_point() and not self.kpos.is_floating_point()
-                         and _contiguous(self.qpos) and _contiguous(self.kpos) and mask is None
-                         and softcap is None and not sinks)
+                         and _contiguous(self.qpos) and _contiguous(self.kpos) and vis.mask is None
+                         and vis.docs is None and softcap is None and not sinks)
 
     def prepare(self) -> None:
         if not isinstance(self.pe, BiasEncoding):
@@ -132,13 +135,13 @@ class _Bias:
             base = (-d.min()).clamp(min=0)  # evaluate at non-negative positions (base, base + d)
             u = self.fn(self.heads.view(-1, 1), base.view(1), base + d)  # (H, T) float64
             u = u - u.amax(-1, keepdim=True)  # one constant per head, so per row: exact (far keys), in the graph
-            if self.causal:
-                u = u.masked_fill(e >= lk, float("-inf"))
+            if self.vis.bounded:  # causality and the window, at the index offset e − Lk + 1
+                u = u.masked_fill(~self.vis.offsets_allowed(e - (lk - 1)), float("-inf"))
             self.table = u.to(self.work).contiguous()
             return
-        # each row's nearest key, where its bias peaks: removed from every block before the cast
-        last = torch.arange(self.lq, device=self.qpos.device) + (self.lk - self.lq) if self.causal else None
-        self.near = self.pe.nearest_keys(self.qpos, self.kpos, last=last)
+        # each row's nearest visible key, where its bias peaks: removed from every block before the cast
+        first, last = self.vis.row_ranges(0, self.lq, device=self.qpos.device)
+        self.near = self.pe.nearest_keys(self.qpos, self.kpos, first=first, last=last)
 
     def view(self, qs: int, qe: int, ks: int, ke: int, group: int = 1, g: int = 0) -> torch.Tensor:
         """Toeplitz mode: the ``[1, H, c, n]`` bias of rows ``qe − 1 … qs`` (reversed), keys ``ks … ke − 1``;
@@ -148,17 +151,19 @@ class _Bias:
                                      self.table.storage_offset() + g * t + ks + self.lq - qe)
 
     def masked(self, s: torch.Tensor, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor:
-        """Scores (or an additive bias tile) ``[.., c, n]`` with the attention mask applied: its
-        additive values added, ``−∞`` where it masks (``posenc.masking``); ``s`` itself without one."""
-        if self.mask is None:
-            return s
-        added = self.mask.added(qs, qe, ks, ke)
+        """Scores (or an additive bias tile) ``[.., c, n]`` with the tile's visibility applied
+        (``posenc.masking.Visibility``): the attention mask's additive values added, ``−∞`` where a
+        pair is not visible; ``s`` itself when the whole tile is."""
+        added = self.vis.added(qs, qe, ks, ke)
         if added is not None:
             s = s + added.to(s.dtype)
-        return s.masked_fill(~self.mask.allowed(qs, qe, ks, ke), float("-inf"))
+        allowed = self.vis.allowed(qs, qe, ks, ke, device=s.device)
+        return s if allowed is None else s.masked_fill(~allowed, float("-inf"))
 
     def __call__(self, qs: int, qe: int, ks: int, ke: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         qp, kp = self.qpos[..., qs:qe], self.kpos[..., ks:ke]
+        if self.pe is None:  # no scheme: only the masks and the score terms
+            return torch.zeros(1, 1, qe - qs, ke - ks, dtype=self.work, device=q.device)
         if self.relative:
             return self.pe(q, k, qp, kp).to(self.work)  # (B, H, c, n)
         if self.fn is not None and self.near is not None:  # the row's peak removed in float64, then the cast
@@ -193,21 +198,6 @@ def _contiguous(positions: torch.Tensor) -> bool:
     return flat.numel() < 2 or bool((flat[1:] - flat[:-1] == 1).all())
 
 
-def _fold(x: torch.Tensor, group: int) -> torch.Tensor:
-    """``[B, H, c, ·] -> [B, H/G, G·c, ·]`` (``[B, H, c]`` too): the ``G`` query heads of a key/value head
-    as one head of ``G·c`` rows, so products read each key/value head once (grouped heads)."""
-    if group == 1:
-        return x
-    return x.reshape(x.shape[0], x.shape[1] // group, group * x.shape[2], *x.shape[3:])
-
-
-def _unfold(x: torch.Tensor, group: int) -> torch.Tensor:
-    """``[B, H/G, G·c, ·] -> [B, H, c, ·]``, the inverse of ``_fold``."""
-    if group == 1:
-        return x
-    return x.reshape(x.shape[0], x.shape[1] * group, x.shape[2] // group, *x.shape[3:])
-
-
 def _empty_rows(m: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
     """A query that sees no key (its running maximum ``m`` still ``−∞``, an attention mask's doing):
     output 0 and ``lse`` +∞, so that the backward's ``p = e^{s − lse}`` is 0 on its row."""
@@ -228,20 +218,6 @@ def _antidiagonal_sums(x: torch.Tensor) -> torch.Tensor:
     return padded[..., : r * (n + r - 1)].unflatten(-1, (r, n + r - 1)).sum(-2)
 
 
-def _key_end(qe: int, lk: int, shift: int, causal: bool) -> int:
-    """One past the last key a query block ending at row ``qe`` may see."""
-    return min(lk, qe + shift) if causal else lk
-
-
-def _masked(s: torch.Tensor, qs: int, ks: int, shift: int) -> torch.Tensor:
-    """``s [..., c, n]`` with ``−∞`` where key ``ks + j`` is after query ``qs + i`` (``j > i + shift``)."""
-    c, n = s.shape[-2:]
-    if ks + n - 1 <= qs + shift:  # the whole block is on or below the diagonal
-        return s
-    rows = torch.arange(qs, qs + c, device=s.device).unsqueeze(-1) + shift  # (c, 1)
-    return s.masked_fill(torch.arange(ks, ks + n, device=s.device) > rows, float("-inf"))
-
-
 def _one_head_size(q, k, v):
     """``q, k, v`` with one head size, as SDPA's fused CPU kernel wants it (the "Q/K/V should have the
     same head size" error otherwise): zero columns added to ``v`` (``Dv < D``; the output's extra
@@ -256,15 +232,14 @@ def _one_head_size(q, k, v):
     return q, k, v
 
 
-def _forward_toeplitz(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int):
+def _forward_toeplitz(q, k, v, bias: _Bias, *, scale: float, block_q: int):
     """Toeplitz mode: SDPA's fused CPU kernel per query block (rows reversed), the bias a view; with
     grouped heads, per member ``g`` of each group (query heads ``g, g + G, …`` against every key/value
     head, and the table's rows of those heads), so keys and values are never repeated."""
     dv = v.shape[-1]
     q, k, v = _one_head_size(q, k, v)
     b, h, lq, _ = q.shape
-    lk, group = k.shape[2], h // k.shape[1]
-    shift = lk - lq
+    group = h // k.shape[1]
     out = q.new_empty(b, h, lq, v.shape[-1])
     lse = q.new_empty(b, h, lq)
     q_g = q.view(b, h // group, group, lq, q.shape[-1])  # (B, H/G, G, Lq, D): head kv·G + g
@@ -272,27 +247,29 @@ def _forward_toeplitz(q, k, v, bias: _Bias, *, causal: bool, scale: float, block
     for g in range(group):
         for qs in range(0, lq, block_q):
             qe = min(qs + block_q, lq)
-            kend = _key_end(qe, lk, shift, causal)
+            k0, k1 = bias.vis.key_range(qs, qe)
             o, m = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q_g[:, :, g, qs:qe].flip(2), k[:, :, :kend], v[:, :, :kend], 0.0, False,
-                attn_mask=bias.view(qs, qe, 0, kend, group, g), scale=scale)  # (B, H/G, c, Dv), rows reversed
+                q_g[:, :, g, qs:qe].flip(2), k[:, :, k0:k1], v[:, :, k0:k1], 0.0, False,
+                attn_mask=bias.view(qs, qe, k0, k1, group, g), scale=scale)  # (B, H/G, c, Dv), rows reversed
             out_g[:, :, g, qs:qe] = o.flip(2)
             lse_g[:, :, g, qs:qe] = m.flip(2)
     return out[..., :dv].contiguous(), lse
 
 
-def _key_tiles(qs: int, qe: int, lk: int, shift: int, causal: bool, block_k: int) -> list[tuple[int, int]]:
-    """The key ranges ``[ks, ke)`` of query rows ``qs … qe − 1``: blocks of ``block_k`` keys that every
-    row sees whole, then (causal) the diagonal ``[qs + shift, qe + shift)``, whose first key every
-    row sees (so no row of a tile is masked whole)."""
-    whole = qs + shift if causal else lk
-    tiles = [(ks, min(ks + block_k, whole)) for ks in range(0, whole, block_k)]
-    if causal:
-        tiles.append((whole, qe + shift))
+def _key_tiles(vis: Visibility, qs: int, qe: int, block_k: int) -> list[tuple[int, int]]:
+    """The key ranges ``[ks, ke)`` of query rows ``qs … qe − 1`` (``vis.key_range``): blocks of
+    ``block_k`` keys, then (causal) the diagonal ``[qs + shift, qe + shift)``, whose first key every
+    row sees; causal alone, every row sees the blocks before it whole (so no row of a tile is
+    masked whole; with a window, documents or a mask one may be: ``_Bias.partial``)."""
+    k0, k1 = vis.key_range(qs, qe)
+    whole = max(k0, qs + vis.shift) if vis.causal else k1
+    tiles = [(ks, min(ks + block_k, whole)) for ks in range(k0, whole, block_k)]
+    if vis.causal and whole < k1:
+        tiles.append((whole, k1))
     return tiles
 
 
-def _forward_fused(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, block_k: int):
+def _forward_fused(q, k, v, bias: _Bias, *, scale: float, block_q: int, block_k: int):
     """SDPA's fused CPU kernel per tile of ``block_q`` queries x ``block_k`` keys (``_key_tiles``), the
     tile's bias (``bias.values``, with the attention mask) its mask. Each tile gives the softmax over
     its keys, ``o_t`` and ``lse_t``; two tiles' results combine exactly as
@@ -302,38 +279,35 @@ def _forward_fused(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q:
     (each ``o_t`` is ``Σ_{j∈t} e^{s_j − lse_t} v_j``), which costs ``O(c·Dv)`` per tile against the
     tile's ``O(c·n·D)``. Grouped heads are folded into the tile's rows (``_fold``). The kernel returns
     ``o = 0, lse = 0`` for a row its mask hides whole, which only an attention mask makes: such rows
-    get ``lse_t = −∞`` (no mass) before they combine."""
+    get ``lse_t = −∞`` (no mass) before they combine (also those a window or documents hide in a tile)."""
     dv = v.shape[-1]
     qp, kp, vp = _one_head_size(q, k, v)  # the kernel's
     b, h, lq, _ = q.shape
-    lk, group = k.shape[2], h // k.shape[1]
-    shift = lk - lq
+    group = h // k.shape[1]
     out = q.new_empty(b, h, lq, vp.shape[-1])
     lse = q.new_empty(b, h, lq)
     for qs in range(0, lq, block_q):
         qe = min(qs + block_q, lq)
         o = m = None
-        for ks, ke in _key_tiles(qs, qe, lk, shift, causal, block_k):
+        for ks, ke in _key_tiles(bias.vis, qs, qe, block_k):
             mask = bias.values(qs, qe, ks, ke, q[:, :, qs:qe], k[:, :, ks:ke])  # (H, c, n) or (B, H, c, n)
-            if causal:
-                mask = _masked(mask, qs, ks, shift)
             mask = bias.masked(mask, qs, qe, ks, ke).expand(b, h, qe - qs, ke - ks)
             o_t, m_t = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 _fold(qp[:, :, qs:qe], group), kp[:, :, ks:ke], vp[:, :, ks:ke], 0.0, False,
                 attn_mask=_fold(mask, group), scale=scale)
             o_t, m_t = _unfold(o_t, group), _unfold(m_t, group)  # (B, H, c, Dv), (B, H, c)
-            if bias.mask is not None:  # a row the tile hides whole carries no mass
+            if bias.partial:  # a row the tile hides whole carries no mass
                 m_t = m_t.masked_fill(torch.isneginf(mask).all(-1), float("-inf"))
             if o is None:
                 o, m = o_t, m_t
                 continue
             m_new = torch.logaddexp(m, m_t)
-            safe = m_new.masked_fill(torch.isneginf(m_new), 0.0) if bias.mask is not None else m_new
+            safe = m_new.masked_fill(torch.isneginf(m_new), 0.0) if bias.partial else m_new
             o = o.mul_((m - safe).exp_().unsqueeze(-1)).add_(o_t.mul_((m_t - safe).exp_().unsqueeze(-1)))
             m = m_new
         out[:, :, qs:qe] = o
         lse[:, :, qs:qe] = m
-    if bias.mask is not None:
+    if bias.vis.hides_rows:
         _empty_rows(lse.clone(), out, lse)
     return out[..., :dv].contiguous(), lse
 
@@ -344,32 +318,29 @@ def _fused_forward(q, bias: _Bias) -> bool:
     return q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0 and bias.softcap is None
 
 
-def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, block_k: int):
+def _forward(q, k, v, bias: _Bias, *, scale: float, block_q: int, block_k: int):
     """Online softmax over key blocks: ``o [B, H, Lq, Dv]`` and ``lse [B, H, Lq]``."""
     if bias.toeplitz:
-        return _forward_toeplitz(q, k, v, bias, causal=causal, scale=scale, block_q=FUSED_BLOCK_Q)
+        return _forward_toeplitz(q, k, v, bias, scale=scale, block_q=FUSED_BLOCK_Q)
     if _fused_forward(q, bias):
-        return _forward_fused(q, k, v, bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
+        return _forward_fused(q, k, v, bias, scale=scale, block_q=block_q, block_k=block_k)
     b, h, lq, _ = q.shape
-    lk, dv, group = k.shape[2], v.shape[-1], h // k.shape[1]
-    shift = lk - lq
+    dv, group = v.shape[-1], h // k.shape[1]
     out = q.new_empty(b, h, lq, dv)
     lse = q.new_empty(b, h, lq)
     kt = k.transpose(-1, -2)  # (B, H_kv, D, Lk)
-    masked = bias.mask is not None  # an attention mask may hide a row whole: guard its −∞ maximum
+    masked = bias.partial  # a tile may hide a row whole: guard its −∞ maximum
     for qs in range(0, lq, block_q):
         qe = min(qs + block_q, lq)
         qb = q[:, :, qs:qe]  # (B, H, c, D)
         qb_scaled = qb * scale
         m = l = acc = None
-        for ks in range(0, _key_end(qe, lk, shift, causal), block_k):
-            ke = min(ks + block_k, _key_end(qe, lk, shift, causal))
+        k0, k1 = bias.vis.key_range(qs, qe)
+        for ks in range(k0, k1, block_k):
+            ke = min(ks + block_k, k1)
             s = _unfold(torch.matmul(_fold(qb_scaled, group), kt[..., ks:ke]), group)  # (B, H, c, n)
-            if bias.softcap is not None:  # c·tanh(q·k·scale / c), before the bias (Gemma 2)
-                s = torch.tanh(s.div_(bias.softcap)).mul_(bias.softcap)
+            s = cap_scores(s, bias.softcap, inplace=True)  # c·tanh(q·k·scale / c), before the bias (Gemma 2)
             s += bias.values(qs, qe, ks, ke, qb, k[:, :, ks:ke])
-            if causal:
-                s = _masked(s, qs, ks, shift)
             s = bias.masked(s, qs, qe, ks, ke)
             block_max = s.amax(-1, keepdim=True)  # (B, H, c, 1)
             m_new = block_max if m is None else torch.maximum(m, block_max)
@@ -388,19 +359,18 @@ def _forward(q, k, v, bias: _Bias, *, causal: bool, scale: float, block_q: int, 
             m = m_new
         out[:, :, qs:qe] = acc / l
         lse[:, :, qs:qe] = (m + torch.log(l)).squeeze(-1)
-    if masked:  # rows with no key: l = 0, so acc / l is NaN and log l is −∞
+    if bias.vis.hides_rows:  # rows with no key: l = 0, so acc / l is NaN and log l is −∞
         _empty_rows(lse.clone(), out.nan_to_num_(0.0), lse)
     return out, lse
 
 
-def _backward_toeplitz(dout, q, k, v, out, lse, bias: _Bias, *, causal: bool, scale: float, block_q: int):
+def _backward_toeplitz(dout, q, k, v, out, lse, bias: _Bias, *, scale: float, block_q: int):
     """Toeplitz mode without parameters to train: SDPA's fused CPU backward per query block, given
     the saved ``o`` and ``lse`` (the global ones, so each block's ``p`` and ``δ`` are the true
     softmax's), rows reversed as in the forward; the blocks' ``dk, dv`` add up (and, with grouped
     heads, those of the group's members, run one after the other as in the forward)."""
     b, h, lq = q.shape[:3]
-    lk, group = k.shape[2], h // k.shape[1]
-    shift = lk - lq
+    group = h // k.shape[1]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     dout = dout.contiguous()
     with torch.no_grad():
@@ -412,15 +382,15 @@ def _backward_toeplitz(dout, q, k, v, out, lse, bias: _Bias, *, causal: bool, sc
     for g in range(group):
         for qs in range(0, lq, block_q):
             qe = min(qs + block_q, lq)
-            kend = _key_end(qe, lk, shift, causal)
+            k0, k1 = bias.vis.key_range(qs, qe)
             rows = slice(qs, qe)
             gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                member(dout, g)[:, :, rows].flip(2), member(q, g)[:, :, rows].flip(2), k[:, :, :kend],
-                v[:, :, :kend], member(out, g)[:, :, rows].flip(2), member(lse, g)[:, :, rows].flip(2), 0.0, False,
-                attn_mask=bias.view(qs, qe, 0, kend, group, g), scale=scale)
+                member(dout, g)[:, :, rows].flip(2), member(q, g)[:, :, rows].flip(2), k[:, :, k0:k1],
+                v[:, :, k0:k1], member(out, g)[:, :, rows].flip(2), member(lse, g)[:, :, rows].flip(2), 0.0, False,
+                attn_mask=bias.view(qs, qe, k0, k1, group, g), scale=scale)
             member(dq, g)[:, :, rows] = gq.flip(2)
-            dk[:, :, :kend] += gk
-            dv[:, :, :kend] += gv
+            dk[:, :, k0:k1] += gk
+            dv[:, :, k0:k1] += gv
     return dq, dk, dv
 
 
@@ -435,12 +405,9 @@ class _BlockwiseAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, sinks, args: dict, *params):
         bias = args["bias"]
         bias.prepare()
-        out, lse = _forward(q, k, v, bias, causal=args["causal"], scale=args["scale"],
-                            block_q=args["block_q"], block_k=args["block_k"])
+        out, lse = _forward(q, k, v, bias, scale=args["scale"], block_q=args["block_q"], block_k=args["block_k"])
         if sinks is not None:  # one more key of score sinks[h] and value 0: merged as a last tile
-            mass = lse.masked_fill(torch.isposinf(lse), float("-inf"))  # (B, H, Lq); −∞: a row with no key
-            lse = torch.logaddexp(mass, sinks.view(1, -1, 1))
-            out = out * (mass - lse).exp().unsqueeze(-1)
+            out, lse = merge_sinks(out, lse, sinks)
         ctx.save_for_backward(q, k, v, out, lse, sinks, *params)
         ctx.args = args
         return out
@@ -448,18 +415,21 @@ class _BlockwiseAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
+        """The module docstring's backward, line by line: ``ds = p ∘ (dp − δ)`` per tile and what it
+        feeds (q, k, v, the bias's parameters, Shaw's value term, the Toeplitz table, the sinks).
+        Over 80 lines because it is one derivation that reads as one piece: its tile loop shares
+        the row state (``dq``, ``δ``, ``lse``) with every term, and split it would pass a dozen."""
         q, k, v, out, lse, sinks, *params = ctx.saved_tensors
         args = ctx.args
         bias: _Bias = args["bias"]
         if bias.toeplitz and not params and v.shape[-1] == q.shape[-1]:  # nothing to learn in the bias:
             # SDPA's fused backward per block (one head size; else the loop below); never with sinks
-            return (*_backward_toeplitz(dout, q, k, v, out, lse, bias, causal=args["causal"], scale=args["scale"],
-                                        block_q=FUSED_BLOCK_Q), None, None)
-        causal, scale, block_q, block_k = args["causal"], args["scale"], args["block_q"], args["block_k"]
+            return (*_backward_toeplitz(dout, q, k, v, out, lse, bias, scale=args["scale"], block_q=FUSED_BLOCK_Q),
+                    None, None)
+        scale, block_q, block_k = args["scale"], args["block_q"], args["block_k"]
         b, h, lq, _ = q.shape
-        lk, group = k.shape[2], h // k.shape[1]
-        shift = lk - lq
-        rev = bias.toeplitz  # rows reversed: the bias is a view of one table, causal folded in
+        group = h // k.shape[1]
+        rev = bias.toeplitz  # rows reversed: the bias is a view of one table, causality and window folded in
         dout = dout.contiguous()
         delta = (dout * out).sum(-1, keepdim=True)  # (B, H, Lq, 1): rowsum(dO ∘ O)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -485,9 +455,9 @@ class _BlockwiseAttention(torch.autograd.Function):
             lse_b = flip(lse[:, :, qs:qe].unsqueeze(-1))  # (B, H, c, 1)
             delta_b = flip(delta[:, :, qs:qe])
             dqb = torch.zeros_like(qb)
-            kend = _key_end(qe, lk, shift, causal)
-            for ks in range(0, kend, block_k):
-                ke = min(ks + block_k, kend)
+            k0, k1 = bias.vis.key_range(qs, qe)
+            for ks in range(k0, k1, block_k):
+                ke = min(ks + block_k, k1)
                 kb, vb = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H, n, D), (B, H, n, Dv)
                 graph_inputs = list(params)
                 bias_b = None
@@ -507,12 +477,10 @@ class _BlockwiseAttention(torch.autograd.Function):
                 s = _unfold(torch.matmul(_fold(qb_scaled, group), kb.transpose(-1, -2)), group)  # (B, H, c, n)
                 dcap = None
                 if bias.softcap is not None:  # s = c·tanh(r / c) + b: ∂s/∂r = 1 − tanh²
-                    t = torch.tanh(s / bias.softcap)
-                    s, dcap = t * bias.softcap, 1.0 - t * t
+                    s, dcap = capped(s, bias.softcap)
                 s = s + bias_value
-                if causal and not rev:
-                    s = _masked(s, qs, ks, shift)
-                s = bias.masked(s, qs, qe, ks, ke)  # (B, H, c, n)
+                if not rev:  # (the Toeplitz view has causality and the window folded in, and nothing else)
+                    s = bias.masked(s, qs, qe, ks, ke)  # (B, H, c, n)
                 p = s.sub_(lse_b).exp_()  # softmax weights of the block, in place of s
                 dv[:, :, ks:ke] += torch.matmul(_fold(p, group).transpose(-1, -2), _fold(dob, group))
                 dp = _unfold(torch.matmul(_fold(dob, group), vb.transpose(-1, -2)), group)  # (B, H, c, n)
@@ -547,18 +515,18 @@ class _BlockwiseAttention(torch.autograd.Function):
         needs = ctx.needs_input_grad
         dsinks = None
         if sinks is not None and needs[3]:  # the sink column's weight e^{σ − lse}, its ds = −e^{σ − lse} δ
-            dsinks = -((sinks.view(1, -1, 1) - lse).exp() * delta.squeeze(-1)).sum((0, 2))
+            dsinks = sinks_grad(sinks, lse, delta.squeeze(-1))
         return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, dsinks, None,
                 *(g if needs[5 + i] else None for i, g in enumerate(dparams)))
 
 
 def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q_positions: torch.Tensor,
-                        k_positions: torch.Tensor, *, causal: bool, scale: float,
-                        mask: AttentionMask | None = None, softcap: float | None = None,
-                        sinks: torch.Tensor | None = None) -> torch.Tensor:
+                        k_positions: torch.Tensor, *, vis: Visibility, scale: float,
+                        softcap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Exact attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D|Dv]`` with the bias or
-    relative scheme ``pe``, block by block (see the module docstring); checked inputs, as
-    ``posenc.attention`` passes them (``mask`` a checked attention mask, ``posenc.masking``).
+    relative scheme ``pe`` (or None: the masks and score terms alone), block by block (see the module docstring); checked inputs, as
+    ``posenc.attention`` passes them (``vis`` the call's ``posenc.masking.Visibility``: causality, a
+    window, documents, an attention mask; key tiles outside a query block's ``key_range`` are skipped).
     Grouped heads (``H_kv < H``, bias kind) are folded into each product's rows, never repeated.
     Scores in float32 at least; returns q's dtype. ``softcap``: ``c·tanh(q·k·scale / c)`` before the
     bias (the loop, never a fused kernel); ``sinks [H]``: merged after the key blocks as one more
@@ -566,10 +534,9 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q
     its gradient ``−Σ_i e^{σ − lse_i} δ_i``."""
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
-    params = [p for p in pe.parameters() if p.requires_grad] if torch.is_grad_enabled() else []
-    bias = _Bias(pe, q_positions, k_positions, work, causal=causal, lq=q.shape[2], lk=k.shape[2], mask=mask,
-                 softcap=softcap, sinks=sinks is not None)
-    args = {"bias": bias, "causal": causal, "scale": scale,
+    params = [p for p in pe.parameters() if p.requires_grad] if torch.is_grad_enabled() and pe is not None else []
+    bias = _Bias(pe, q_positions, k_positions, work, vis=vis, softcap=softcap, sinks=sinks is not None)
+    args = {"bias": bias, "scale": scale,
             "block_q": BLOCK_Q, "block_k": BLOCK_K}
     out = _BlockwiseAttention.apply(q.to(work), k.to(work), v.to(work), None if sinks is None else sinks.to(
         device=q.device, dtype=work), args, *params)

@@ -49,9 +49,11 @@ import sys
 
 import torch
 
+from posenc import scores as _scores
 from posenc._validate import check_choice, check_float
-from posenc.encodings._base import ContentEncoding, check_batch, check_qkv
-from posenc.masking import AttentionMask, check_attention_mask
+from posenc.encodings._base import ContentEncoding, check_qkv
+from posenc.masking import Visibility
+from posenc.scores import MATERIALIZE_ELEMENTS, cap_scores, check_cap_and_sinks, sink_softmax  # noqa: F401
 from posenc.positions import heads_hint
 
 # Scores per block of rows: 4M (16 MB in float32; 64 rows at Lk = 8192 with 8 heads), as the
@@ -67,38 +69,18 @@ ROW_TRIM = True
 # than a whole small block (FoX fwd+bwd at B=16, H=4, L=32 took 2.5 ms with a trim per block and
 # 1.0 ms without), and a heap of small blocks has little to give back.
 TRIM_ELEMENTS = 1 << 20
-MATERIALIZE_ELEMENTS = 1 << 22  # auto builds a map up to 4M scores whole, as posenc.attention does
 
 
-def check_cap_and_sinks(softcap, sinks, h: int):
-    """``softcap`` a finite float > 0 or None; ``sinks`` a floating ``[H]`` tensor or None (checked
-    before anything is allocated): ``posenc.attention``'s and every content scheme's."""
-    if softcap is not None:
-        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-            raise TypeError(f"softcap must be a float > 0 (the logit cap c in c·tanh(s / c)) or None, got "
-                            f"{type(softcap).__name__} {softcap!r}")
-        softcap = float(softcap)
-        if not math.isfinite(softcap) or softcap <= 0:
-            raise ValueError(f"softcap must be finite and > 0 (the logit cap c in c·tanh(s / c)) or None, got {softcap!r}")
-    if sinks is not None:
-        if not isinstance(sinks, torch.Tensor):
-            raise TypeError(f"sinks must be a floating torch.Tensor of shape [H={h}] (one logit per head) or None, "
-                            f"got {type(sinks).__name__}")
-        if not sinks.is_floating_point():
-            raise TypeError(f"sinks must be floating point (one logit per head), got dtype {sinks.dtype}")
-        if tuple(sinks.shape) != (h,):
-            raise ValueError(f"sinks must have shape [H={h}] (one logit per query head), got {list(sinks.shape)}")
-    return softcap, sinks
-
-
-def check_takes(pe, *, softcap: bool = False, sinks: bool = False) -> None:
-    """Raises ValueError when content scheme ``pe`` is asked for a cap or sinks its ``rows`` do not
-    take (``takes_softcap``, ``takes_sinks``; ``no_sinks_reason`` says why, as stick-breaking's)."""
-    if softcap and not getattr(pe, "takes_softcap", False):
+def check_takes(pe, *, softcap: bool = False, sinks: bool = False, window: bool = False) -> None:
+    """Raises ValueError when content scheme ``pe`` is asked for a cap, sinks or a window its ``rows``
+    do not take (``takes_softcap``, ``takes_sinks``, ``takes_window``; ``no_sinks_reason`` and
+    ``no_window_reason`` say why, as stick-breaking's)."""
+    if softcap and not pe.takes_softcap:
         raise ValueError(f"scheme {pe.name!r} takes no softcap= (its rows do not declare takes_softcap)")
-    if sinks and not getattr(pe, "takes_sinks", False):
-        why = getattr(pe, "no_sinks_reason", "its rows do not declare takes_sinks")
-        raise ValueError(f"scheme {pe.name!r} takes no sinks= ({why})")
+    if sinks and not pe.takes_sinks:
+        raise ValueError(f"scheme {pe.name!r} takes no sinks= ({pe.no_sinks_reason})")
+    if window and not pe.takes_window:
+        raise ValueError(f"scheme {pe.name!r} takes no window= ({pe.no_window_reason})")
 
 
 def cap_and_sink_keywords(softcap: float | None, sinks: torch.Tensor | None) -> dict:
@@ -110,75 +92,49 @@ def cap_and_sink_keywords(softcap: float | None, sinks: torch.Tensor | None) -> 
     return terms
 
 
-def cap_scores(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
-    """``c·tanh(scores / c)`` (Gemma 2's logit cap), or ``scores`` when ``softcap`` is None."""
-    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
-
-
-def _documents(document_ids, b: int, lq: int, lk: int, device) -> torch.Tensor | None:
-    if document_ids is None:
-        return None
-    from posenc.documents import check_document_ids
-
-    docs = check_document_ids("document_ids", document_ids).to(device)
-    check_batch("document_ids", docs, b, lk)
-    if lq > lk:
-        raise ValueError(f"document_ids needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
-    return docs.long().view(-1, lk)
-
-
-def block_mask(q0: int, c: int, n: int, docs: torch.Tensor | None, *, causal: bool, device) -> torch.Tensor | None:
-    """``[1 or B, 1, c, n]``: True where query ``q0 + r`` (a key index) may see key ``j``; None if all may."""
-    allowed = None
-    if causal:
-        allowed = (torch.arange(n, device=device) <= torch.arange(q0, q0 + c, device=device).unsqueeze(-1))
-        allowed = allowed.view(1, 1, c, n)
-    if docs is not None:
-        same = docs[:, None, q0:q0 + c, None] == docs[:, None, None, :n]  # (1 or B, 1, c, n)
-        allowed = same if allowed is None else same & allowed
-    return allowed
-
-
 class RowwiseEncoding(ContentEncoding):
     """A content scheme whose attention is its ``rows`` over blocks of queries (every scheme of the kind)."""
 
     def forward(self, q, k, v, hidden=None, *, causal: bool = True, scale=None, document_ids=None,
-                backend: str = "auto", attention_mask=None, softcap=None, sinks=None):
+                backend: str = "auto", attention_mask=None, softcap=None, sinks=None, window=None):
         return content_attention(self, q, k, v, hidden=hidden, causal=causal, scale=scale,
                                  document_ids=document_ids, backend=backend, attention_mask=attention_mask,
-                                 softcap=softcap, sinks=sinks)
+                                 softcap=softcap, sinks=sinks, window=window)
 
 
 def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=None, document_ids=None,
-                      backend: str = "auto", attention_mask=None, softcap=None, sinks=None) -> torch.Tensor:
+                      backend: str = "auto", attention_mask=None, softcap=None, sinks=None, window=None,
+                      visibility: Visibility | None = None) -> torch.Tensor:
     """``pe``'s attention (see the module docstring); ``pe.forward`` and ``posenc.attention`` call it.
 
     ``attention_mask`` (``posenc.masking``: a key padding mask or a bool 4D mask) removes keys
     from every query's row as the causal and document masks do; a query that sees no key gives
     zeros. An additive 4D mask is refused: a content scheme's scores are its own formula.
     ``softcap`` and ``sinks [H]``: the logit cap and the attention sinks (module docstring), passed
-    to ``pe.rows`` only when set; a scheme without ``takes_softcap``/``takes_sinks`` refuses them."""
+    to ``pe.rows`` only when set; a scheme without ``takes_softcap``/``takes_sinks`` refuses them.
+    ``window``: the sliding window (``posenc.masking``), one more mask on each row's keys; refused by
+    a scheme without ``takes_window`` (stick-breaking). ``visibility``: ``posenc.attention``'s own,
+    already built (then ``causal``, ``document_ids``, ``attention_mask`` and ``window`` are its)."""
     q, k, v = check_qkv(q, k, v)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
     check_choice("backend", backend, type(pe).BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    if getattr(pe, "num_heads", None) is not None and pe.num_heads != h:
+    if pe.num_heads is not None and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads{heads_hint(pe.num_heads, q)}")
-    if getattr(pe, "head_dim", None) is not None and pe.head_dim != d:
+    if pe.head_dim is not None and pe.head_dim != d:
         raise ValueError(f"pe has head_dim={pe.head_dim} but q has last dimension {d}")
     if pe.causal_only and not causal:
         raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
-    if causal and lq > lk:
-        raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
+    vis = visibility if visibility is not None else Visibility.build(
+        b=b, h=h, lq=lq, lk=lk, device=q.device, causal=causal, window=window, document_ids=document_ids,
+        attention_mask=attention_mask)
     scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
     softcap, sinks = check_cap_and_sinks(softcap, sinks, h)
-    check_takes(pe, softcap=softcap is not None, sinks=sinks is not None)
+    check_takes(pe, softcap=softcap is not None, sinks=sinks is not None, window=vis.window is not None)
     hidden = pe.check_hidden(hidden, b, lk)
-    docs = _documents(document_ids, b, lq, lk, q.device)
-    mask = (attention_mask if isinstance(attention_mask, AttentionMask)
-            else check_attention_mask(attention_mask, b=b, h=h, lq=lq, lk=lk, device=q.device))
+    docs, mask = vis.docs, vis.mask
     if mask is not None and mask.bias is not None:
         raise ValueError(f"content scheme {pe.name!r} takes a key padding or bool attention_mask; an additive mask "
                          "with values other than 0 and -inf cannot enter its own scores")
@@ -192,22 +148,21 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     sink_logits = None if sinks is None else sinks.to(device=q.device, dtype=work)  # (H,)
     if backend == "auto":
         grad = torch.is_grad_enabled()
-        backend = "materialize" if b * h * lq * lk <= MATERIALIZE_ELEMENTS else ("blockwise" if grad else "chunked")
+        backend = "materialize" if b * h * lq * lk <= _scores.MATERIALIZE_ELEMENTS else ("blockwise" if grad else "chunked")
     rows = lq if backend == "materialize" else max(1, ROW_ELEMENTS // max(1, b * h * lk))
     keep = backend == "blockwise" and torch.is_grad_enabled()
-    shift = lk - lq
     outs = []
     for qs in range(0, lq, rows):
         qe = min(qs + rows, lq)
-        n = qe + shift if causal else lk
-        allowed = block_mask(qs + shift, qe - qs, n, docs, causal=causal, device=q.device)
+        n = vis.key_range(qs, qe)[1]  # keys 0 … n − 1: a scheme's row runs from its first key
+        allowed = vis.allowed(qs, qe, 0, n, device=q.device)  # causal, window, documents, mask
+        if allowed is not None and allowed.dim() == 2:
+            allowed = allowed.view(1, 1, qe - qs, n)  # (1, 1, c, n)
         seen = None
-        if mask is not None:
-            own = mask.allowed(qs, qe, 0, n)  # (1 or B, 1 or H, c or 1, n)
-            allowed = own if allowed is None else allowed & own
+        if vis.hides_rows:
             seen = allowed.any(-1, keepdim=True)  # (.., c, 1): a query with no key gives zeros
             allowed = allowed | ~seen  # ... and sees every key meanwhile, so nothing is NaN
-        args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + shift, allowed, scale)
+        args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + vis.shift, allowed, scale)
         out = _recomputed(pe, *args, softcap, sink_logits) if keep else pe.rows(*args, **cap_and_sink_keywords(softcap, sink_logits))
         outs.append(out if seen is None else out * seen)
         _trim(b * h * (qe - qs) * n)
@@ -298,8 +253,4 @@ def softmax_rows(scores: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | 
     ``sinks [H]``: one more column of score ``sinks[h]`` and value 0 in every row's softmax."""
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
-    if sinks is None:
-        return torch.matmul(torch.softmax(scores, dim=-1), v)
-    sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # (B, H, c, 1)
-    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (B, H, c, n)
-    return torch.matmul(weights, v)
+    return torch.matmul(sink_softmax(scores, sinks), v)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import posenc
+import posenc.scores
 import posenc.attn
 from posenc import reference as ref
 from posenc import registry
@@ -94,7 +95,7 @@ def test_scale_is_passed_through():
 @pytest.mark.parametrize("name", schemes_of_kind("bias", "relative"))
 def test_backends_match_reference(name, backend, monkeypatch):
     monkeypatch.setattr(posenc.attn, "CHUNK_ELEMENTS", 2 * 4 * 23 * 3)  # chunks of 3 queries
-    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 100)  # auto: choose another path
+    monkeypatch.setattr(posenc.scores, "MATERIALIZE_ELEMENTS", 100)  # auto: choose another path
     pe = _pe(name)
     q, k, v = _qkv(pe, lq=10, lk=23)
     q.requires_grad_(backend == "auto")  # auto then takes blockwise (as it does without grad on the CPU)

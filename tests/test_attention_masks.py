@@ -210,8 +210,6 @@ def test_a_left_padded_row_equals_the_same_row_without_its_padding(name, h_kv, t
 @pytest.mark.parametrize("backend", ["materialize", "chunked", "blockwise"])
 @pytest.mark.parametrize("name", [None, "alibi", "cope"])
 def test_a_query_that_sees_no_key_gives_zeros_and_zero_gradients(name, backend, tiny_blocks):
-    if name is None and backend == "blockwise":
-        pytest.skip("blockwise needs a scheme")
     pe = None if name is None else small_module(name).double()
     q, k, v = _qkv(1, H, H, 11, 11, seed=11, grad=True)
     mask = torch.ones(1, 1, 11, 11, dtype=torch.bool)

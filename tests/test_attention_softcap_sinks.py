@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import posenc
+import posenc.scores
 import posenc.attn
 import posenc.blockwise as bw
 from conftest import assert_directional_gradients, small_module
@@ -98,7 +99,7 @@ def test_softcap_and_sinks_equal_the_reference(name, case, h_kv, padded, dtype, 
 def test_auto_picks_a_backend_that_computes_them_for_a_large_map(monkeypatch):
     """Past the materialize threshold, where ``auto`` takes flex off the CPU, with sinks it takes
     blockwise for a bias (chunked for none), and stays exact; a cap alone keeps flex (its score_mod)."""
-    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 0)
+    monkeypatch.setattr(posenc.scores, "MATERIALIZE_ELEMENTS", 0)
     monkeypatch.setattr(posenc.attn, "_flex_first", lambda q: True)  # as on a GPU
     q, k, v, _ = _inputs(1, 2, 13, 13, torch.float32, seed=2)
     alibi = small_module("alibi")

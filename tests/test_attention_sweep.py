@@ -16,8 +16,10 @@ import pytest
 import torch
 
 import posenc
+import posenc.scores
 import posenc.attn
 import posenc.blockwise as bw
+from posenc.masking import Visibility
 from posenc import reference as ref
 from posenc.documents import positions_in_documents
 from conftest import assert_close, attention_reference, heads_dim, schemes_of_kind, small_module, tolerance
@@ -142,7 +144,8 @@ def test_nearest_keys_are_the_nearest_visible_ones():
                           else torch.randint(-3, 4, (2, 12), generator=g))
         for causal in (False, True):
             for docs in (None, ids):
-                first, last = posenc.attn._visible(12, 20, 0, 12, docs, causal=causal, device="cpu")
+                vis = Visibility(12, 20, causal, None, None if docs is None else docs.long())
+                first, last = vis.row_ranges(0, 12, device="cpu")
                 near = pe.nearest_keys(qp, kp, first=first, last=last)
                 lo = torch.zeros(2, 12, dtype=torch.long) if first is None else first.expand(2, 12)
                 for b in range(2):
@@ -227,7 +230,7 @@ def test_a_value_head_size_other_than_qk_runs_everywhere(name, small_blocks, mon
     reference, and the gradient of ``Σ w·out`` along a random direction of (q, k, v, parameters)
     equals the reference's central difference. Shaw adds value embeddings of size D, so it
     refuses Dv ≠ D by name."""
-    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 0)
+    monkeypatch.setattr(posenc.scores, "MATERIALIZE_ELEMENTS", 0)
     pe = None if name == "nope" else small_module(name).double()
     h, d = heads_dim(pe) if pe is not None else (4, 8)
     params = [] if pe is None else list(pe.parameters())
@@ -325,7 +328,7 @@ def test_auto_never_compiles_fires_mlp_when_an_exact_route_exists(monkeypatch):
 def test_fire_with_documents_on_auto_runs_without_flex(monkeypatch):
     """End to end: FIRE at hidden = 128 with packed documents, no gradient, a map past the
     materialize size: the result is the reference's and FlexAttention is never called."""
-    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 0)
+    monkeypatch.setattr(posenc.scores, "MATERIALIZE_ELEMENTS", 0)
 
     def no_flex(*args, **kw):
         raise AssertionError("auto took FlexAttention for FIRE")

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 import posenc
+import posenc.scores
 import posenc.attn
 import posenc.blockwise as bw
+from posenc.masking import Visibility
 from conftest import (attention_parameters, attention_reference, assert_close, heads_dim, on_axes, positions,
                       schemes_of_kind, small_module)
 
@@ -47,7 +49,7 @@ def _compare(pe, *, lq, lk, batch=2, causal, q_positions=None, k_positions=None,
             qp, kp = posenc.attn._default_positions(lq, lk, q.device)
         form = getattr(pe, "attention_form", None)  # bipe_bias: its bias at the segment column
         bias, qp, kp = form(qp, kp) if form is not None else (pe, qp, kp)
-        assert bw._Bias(bias, qp, kp, torch.float64, causal=causal, lq=lq, lk=lk).toeplitz is toeplitz
+        assert bw._Bias(bias, qp, kp, torch.float64, vis=Visibility(lq, lk, causal)).toeplitz is toeplitz
     want = _grads(pe, q, k, v, w, "materialize", **kw)
     got = _grads(pe, q, k, v, w, "blockwise", **kw)
     names = ["out", "q", "k", "v", *attention_parameters(pe)]
@@ -155,12 +157,12 @@ def test_auto_takes_blockwise_when_gradients_are_needed_and_the_map_is_large(mon
         return real(*args, **kwargs)
 
     monkeypatch.setattr(posenc.attn, "blockwise_attention", spy)
-    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 4 * 9 * 9 - 1)
+    monkeypatch.setattr(posenc.scores, "MATERIALIZE_ELEMENTS", 4 * 9 * 9 - 1)
     pe = small_module("kerple")
     q, k, v = (torch.randn(1, 4, 9, 8) for _ in range(3))
     posenc.attention(q, k, v, pe, causal=True)  # learned r1/r2: gradients needed
     assert calls == ["kerple"]
-    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 4 * 9 * 9)
+    monkeypatch.setattr(posenc.scores, "MATERIALIZE_ELEMENTS", 4 * 9 * 9)
     posenc.attention(q, k, v, pe, causal=True)  # small enough to materialize
     assert calls == ["kerple"]
 
@@ -182,7 +184,7 @@ def test_auto_takes_blockwise_for_a_forward_on_the_cpu(monkeypatch):
 
     monkeypatch.setattr(posenc.attn, "blockwise_attention", spy)
     monkeypatch.setattr(posenc.attn, "_flex", flex)
-    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 100)
+    monkeypatch.setattr(posenc.scores, "MATERIALIZE_ELEMENTS", 100)
     names = schemes_of_kind("bias")
     q, k, v = (torch.randn(1, 4, 130, 8) for _ in range(3))  # documents: flex from 128 keys (attn.FLEX_BLOCK)
     with torch.no_grad():

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import posenc
+import posenc.scores
 import posenc.attn
 from posenc import reference as ref
 from conftest import assert_close, attention_reference, schemes_of_kind, small_module, tolerance
@@ -88,7 +89,7 @@ def test_a_case_that_cannot_compile_runs_chunked_and_warns_once(monkeypatch):
 def test_auto_takes_float64_at_any_length(monkeypatch):
     """float64 past the materialize size goes to blockwise (CPU FlexAttention has no float64),
     with and without grad mode; flex asked for by name refuses it by name."""
-    monkeypatch.setattr(posenc.attn, "MATERIALIZE_ELEMENTS", 100)  # too large to materialize
+    monkeypatch.setattr(posenc.scores, "MATERIALIZE_ELEMENTS", 100)  # too large to materialize
     pe = small_module("alibi").double()
     q, k, v = _qkv(9, 23, dtype=torch.float64)
     expected = attention_reference(q, k, v, pe, causal=True)
@@ -131,7 +132,7 @@ def test_attention_compiles_on_the_flex_path(name, monkeypatch):
     torch._dynamo.reset()  # a fresh compile of this function; the flex path itself needs no reset
     pe = small_module(name, hidden=2) if name == "fire" else small_module(name)  # FIRE's compile time grows with hidden
     q, k, v = _qkv(1040, 1040)
-    assert 4 * 1040 * 1040 > posenc.attn.MATERIALIZE_ELEMENTS
+    assert 4 * 1040 * 1040 > posenc.scores.MATERIALIZE_ELEMENTS
 
     def attend(q, k, v):
         return posenc.attention(q, k, v, pe, causal=True)

@@ -92,6 +92,28 @@ class PositionalEncoding(nn.Module):
             setattr(self, n, t.to(device=self._probe.device, dtype=torch.float64))
         return out
 
+    # -- attention hooks: how ``posenc.attention`` prepares a call with this scheme ----------------
+    # Declared here with defaults that do nothing; a scheme overrides the one it needs. The kind
+    # base classes declare their own (``RotaryEncoding.rotate``, ``ContentEncoding.flex_bias``).
+    reads_hidden: bool = False
+    """The scheme reads the layer's input ``hidden [B, Lk, d_model]`` (content schemes that declare it)."""
+    default_scale: float | None = None
+    """The scale of ``q·k`` when the caller gives none (None: ``1/√D``; DeBERTa: ``1/√(D·f)``)."""
+    value_term: Callable[..., torch.Tensor] | None = None
+    """``value_term(p, q_positions, k_positions) -> [B, H, Lq, D]``: a term the attention weights ``p``
+    also mix into the output (Shaw's relative value embeddings); None for every other scheme."""
+
+    def attention_form(self, q_positions: torch.Tensor, k_positions: torch.Tensor):
+        """``(module, q_positions, k_positions)``: what ``posenc.attention`` runs for this scheme at these
+        positions. By default the scheme itself; a scheme whose attention is another module at some of
+        its position columns returns that (``bipe_bias``: its inter-segment bias at the segment indices)."""
+        return self, q_positions, k_positions
+
+    def temper_queries(self, q: torch.Tensor, q_positions: torch.Tensor) -> torch.Tensor:
+        """The queries ``[B, H, Lq, D]`` before their scores: by default unchanged; a scheme with a
+        temperature per query position scales them (Llama 4's NoPE layers, ``nope_temperature``)."""
+        return q
+
 
 # -- checks -----------------------------------------------------------------------------------
 # Positions are checked in one place, ``posenc.positions``; these names stay importable from here.
@@ -175,6 +197,20 @@ class RotaryEncoding(PositionalEncoding):
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32):
         raise NotImplementedError
+
+    def observe(self, positions: torch.Tensor) -> None:
+        """Records the positions a call will rotate, before the keys are (a length-dependent scaling
+        picks its frequencies from the longest length seen, so q and k of one call share them).
+        By default nothing."""
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, q_positions: torch.Tensor,
+               k_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(q, k)`` rotated for attention (``posenc.attention``'s and ``posenc.interop``'s one
+        sequence): the query positions observed first (one length for q and k), then the keys
+        rotated (``role="key"``), then the queries (``role="query"``)."""
+        self.observe(q_positions)
+        k = self(k, k_positions, role="key")
+        return self(q, q_positions, role="query"), k
 
     def check_call(self, x: Any, positions: Any, role: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The checks of a rotary call: ``x [B, H, L, head_dim]``, positions for ``B`` and ``L``, ``role``."""
@@ -392,13 +428,25 @@ class ContentEncoding(PositionalEncoding):
     flex_ok: bool = False  # FoX: an elementwise score bias FlexAttention can run
     takes_softcap: bool = False  # rows(..., softcap=): Gemma 2's logit cap (posenc.rowwise)
     takes_sinks: bool = False  # rows(..., sinks=): GPT-OSS's attention sinks
+    no_sinks_reason: str = "its rows do not declare takes_sinks"
+    takes_window: bool = True  # window=: a sliding window is one more mask on the keys of each row
+    no_window_reason: str = "its rows do not take a window"
     BACKENDS = ("auto", "materialize", "chunked", "blockwise")
     d_model: int | None = None
+    num_heads: int | None = None  # the heads its parameters are per (None: any)
+    head_dim: int | None = None  # the head size its parameters take (None: any)
 
     def state(self, k: torch.Tensor, hidden: torch.Tensor | None, docs: torch.Tensor | None) -> Any:
         """Per-token tensors computed once for the whole sequence (default: nothing); ``docs`` is
         ``[1 or B, Lk]`` document ids or None."""
         return None
+
+    def flex_bias(self, k: torch.Tensor, hidden: torch.Tensor | None, docs: torch.Tensor | None):
+        """``(bias, index)`` for a scheme whose score is an elementwise bias of per-token state
+        (``flex_ok``: FoX): a ``BiasEncoding`` whose ``score_fn`` reads query and key indices, and the
+        keys' indices ``[B, Lk]``, so that ``posenc.attention`` runs it on FlexAttention as any bias
+        (the queries are the last ``Lq`` keys). Schemes without ``flex_ok`` have none."""
+        raise NotImplementedError(f"scheme {self.name!r} has no elementwise score for FlexAttention (flex_ok=False)")
 
     def describe(self, *, text: str | None = None) -> list[tuple[str, str]]:
         """Extra ``(name, value)`` rows for ``posenc show`` (CoPE: the positions of a typed sentence)."""

@@ -39,7 +39,7 @@ from torch import nn
 
 from posenc import reference as ref
 from posenc._validate import check_choice, check_int
-from posenc.encodings._base import to_numpy
+from posenc.encodings._base import BiasEncoding, to_numpy
 from posenc.limits import Dim, Heads, check_memory
 from posenc.reference.fox import fox as fox_ref, fox_log_gates
 from posenc.registry import register
@@ -105,35 +105,39 @@ class FoX(RowwiseEncoding):
         bias = (c[..., q0:q0 + q.shape[2], None] - c[..., None, :k.shape[2]]).to(q.dtype)  # (B|1, H, c, n)
         return softmax_rows(cap_scores(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap) + bias, v, allowed, sinks)
 
-    def flex_parts(self, k, hidden, docs):
-        """What ``posenc.attention``'s FlexAttention path needs: a bias with ``score_fn()`` over
-        indices ``b·Lk + t`` into ``c`` (flattened over the batch), and those indices for the keys."""
+    def flex_bias(self, k, hidden, docs):
+        """What ``posenc.attention``'s FlexAttention path needs (``ContentEncoding.flex_bias``): a bias
+        scheme whose ``score_fn()`` reads indices ``b·Lk + t`` into ``c`` (flattened over the batch),
+        and those indices for the keys ``[B, Lk]``."""
         c = self.state(k, hidden, docs)
         b, lk = k.shape[0], k.shape[2]
         c = c.expand(b, -1, -1).transpose(0, 1).reshape(self.num_heads, b * lk)  # (H, B·Lk)
         hi = c.float()
         lo = (c - hi.double()).float()
         index = torch.arange(b * lk, device=k.device).view(b, lk)  # (B, Lk)
-        return _FlexBias(self.name, hi, lo), index
+        return FlexBias(self.name, hi, lo), index
 
-    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None, softcap=None, sinks=None):
+    def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None, softcap=None, sinks=None,
+                  window=None):
         if self.gate == "fixed":
             log_f = -ref.alibi_slopes(self.num_heads)[None, :, None]
         else:
             weight = to_numpy(self.weight) if self.gate == "full" else None
             log_f = fox_log_gates(hidden, weight, to_numpy(self.bias))
-        return fox_ref(q, k, v, log_f, scale=scale, document_ids=document_ids, softcap=softcap, sinks=sinks)
+        return fox_ref(q, k, v, log_f, scale=scale, document_ids=document_ids, softcap=softcap, sinks=sinks,
+                       window=window)
 
 
-class _FlexBias:
-    """FoX's bias as a bias scheme's ``score_fn`` for FlexAttention: ``c[q] − c[kv]`` from float32 parts."""
+class FlexBias(BiasEncoding):
+    """FoX's bias as a bias scheme at index "positions" for FlexAttention: ``c[q] − c[kv]`` from the
+    float32 parts ``hi + lo`` of ``c [H, B·Lk]`` (float64), ``score_fn`` reading them by index. It
+    has no row peak to remove (``peak_at_nearest_key`` False: ``c`` is carried in two parts)."""
+
+    kind = "bias"
 
     def __init__(self, name: str, hi: torch.Tensor, lo: torch.Tensor) -> None:
-        self.name, self.hi, self.lo = name, hi, lo
-
-    def nearest_keys(self, q_pos, k_pos, *, first=None, last=None) -> None:
-        """No row peak to remove (``BiasEncoding.nearest_keys``): ``c`` is carried in two float32 parts."""
-        return None
+        super().__init__()
+        self.name, self.hi, self.lo, self.num_heads = name, hi, lo, hi.shape[0]
 
     def score_fn(self):
         hi, lo = self.hi, self.lo

@@ -41,6 +41,10 @@ class NoPETemperature(PositionalEncoding):
             steps = torch.floor((p.to(torch.float64) + 1.0) / self.floor_scale)
         return 1.0 + self.attn_scale * torch.log1p(steps)
 
+    def temper_queries(self, q: torch.Tensor, q_positions: torch.Tensor) -> torch.Tensor:
+        """``posenc.attention``'s hook (``PositionalEncoding.temper_queries``): the queries times ``τ``."""
+        return self(q, q_positions)
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Queries ``x [B, H, L, D]`` at ``positions`` (``[L]`` or ``[B, L]``) times ``τ``, in x's dtype."""
         x = check_tensor("x", x, ndim=4)

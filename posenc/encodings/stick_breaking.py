@@ -35,6 +35,10 @@ class StickBreaking(RowwiseEncoding):
     takes_softcap = True
     no_sinks_reason = ("stick-breaking has no softmax for a sink to join: its weights are shares of a stick and "
                        "the leftover goes to the query's own value")
+    takes_window = False
+    no_window_reason = ("stick-breaking has no softmax for a window to restrict: its weights are shares of a stick "
+                        "that already fall with the mass the nearer keys take, and the share a window cut would go "
+                        "to the query's own value, a different formula rather than a mask")
 
     def __init__(self, *, attend_current: bool = False) -> None:
         super().__init__()

@@ -380,13 +380,13 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
         cap["sinks"] = kwargs["s_aux"]
     pe = module.posenc_pe  # None: no position in attention (NoPE, or an additive scheme on the embeddings)
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
-    kind = getattr(pe, "kind", "none")
+    kind = "none" if pe is None else pe.kind
     extra: dict[str, Any] = {}
     if kind != "content":
         q_pos = _query_positions(module, pe, kwargs.get("position_ids"), b, lq, lk, query.device)  # (B, Lq[, A])
         k_pos = _grow(module, "_posenc_key_positions", q_pos, lq, lk)  # (B, Lk[, A])
         extra = {"q_positions": q_pos, "k_positions": k_pos}
-    if getattr(pe, "reads_hidden", False):
+    if pe is not None and pe.reads_hidden:
         extra["hidden"] = _grow(module, "_posenc_hidden", module.__dict__.pop("_posenc_input"), lq, lk)
     mask = attention_mask
     if mask is not None and mask.dim() == 4 and mask.shape[-1] != lk:  # a static cache's padded keys
@@ -397,12 +397,11 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if part is not None:
         width = part[0]
         query, key = _rope_part_first(query, *part), _rope_part_first(key, *part)
-        if kind == "rotary" and getattr(pe, "head_dim", None) == width < query.shape[-1]:  # the rope part only
-            observe = getattr(pe, "observe", None)
-            if observe is not None:
-                observe(extra["q_positions"])
-            key = torch.cat([pe(key[..., :width], extra["k_positions"], role="key"), key[..., width:]], dim=-1)
-            query = torch.cat([pe(query[..., :width], extra["q_positions"], role="query"), query[..., width:]], dim=-1)
+        if kind == "rotary" and pe.head_dim == width < query.shape[-1]:  # the rope part only
+            # posenc.attention's own rotation step (RotaryEncoding.rotate: observe, keys, queries)
+            q_rope, k_rope = pe.rotate(query[..., :width], key[..., :width], extra["q_positions"], extra["k_positions"])
+            key = torch.cat([k_rope, key[..., width:]], dim=-1)
+            query = torch.cat([q_rope, query[..., width:]], dim=-1)
             pe_arg = None
     out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra, **cap)
     return out.transpose(1, 2).contiguous(), None

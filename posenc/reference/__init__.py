@@ -50,7 +50,7 @@ __all__ += ["deberta", "deberta_attention", "deberta_bucket", "deberta_index", "
 from posenc.reference.nope_temperature import nope_temperature, nope_temperature_scale
 
 __all__ += ["nope_temperature", "nope_temperature_scale"]
-from posenc.reference.attention import causal_mask, log_sigmoid, masked_attention
+from posenc.reference.attention import causal_mask, log_sigmoid, masked_attention, visibility_mask
 from posenc.reference.fox import fox, fox_log_gates
 from posenc.reference.cope import cope, cope_positions
 from posenc.reference.dape import dape, token_positions
@@ -58,7 +58,7 @@ from posenc.reference.stick_breaking import stick_breaking, stick_breaking_weigh
 from posenc.reference.path import path, path_gates
 
 __all__ += [
-    "causal_mask", "log_sigmoid", "masked_attention",
+    "causal_mask", "log_sigmoid", "masked_attention", "visibility_mask",
     "fox", "fox_log_gates", "cope", "cope_positions", "dape", "token_positions",
     "stick_breaking", "stick_breaking_weights", "path", "path_gates",
 ]

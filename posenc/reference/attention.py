@@ -8,6 +8,12 @@ attention does: ``s = c · tanh(Q Kᵀ · scale / c) + bias``. With attention si
 logit per head: GPT-OSS, OpenAI 2025; Xiao et al. 2023, arXiv:2309.17453) the softmax's
 denominator gains ``e^{σ_h}``, as if one more key with score ``σ_h`` and value 0:
 ``p_ij = e^{s_ij} / (e^{σ_h} + Σ_j' e^{s_ij'})``.
+
+Which keys a query sees (``visibility_mask``) is read from key indices: query ``i`` of ``Lq`` is
+key index ``i' = i + Lk − Lq`` (queries are the last ``Lq`` keys). Causal: ``j ≤ i'``. A sliding
+window ``W`` (Mistral's and Gemma's local attention; Beltagy et al. 2020, arXiv:2004.05150):
+``i' − j ≤ W − 1`` (at most ``W − 1`` positions back) and, without causality, ``j − i' ≤ W − 1``.
+Documents: ``j`` in the document of ``i'``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None = None,
-              allowed=None, softcap: float | None = None, sinks=None) -> np.ndarray:
+              allowed=None, softcap: float | None = None, sinks=None, window: int | None = None) -> np.ndarray:
     """``q [B, H, Lq, D]``, ``k, v [B, H_kv, Lk, D]`` -> ``[B, H, Lq, D]``.
 
     ``bias`` broadcasts against the scores ``[B, H, Lq, Lk]``. ``causal`` lets query ``i`` see key
@@ -30,7 +36,8 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
     (bool, broadcasting against the scores) masks pairs further. Grouped heads: with ``H_kv < H``
     (``H % H_kv == 0``) query head ``h`` reads key/value head ``h // (H / H_kv)``. A query that sees
     no key returns zeros. ``softcap``: ``c · tanh(q·k·scale / c)`` before ``bias`` is added;
-    ``sinks [H]``: one extra logit per head in each row's denominator (value 0).
+    ``sinks [H]``: one extra logit per head in each row's denominator (value 0). ``window``: query
+    ``i`` sees keys at most ``window − 1`` positions back (``visibility_mask``).
     """
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
@@ -50,8 +57,8 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
         scores = scores + np.asarray(bias, dtype=np.float64)
     lq, lk = q.shape[-2], k.shape[-2]
     ok = np.ones(scores.shape, dtype=bool)
-    if causal:
-        ok = ok & (np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq))
+    if causal or window is not None:
+        ok = ok & visibility_mask(lq, lk, causal=causal, window=window)
     if allowed is not None:
         ok = ok & np.asarray(allowed, dtype=bool)
     return masked_attention(scores, v, ok, sinks=sinks)
@@ -62,13 +69,28 @@ def logit_cap(scores, softcap: float | None) -> np.ndarray:
     return scores if softcap is None else softcap * np.tanh(np.asarray(scores, dtype=np.float64) / softcap)
 
 
-def causal_mask(lq: int, lk: int, document_ids=None, *, diagonal: bool = True) -> np.ndarray:
+def causal_mask(lq: int, lk: int, document_ids=None, *, diagonal: bool = True, window: int | None = None) -> np.ndarray:
     """``[1 or B, 1, Lq, Lk]`` bool: query ``i`` (key index ``i + Lk − Lq``) sees key ``j`` when
-    ``j <= i + Lk − Lq`` (``<`` without the ``diagonal``) and, with ``document_ids [Lk]``/``[B, Lk]``,
-    when both are in the same document."""
+    ``j <= i + Lk − Lq`` (``<`` without the ``diagonal``), with ``window`` when ``j`` is at most
+    ``window − 1`` positions back, and, with ``document_ids [Lk]``/``[B, Lk]``, when both are in the
+    same document."""
+    return visibility_mask(lq, lk, causal=True, window=window, document_ids=document_ids, diagonal=diagonal)
+
+
+def visibility_mask(lq: int, lk: int, *, causal: bool = True, window: int | None = None, document_ids=None,
+                    diagonal: bool = True) -> np.ndarray:
+    """``[1 or B, 1, Lq, Lk]`` bool, True where query ``i`` (key index ``i' = i + Lk − Lq``) sees key
+    ``j``: causal ``j <= i'`` (``<`` without the ``diagonal``); ``window`` ``W``: ``i' − j <= W − 1``
+    and, not causal, ``j − i' <= W − 1``; ``document_ids [Lk]``/``[B, Lk]``: the same document."""
     rows = np.arange(lk - lq, lk)[:, None]
     cols = np.arange(lk)[None, :]
-    allowed = (cols <= rows) if diagonal else (cols < rows)
+    allowed = np.ones((lq, lk), dtype=bool)
+    if causal:
+        allowed = (cols <= rows) if diagonal else (cols < rows)
+    if window is not None:
+        allowed = allowed & (rows - cols <= window - 1)
+        if not causal:
+            allowed = allowed & (cols - rows <= window - 1)
     allowed = allowed[None, None]
     if document_ids is not None:
         docs = np.asarray(document_ids).reshape(-1, lk)

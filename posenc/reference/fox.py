@@ -29,11 +29,12 @@ def fox_log_gates(hidden, weight, bias) -> np.ndarray:
 
 
 def fox(q, k, v, log_f, *, scale: float | None = None, document_ids=None, softcap: float | None = None,
-        sinks=None) -> np.ndarray:
+        sinks=None, window: int | None = None) -> np.ndarray:
     """Causal FoX attention of ``q [B, H, Lq, D]`` (the last Lq keys) over ``k, v [B, H, Lk, ·]``
     with the log forget gates ``log_f [B, H, Lk]`` (``[1, H, 1]``: one per head, at every token).
     ``softcap``: ``c · tanh(q·k·scale / c)`` before the gates' bias is added (Gemma 2); ``sinks [H]``:
-    one more logit per head in each row's softmax, of value 0 (GPT-OSS)."""
+    one more logit per head in each row's softmax, of value 0 (GPT-OSS); ``window``: keys at most
+    ``window − 1`` positions back (``causal_mask``)."""
     q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
     lq, lk = q.shape[2], k.shape[2]
     log_f = np.broadcast_to(np.asarray(log_f, dtype=np.float64), (max(q.shape[0], np.shape(log_f)[0]),
@@ -41,7 +42,7 @@ def fox(q, k, v, log_f, *, scale: float | None = None, document_ids=None, softca
     c = np.cumsum(log_f, axis=-1) if document_ids is None else cumsum_in_documents(log_f, document_ids)  # (B, H, Lk)
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     scores = logit_cap(np.einsum("bhqd,bhkd->bhqk", q, k) * scale, softcap) + c[..., lk - lq:, None] - c[..., None, :]
-    return masked_attention(scores, v, causal_mask(lq, lk, document_ids), sinks=sinks)
+    return masked_attention(scores, v, causal_mask(lq, lk, document_ids, window=window), sinks=sinks)
 
 
 def cumsum_in_documents(x, document_ids) -> np.ndarray:
