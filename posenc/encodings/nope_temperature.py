@@ -41,6 +41,11 @@ class NoPETemperature(PositionalEncoding):
             steps = torch.floor((p.to(torch.float64) + 1.0) / self.floor_scale)
         return 1.0 + self.attn_scale * torch.log1p(steps)
 
+    @property
+    def attends(self) -> bool:
+        """A model passes it to ``posenc.attention``, which scales the queries by ``τ``."""
+        return True
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Queries ``x [B, H, L, D]`` at ``positions`` (``[L]`` or ``[B, L]``) times ``τ``, in x's dtype."""
         x = check_tensor("x", x, ndim=4)
