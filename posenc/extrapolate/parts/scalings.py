@@ -4,7 +4,7 @@ Protocol: the trained RoPE model with linear / NTK / YaRN scaling, zero-shot (fa
 length T) and after a short fine-tune at F·L with factor F (and a no-scaling control), evaluated at
 every length of the text part. Claims: NTK-aware and YaRN beat plain RoPE zero-shot; position
 interpolation beats fine-tuning without it; YaRN beats linear after the fine-tune. HiRoPE
-(issue 28, ``profile.hirope``) is one more zero-shot row on the same trained model: its
+(the structured positions' claims, ``profile.hirope``) is one more zero-shot row on the same trained model: its
 ``(line, token)`` positions from the bytes, a window of the training length, no training
 (``run_hirope``); its claims and rows are in ``posenc.extrapolate.parts.structure``.
 
@@ -289,7 +289,7 @@ class Scalings(Text):
                     variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
                     runs.append(Run(self.name, seed, arch_label(scaling_label(kind, mode, f), profile.arch), base[1],
                                     settings, variant, profile.name, profile.arch))
-        return runs + hirope_runs(profile, base, corpus_sha)  # issue 28 (parts.structure)
+        return runs + hirope_runs(profile, base, corpus_sha)  # the structured positions' rows (parts.structure)
 
     def depends_on(self, run: Run, profile: Profile, corpus_sha: str) -> str | None:
         return base_run(run, profile, corpus_sha).key

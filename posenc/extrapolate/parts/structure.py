@@ -1,4 +1,4 @@
-"""Hierarchical and structured positions (issue 28): the claims of BiPE, HiRoPE, Abacus, position
+"""Hierarchical and structured positions: the claims of BiPE, HiRoPE, Abacus, position
 coupling and randomized positions, and their section of the page (``#hierarchical``).
 
 The rows are their parts' (each planned and run there; positions from the tokens:
@@ -263,7 +263,7 @@ def structure_section(page: Page, records: list[dict[str, Any]], profile: Profil
 
 
 class Structure(Part):
-    """Issue 28's claims and section; its rows are the text, scalings and tasks parts'."""
+    """The structured positions' claims and section; its rows are the text, scalings and tasks parts'."""
 
     name = ""  # no record has it: the rows are other parts'
 

@@ -10,7 +10,7 @@ CoPE's counting order uses the counting cells at the trained size (the paper's t
 distribution). Both compare two schemes example by example (McNemar's exact test on the same
 examples, pooled over those cells and the seeds).
 
-Issue 28's rows are planned and run here (``structure_runs``; their claims and tables:
+The structured positions' rows are planned and run here (``structure_runs``; their claims and tables:
 ``posenc.extrapolate.parts.structure``): addition learned alone (``profile.addition``) with Abacus
 and coupled positions, and the algorithmic tasks' models of ``profile.randomized`` trained with
 randomized positions (``posenc.extrapolate.structured``); their records carry their ``variant``
@@ -87,13 +87,13 @@ def task_settings_hash(profile: Profile, ts: TaskSettings | None = None) -> str:
 
 
 ADDITION = "addition"
-"""The ``variant["tasks"]`` of a run of the addition models (``Profile.addition``, issue 28)."""
+"""The ``variant["tasks"]`` of a run of the addition models (``Profile.addition``, the structured positions' claims)."""
 RANDOMIZED = "randomized"
 """The ``variant["positions"]`` of a run trained with Ruoss et al.'s randomized positions."""
 
 
 def structured_record(record: dict[str, Any]) -> bool:
-    """A record of issue 28's task rows (addition alone, randomized positions): its section is
+    """A record of the structured positions' task rows (addition alone, randomized positions): its section is
     ``#hierarchical`` (``posenc.extrapolate.parts.structure``), not the tasks section's tables."""
     variant = record.get("variant") or {}
     return variant.get("tasks") == ADDITION or "positions" in variant
@@ -178,7 +178,7 @@ def addition_table_rows(profile: Profile) -> int:
 
 
 def structure_runs(profile: Profile, *, custom: bool) -> list[tuple[list, tuple[int, ...]]]:
-    """Issue 28's task groups ``(items, seeds)`` for ``Tasks.plan``: the addition models (Abacus and
+    """The structured positions' task groups ``(items, seeds)`` for ``Tasks.plan``: the addition models (Abacus and
     coupled positions, a learned table over them with no position in attention, against plain
     schemes) and the models of ``profile.tasks`` with randomized positions; none with ``--scheme``
     or on another architecture than the transformer."""
@@ -504,7 +504,7 @@ class Tasks(Part):
             settings = task_settings_hash(profile, ts)
             specs = [resolve_scheme(s, ts.model, max_positions=task_max_positions(profile, ts)) for s in names]
             planned.append(([(lab, sp, settings, variant) for lab, sp in specs], seeds))
-        planned += structure_runs(profile, custom=custom)  # issue 28 (parts.structure)
+        planned += structure_runs(profile, custom=custom)  # the structured positions' rows (parts.structure)
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, dict(variant), profile=profile.name,
                     arch=profile.arch) for seed, (lab, sp, settings, variant) in by_seed(planned)]
 
@@ -517,7 +517,7 @@ class Tasks(Part):
         return f"mean exact match {acc:.2f}"
 
     def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
-        verdicts = task_section(page, [r for r in records if not structured_record(r)])  # issue 28's: #hierarchical
+        verdicts = task_section(page, [r for r in records if not structured_record(r)])  # the structured positions': #hierarchical
         cited = {KAZEMNEJAD, *(v.source for v in verdicts)}
         return Section(verdicts, sources={k: v for k, v in SOURCES.items() if k in cited})
 
