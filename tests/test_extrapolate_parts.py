@@ -1,5 +1,6 @@
 """The benchmark's parts are parts: no module of the benchmark sets another module's attributes
-(a setting is a parameter of the module that owns it, e.g. ``posenc.rowwise.trim_rows``)."""
+(a setting is a parameter of the module that owns it, e.g. ``posenc.rowwise.trim_rows``), and
+the page, not a part, numbers the sections."""
 
 from __future__ import annotations
 
@@ -43,3 +44,12 @@ def test_no_part_of_the_benchmark_sets_another_modules_attributes():
              for path in sorted(BENCHMARK.rglob("*.py"))
              for line, what in module_attribute_writes(path.read_text(encoding="utf-8"))]
     assert not found, "set through a parameter of the module that owns it: " + ", ".join(found)
+
+
+def test_section_numbers_come_from_the_page():
+    """The page numbers its sections (``page.number_sections``); no section numbers itself."""
+    import re
+
+    numbered = [f"{path.name}: {m.group(0)}" for path in sorted(BENCHMARK.rglob("*.py"))
+                for m in re.finditer(r"<h2[^>]*>\s*\d+\.", path.read_text(encoding="utf-8"))]
+    assert not numbered, numbered

@@ -19,7 +19,9 @@ positions)`` (what it adds to the token embeddings), ``attention_keywords(positi
 (what attention gets beside it), ``check_runs_at(positions, head_dim=, num_heads=)`` (whether it
 can run at a length: a learned table past its rows) and the classmethod ``fit_to_training(given,
 length)`` (its settings that follow the training length: T5's ``max_distance``, FIRE's
-``L_threshold``). The defaults, on ``PositionalEncoding``, are the ``none`` kind's.
+``L_threshold``); and the attributes ``needs_axes``, ``causal_only``, ``position_table`` (a learned
+table) and ``text_structure`` (BiPE's segments, HiRoPE's lines). The defaults, on
+``PositionalEncoding``, are the ``none`` kind's; a scheme with a rule of its own overrides them.
 
 Notation used for tensor shapes:
     B: batch, H: heads, L: sequence length (Lq queries, Lk keys), D: head dimension.

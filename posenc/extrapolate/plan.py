@@ -22,8 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from posenc import plugins, registry
 from posenc.extrapolate.model import LAYERS, GPTConfig, build_pe, layer_pattern, pattern_label
 

@@ -34,13 +34,11 @@ from typing import Any
 
 from posenc._validate import check_choice
 from posenc.extrapolate.model import ARCHS, GPTConfig
+from posenc.extrapolate import PART_NAMES
 from posenc.extrapolate.tasks import ALGORITHMIC, CONTENT
 
 BENCH_VERSION = 2  # bump when the protocol changes, so old results are not reused
-PARTS = ("lm", "scaling", "tasks", "image", "time")
-"""``lm``: language modelling per scheme; ``scaling``: RoPE scalings on the trained RoPE model;
-``tasks``: algorithmic tasks and passkey retrieval per scheme; ``image``: digits classified at larger
-grids than trained (``posenc.extrapolate.vision``); ``time``: event order and gaps at other frame rates."""
+PARTS = PART_NAMES  # every part a user picks (``posenc.extrapolate.PART_NAMES``): a profile's default
 
 DEFAULT_SCHEMES = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire")
 def content_lm_rows(n_layer: int) -> tuple[str, ...]:

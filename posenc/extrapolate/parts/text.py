@@ -335,7 +335,7 @@ def _scale_note(profile: Profile, lm_records: list[dict[str, Any]]) -> str:
 
 
 def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> list[Verdict]:
-    page.add("<h2>3. Language modelling: perplexity by evaluation length</h2>")
+    page.add("<h2>Language modelling: perplexity by evaluation length</h2>")
     if not lm_recs:
         page.add("<p>Not run in this profile.</p>")
         return []
