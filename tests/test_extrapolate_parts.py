@@ -5,11 +5,10 @@ the page, not a part, numbers the sections."""
 from __future__ import annotations
 
 import ast
-import importlib
-import inspect
 from pathlib import Path
 
-BENCHMARK = Path(__file__).resolve().parent.parent / "posenc" / "extrapolate"
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARK = ROOT / "posenc" / "extrapolate"
 
 
 def module_attribute_writes(source: str) -> list[tuple[int, str]]:
@@ -20,10 +19,10 @@ def module_attribute_writes(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             modules.update({(a.asname or a.name.split(".")[0]): a.name for a in node.names})
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for a in node.names:
-                value = getattr(importlib.import_module(node.module), a.name, None)
-                if inspect.ismodule(value):
-                    modules[a.asname or a.name] = value.__name__
+            for a in node.names:  # `from posenc import rowwise`: a module when posenc/rowwise(.py) exists
+                where = ROOT.joinpath(*node.module.split("."), a.name)
+                if where.with_suffix(".py").is_file() or (where / "__init__.py").is_file():
+                    modules[a.asname or a.name] = f"{node.module}.{a.name}"
     writes = []
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
