@@ -63,7 +63,7 @@ def untrained(module) -> str | None:
     (docs/guide/cli.md). So are the numbers of ``rope_mixed``'s learned frequencies. Tables and
     frequencies only (additive and rotary kinds): the learned biases of KERPLE and T5 start from their
     papers' initial values, and the explorer draws them (from seed 0) with the same numbers as ``show``."""
-    if module.kind not in ("additive", "rotary") or not any(p.requires_grad for p in module.parameters()):
+    if not KIND_ANALYSIS[module.kind].learned_signal or not any(p.requires_grad for p in module.parameters()):
         return None
     if getattr(module, "name", None) == "learned":
         std = module.spec.get("init_std")
@@ -82,6 +82,10 @@ SAME_KERNEL = ("both are functions of cos(ω_i·r) over the same frequencies ω_
                "PE(p)·PE(p+r) = Σ_i cos(ω_i·r) (sin·sin + cos·cos of each pair), which is RoPE's relative kernel "
                "(q·k/D with q = k = 1 is (2/D)·Σ_i cos(ω_i·r), the cosine similarity of the sinusoids)")
 """Why a sinusoidal and a rotary scheme of one base and width give the same row in ``posenc compare``."""
+SAME_SIGNAL = "the same positional signal at these distances"
+WHY_SAME = {frozenset({"additive", "rotary"}): SAME_KERNEL,  # when every scheme of the group has inv_freq
+            frozenset({"rotary"}): "their frequencies are equal, and q·k of a rotary scheme depends only on them"}
+"""Why the schemes of a group of kinds give the same row (``coinciding``); otherwise ``SAME_SIGNAL``."""
 
 
 def coinciding(rows: Sequence[tuple[Any, ...]], modules: Sequence[Any]) -> list[str]:
@@ -96,13 +100,9 @@ def coinciding(rows: Sequence[tuple[Any, ...]], modules: Sequence[Any]) -> list[
         if len(members) < 2:
             continue
         names = " and ".join(str(rows[i][0]) for i in members)
-        kinds = {modules[i].kind for i in members}
-        if kinds == {"additive", "rotary"} and all(hasattr(modules[i], "inv_freq") for i in members):
-            why = SAME_KERNEL
-        elif kinds == {"rotary"}:
-            why = "their frequencies are equal, and q·k of a rotary scheme depends only on them"
-        else:
-            why = "the same positional signal at these distances"
+        kinds = frozenset(modules[i].kind for i in members)
+        frequencies = all(hasattr(modules[i], "inv_freq") for i in members)
+        why = WHY_SAME.get(kinds, SAME_SIGNAL) if frequencies or len(kinds) == 1 else SAME_SIGNAL
         notes.append(f"{names}: the same row, because {why}.")
     return notes
 
@@ -197,20 +197,24 @@ def table(spec: Any, *, length: int = 128, dim: int = 64) -> np.ndarray:
     Additive: ``PE(pos)``. Rotary: ``[cos(pos·θ) | sin(pos·θ)]`` (``cos_sin``; or, for a module
     without it, the rotation of a vector of ones), the rotation each position applies.
     """
+    m = build(spec, dim=dim, length=length)
+    return _for_kind(m, "table", "a positions × dimensions table")(m, _positions(length, m))
+
+
+def _additive_table(m, pos):
+    return _numpy(m(pos))  # (L, d)
+
+
+def _rotary_table(m, pos):
     import torch
 
-    m = build(spec, dim=dim, length=length)
-    pos = _positions(length, m)
-    if m.kind == "additive":
-        return _numpy(m(pos))  # (L, d)
-    if m.kind == "rotary":
-        if hasattr(m, "cos_sin"):
-            cos, sin = m.cos_sin(pos, dtype=torch.float64)  # (L, R) each, or (H, L, R) per head
-            if cos.dim() == 3:
-                cos, sin = (t.transpose(0, 1).reshape(length, -1) for t in (cos, sin))  # (L, H·R)
-            return _numpy(torch.cat((cos, sin), dim=-1))
-        return _numpy(m(_ones_qk(m, length)[:, :1], pos, role="query")[0, 0])  # (L, D)
-    raise _not_applicable(m, ("additive", "rotary"), "a positions × dimensions table")
+    length = pos.shape[0]
+    if hasattr(m, "cos_sin"):
+        cos, sin = m.cos_sin(pos, dtype=torch.float64)  # (L, R) each, or (H, L, R) per head
+        if cos.dim() == 3:
+            cos, sin = (t.transpose(0, 1).reshape(length, -1) for t in (cos, sin))  # (L, H·R)
+        return _numpy(torch.cat((cos, sin), dim=-1))
+    return _numpy(m(_ones_qk(m, length)[:, :1], pos, role="query")[0, 0])  # (L, D)
 
 
 def cosine_similarity_matrix(tab: np.ndarray) -> np.ndarray:
@@ -484,12 +488,14 @@ def rotary_scores(spec: Any, *, max_distance: int = 256, dim: int = 64, q=None, 
     With ``q = k = 1`` (the default) and RoPE, it is ``(2/D) Σ_i cos(r θ_i) · a²`` (``a`` the
     attention factor): 1 at ``r = 0``, then decaying and oscillating.
     """
-    import torch
-
     n = check_int("max_distance", max_distance, min=0) + 1
     m = build(spec, dim=dim, length=n)
-    if m.kind != "rotary":
-        raise _not_applicable(m, ("rotary",), "q·k vs distance")
+    return _for_kind(m, "qk", "q·k vs distance")(m, n, q, k)
+
+
+def _rotary_qk(m, n: int, q, k) -> np.ndarray:
+    import torch
+
     ones = _ones_qk(m, n)  # (1, H, N, D): every head for per-head frequencies (rope_mixed), else one
     ones = ones if getattr(m, "num_heads", None) else ones[:, :1]
     qx = ones if q is None else torch.as_tensor(q, dtype=torch.float64).expand_as(ones)
@@ -531,11 +537,15 @@ def score_term(spec: Any, q_positions, k_positions, *, num_heads: int = DEFAULT_
     m = build(spec, dim=dim, num_heads=num_heads, length=int(max(qp.max(), kp.max())) + 1)
     if getattr(m, "axes", 1) > 1 and qp.dim() == 1:  # one-axis positions: the same on every axis
         qp, kp = _positions_on_axes(qp, m), _positions_on_axes(kp, m)
-    if m.kind == "bias":
-        return _numpy(m(qp, kp))
-    if m.kind == "relative":
-        return _numpy(m(_ones_qk(m, qp.numel()), _ones_qk(m, kp.numel()), qp, kp)[0])
-    raise _not_applicable(m, ("bias", "relative"), "bias maps")
+    return _for_kind(m, "term", "bias maps")(m, qp, kp)
+
+
+def _bias_term(m, qp, kp) -> np.ndarray:
+    return _numpy(m(qp, kp))  # (H, Lq, Lk)
+
+
+def _relative_term(m, qp, kp) -> np.ndarray:
+    return _numpy(m(_ones_qk(m, qp.numel()), _ones_qk(m, kp.numel()), qp, kp)[0])  # (H, Lq, Lk): q = k = 1
 
 
 def bias_maps(spec: Any, *, length: int = 64, num_heads: int = DEFAULT_HEADS, dim: int = 64) -> np.ndarray:
@@ -571,11 +581,13 @@ def content_weights(spec: Any, *, length: int = 128, dim: int = 64, num_heads: i
     content gives when the content says nothing (FoX: ALiBi's decay; CoPE: a gate per token;
     stick-breaking: a geometric stick). The weights are the output for ``v = I`` (one-hot values);
     stick-breaking's leftover lands on the query's own key (r = 0)."""
+    m = build(spec, dim=dim, num_heads=num_heads, length=length)
+    return _for_kind(m, "weights", "content_weights")(m, length, dim, num_heads)
+
+
+def _content_weights(m, length: int, dim: int, num_heads: int) -> np.ndarray:
     import torch
 
-    m = build(spec, dim=dim, num_heads=num_heads, length=length)
-    if m.kind != "content":
-        raise _not_applicable(m, ("content",), "content_weights")
     h = getattr(m, "num_heads", None) or num_heads
     d = getattr(m, "head_dim", None) or dim
     q = torch.full((1, h, length, d), d ** -0.5, dtype=torch.float64)
@@ -595,18 +607,8 @@ def score_vs_distance(spec: Any, *, length: int = 256, dim: int = 64, num_heads:
     """
     length = check_int("length", length, min=2)
     m = build(spec, dim=dim, num_heads=num_heads, length=length)
-    r = np.arange(length)
-    if m.kind == "additive":
-        score = similarity_vs_distance(table(m, length=length))
-    elif m.kind == "rotary":
-        score = rotary_scores(m, max_distance=length - 1)
-    elif m.kind in ("bias", "relative"):
-        score = score_term(m, r, [0])[:, :, 0].mean(0)  # query at r, key at 0
-    elif m.kind == "content":
-        score = content_weights(m, length=length, dim=dim, num_heads=num_heads).mean(0)
-    else:
-        score = np.zeros(length)
-    return Curve(shown_label(m), m.kind, r, score, QUANTITY.get(m.kind, m.kind))
+    score = KIND_ANALYSIS[m.kind].signal(m, length, dim, num_heads)
+    return Curve(shown_label(m), m.kind, np.arange(length), score, QUANTITY.get(m.kind, m.kind))
 
 
 # -- grids: a 2D map of the positional signal -------------------------------------------------
@@ -663,8 +665,6 @@ def grid_map(spec: Any, *, grid: Sequence[int] | None = None, patch: Sequence[in
     (Dosovitskiy et al. 2021, Fig. 7): ``values[r, c]`` by kind (``GRID_QUANTITY``). Works for
     every scheme: grid encodings (``axes``, a learned ``grid``) see ``(r, c)``, one-axis ones the
     flattened index."""
-    import torch
-
     if hasattr(spec, "kind") and hasattr(spec, "spec"):
         m = build(spec)
         h, w = default_grid(m, grid)
@@ -672,25 +672,11 @@ def grid_map(spec: Any, *, grid: Sequence[int] | None = None, patch: Sequence[in
         own = as_spec(spec).get("grid")
         h, w = default_grid(type("Spec", (), {"grid": own})(), grid)
         m = build(spec, dim=dim, num_heads=num_heads, length=h * w)  # a 1D learned table: one row per patch
-    n = h * w
     pr, pc = (h // 2, w // 2) if patch is None else tuple(patch)
     if not (0 <= int(pr) < h and 0 <= int(pc) < w):
         raise ValueError(f"patch must lie inside the grid {h}×{w}, got ({pr}, {pc})")
     i = int(pr) * w + int(pc)
-    pos = grid_positions_for(m, (h, w))
-    if m.kind == "additive":
-        values = cosine_similarity_matrix(_numpy(m(pos)))[i]
-    elif m.kind == "rotary":
-        ones = _ones_qk(m, n)
-        if getattr(m, "num_heads", None) is None:
-            ones = ones[:, :1]
-        rq, rk = m(ones, pos, role="query")[0], m(ones, pos, role="key")[0]  # (H, N, D)
-        values = _numpy((rk @ rq[:, i].unsqueeze(-1)).squeeze(-1).mean(0)) / ones.shape[-1]
-    elif m.kind in ("bias", "relative"):
-        flat = torch.arange(n)
-        values = score_term(m, flat[i:i + 1], flat, num_heads=num_heads, dim=dim)[:, 0].mean(0)
-    else:
-        values = np.zeros(n)
+    values = KIND_ANALYSIS[m.kind].grid_signal(m, grid_positions_for(m, (h, w)), i, dim, num_heads)
     return GridMap(shown_label(m), m.kind, (h, w), (int(pr), int(pc)), np.asarray(values).reshape(h, w),
                    GRID_QUANTITY.get(m.kind, m.kind))
 
@@ -724,59 +710,164 @@ def key_numbers(spec: Any, *, length: int = 128, dim: int = 64, num_heads: int =
             lam = wavelengths(_numpy(m.inv_freq))
             out.append(("wavelengths (positions)", f"{lam.min():.4g} .. {lam.max():.4g} over {lam.size} pairs"))
         return out
-    if m.kind in ("additive", "rotary"):
-        tab = table(m, length=length)
-        d, p, q = min_fingerprint_distance(tab)
-        out.append(("table (positions × dims)", f"{tab.shape[0]} × {tab.shape[1]}"))
-        out.append(("closest two positions", f"{p} and {q}, distance {d:.4g} "
-                                             f"({'all distinct' if d > 1e-9 else 'NOT all distinct'})"))
-    if m.kind == "additive":
-        sim = similarity_vs_distance(tab)
-        out.append(("cosine similarity at r=1, 10, L-1",
-                    ", ".join(f"{sim[r]:.3f}" for r in (1, min(10, length - 1), length - 1))))
-        if length - 1 > tab.shape[1]:
-            _, res = linear_map(tab, 1)
-            # below 1e-6 the residual is float64 noise (~1e-13 for sinusoids), not a property to print
-            out.append(("PE(p+1) = M·PE(p) residual",
-                        "< 1e-6 (linear)" if res < 1e-6 else f"{res:.2e} (not linear)"))
-        else:
-            out.append(("PE(p+1) = M·PE(p) residual", f"needs --length > {tab.shape[1] + 1}"))
-    if m.kind == "rotary":
-        sc = rotary_scores(m, max_distance=length - 1)
-        out.append(("q·k/D (q=k=1) at r=0, 1, 10, L-1",
-                    ", ".join(f"{sc[r]:.3f}" for r in (0, 1, min(10, length - 1), length - 1))))
-        out.append(("attention factor", f"{getattr(m, 'attention_factor', 1.0):.4g}"))
-    if hasattr(m, "inv_freq"):
-        theta = _numpy(m.inv_freq)
-        lam, t = wavelengths(theta), turns(theta, length)
-        out.append(("wavelengths (positions)", f"{lam.min():.4g} .. {lam.max():.4g} over {theta.size} pairs"))
-        out.append((f"pairs with < 1 turn in L={length}", f"{int((t < 1).sum())} of {theta.size}"))
-    if m.kind in ("bias", "relative"):
-        col = score_term(m, [0, 1, length - 1], [0])[:, :, 0]  # (H, 3): queries at r = 0, 1, L-1, key at 0
-        maps = bias_maps(m, length=min(length, 64))  # (H, l, l)
-        out.append(("heads", str(col.shape[0])))
-        out.append(("term at r=1 per head", ", ".join(f"{v:.3g}" for v in col[:, 1])))
-        out.append((f"term at r={length - 1} per head", ", ".join(f"{v:.3g}" for v in col[:, -1])))
-        out.append((f"symmetric in i−j (first {maps.shape[-1]} positions)",
-                    "yes" if np.allclose(maps, maps.transpose(0, 2, 1)) else "no"))
-    if m.kind == "none" and hasattr(m, "query_scale"):  # Llama 4's NoPE temperature
-        tau = m.reference(np.ones((1, 1, 2, 1)), np.array([0, length - 1])).ravel()  # τ at the two ends
-        out.append(("positional signal", f"query temperature only: ×{float(tau[0]):.4g} at 0, "
-                                         f"×{float(tau[1]):.4g} at {length - 1}"))
-    elif m.kind == "none":
-        out.append(("positional signal", "none: attention is permutation-equivariant without a causal mask"))
-    if m.kind == "content":
-        w = content_weights(m, length=length, dim=dim, num_heads=num_heads)  # (H, L)
-        out.append(("positions", "counted from the tokens (no position input); causal only" if m.causal_only
-                    else "counted from the tokens (no position input)"))
-        out.append(("reads the layer's input (hidden=)", "yes" if m.reads_hidden else "no"))
-        out.append(("weight at r=0, 1, L-1 (identical tokens)",
-                    ", ".join(f"{w.mean(0)[r]:.3g}" for r in (0, 1, length - 1))))
-    if m.kind != "content" and hasattr(m, "describe"):  # positions from structure (bipe): a typed sentence's
-        out += m.describe(text=text)
-    elif m.kind == "content":
+    kind = KIND_ANALYSIS[m.kind]
+    own = kind.numbers(m, length, dim, num_heads)
+    out += own + _frequency_numbers(m, length) if kind.numbers_first else _frequency_numbers(m, length) + own
+    if hasattr(m, "describe"):  # a content scheme's own, or positions from structure (bipe): a typed sentence's
         out += m.describe(text=text)
     return out
+
+
+def _frequency_numbers(m, length: int) -> list[tuple[str, str]]:
+    if not hasattr(m, "inv_freq"):
+        return []
+    theta = _numpy(m.inv_freq)
+    lam, t = wavelengths(theta), turns(theta, length)
+    return [("wavelengths (positions)", f"{lam.min():.4g} .. {lam.max():.4g} over {theta.size} pairs"),
+            (f"pairs with < 1 turn in L={length}", f"{int((t < 1).sum())} of {theta.size}")]
+
+
+def _fingerprint_numbers(tab: np.ndarray) -> list[tuple[str, str]]:
+    d, p, q = min_fingerprint_distance(tab)
+    return [("table (positions × dims)", f"{tab.shape[0]} × {tab.shape[1]}"),
+            ("closest two positions", f"{p} and {q}, distance {d:.4g} "
+                                      f"({'all distinct' if d > 1e-9 else 'NOT all distinct'})")]
+
+
+def _additive_numbers(m, length: int, dim: int, num_heads: int) -> list[tuple[str, str]]:
+    tab = table(m, length=length)
+    out = _fingerprint_numbers(tab)
+    sim = similarity_vs_distance(tab)
+    out.append(("cosine similarity at r=1, 10, L-1",
+                ", ".join(f"{sim[r]:.3f}" for r in (1, min(10, length - 1), length - 1))))
+    if length - 1 > tab.shape[1]:
+        _, res = linear_map(tab, 1)
+        # below 1e-6 the residual is float64 noise (~1e-13 for sinusoids), not a property to print
+        out.append(("PE(p+1) = M·PE(p) residual", "< 1e-6 (linear)" if res < 1e-6 else f"{res:.2e} (not linear)"))
+    else:
+        out.append(("PE(p+1) = M·PE(p) residual", f"needs --length > {tab.shape[1] + 1}"))
+    return out
+
+
+def _rotary_numbers(m, length: int, dim: int, num_heads: int) -> list[tuple[str, str]]:
+    out = _fingerprint_numbers(table(m, length=length))
+    sc = rotary_scores(m, max_distance=length - 1)
+    out.append(("q·k/D (q=k=1) at r=0, 1, 10, L-1",
+                ", ".join(f"{sc[r]:.3f}" for r in (0, 1, min(10, length - 1), length - 1))))
+    out.append(("attention factor", f"{getattr(m, 'attention_factor', 1.0):.4g}"))
+    return out
+
+
+def _term_numbers(m, length: int, dim: int, num_heads: int) -> list[tuple[str, str]]:
+    col = score_term(m, [0, 1, length - 1], [0])[:, :, 0]  # (H, 3): queries at r = 0, 1, L-1, key at 0
+    maps = bias_maps(m, length=min(length, 64))  # (H, l, l)
+    return [("heads", str(col.shape[0])),
+            ("term at r=1 per head", ", ".join(f"{v:.3g}" for v in col[:, 1])),
+            (f"term at r={length - 1} per head", ", ".join(f"{v:.3g}" for v in col[:, -1])),
+            (f"symmetric in i−j (first {maps.shape[-1]} positions)",
+             "yes" if np.allclose(maps, maps.transpose(0, 2, 1)) else "no")]
+
+
+def _none_numbers(m, length: int, dim: int, num_heads: int) -> list[tuple[str, str]]:
+    if hasattr(m, "query_scale"):  # Llama 4's NoPE temperature
+        tau = m.reference(np.ones((1, 1, 2, 1)), np.array([0, length - 1])).ravel()  # τ at the two ends
+        return [("positional signal", f"query temperature only: ×{float(tau[0]):.4g} at 0, "
+                                      f"×{float(tau[1]):.4g} at {length - 1}")]
+    return [("positional signal", "none: attention is permutation-equivariant without a causal mask")]
+
+
+def _content_numbers(m, length: int, dim: int, num_heads: int) -> list[tuple[str, str]]:
+    w = content_weights(m, length=length, dim=dim, num_heads=num_heads)  # (H, L)
+    return [("positions", "counted from the tokens (no position input); causal only" if m.causal_only
+             else "counted from the tokens (no position input)"),
+            ("reads the layer's input (hidden=)", "yes" if m.reads_hidden else "no"),
+            ("weight at r=0, 1, L-1 (identical tokens)", ", ".join(f"{w.mean(0)[r]:.3g}" for r in (0, 1, length - 1)))]
+
+
+# -- the table from kind to quantity ----------------------------------------------------------
+
+def _similarity_signal(m, length, dim, num_heads):
+    return similarity_vs_distance(table(m, length=length))
+
+
+def _qk_signal(m, length, dim, num_heads):
+    return rotary_scores(m, max_distance=length - 1)
+
+
+def _term_signal(m, length, dim, num_heads):
+    return score_term(m, np.arange(length), [0])[:, :, 0].mean(0)  # query at r, key at 0
+
+
+def _weights_signal(m, length, dim, num_heads):
+    return content_weights(m, length=length, dim=dim, num_heads=num_heads).mean(0)
+
+
+def _zero_signal(m, length, dim, num_heads):
+    return np.zeros(length)
+
+
+def _similarity_grid(m, pos, i, dim, num_heads):
+    return cosine_similarity_matrix(_numpy(m(pos)))[i]
+
+
+def _qk_grid(m, pos, i, dim, num_heads):
+    ones = _ones_qk(m, pos.shape[0])
+    if getattr(m, "num_heads", None) is None:
+        ones = ones[:, :1]
+    rq, rk = m(ones, pos, role="query")[0], m(ones, pos, role="key")[0]  # (H, N, D)
+    return _numpy((rk @ rq[:, i].unsqueeze(-1)).squeeze(-1).mean(0)) / ones.shape[-1]
+
+
+def _term_grid(m, pos, i, dim, num_heads):
+    import torch
+
+    flat = torch.arange(pos.shape[0])
+    return score_term(m, flat[i:i + 1], flat, num_heads=num_heads, dim=dim)[:, 0].mean(0)
+
+
+def _zero_grid(m, pos, i, dim, num_heads):
+    return np.zeros(pos.shape[0])
+
+
+@dataclass(frozen=True)
+class KindAnalysis:
+    """What the analysis and the figures read from a scheme of one kind (``KIND_ANALYSIS``): the
+    functions of the module behind ``table``, ``rotary_scores``, ``score_term`` and
+    ``content_weights`` (None where the quantity does not apply: ``NotApplicable``), the signal
+    against distance (``score_vs_distance``) and on a grid (``grid_map``), and ``key_numbers``'
+    rows (before the frequency rows when ``numbers_first``)."""
+
+    signal: Any
+    grid_signal: Any
+    numbers: Any
+    table: Any = None
+    qk: Any = None
+    term: Any = None
+    weights: Any = None
+    numbers_first: bool = False
+    learned_signal: bool = False  # its learned parameters are its signal (``untrained``): tables, frequencies
+
+
+KIND_ANALYSIS = {
+    "additive": KindAnalysis(_similarity_signal, _similarity_grid, _additive_numbers, table=_additive_table,
+                             numbers_first=True, learned_signal=True),
+    "rotary": KindAnalysis(_qk_signal, _qk_grid, _rotary_numbers, table=_rotary_table, qk=_rotary_qk,
+                           numbers_first=True, learned_signal=True),
+    "bias": KindAnalysis(_term_signal, _term_grid, _term_numbers, term=_bias_term),
+    "relative": KindAnalysis(_term_signal, _term_grid, _term_numbers, term=_relative_term),
+    "none": KindAnalysis(_zero_signal, _zero_grid, _none_numbers),
+    "content": KindAnalysis(_weights_signal, _zero_grid, _content_numbers, weights=_content_weights),
+}
+"""The one place the analysis says how each kind is read: kind -> ``KindAnalysis``."""
+
+
+def _for_kind(m, quantity: str, what: str):
+    """The function of ``KIND_ANALYSIS`` behind ``quantity`` for ``m``'s kind; ``NotApplicable`` naming
+    the kinds it applies to when it has none."""
+    fn = getattr(KIND_ANALYSIS[m.kind], quantity)
+    if fn is None:
+        raise _not_applicable(m, tuple(k for k, a in KIND_ANALYSIS.items() if getattr(a, quantity) is not None), what)
+    return fn
 
 
 def describe_params(name: str) -> str:
@@ -788,5 +879,5 @@ __all__ = [
     "NotApplicable", "build", "table", "cosine_similarity_matrix", "similarity_vs_distance", "linear_map",
     "nearest_neighbour_distances", "min_fingerprint_distance", "FINGERPRINT_RTOL", "wavelengths", "turns", "inv_freq",
     "Spectrum", "spectrum", "rotary_scores", "rope_decay_bound", "score_term", "bias_maps", "Curve", "score_vs_distance",
-    "key_numbers", "describe_params", "content_weights", "GridMap", "grid_map", "grid_numbers", "grid_positions_for", "default_grid",
+    "key_numbers", "describe_params", "content_weights", "GridMap", "KIND_ANALYSIS", "KindAnalysis", "grid_map", "grid_numbers", "grid_positions_for", "default_grid",
 ]

@@ -64,19 +64,16 @@ def _outputs(sentence: tuple[str, ...], pe, emb, proj, *, causal: bool) -> dict[
     n = len(sentence)
     pos = torch.arange(n)
     x = emb[[WORDS.index(w) for w in sentence]]  # (L, D)
-    if pe.kind == "additive":
-        x = x + pe(text_positions(pos, getattr(pe, "axes", 1)))
+    x = pe.embed(x, text_positions(pos, getattr(pe, "axes", 1)))  # (L, D): an additive pe's output added
     q, k, v = (
         (x @ w).view(n, NUM_HEADS, HEAD_DIM).transpose(0, 1).unsqueeze(0)  # (1, H, L, hd)
         for w in proj
     )
     pos = text_positions(pos, getattr(pe, "axes", 1))  # a grid encoding reads words as text tokens
-    if pe.kind == "content":  # no positions; a scheme that counts from the query backwards is causal
-        out = attention(q, k, v, pe, causal=causal or pe.causal_only,
-                        hidden=x.unsqueeze(0) if pe.reads_hidden else None)
-    else:
-        out = attention(q, k, v, None if pe.kind == "additive" else pe, q_positions=pos, k_positions=pos,
-                        causal=causal)  # (1, H, L, hd)
+    use = pe if pe.attends else None  # additive, NoPE: nothing in attention
+    given = use.attention_keywords(pos, x.unsqueeze(0)) if use is not None else {}  # a content pe: no positions
+    # a scheme that counts from the query backwards (causal_only) is causal
+    out = attention(q, k, v, use, causal=causal or pe.causal_only, **given)  # (1, H, L, hd)
     out = out[0].transpose(0, 1).reshape(n, D_MODEL)  # (L, D)
     return {w: out[i] for i, w in enumerate(sentence)}
 

@@ -64,12 +64,18 @@ def save(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> str:
 
 # -- drawing on one Axes ----------------------------------------------------------------------
 
+TABLE_VALUE = {"additive": "PE(position, i)", "rotary": "[cos(position·θ) | sin(position·θ)]"}
+"""What a heatmap's values are, by kind (``analysis.table``'s kinds)."""
+TERM_NOTE = {"relative": " (q = k = 1)"}
+"""What the bias maps of a kind are drawn with (a query-dependent term: with ``q = k = 1``)."""
+
+
 def draw_heatmap(ax: Axes, spec: Any, *, length: int = 128, dim: int = 64):
     tab = analysis.table(spec, length=length, dim=dim)  # (L, d)
     m = analysis.build(spec, dim=dim, length=length)
     vmax = float(np.abs(tab).max()) or 1.0
     im = ax.imshow(tab, aspect="auto", cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
-    what = "PE(position, i)" if m.kind == "additive" else "[cos(position·θ) | sin(position·θ)]"
+    what = TABLE_VALUE.get(m.kind, "")
     ax.set(title=_title(analysis.shown_label(m), what), xlabel="dimension i", ylabel="position")
     ax.figure.colorbar(im, ax=ax, label="value")
     return im
@@ -135,7 +141,7 @@ def draw_bias_maps(fig: Figure, spec: Any, *, length: int = 64, num_heads: int =
         if head >= h - cols:
             ax.set_xlabel("key position j")
     m = analysis.build(spec, dim=dim, num_heads=num_heads, length=length)
-    extra = " (q = k = 1)" if m.kind == "relative" else ""
+    extra = TERM_NOTE.get(m.kind, "")
     fig.suptitle(_title(analysis.shown_label(m), f"score term per head{extra}"))
     fig.colorbar(im, ax=list(axes[:h]), label="added to the attention score", shrink=0.9)
 
@@ -169,13 +175,14 @@ def score_vs_distance(specs: Sequence[Any], *, length: int = 256, dim: int = 64)
     if isinstance(specs, (str, dict)) or not isinstance(specs, Sequence) or not specs:
         raise ValueError("score_vs_distance takes a non-empty list of specs, e.g. ['sinusoidal', 'rope']")
     curves = [analysis.score_vs_distance(s, length=length, dim=dim) for s in specs]
-    kinds = [k for k in KIND_ORDER if any(c.kind == k for c in curves)]
-    kinds += sorted({c.kind for c in curves} - set(kinds))
+    panels: dict[str, list[int]] = {}  # kind -> the curves drawn in its panel
+    for i, c in enumerate(curves):
+        panels.setdefault(c.kind, []).append(i)
+    kinds = [k for k in KIND_ORDER if k in panels] + sorted(set(panels) - set(KIND_ORDER))
     fig = _figure(4.6 * len(kinds), 3.8)
     axes = np.atleast_1d(fig.subplots(1, len(kinds), squeeze=False)).ravel()
     for ax, kind in zip(axes, kinds):
-        idx = [i for i, c in enumerate(curves) if c.kind == kind]
-        draw_curves(ax, [curves[i] for i in idx], [_style(i) for i in idx])
+        draw_curves(ax, [curves[i] for i in panels[kind]], [_style(i) for i in panels[kind]])
     fig.suptitle("Positional signal vs relative distance")
     return fig
 
@@ -277,17 +284,26 @@ def show(spec: Any, *, length: int = 128, dim: int = 64, grid: Sequence[int] | N
     if getattr(m, "axes", 1) > 1 or grid is not None:
         check_showable(m.kind, m.name)
         return grid_maps([spec], grid=grid, patch=patch, dim=dim)
-    if m.kind == "additive":
-        return heatmap(m, length=length, dim=dim)
-    if m.kind == "rotary":
-        fig = _figure(11.0, 4.0)
-        left, right = fig.subplots(1, 2)
-        draw_curves(left, [analysis.score_vs_distance(m, length=length, dim=dim)], [_style(0)])
-        left.set_title(_title(analysis.shown_label(m), "q·k vs relative distance"))
-        draw_spectrum(right, m, dim=dim, context=analysis.spectrum(m).context or length)
-        return fig
     check_showable(m.kind, m.name)
+    return SHOW[m.kind](m, length=length, dim=dim)
+
+
+def _show_rotary(m, *, length: int, dim: int) -> Figure:
+    fig = _figure(11.0, 4.0)
+    left, right = fig.subplots(1, 2)
+    draw_curves(left, [analysis.score_vs_distance(m, length=length, dim=dim)], [_style(0)])
+    left.set_title(_title(analysis.shown_label(m), "q·k vs relative distance"))
+    draw_spectrum(right, m, dim=dim, context=analysis.spectrum(m).context or length)
+    return fig
+
+
+def _show_term(m, *, length: int, dim: int) -> Figure:
     return bias_maps(m, length=min(length, 64))
+
+
+SHOW = {"additive": heatmap, "rotary": _show_rotary, "bias": _show_term, "relative": _show_term}
+"""The figure ``show`` draws for each kind (``SHOWABLE``): the heatmap, the ``q·k`` curve and the
+spectrum, the bias maps."""
 
 
 __all__ = ["heatmap", "similarity", "score_vs_distance", "rope_decay", "fingerprints", "spectrum", "bias_maps",

@@ -50,7 +50,7 @@ import sys
 import torch
 
 from posenc import scores as _scores
-from posenc._validate import check_choice, check_float
+from posenc._validate import check_bool, check_choice, check_float
 from posenc.encodings._base import ContentEncoding, check_qkv
 from posenc.masking import Visibility
 from posenc.scores import MATERIALIZE_ELEMENTS, cap_scores, check_cap_and_sinks, sink_softmax  # noqa: F401
@@ -182,6 +182,14 @@ def _libc():
 
 
 _LIBC = _libc() if sys.platform.startswith("linux") else None
+
+
+def trim_rows(on: bool) -> None:
+    """Whether the content kind gives a large block's freed memory back after it (``ROW_TRIM``, on
+    by default): a process that keeps its freed memory for the next block instead
+    (``posenc.extrapolate.driver.keep_heap``, the benchmark's) turns it off."""
+    global ROW_TRIM
+    ROW_TRIM = check_bool("on", on)
 
 
 def _trim(elements: int) -> None:

@@ -1,7 +1,7 @@
 """The attention cases: a bias scheme through ``posenc.attention`` (auto, and FlexAttention by
 name), a materialized map and plain causal SDPA (the floor), forward and forward+backward, each in
-a fresh process under an address-space cap; and issue 10's goals judged on their rows. Content
-schemes (issue 19: fox, cope, dape over kerple, stick_breaking) train at the profile's
+a fresh process under an address-space cap; and the goals of bias attention at length judged on their rows. Content
+schemes (positions that depend on content: fox, cope, dape over kerple, stick_breaking) train at the profile's
 ``content_lengths`` on their blockwise backend (FoX with a ``hidden`` of width H·D)."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def attention_child(spec: dict) -> dict:
         forward().backward(grad)  # gradients of q, k, v and the scheme's parameters
 
     chosen = None
-    if spec["method"] == "posenc" and pe.kind == "content":  # its own backends (posenc.rowwise)
+    if spec["method"] == "posenc" and _content(spec["scheme"]):  # its own backends (posenc.rowwise)
         from posenc.rowwise import MATERIALIZE_ELEMENTS
 
         chosen = ("materialize" if h * length * length <= MATERIALIZE_ELEMENTS else
@@ -119,7 +119,7 @@ def attention_specs(profile: Profile, threads: int | None = None, *, lengths: tu
         specs.append({**train, "scheme": "none", "method": "sdpa_floor"})
         for scheme in profile.train_schemes if schemes is None else schemes:
             specs.append({**train, "scheme": scheme, "method": "posenc"})  # auto: blockwise at length
-    if schemes is None:  # positions that depend on content (issue 19): training at their length
+    if schemes is None:  # positions that depend on content: training at their length
         for length in profile.content_lengths:
             train = {**base, "pass": "forward+backward", "length": length}
             specs += [{**train, "scheme": scheme, "method": "posenc"} for scheme in profile.content_schemes]
@@ -129,7 +129,7 @@ def attention_specs(profile: Profile, threads: int | None = None, *, lengths: tu
 def _content(scheme: str) -> bool:
     from posenc import registry
 
-    return registry.get(scheme).kind == "content"
+    return scheme in registry.schemes("content")
 
 
 def pass_of(row: dict) -> str:
@@ -151,7 +151,7 @@ def goal_line(rows: list[dict]) -> str:
     return f"goal (L={GOAL_LENGTH} under {GOAL_PEAK_GB} GB peak): {'met' if met else 'NOT met'}: {shown}"
 
 
-# Issue 10's goals: (pass, length, what, bound); a bound on the peak in GB, on seconds, or on the
+# The goals of bias attention at length: (pass, length, what, bound); a bound on the peak in GB, on seconds, or on the
 # time as a multiple of the floor (causal SDPA without a bias, same pass and length).
 TRAINING_GOALS = (
     ("forward+backward", 8192, "peak_gb", 2.0),
@@ -163,7 +163,7 @@ TRAINING_GOALS = (
 
 
 def training_goal_lines(rows: list[dict]) -> list[str]:
-    """One line per goal of issue 10 (bias attention that trains at length; long forward): met,
+    """One line per goal (bias attention that trains at length; long forward): met,
     NOT met, or not measured, with the numbers, judged on posenc's auto backend (what a caller
     gets without asking for one)."""
     lines = []

@@ -36,10 +36,10 @@ class Profile:
     # at L=8192 (13 bytes per score); 16384 would need ~28 GB. 8192 is safe on 24 GB.
     materialize_max: int = 8192
     attention_repeats: int = 1  # flex calls timed after the first, which compiles
-    # forward+backward cases (issue 10's training goals) at the lengths up to train_max
+    # forward+backward cases (the goals of bias attention that trains at length) at the lengths up to train_max
     train_schemes: tuple[str, ...] = ("alibi", "t5", "kerple", "fire")
     train_max: int = 32768
-    # positions that depend on content (issue 19): forward+backward at these lengths (the issue's
+    # positions that depend on content: forward+backward at these lengths (the goal's
     # goal: within 2 GB peak at 8192, 8 heads, head_dim 64)
     content_schemes: tuple[str, ...] = ("fox", "cope", "dape", "stick_breaking")
     content_lengths: tuple[int, ...] = ()

@@ -62,7 +62,8 @@ def _schemes(value: str | None) -> tuple[str, ...] | None:
         return None
     from posenc import registry
 
-    allowed = [n for n in registry.schemes() if registry.get(n).kind in ("bias", "content") and n != "path"]
+    timed = {*registry.schemes("bias"), *registry.schemes("content")} - {"path"}  # PaTH: materialized only
+    allowed = [n for n in registry.schemes() if n in timed]
     parts = tuple(p.strip() for p in value.split(",") if p.strip())
     if not parts or any(p not in allowed for p in parts):
         raise CLIError(f"--schemes must be a comma-separated list of {', '.join(allowed)}; got {value!r}")

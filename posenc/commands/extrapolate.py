@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from posenc.cli import CLIError, check_output_file, int_arg, parse_int, require_extra
+from posenc.extrapolate import PART_NAMES  # the --part choices (no torch)
 
 PROFILE_NAMES = ("smoke", "quick", "full")
-PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
 ARCH_NAMES = ("transformer", "hybrid", "llama")  # posenc.extrapolate.model.ARCHS (not imported here: it imports torch)
 
 

@@ -80,24 +80,48 @@ def _check_work(spec: dict[str, Any], args: argparse.Namespace, *, queries: int)
 
     ``queries``: how many query positions the command scores a bias or relative term at.
     """
-    import posenc
     from posenc import registry
-    from posenc.limits import MAX_CELLS, MAX_FIT_WORK, MAX_PAIR_WORK, MAX_RELATIVE_WORK, check_work
 
-    kind = registry.get(spec["scheme"]).kind
-    if kind == "relative":  # a query-dependent term: work grows with the module's parameters (W_R, tables)
-        params = sum(p.numel() for p in posenc.build(spec).parameters())
-        check_work("a relative term over every query", queries * params, MAX_RELATIVE_WORK,
-                   f"--length {args.length} × {params:,} parameters")
-    if kind not in ("additive", "rotary"):
-        return  # bias kinds: an [H, L] column and [H, 64, 64] maps, bounded by --heads and --length
+    for check in WORK.get(registry.get(spec["scheme"]).kind, ()):  # bias, none, content: nothing to bound
+        check(spec, args, queries)
+
+
+def _relative_work(spec: dict, args: argparse.Namespace, queries: int) -> None:
+    """A query-dependent term: work grows with the module's parameters (W_R, tables)."""
+    import posenc
+    from posenc.limits import MAX_RELATIVE_WORK, check_work
+
+    params = sum(p.numel() for p in posenc.build(spec).parameters())
+    check_work("a relative term over every query", queries * params, MAX_RELATIVE_WORK,
+               f"--length {args.length} × {params:,} parameters")
+
+
+def _table_sizes(spec: dict, args: argparse.Namespace) -> tuple[int, int, str]:
     n = args.length
     width = max((v for k, v in spec.items() if k in ("d_model", "head_dim") and isinstance(v, int)), default=args.dim)
-    sizes = f"--length {n} × width {width}"
+    return n, width, f"--length {n} × width {width}"
+
+
+def _table_work(spec: dict, args: argparse.Namespace, queries: int) -> None:
+    """A table and its fingerprint comparison."""
+    from posenc.limits import MAX_CELLS, MAX_PAIR_WORK, check_work
+
+    n, width, sizes = _table_sizes(spec, args)
     check_work("a table", n * width, MAX_CELLS, sizes)
     check_work("a fingerprint comparison", n * n * width, MAX_PAIR_WORK, sizes)
-    if registry.get(spec["scheme"]).kind == "additive":
-        check_work("a linear-map fit", n * width * width, MAX_FIT_WORK, sizes)
+
+
+def _fit_work(spec: dict, args: argparse.Namespace, queries: int) -> None:
+    """The linear-map fit of an additive table."""
+    from posenc.limits import MAX_FIT_WORK, check_work
+
+    n, width, sizes = _table_sizes(spec, args)
+    check_work("a linear-map fit", n * width * width, MAX_FIT_WORK, sizes)
+
+
+WORK = {"relative": (_relative_work,), "additive": (_table_work, _fit_work), "rotary": (_table_work,)}
+"""The work ``show`` and ``compare`` bound before they start, by kind (what ``analysis.key_numbers``
+computes for it; a bias kind's ``[H, L]`` column and ``[H, 64, 64]`` maps are bounded by --heads and --length)."""
 
 
 def _plot_path(path: str | None) -> str | None:
@@ -233,7 +257,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         curve = analysis.score_vs_distance(spec, length=n, dim=args.dim, num_heads=args.heads)
         m = analysis.build(spec, dim=args.dim, num_heads=args.heads, length=n)
         closest = waves = "n/a"
-        if m.kind in ("additive", "rotary"):
+        if analysis.KIND_ANALYSIS[m.kind].table is not None:  # a table per position: its fingerprints
             closest = f"{analysis.min_fingerprint_distance(analysis.table(m, length=n))[0]:.3g}"
         if hasattr(m, "inv_freq"):
             lam = analysis.wavelengths(m.inv_freq.double().numpy())

@@ -11,6 +11,18 @@
 
 ``@register(name, kind)`` checks that a scheme subclasses its kind's base (``KIND_BASES``).
 
+**The kind protocol** (each class's block "kind protocol"): one way to apply each kind, so that a
+model, the benchmark and the analysis call the scheme instead of testing its ``.kind``
+(``tests/test_kind_dispatch.py`` keeps such tests out of them): ``model_sizes`` (the sizes a model
+must share with it), ``attends`` (whether a model passes it to ``posenc.attention``), ``embed(x,
+positions)`` (what it adds to the token embeddings), ``attention_keywords(positions, hidden)``
+(what attention gets beside it), ``check_runs_at(positions, head_dim=, num_heads=)`` (whether it
+can run at a length: a learned table past its rows) and the classmethod ``fit_to_training(given,
+length)`` (its settings that follow the training length: T5's ``max_distance``, FIRE's
+``L_threshold``); and the attributes ``needs_axes``, ``causal_only``, ``position_table`` (a learned
+table) and ``text_structure`` (BiPE's segments, HiRoPE's lines). The defaults, on
+``PositionalEncoding``, are the ``none`` kind's; a scheme with a rule of its own overrides them.
+
 Notation used for tensor shapes:
     B: batch, H: heads, L: sequence length (Lq queries, Lk keys), D: head dimension.
 """
@@ -114,6 +126,55 @@ class PositionalEncoding(nn.Module):
         temperature per query position scales them (Llama 4's NoPE layers, ``nope_temperature``)."""
         return q
 
+    # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
+    model_sizes: tuple[str, ...] = ()
+    """The sizes a model must share with the scheme, as the scheme's attributes (``d_model``,
+    ``head_dim``, ``num_heads``): the benchmark's model refuses a mismatch by name."""
+    needs_axes: bool = False
+    """Whether a model must give the scheme positions of exactly ``axes`` axes (every kind but
+    ``none``, whose positions carry no signal: the image part gives it ``(row, col)`` as they are)."""
+    causal_only: bool = False
+    """True for a scheme that counts from the query backwards: only causal attention (content schemes)."""
+    text_structure: str | None = None
+    """For a ``structured`` scheme, the structure of a text its positions come from: ``"segments"``
+    (BiPE: ``(segment, offset)`` of the lines) or ``"lines"`` (HiRoPE: ``(line, token)``); None
+    for text positions ``0..L-1``. The benchmark's language models read it
+    (``posenc.extrapolate.structured.for_spec``)."""
+    position_table: bool = False
+    """True for a table with a row per position (the learned table): it cannot run past its rows,
+    and on an image it takes the training grid's size and is resized to another grid."""
+
+    @property
+    def attends(self) -> bool:
+        """Whether a model passes the scheme to ``posenc.attention`` (default: no, NoPE; every
+        rotary, bias, relative and content scheme does, and NoPE with a query temperature)."""
+        return False
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``x [B, L, C]`` plus what the kind adds to the token embeddings before the first layer
+        (default: nothing; an additive scheme adds ``module(positions)``)."""
+        return x
+
+    def attention_keywords(self, positions: torch.Tensor | None, hidden: torch.Tensor | None) -> dict[str, Any]:
+        """The keywords a model gives ``posenc.attention`` for the scheme in self-attention over
+        ``positions`` with the layer's input ``hidden [B, L, d_model]``: the positions of the queries
+        and keys (default); a content scheme takes ``hidden`` instead, when it reads it."""
+        return {"q_positions": positions, "k_positions": positions, "hidden": None}
+
+    def check_runs_at(self, positions: torch.Tensor, *, head_dim: int, num_heads: int) -> None:
+        """Raises ValueError when the scheme cannot run over ``positions`` (``[L]`` or ``[L, A]``, one
+        sequence; a learned table past its rows, PaTH past its bound): one call of the kind's own
+        form for the last query over every key, in a model of ``num_heads`` heads of ``head_dim``
+        (default: ``module(x, positions)``, NoPE's)."""
+        self(torch.zeros(1, 1, 1, head_dim, device=positions.device), positions[-1:])
+
+    @classmethod
+    def fit_to_training(cls, given: dict[str, Any], length: int) -> dict[str, Any]:
+        """The settings of the spec ``given`` (of this scheme) that follow the training length
+        ``length`` (the longest training sequence), for the keys ``given`` leaves out (default:
+        none; T5's ``max_distance``, FIRE's ``L_threshold``). The benchmark's plan fills them in."""
+        return {}
+
 
 # -- checks -----------------------------------------------------------------------------------
 # Positions are checked in one place, ``posenc.positions``; these names stay importable from here.
@@ -178,6 +239,17 @@ class AdditiveEncoding(PositionalEncoding):
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
+    model_sizes = ("d_model",)
+    needs_axes = True
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``x + module(positions)`` in ``x``'s dtype: ``[B, L, C]``."""
+        return x + self(positions).to(x.dtype)  # (B, L, C)
+
+    def check_runs_at(self, positions: torch.Tensor, *, head_dim: int, num_heads: int) -> None:
+        self(positions[-1:])
+
 
 class RotaryEncoding(PositionalEncoding):
     """Base of the ``rotary`` kind: ``module(x, positions, *, role=None, out=None) -> x`` rotated,
@@ -220,6 +292,14 @@ class RotaryEncoding(PositionalEncoding):
         check_choice("role", role, self.ROLES)
         return x, positions.to(x.device)
 
+    # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
+    model_sizes = ("head_dim",)
+    needs_axes = True
+
+    @property
+    def attends(self) -> bool:
+        return True
+
 
 class RelativeEncoding(PositionalEncoding):
     """Base of the ``relative`` kind: ``module(q, k, q_positions, k_positions) -> [B, H, Lq, Lk]``,
@@ -253,6 +333,19 @@ class RelativeEncoding(PositionalEncoding):
         check_batch("q_positions", q_positions, q.shape[0], lq, axes=self.axes, heads=heads)
         check_batch("k_positions", k_positions, q.shape[0], lk, axes=self.axes, heads=heads)
         return q, k, q_positions, k_positions
+
+    # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
+    model_sizes = ("head_dim", "num_heads")
+    needs_axes = True
+
+    @property
+    def attends(self) -> bool:
+        return True
+
+    def check_runs_at(self, positions: torch.Tensor, *, head_dim: int, num_heads: int) -> None:
+        q = torch.zeros(1, num_heads, 1, head_dim, device=positions.device)  # (1, H, 1, D)
+        k = torch.zeros(1, num_heads, positions.shape[0], head_dim, device=positions.device)  # (1, H, L, D)
+        self(q, k, positions[-1:], positions)
 
 
 KIND_BASES = {"additive": AdditiveEncoding, "rotary": RotaryEncoding, "relative": RelativeEncoding}
@@ -392,6 +485,17 @@ class BiasEncoding(PositionalEncoding):
         k = k_positions.unsqueeze(-2).unsqueeze(-3)  # (..., 1, 1, Lk)
         return self.score_fn()(h, q, k).to(self.dtype if dtype is None else dtype)
 
+    # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
+    model_sizes = ("num_heads",)
+    needs_axes = True
+
+    @property
+    def attends(self) -> bool:
+        return True
+
+    def check_runs_at(self, positions: torch.Tensor, *, head_dim: int, num_heads: int) -> None:
+        self(positions[-1:], positions)
+
 
 KIND_BASES["bias"] = BiasEncoding
 KIND_BASES["none"] = PositionalEncoding
@@ -480,6 +584,21 @@ class ContentEncoding(PositionalEncoding):
         """Attention of ``q [B, H, Lq, D]`` over ``k [B, H, Lk, D]``, ``v [B, H, Lk, Dv]`` (see the class);
         ``posenc.rowwise.RowwiseEncoding`` runs ``rows`` over blocks of queries."""
         raise NotImplementedError
+
+    # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
+    model_sizes = ("d_model", "head_dim", "num_heads")
+    needs_axes = True
+
+    @property
+    def attends(self) -> bool:
+        return True
+
+    def attention_keywords(self, positions: torch.Tensor | None, hidden: torch.Tensor | None) -> dict[str, Any]:
+        """No positions (they are counted from the tokens); ``hidden`` when the scheme reads it."""
+        return {"q_positions": None, "k_positions": None, "hidden": hidden if self.reads_hidden else None}
+
+    def check_runs_at(self, positions: torch.Tensor, *, head_dim: int, num_heads: int) -> None:
+        self.check_length(positions.shape[0], positions.shape[0])
 
 
 KIND_BASES["content"] = ContentEncoding

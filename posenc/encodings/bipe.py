@@ -95,6 +95,7 @@ class _Bilevel:
 
     axes = AXES
     structured = True
+    text_structure = "segments"  # the kind protocol: (segment, offset) of a text's lines
     intra: PositionalEncoding
 
     def _intra(self, intra: Any, d_model: Any, max_positions: Any) -> None:

@@ -54,6 +54,8 @@ float64 reference is finite, so is the block.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -72,7 +74,7 @@ class Fire(BiasEncoding):
 
     real_positions = True  # a function of the distance: real-valued positions are accepted
     # FlexAttention's score_mod unrolls the MLP over its hidden units: compiling it took 51 s at
-    # hidden=32 and 177–189 s at 128 on the CPU (issue 22), where chunked runs the call in 0.3 s
+    # hidden=32 and 177–189 s at 128 on the CPU (measured when its flex path was added), where chunked runs the call in 0.3 s
     flex_compiles_fast = False
 
     def __init__(self, *, num_heads: Heads, hidden: Width = 32, c: float = 0.1, L_threshold: float = 512.0) -> None:
@@ -85,6 +87,12 @@ class Fire(BiasEncoding):
         self.c = nn.Parameter(torch.tensor(check_float("c", c, min=0.0, min_open=True)))
         self.L_multiplier = nn.Parameter(torch.tensor(1.0))
         self.register_float64("L_threshold", torch.tensor(check_float("L_threshold", L_threshold, min=0.0)))
+
+    @classmethod
+    def fit_to_training(cls, given: dict[str, Any], length: int) -> dict[str, Any]:
+        """``L_threshold = L`` (the training length) when the spec leaves it out, so that the
+        ``max(L, i)`` normalisation engages past the training length."""
+        return {} if "L_threshold" in given else {"L_threshold": float(length)}
 
     def interpolation(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``c`` and ``L`` as used, float64 scalars."""

@@ -59,6 +59,7 @@ class HiRoPE(RoPE):
     """
 
     structured = True  # (level, token) from the code's structure, not a grid
+    text_structure = "lines"  # the kind protocol: (line, token) of a text
 
     def __init__(self, *, head_dim: Dim, base: float = 10000.0, rotary_dim: Dim | None = None,
                  token_dims: Dim | None = None, window: Positions = 0, layout: str = "half") -> None:

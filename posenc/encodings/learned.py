@@ -37,6 +37,8 @@ def check_grid(name: str, grid) -> list[int]:
 class Learned(AdditiveEncoding):
     """A trainable table of ``max_positions`` vectors (BERT, GPT-2) or of a grid (ViT); cannot extrapolate."""
 
+    position_table = True  # the kind protocol: a row per position, resized on an image grid
+
     def __init__(self, *, d_model: Dim, max_positions: Rows | None = None, init_std: float = 0.02,
                  grid: list[Rows] | None = None) -> None:
         super().__init__()

@@ -45,6 +45,11 @@ class NoPETemperature(PositionalEncoding):
         """``posenc.attention``'s hook (``PositionalEncoding.temper_queries``): the queries times ``τ``."""
         return self(q, q_positions)
 
+    @property
+    def attends(self) -> bool:
+        """A model passes it to ``posenc.attention``, which scales the queries by ``τ``."""
+        return True
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Queries ``x [B, H, L, D]`` at ``positions`` (``[L]`` or ``[B, L]``) times ``τ``, in x's dtype."""
         x = check_tensor("x", x, ndim=4)

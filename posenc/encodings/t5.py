@@ -9,6 +9,9 @@ to ``max_distance``, beyond which all distances share the last bucket.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
 from torch import nn
 
@@ -43,6 +46,28 @@ class T5Bias(BiasEncoding):
         lut = ref.t5_bucket(rel.numpy(), num_buckets=self.num_buckets, max_distance=self.max_distance,
                             bidirectional=self.bidirectional)
         self.register_buffer("bucket_lut", torch.from_numpy(lut), persistent=False)
+
+    @classmethod
+    def fit_to_training(cls, given: dict[str, Any], length: int) -> dict[str, Any]:
+        """``max_distance = L/2`` and ``num_buckets`` the largest (at most T5's 32) for which every
+        bucket is reached by a distance below ``L`` (the training length), when the spec gives
+        neither: every bucket is trained and every distance past ``L`` falls into the trained last
+        bucket (T5's 32 buckets up to 128 at L = 32 left the buckets for distances of 35 and more
+        at their random initialisation)."""
+        if "num_buckets" in given or "max_distance" in given:
+            return {}
+        bidirectional = bool(given.get("bidirectional", False))
+        distance = max(length // 2, 2)
+        reached = -np.arange(length) if not bidirectional else np.arange(-length + 1, length)
+        buckets = 32
+        while buckets > (4 if bidirectional else 2):
+            half = buckets // 2 if bidirectional else buckets
+            if distance >= half // 2 + 1 and np.unique(ref.t5_bucket(reached, num_buckets=buckets,
+                                                                    max_distance=distance,
+                                                                    bidirectional=bidirectional)).size == buckets:
+                break
+            buckets -= 1
+        return {"num_buckets": buckets, "max_distance": distance}
 
     def bucket(self, relative: torch.Tensor) -> torch.Tensor:
         """Bucket of each relative distance ``j − i``."""

@@ -20,3 +20,12 @@ procedure: seed-level tests pooled per part, Holm per paper, the detectable effe
 ``accuracy`` and ``findings`` (uncertainty; the claims and their verdicts), ``figures``, ``page``,
 ``glance`` (the verdicts at a glance: table and forest plot), ``demos``, ``report`` (the page). Nothing here is imported by ``import posenc``.
 """
+
+PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
+"""The parts a user picks (``--part``; a record's ``part``), in the order of the plan: ``lm``:
+language modelling per scheme; ``scaling``: RoPE scalings on the trained RoPE model; ``tasks``:
+algorithmic tasks and passkey retrieval per scheme; ``image``: digits classified at larger grids
+than trained (``posenc.extrapolate.vision``); ``time``: event order and gaps at other frame rates.
+The one list of their names (``posenc.extrapolate.parts.PARTS`` holds the parts themselves, with
+those that add rows to others: hybrid, structure); here, so that the command line reads it
+without importing torch."""

@@ -10,7 +10,7 @@ from posenc.extrapolate.page import Page, e, table
 
 def demonstrations(page: Page) -> None:
     """The seed texts' claims, demonstrated with the analysis helpers."""
-    page.add("<h2>2. What positional encodings do (the claims, demonstrated)</h2>")
+    page.add("<h2>What positional encodings do (the claims, demonstrated)</h2>")
     try:
         from posenc import demo
 

@@ -85,12 +85,12 @@ def keep_heap() -> None:
     went from 453 to 283 ms for KERPLE (system time 149 → 5 ms) and from 848 to 497 ms for CoPE
     (294 → 3 ms); nothing a run computes changes. The benchmark's processes only (their memory is a
     few hundred MB); not the library's. So the content kind's trim after each block of rows
-    (``posenc.rowwise.ROW_TRIM``, which bounds the library's memory at long lengths) is off here too."""
+    (``posenc.rowwise.trim_rows``, which bounds the library's memory at long lengths) is off here too."""
     if not sys.platform.startswith("linux"):
         return
     from posenc import rowwise
 
-    rowwise.ROW_TRIM = False
+    rowwise.trim_rows(False)
     import ctypes
 
     try:

@@ -17,20 +17,9 @@ def cannot_run(model: TinyGPT, length: int) -> str | None:
     for pe in model.pes:
         device = getattr(pe, "device", torch.device("cpu"))
         pos = text_positions(torch.arange(length, device=device), getattr(pe, "axes", 1))  # text: every axis alike
-        last = pos[-1:]
         try:
             with torch.no_grad():
-                if pe.kind == "additive":
-                    pe(last)
-                elif pe.kind in ("rotary", "none"):
-                    pe(torch.zeros(1, 1, 1, cfg.head_dim, device=device), last)
-                elif pe.kind == "bias":
-                    pe(last, pos)
-                elif pe.kind == "relative":
-                    q = torch.zeros(1, cfg.n_head, 1, cfg.head_dim, device=device)
-                    pe(q, torch.zeros(1, cfg.n_head, length, cfg.head_dim, device=device), last, pos)
-                elif pe.kind == "content":  # PaTH refuses lengths past its bound
-                    pe.check_length(length, length)
+                pe.check_runs_at(pos, head_dim=cfg.head_dim, num_heads=cfg.n_head)  # the kind's own call
         except ValueError as e:
             return str(e).splitlines()[0]
     return None

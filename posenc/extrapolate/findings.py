@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from posenc.extrapolate import verdicts as V
-from posenc.extrapolate.stats import ALPHA, Estimate, LMTable, combine
+from posenc.extrapolate.stats import ALPHA, Estimate, LMTable, TaskTable, combine, mcnemar_exact
 from posenc.extrapolate.verdicts import MIN_SEEDS, NEEDS_SEEDS, ClaimTest, Evidence
 
 MARGIN = math.log(1.02)  # non-inferiority margin of "does not degrade": perplexity at most 2% higher
@@ -129,3 +129,21 @@ def position_claim(table: LMTable, source: str, claim: str, label: str, *, degra
     if degrades:
         return tested(source, claim, what + ")", d, expect_negative=False)
     return tested(source, claim, what + f"; margin {MARGIN:.4f})", d, expect_negative=True, null=MARGIN)
+
+
+def mcnemar_verdict(table: TaskTable, source: str, claim: str, better: str, worse: str,
+             cells: list[tuple[str, int]], where: str, extra: str = "") -> Verdict | None:
+    """``better`` is right on more of the same examples than ``worse`` over ``cells``: McNemar's
+    counts and exact p (pooled over the cells and the seeds) describe it; the verdict is the
+    seed-level test on each seed's paired difference (``verdicts``); None when there is nothing to compare."""
+    counts = table.discordant(better, worse, cells) if cells else None
+    seeds = table.paired_seeds(better, worse, cells) if cells else None
+    if counts is None or counts[2] == 0 or seeds is None:
+        return None
+    b, c, n = counts
+    measured = (f"exact match on {n} paired examples {where}: {better} alone right {b}, {worse} alone right {c} "
+                f"(difference {(b - c) / n:+.3f}; McNemar's exact p {mcnemar_exact(b, c):.2g}){extra}")
+    if len(seeds[0]) < MIN_SEEDS:
+        measured += (f"; needs seeds: {len(seeds[0])} seed{'s' * (len(seeds[0]) > 1)}, a verdict needs {MIN_SEEDS} "
+                     f"({FULL_COMMAND} measures it on three)")
+    return seed_verdict(source, claim, measured, Evidence(*seeds, sign=1), unit="Δaccuracy")

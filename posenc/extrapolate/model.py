@@ -1,6 +1,6 @@
 """A small decoder-only transformer (nanoGPT scale) whose positional encoding is any posenc spec.
 
-    x = tok_emb(idx) [+ pe(positions) if pe.kind == "additive"]
+    x = pe.embed(tok_emb(idx), positions)    (an additive pe adds pe(positions))
     for each block:  x = x + attn(LN(x));  x = x + mlp(LN(x))
     logits = lm_head(LN(x))
 
@@ -145,12 +145,13 @@ def pattern_label(labels: list[str]) -> str:
 def build_pe(pe_spec: Any, cfg: GPTConfig) -> nn.Module:
     """``posenc.build(pe_spec)``, checked against the model's sizes (ValueError naming both)."""
     pe = posenc.build(pe_spec)
-    if pe.kind in ("additive", "content") and (getattr(pe, "d_model", None) or cfg.n_embd) != cfg.n_embd:
-        raise ValueError(f"{pe.kind} pe has d_model={pe.d_model} but the model has n_embd={cfg.n_embd}")
-    if pe.kind in ("rotary", "relative", "content") and getattr(pe, "head_dim", cfg.head_dim) != cfg.head_dim:
-        raise ValueError(f"{pe.kind} pe has head_dim={pe.head_dim} but the model has head_dim={cfg.head_dim}")
-    if pe.kind in ("bias", "relative", "content") and getattr(pe, "num_heads", cfg.n_head) != cfg.n_head:
-        raise ValueError(f"{pe.kind} pe has num_heads={pe.num_heads} but the model has n_head={cfg.n_head}")
+    model = {"d_model": ("n_embd", cfg.n_embd), "head_dim": ("head_dim", cfg.head_dim),
+             "num_heads": ("n_head", cfg.n_head)}
+    for size in pe.model_sizes:  # the sizes the kind shares with the model (d_model, head_dim, num_heads)
+        name, want = model[size]
+        have = getattr(pe, size, None)
+        if have is not None and have != want:
+            raise ValueError(f"{pe.kind} pe has {size}={have} but the model has {name}={want}")
     return pe
 
 
@@ -169,14 +170,12 @@ class CausalSelfAttention(nn.Module):
         b, length, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)  # 3 x (B, L, C)
         q, k, v = (t.view(b, length, self.n_head, c // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
-        use = pe if pe is not None and (pe.kind not in ("additive", "none") or hasattr(pe, "query_scale")) else None
+        use = pe if pe is not None and pe.attends else None  # additive, NoPE: nothing in attention
+        # positions, or (a content scheme: counted from the tokens) the block's input LN(x) if it reads it
+        given = use.attention_keywords(positions, x) if use is not None else {}
         # "chunked" bounds memory at long lengths and equals "materialize" when the map is small;
         # it never needs torch.compile (FlexAttention), so evaluation runs anywhere.
-        content = use is not None and use.kind == "content"  # positions counted from the tokens
-        where = positions if use is not None and not content else None  # additive/none/content: no positions
-        hidden = x if content and use.reads_hidden else None  # (B, L, C): the block's input, LN(x)
-        y = posenc.attention(q, k, v, use, q_positions=where, k_positions=where, causal=self.causal,
-                             backend="chunked", hidden=hidden)  # (B, H, L, D)
+        y = posenc.attention(q, k, v, use, causal=self.causal, backend="chunked", **given)  # (B, H, L, D)
         return self.proj(y.transpose(1, 2).reshape(b, length, c))  # (B, L, C)
 
 
@@ -316,10 +315,9 @@ def _on_axes(positions: torch.Tensor, pe: nn.Module) -> torch.Tensor:
 
 
 def _embed(x: torch.Tensor, pe: nn.Module, positions: torch.Tensor) -> torch.Tensor:
-    """``x [B, L, C]`` plus what ``pe`` adds to the embeddings: an additive pe's output, or
-    BiPE's intra-segment part ``pe.embedding(P)``; unchanged for any other pe."""
-    if pe.kind == "additive":
-        return x + pe(positions).to(x.dtype)  # (B, L, C)
+    """``x [B, L, C]`` plus what ``pe`` adds to the embeddings: its kind's (``pe.embed``: an additive
+    pe's output; nothing for the others), and BiPE's intra-segment part ``pe.embedding(P)``."""
+    x = pe.embed(x, positions)  # (B, L, C)
     if hasattr(pe, "intra_positions"):  # bipe, bipe_bias: the absolute offset in the segment
         return x + pe.embedding(positions).to(x.dtype)  # (B, L, C)
     return x

@@ -118,18 +118,45 @@ def missing(reason: str | None) -> str:
     return "—" if reason is None else f'<span class=muted title="{e(reason)}">cannot run</span>'
 
 
+def exact_match_tables(page: Page, results: Any, labels: list[str], tasks: list[str]) -> None:
+    """One table per task of a ``stats.TaskTable``: each label's exact match (token accuracy, in grey)
+    by size, in bold with † beyond the trained positions."""
+    for task in tasks:
+        rows = []
+        for label in labels:
+            cells = [e(label)]
+            for s in results.sizes:
+                est = results.estimate(label, task, s)
+                if est is not None:
+                    text = f"{est.mean:.2f} <span class=muted>({results.token_acc(label, task, s):.2f})</span>"
+                    cells.append(f"<b>{text}</b>†" if results.beyond(task, s) else text)
+                else:
+                    cells.append(missing(results.cannot.get(label, {}).get(task, {}).get(s)))
+            rows.append(cells)
+        page.add(f'<div class="side"><h3>{e(task)}</h3>'
+                 + table(["scheme"] + [f"n={s}" for s in results.sizes], rows) + "</div>")
+
+
+def pooled_error_cell(table: Any, label: str, cells: list[tuple[str, int]]) -> str:
+    """``stats.pooled_error`` as a cell: a percentage, or ``missing``."""
+    from posenc.extrapolate.stats import pooled_error
+
+    err = pooled_error(table, label, cells)
+    return missing(None) if err is None else f"{100 * err:.1f}%"
+
+
 _H2 = re.compile(r"<h2(?P<attrs>[^>]*)>(?P<text>.*?)</h2>", re.S)
 _ID = re.compile(r"""\bid=["']?([\w-]+)""")
 
 
 def number_sections(parts: list[str]) -> tuple[list[str], str]:
-    """Numbers every ``<h2>`` of ``parts`` in order (1, 2, …; a number already in the heading is
-    replaced), gives each an id (its own if it has one, else ``section-N``), and returns the
+    """Numbers every ``<h2>`` of ``parts`` in order (1, 2, …: the sections do not number themselves),
+    gives each an id (its own if it has one, else ``section-N``), and returns the
     parts and the table of contents (``<nav id="toc">``) that links to them."""
     entries: list[tuple[str, str]] = []
 
     def one(m: re.Match) -> str:
-        attrs, text = m.group("attrs"), re.sub(r"^\s*\d+\.\s*", "", m.group("text"))
+        attrs, text = m.group("attrs"), m.group("text")
         found = _ID.search(attrs)
         anchor = found.group(1) if found else f"section-{len(entries) + 1}"
         if not found:

@@ -12,7 +12,8 @@ is the one table that names them, in the order of the plan (per seed) and of the
     section(page, records, profile)                     its HTML; its verdicts, summary, sources
 
 Adding a part: a module under ``parts/`` with one ``Part`` subclass, one line in ``PARTS``, its name
-in ``posenc.extrapolate.profiles.PARTS`` (the ``--part`` choices) and its settings on ``Profile``.
+in ``posenc.extrapolate.PART_NAMES`` (the ``--part`` choices) when a user picks it, and its
+settings on ``Profile``.
 """
 
 from __future__ import annotations

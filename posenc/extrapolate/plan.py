@@ -8,13 +8,10 @@ scheme runs again, while runs of built-in schemes keep their keys. User schemes
 are SPEC strings (``posenc.spec``); the sizes they leave out come from the benchmark's model.
 
 Settings that decide an outcome follow the training length ``L`` (the longest training
-sequence) when the spec leaves them out (``fit_to_training``):
-- T5: ``max_distance = L/2`` and ``num_buckets`` the largest (at most T5's 32) for which every
-  bucket is reached by a distance below ``L``, so every bucket is trained and every distance past
-  ``L`` falls into the trained last bucket (T5's 32 buckets up to 128 at L = 32 left the buckets
-  for distances of 35 and more at their random initialisation);
-- FIRE: ``L_threshold = L``, so its ``max(L, i)`` normalisation engages past the training length;
-- YaRN: see ``posenc.extrapolate.parts.scalings.yarn_betas``.
+sequence) when the spec leaves them out (``fit_to_training``): each scheme states its own rule as
+the classmethod ``fit_to_training`` of its module (T5: ``max_distance = L/2`` and the buckets that
+distances below ``L`` reach; FIRE: ``L_threshold = L``); YaRN's are in
+``posenc.extrapolate.parts.scalings.yarn_betas``.
 """
 
 from __future__ import annotations
@@ -24,8 +21,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from posenc import plugins, registry
 from posenc.extrapolate.model import LAYERS, GPTConfig, build_pe, layer_pattern, pattern_label
@@ -71,26 +66,9 @@ def resolve_scheme(text: str | dict[str, Any], cfg: GPTConfig, *, max_positions:
 
 def fit_to_training(given: dict[str, Any], length: int) -> dict[str, Any]:
     """The settings of ``given``'s scheme that follow the training length (see the module
-    docstring), for the keys the spec leaves out."""
-    from posenc import reference as ref
-
-    out: dict[str, Any] = {}
-    if given["scheme"] == "t5" and "num_buckets" not in given and "max_distance" not in given:
-        bidirectional = bool(given.get("bidirectional", False))
-        distance = max(length // 2, 2)
-        reached = -np.arange(length) if not bidirectional else np.arange(-length + 1, length)
-        buckets = 32
-        while buckets > (4 if bidirectional else 2):
-            half = buckets // 2 if bidirectional else buckets
-            if distance >= half // 2 + 1 and np.unique(ref.t5_bucket(reached, num_buckets=buckets,
-                                                                    max_distance=distance,
-                                                                    bidirectional=bidirectional)).size == buckets:
-                break
-            buckets -= 1
-        out.update(num_buckets=buckets, max_distance=distance)
-    if given["scheme"] == "fire" and "L_threshold" not in given:
-        out["L_threshold"] = float(length)
-    return out
+    docstring), for the keys the spec leaves out: the scheme's own rule
+    (``PositionalEncoding.fit_to_training``)."""
+    return registry.get(given["scheme"]).cls.fit_to_training(given, length)
 
 
 def available_schemes(names: tuple[str, ...], log: Log) -> tuple[str, ...]:

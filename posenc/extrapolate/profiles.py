@@ -13,7 +13,7 @@ The quick profile runs every part it has on three seeds and leaves out the tasks
 cost the most, and the content rows (``lm_rows``), so that ``make report`` stays within 10 minutes
 (measured: docs/numbers.md).
 
-Issue 28's rows (``posenc.extrapolate.parts.structure``): the quick profile adds only HiRoPE
+The structured positions' rows (``posenc.extrapolate.parts.structure``): the quick profile adds only HiRoPE
 applied zero-shot to its trained RoPE models (evaluation, no training); BiPE's two
 language-modelling rows (``bipe_rows``), the addition rows with Abacus and coupled positions and
 the randomized positions are the full profile's (and the smoke profile's, tiny).
@@ -34,18 +34,16 @@ from typing import Any
 
 from posenc._validate import check_choice
 from posenc.extrapolate.model import ARCHS, GPTConfig
+from posenc.extrapolate import PART_NAMES
 from posenc.extrapolate.tasks import ALGORITHMIC, CONTENT
 
 BENCH_VERSION = 2  # bump when the protocol changes, so old results are not reused
-PARTS = ("lm", "scaling", "tasks", "image", "time")
-"""``lm``: language modelling per scheme; ``scaling``: RoPE scalings on the trained RoPE model;
-``tasks``: algorithmic tasks and passkey retrieval per scheme; ``image``: digits classified at larger
-grids than trained (``posenc.extrapolate.vision``); ``time``: event order and gaps at other frame rates."""
+PARTS = PART_NAMES  # every part a user picks (``posenc.extrapolate.PART_NAMES``): a profile's default
 
 DEFAULT_SCHEMES = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire")
 def content_lm_rows(n_layer: int) -> tuple[str, ...]:
-    """Issue 19's language-modelling rows for a model of ``n_layer`` attention blocks: positions
-    that depend on content (FoX with its full gate and reduced to its bias, CoPE, DAPE around
+    """The language-modelling rows for a model of ``n_layer`` attention blocks: positions that
+    depend on content (FoX with its full gate and reduced to its bias, CoPE, DAPE around
     KERPLE, stick-breaking) and Llama 4's RoPE/NoPE layer pattern (NoPE with its query temperature
     in one block of four, RoPE in the rest; a model whose blocks are not a multiple of 4 runs it
     in one block of two, the closest it has). Their claims:
@@ -193,7 +191,7 @@ class Profile:
     content_task_schemes: tuple[str, ...] = ()
     # the schemes whose models learn ``tasks`` (--scheme: the user's); None: ``schemes``
     task_schemes: tuple[str, ...] | None = None
-    # issue 28's rows (posenc.extrapolate.parts.structure), transformer only: BiPE's language-modelling
+    # the structured positions' rows (posenc.extrapolate.parts.structure), transformer only: BiPE's language-modelling
     # rows on the lm part's seeds; HiRoPE zero-shot on the trained rope models (the scaling part's seeds,
     # wherever the scalings run); addition learned alone with Abacus and coupled positions; the schemes
     # trained on ``tasks`` with Ruoss et al.'s randomized positions up to ``randomized_max_positions``
@@ -297,7 +295,7 @@ PROFILES: dict[str, Profile] = {
         # the algorithmic tasks: the five schemes of Kazemnejad et al.'s order (the learned table cannot run past
         # its length, KERPLE and FIRE have no claim there); the content tasks' models take their time
         task_schemes=("nope", "sinusoidal", "rope", "alibi", "t5"),
-        # issue 28: HiRoPE zero-shot on the trained RoPE models (evaluation only); BiPE's two rows, the addition
+        # the structured positions: HiRoPE zero-shot on the trained RoPE models (evaluation only); BiPE's two rows, the addition
         # and randomized rows are the full profile's (three seeds of BiPE's would pass make report's time)
         bipe_rows=(), hirope=HiRoPESettings(),
     ),

@@ -152,7 +152,7 @@ def _method(profile: Profile) -> str:
 def _environment_section(page: Page, profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     here = environment.capture()  # this machine and its versions; how the runs were spread: their env
     env = records[-1]["env"] if records else {}
-    page.add("<h2>6. Hardware, versions, timing and settings</h2>")
+    page.add("<h2>Hardware, versions, timing and settings</h2>")
     rows = [["CPU", e(here["processor"])], ["CPUs available", str(here["cpus"])],
             ["device", e(str(env.get("device", "cpu")))], ["parallel runs × DDP processes × torch threads",
              f"{env.get('jobs', 1)} × {env.get('world_size', 1)} × {env.get('threads', '?')}"],

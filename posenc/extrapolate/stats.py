@@ -32,62 +32,28 @@ from typing import Any
 
 import numpy as np
 
-from posenc.extrapolate.verdicts import ALPHA, holm  # noqa: F401  (one definition of each; the stats API keeps them)
+from posenc.extrapolate.verdicts import ALPHA, holm, t_quantile, t_sf  # noqa: F401  (one definition of each; the stats API keeps them)
 
 Z95 = 1.959963984540054  # the normal's 97.5% quantile
 
 
-# -- distributions (closed forms, no SciPy) ----------------------------------------------------
+# -- distributions (no SciPy; Student's t is posenc.extrapolate.verdicts', the one definition) ----
 
 def t_two_sided_p(t: float, df: float) -> float:
-    """``P(|T| >= |t|)`` for Student's t with ``df`` degrees of freedom (``inf``: the normal).
-
-    Integer ``df`` by the closed forms (Abramowitz & Stegun 26.7.3/26.7.4), with
-    ``θ = atan(|t|/√df)``: ``P(|T| < t) = sin θ · Σ_{k<df/2} a_k cos^{2k} θ`` for even ``df``
-    (``a_0 = 1``, ``a_k = a_{k−1}(2k−1)/(2k)``), and
-    ``(2/π)(θ + sin θ cos θ · Σ_{k<(df−1)/2} b_k cos^{2k} θ)`` for odd ``df``
-    (``b_0 = 1``, ``b_k = b_{k−1}·2k/(2k+1)``).
-    """
-    t = abs(float(t))
-    if math.isinf(df):
-        return math.erfc(t / math.sqrt(2))
-    n = int(df)
-    if n != df or n < 1:
+    """``P(|T| >= |t|)`` for Student's t with ``df`` degrees of freedom, a positive integer or ``inf``
+    (the normal): ``2·P(T > |t|)`` of the one t distribution, ``posenc.extrapolate.verdicts.t_sf``
+    (``½ I_{df/(df+t²)}(df/2, ½)``, the regularized incomplete beta)."""
+    if not math.isinf(df) and (int(df) != df or df < 1):
         raise ValueError(f"df must be a positive integer or inf, got {df}")
-    if math.isinf(t):
-        return 0.0
-    theta = math.atan(t / math.sqrt(n))
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if n % 2 == 0:
-        term, total = 1.0, 1.0
-        for k in range(1, n // 2):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        inside = s * total
-    else:
-        total = 0.0
-        if n > 1:
-            term, total = 1.0, 1.0
-            for k in range(1, (n - 1) // 2):
-                term *= c2 * 2 * k / (2 * k + 1)
-                total += term
-        inside = 2 / math.pi * (theta + s * math.cos(theta) * total)
-    return min(1.0, max(0.0, 1.0 - inside))
+    return min(1.0, 2 * t_sf(abs(float(t)), df))
 
 
 def t_critical(df: float, level: float = 0.95) -> float:
-    """The two-sided ``level`` quantile of Student's t (12.706 at df 1, 4.303 at 2, 1.960 at inf)."""
-    if math.isinf(df):
-        return Z95 if level == 0.95 else _bisect(lambda z: math.erfc(z / math.sqrt(2)), 1 - level)
-    return _bisect(lambda t: t_two_sided_p(t, df), 1 - level)
-
-
-def _bisect(p_of, target: float) -> float:
-    lo, hi = 0.0, 1e6
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if p_of(mid) > target else (lo, mid)
-    return (lo + hi) / 2
+    """The two-sided ``level`` quantile of Student's t (12.706 at df 1, 4.303 at 2, 1.960 at inf):
+    ``posenc.extrapolate.verdicts.t_quantile`` at ``1 − (1 − level)/2``."""
+    if math.isinf(df) and level == 0.95:
+        return Z95
+    return t_quantile(1 - (1 - level) / 2, df)
 
 
 def mcnemar_exact(b: int, c: int) -> float:
@@ -412,3 +378,17 @@ def mean_reciprocal_rank(table: TaskTable, labels: list[str], *, min_size: int =
             rank = 1 + sum(1 for other in labels if acc[other] > acc[lab])
             scores[lab].append(1.0 / rank)
     return {lab: float(np.mean(v)) if v else float("nan") for lab, v in scores.items()}
+
+
+def task_cells(table: TaskTable, tasks: list[str]) -> list[tuple[str, int]]:
+    """The cells the task verdicts use: ``tasks`` at the sizes whose sequences are longer than
+    every training sequence (positions never trained)."""
+    return [(t, s) for t in tasks for s in table.sizes if table.beyond(t, s)]
+
+
+def pooled_error(table: TaskTable, label: str, cells: list[tuple[str, int]]) -> float | None:
+    """``label``'s test error (1 − exact match) pooled over ``cells`` and the seeds (None: no runs there)."""
+    runs = [c for t, s in cells for c in table.runs.get(label, {}).get(t, {}).get(s, {}).values()]
+    if not runs:
+        return None
+    return 1 - sum(c.correct for c in runs) / sum(c.count for c in runs)

@@ -1,5 +1,5 @@
 """Positions from the tokens for the benchmark's models (``TinyGPT.positions_fn``): the rows of
-issue 28's claims (their part: ``posenc.extrapolate.parts.structure``).
+the structured positions' claims (their part: ``posenc.extrapolate.parts.structure``).
 
 Each function returns ``fn(idx [B, L], training) -> positions``, the positions of a batch of
 sequences made from their tokens (a model given no positions calls it):
@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 import torch
 
+from posenc import registry
 from posenc.digits import digit_positions
 from posenc.positions import randomized_positions, segment_positions
 
@@ -116,8 +117,5 @@ def for_spec(spec: dict) -> PositionsFn | None:
     """The positions a language model of ``spec`` reads from its bytes: BiPE's segments of lines,
     HiRoPE's ``(line, token)``; None (``0..L-1``) for any other scheme."""
     name = spec.get("scheme")
-    if name in ("bipe", "bipe_bias"):
-        return segments()
-    if name == "hirope":
-        return lines_and_tokens()
-    return None
+    structure = registry.get(name).cls.text_structure if name in registry.schemes() else None  # its own rule
+    return {"segments": segments, "lines": lines_and_tokens}[structure]() if structure else None

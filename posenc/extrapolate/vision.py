@@ -39,8 +39,7 @@ class SetTransformer(nn.Module):
         """``x [B, L, in_dim]`` at ``positions [L]`` or ``[L, A]`` -> logits ``[B, classes]``."""
         pe = self.pe if pe is None else pe
         h = self.inp(x)  # (B, L, C)
-        if pe.kind == "additive":
-            h = h + pe(positions).to(h.dtype)
+        h = pe.embed(h, positions)  # what the scheme adds to the embeddings (an additive pe's output)
         for block in self.blocks:
             h = block(h, positions, pe)
         return self.head(self.ln_f(h).mean(dim=1))  # (B, classes)

@@ -9,7 +9,7 @@ checks and its section of the page (the interface: ``posenc.extrapolate.part.Par
 - ``scalings`` (``--part scaling``): RoPE scalings on the trained RoPE model;
 - ``tasks``: algorithmic tasks and passkey by size (Kazemnejad et al.);
 - ``structure``: the claims of hierarchical and structured positions (BiPE, HiRoPE, Abacus, position
-  coupling, randomized positions; issue 28), whose rows are the text, scalings and tasks parts';
+  coupling, randomized positions), whose rows are the text, scalings and tasks parts';
 - ``image``: digits at larger grids (Heo et al.);
 - ``time``: positions in time across frame rates.
 """

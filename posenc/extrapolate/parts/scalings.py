@@ -4,7 +4,7 @@ Protocol: the trained RoPE model with linear / NTK / YaRN scaling, zero-shot (fa
 length T) and after a short fine-tune at F·L with factor F (and a no-scaling control), evaluated at
 every length of the text part. Claims: NTK-aware and YaRN beat plain RoPE zero-shot; position
 interpolation beats fine-tuning without it; YaRN beats linear after the fine-tune. HiRoPE
-(issue 28, ``profile.hirope``) is one more zero-shot row on the same trained model: its
+(the structured positions' claims, ``profile.hirope``) is one more zero-shot row on the same trained model: its
 ``(line, token)`` positions from the bytes, a window of the training length, no training
 (``run_hirope``); its claims and rows are in ``posenc.extrapolate.parts.structure``.
 
@@ -30,9 +30,9 @@ from posenc.extrapolate.distributed import broadcast
 from posenc.extrapolate.findings import Verdict, ppl_claim
 from posenc.extrapolate.model import TinyGPT
 from posenc.extrapolate.page import Page
-from posenc.extrapolate.part import Section
-from posenc.extrapolate.parts.text import (Text, checkpoint_path, lm_batches, lm_eval, lm_model, lm_settings,
-                                           lm_specs, ppl_table, save_checkpoint)
+from posenc.extrapolate.part import Part, Section
+from posenc.extrapolate.parts.text import (checkpoint_path, lm_batches, lm_data, lm_eval, lm_model, lm_settings,
+                                           lm_specs, ppl_summary, ppl_table, save_checkpoint)
 from posenc.extrapolate.plan import Log, Run, arch_label
 from posenc.extrapolate.profiles import Profile, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
@@ -219,7 +219,7 @@ def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str]
 
 def scaling_section(page: Page, lm_recs: list[dict[str, Any]],
                     sc_recs: list[dict[str, Any]]) -> list[Verdict]:
-    page.add("<h2>4. RoPE scalings on the trained RoPE model</h2>")
+    page.add("<h2>RoPE scalings on the trained RoPE model</h2>")
     if not sc_recs or not lm_recs:
         page.add("<p>Not run in this profile (it needs an unscaled <code>rope</code> scheme).</p>")
         return []
@@ -260,11 +260,21 @@ def _yarn_note(sc_recs: list[dict[str, Any]]) -> str:
             "attention temperature together.</p>")
 
 
-class Scalings(Text):
-    """The text part's model, data and summary line; its own runs, claims and section."""
+class Scalings(Part):
+    """The text part's model, data and summary line (``parts.text``'s functions); its own runs,
+    claims and section."""
 
     name = "scaling"
     lists_specs = False  # the spec is the base RoPE's
+
+    def model(self, profile: Profile):
+        return profile.lm.model
+
+    def load(self, profile: Profile, corpus: str | None):
+        return lm_data(profile, corpus) if self.name in profile.parts else None
+
+    def summary(self, record: dict[str, Any]) -> str:
+        return ppl_summary(record)
 
     def plan(self, profile: Profile, schemes: list[Any], *, custom: bool, corpus_sha: str, log: Log) -> list[Run]:
         from posenc import scaling
@@ -289,7 +299,7 @@ class Scalings(Text):
                     variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
                     runs.append(Run(self.name, seed, arch_label(scaling_label(kind, mode, f), profile.arch), base[1],
                                     settings, variant, profile.name, profile.arch))
-        return runs + hirope_runs(profile, base, corpus_sha)  # issue 28 (parts.structure)
+        return runs + hirope_runs(profile, base, corpus_sha)  # the structured positions' rows (parts.structure)
 
     def depends_on(self, run: Run, profile: Profile, corpus_sha: str) -> str | None:
         return base_run(run, profile, corpus_sha).key

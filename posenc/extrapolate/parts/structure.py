@@ -1,4 +1,4 @@
-"""Hierarchical and structured positions (issue 28): the claims of BiPE, HiRoPE, Abacus, position
+"""Hierarchical and structured positions: the claims of BiPE, HiRoPE, Abacus, position
 coupling and randomized positions, and their section of the page (``#hierarchical``).
 
 The rows are their parts' (each planned and run there; positions from the tokens:
@@ -29,15 +29,15 @@ from typing import Any
 
 from posenc.extrapolate import stats
 from posenc.extrapolate import tasks as T
-from posenc.extrapolate.findings import Verdict, ppl_claim
-from posenc.extrapolate.page import Page, e, status
+from posenc.extrapolate.findings import Verdict, mcnemar_verdict, ppl_claim
+from posenc.extrapolate.page import Page, e, exact_match_tables, pooled_error_cell, status
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.parts.scalings import is_hirope
-from posenc.extrapolate.parts.tasks import ADDITION, RANDOMIZED, _exact_tables, _mcnemar, _pooled_error, task_cells
+from posenc.extrapolate.parts.tasks import ADDITION, RANDOMIZED
 from posenc.extrapolate.parts.text import ppl_table
 from posenc.extrapolate.profiles import PROFILES, Profile
-from posenc.extrapolate.stats import LMTable, TaskTable, learned_tasks
+from posenc.extrapolate.stats import LMTable, TaskTable, learned_tasks, task_cells
 
 HE = "He et al. 2024 (BiPE)"
 ZHANG = "Zhang et al. 2024 (HiRoPE)"
@@ -177,7 +177,7 @@ def addition_verdicts(table: TaskTable | None, *, why: str) -> list[Verdict]:
             if table is None or player not in table.labels() or base not in table.labels():
                 out.append(_absent(source, claim, why))
                 continue
-            v = _mcnemar(table, source, claim, player, base, cells,
+            v = mcnemar_verdict(table, source, claim, player, base, cells,
                          f"of addition at {', '.join(str(s) for _, s in cells)} digits")
             out.append(v or _absent(source, claim, "not measured: no cell past the trained positions"))
     return out
@@ -195,7 +195,7 @@ def randomized_verdicts(table: TaskTable | None, schemes: list[str], *, why: str
         if table is None or mine not in table.labels() or name not in table.labels():
             out.append(_absent(RUOSS, claim, why))
             continue
-        v = _mcnemar(table, RUOSS, claim, mine, name, cells, f"of {', '.join(tasks)} beyond the trained positions")
+        v = mcnemar_verdict(table, RUOSS, claim, mine, name, cells, f"of {', '.join(tasks)} beyond the trained positions")
         out.append(v or _absent(RUOSS, claim, "not measured: no task learned at the trained size, or no cell past "
                                               "the trained positions"))
     return out
@@ -228,11 +228,11 @@ def task_rows(page: Page, profile: Profile, records: list[dict[str, Any]]) -> li
              "trained on 0…L−1.</p>")
     if add_table is not None:
         labels = list(dict.fromkeys(r["label"] for r in addition))
-        _exact_tables(page, add_table, labels, ["add"])
+        exact_match_tables(page, add_table, labels, ["add"])
     if random_table is not None:
         tasks_ = [t for t in learned_tasks(random_table) if t in T.ALGORITHMIC]
         cells = task_cells(random_table, tasks_)
-        rows = [[e(lab), _pooled_error(random_table, lab, cells)] for lab in random_table.labels()]
+        rows = [[e(lab), pooled_error_cell(random_table, lab, cells)] for lab in random_table.labels()]
         page.add("<p>Error pooled over the cells beyond the trained positions "
                  f"({e(', '.join(tasks_) or 'no task learned')}):</p>" + html_table(["scheme", "error"], rows))
     if add_table is None and random_table is None:
@@ -263,7 +263,7 @@ def structure_section(page: Page, records: list[dict[str, Any]], profile: Profil
 
 
 class Structure(Part):
-    """Issue 28's claims and section; its rows are the text, scalings and tasks parts'."""
+    """The structured positions' claims and section; its rows are the text, scalings and tasks parts'."""
 
     name = ""  # no record has it: the rows are other parts'
 

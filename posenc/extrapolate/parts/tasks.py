@@ -10,7 +10,7 @@ CoPE's counting order uses the counting cells at the trained size (the paper's t
 distribution). Both compare two schemes example by example (McNemar's exact test on the same
 examples, pooled over those cells and the seeds).
 
-Issue 28's rows are planned and run here (``structure_runs``; their claims and tables:
+The structured positions' rows are planned and run here (``structure_runs``; their claims and tables:
 ``posenc.extrapolate.parts.structure``): addition learned alone (``profile.addition``) with Abacus
 and coupled positions, and the algorithmic tasks' models of ``profile.randomized`` trained with
 randomized positions (``posenc.extrapolate.structured``); their records carry their ``variant``
@@ -31,16 +31,15 @@ from posenc.extrapolate import tasks as T
 from posenc.extrapolate.arch import build_model
 from posenc.extrapolate.distributed import Dist, all_sum
 from posenc.extrapolate.evaluate import cannot_run
-from posenc.extrapolate.findings import FULL_COMMAND, Verdict, seed_verdict
-from posenc.extrapolate.verdicts import MIN_SEEDS, Evidence
+from posenc.extrapolate.findings import Verdict, mcnemar_verdict
 from posenc.extrapolate.model import TinyGPT, check_arch
-from posenc.extrapolate.page import Page, e, missing
+from posenc.extrapolate.page import Page, e, exact_match_tables, missing, pooled_error_cell
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run, arch_label, by_seed, resolve_scheme
 from posenc.extrapolate.profiles import STRUCTURE_POSITIONS, Profile, TaskSettings, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
-from posenc.extrapolate.stats import TaskTable, learned_tasks, mcnemar_exact, mean_reciprocal_rank
+from posenc.extrapolate.stats import TaskTable, learned_tasks, mean_reciprocal_rank, task_cells
 
 KAZEMNEJAD = "Kazemnejad et al. 2023"  # algorithmic tasks, train sizes <= 20, test to 40
 GOLOVNEVA = "Golovneva et al. 2024"  # CoPE: counting, test error with 1/3/5 variables
@@ -87,13 +86,13 @@ def task_settings_hash(profile: Profile, ts: TaskSettings | None = None) -> str:
 
 
 ADDITION = "addition"
-"""The ``variant["tasks"]`` of a run of the addition models (``Profile.addition``, issue 28)."""
+"""The ``variant["tasks"]`` of a run of the addition models (``Profile.addition``, the structured positions' claims)."""
 RANDOMIZED = "randomized"
 """The ``variant["positions"]`` of a run trained with Ruoss et al.'s randomized positions."""
 
 
 def structured_record(record: dict[str, Any]) -> bool:
-    """A record of issue 28's task rows (addition alone, randomized positions): its section is
+    """A record of the structured positions' task rows (addition alone, randomized positions): its section is
     ``#hierarchical`` (``posenc.extrapolate.parts.structure``), not the tasks section's tables."""
     variant = record.get("variant") or {}
     return variant.get("tasks") == ADDITION or "positions" in variant
@@ -178,7 +177,7 @@ def addition_table_rows(profile: Profile) -> int:
 
 
 def structure_runs(profile: Profile, *, custom: bool) -> list[tuple[list, tuple[int, ...]]]:
-    """Issue 28's task groups ``(items, seeds)`` for ``Tasks.plan``: the addition models (Abacus and
+    """The structured positions' task groups ``(items, seeds)`` for ``Tasks.plan``: the addition models (Abacus and
     coupled positions, a learned table over them with no position in attention, against plain
     schemes) and the models of ``profile.tasks`` with randomized positions; none with ``--scheme``
     or on another architecture than the transformer."""
@@ -258,30 +257,6 @@ def task_scores(model: TinyGPT, task: str, size: int, *, count: int, dist: Dist,
 
 # -- claims and section ----------------------------------------------------------------------
 
-def task_cells(table: TaskTable, tasks: list[str]) -> list[tuple[str, int]]:
-    """The cells the task verdicts use: ``tasks`` at the sizes whose sequences are longer than
-    every training sequence (positions never trained)."""
-    return [(t, s) for t in tasks for s in table.sizes if table.beyond(t, s)]
-
-
-def _mcnemar(table: TaskTable, source: str, claim: str, better: str, worse: str,
-             cells: list[tuple[str, int]], where: str, extra: str = "") -> Verdict | None:
-    """``better`` is right on more of the same examples than ``worse`` over ``cells``: McNemar's
-    counts and exact p (pooled over the cells and the seeds) describe it; the verdict is the
-    seed-level test on each seed's paired difference (``verdicts``); None when there is nothing to compare."""
-    counts = table.discordant(better, worse, cells) if cells else None
-    seeds = table.paired_seeds(better, worse, cells) if cells else None
-    if counts is None or counts[2] == 0 or seeds is None:
-        return None
-    b, c, n = counts
-    measured = (f"exact match on {n} paired examples {where}: {better} alone right {b}, {worse} alone right {c} "
-                f"(difference {(b - c) / n:+.3f}; McNemar's exact p {mcnemar_exact(b, c):.2g}){extra}")
-    if len(seeds[0]) < MIN_SEEDS:
-        measured += (f"; needs seeds: {len(seeds[0])} seed{'s' * (len(seeds[0]) > 1)}, a verdict needs {MIN_SEEDS} "
-                     f"({FULL_COMMAND} measures it on three)")
-    return seed_verdict(source, claim, measured, Evidence(*seeds, sign=1), unit="Δaccuracy")
-
-
 def kazemnejad_claims() -> list[tuple[str, str, str]]:
     """Kazemnejad et al.'s order as paired claims: ``(better, worse, claim)``, neighbours in MRR."""
     order = list(KAZEMNEJAD_MRR)
@@ -315,7 +290,7 @@ def task_verdicts(table: TaskTable) -> tuple[list[Verdict], dict[str, float], li
     mrr = mean_reciprocal_rank(table, labels, cells=cells) if cells and labels else {}
     out = []
     for better, worse, claim in kazemnejad_claims():
-        v = (_mcnemar(table, KAZEMNEJAD, claim, better, worse, cells, "beyond the trained positions",
+        v = (mcnemar_verdict(table, KAZEMNEJAD, claim, better, worse, cells, "beyond the trained positions",
                       f"; MRR {mrr.get(better, float('nan')):.2f} vs {mrr.get(worse, float('nan')):.2f}")
              if better in labels and worse in labels else None)
         out.append(v or Verdict(KAZEMNEJAD, claim, "not measured (no task learned, no cell beyond the trained "
@@ -348,34 +323,10 @@ def counting_verdicts(table: TaskTable) -> list[Verdict]:
             gone = " and ".join("/".join(n) for k, n, _ in COPE_ORDER if k in (better, worse) and players[k] is None)
             out.append(Verdict(GOLOVNEVA, claim, f"missing: no runs of {gone}", "not measured"))
             continue
-        v = _mcnemar(table, GOLOVNEVA, claim, a, b, cells, "of counting (1, 3, 5 variables) at the trained sizes")
+        v = mcnemar_verdict(table, GOLOVNEVA, claim, a, b, cells, "of counting (1, 3, 5 variables) at the trained sizes")
         out.append(v or Verdict(GOLOVNEVA, claim, "not measured (no counting cell with per-example results)",
                                 "not measured"))
     return out
-
-
-def _exact_tables(page: Page, table: TaskTable, labels: list[str], tasks: list[str]) -> None:
-    for task in tasks:
-        rows = []
-        for label in labels:
-            cells = [e(label)]
-            for s in table.sizes:
-                est = table.estimate(label, task, s)
-                if est is not None:
-                    text = f"{est.mean:.2f} <span class=muted>({table.token_acc(label, task, s):.2f})</span>"
-                    cells.append(f"<b>{text}</b>†" if table.beyond(task, s) else text)
-                else:
-                    cells.append(missing(table.cannot.get(label, {}).get(task, {}).get(s)))
-            rows.append(cells)
-        page.add(f'<div class="side"><h3>{e(task)}</h3>'
-                 + html_table(["scheme"] + [f"n={s}" for s in table.sizes], rows) + "</div>")
-
-
-def _pooled_error(table: TaskTable, label: str, cells: list[tuple[str, int]]) -> str:
-    runs = [c for t, s in cells for c in table.runs.get(label, {}).get(t, {}).get(s, {}).values()]
-    if not runs:
-        return missing(None)
-    return f"{100 * (1 - sum(c.correct for c in runs) / sum(c.count for c in runs)):.1f}%"
 
 
 def counting_table(table: TaskTable, labels: list[str]) -> str:
@@ -383,8 +334,8 @@ def counting_table(table: TaskTable, labels: list[str]) -> str:
     in grey, pooled over the cells beyond the trained positions; their 3-variable errors beside."""
     counts = [t for t in T.COUNT_VARIABLES if t in table.tasks]
     inside = lambda t: [(t, s) for s in table.sizes if s <= table.max_size]  # noqa: E731
-    rows = [[e(lab)] + [f"{_pooled_error(table, lab, inside(t))} <span class=muted>"
-                        f"({_pooled_error(table, lab, task_cells(table, [t]))})</span>" for t in counts]
+    rows = [[e(lab)] + [f"{pooled_error_cell(table, lab, inside(t))} <span class=muted>"
+                        f"({pooled_error_cell(table, lab, task_cells(table, [t]))})</span>" for t in counts]
             for lab in labels]
     players = cope_players(table)
     paper = [[f"Golovneva et al.: {kind} ({players[kind] or 'missing'})"]
@@ -409,7 +360,7 @@ def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list
     page.figure("content_task_accuracy", lambda: F.accuracy(sub, labels),
                 "Exact match against size on the content tasks; bands: 95% intervals; grey dashed line: largest "
                 "trained size.")
-    _exact_tables(page, table, labels, tasks)
+    exact_match_tables(page, table, labels, tasks)
     if not any(t in T.COUNT_VARIABLES for t in tasks):
         return []
     page.add("<h3 id=counting>Counting: test error by number of variables (CoPE's table)</h3>" + counting_table(table, labels)
@@ -432,7 +383,7 @@ def _models(recs: list[dict[str, Any]], tasks: tuple[str, ...]) -> tuple[list[di
 
 
 def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
-    page.add('<h2 id="tasks">5. Algorithmic tasks and passkey retrieval: exact match by size</h2>')
+    page.add('<h2 id="tasks">Algorithmic tasks and passkey retrieval: exact match by size</h2>')
     if not task_recs:
         page.add("<p>Not run here. The quick profile (<code>make report</code>) leaves the tasks out: their "
                  "models cost the most of any part, and three seeds of them (a verdict rests on three) do not fit "
@@ -457,7 +408,7 @@ def task_section(page: Page, task_recs: list[dict[str, Any]]) -> list[Verdict]:
         sub = dataclasses.replace(table, tasks=algorithmic)
         page.figure("task_accuracy", lambda: F.accuracy(sub, labels),
                     "Exact match against size; bands: 95% intervals; grey dashed line: largest trained size.")
-    _exact_tables(page, table, labels, algorithmic)
+    exact_match_tables(page, table, labels, algorithmic)
     verdicts, mrr, learned = task_verdicts(table)
     unlearned = [t for t in table.tasks if t not in learned and t in T.ALGORITHMIC]
     if unlearned:
@@ -504,7 +455,7 @@ class Tasks(Part):
             settings = task_settings_hash(profile, ts)
             specs = [resolve_scheme(s, ts.model, max_positions=task_max_positions(profile, ts)) for s in names]
             planned.append(([(lab, sp, settings, variant) for lab, sp in specs], seeds))
-        planned += structure_runs(profile, custom=custom)  # issue 28 (parts.structure)
+        planned += structure_runs(profile, custom=custom)  # the structured positions' rows (parts.structure)
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, dict(variant), profile=profile.name,
                     arch=profile.arch) for seed, (lab, sp, settings, variant) in by_seed(planned)]
 
@@ -517,7 +468,7 @@ class Tasks(Part):
         return f"mean exact match {acc:.2f}"
 
     def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
-        verdicts = task_section(page, [r for r in records if not structured_record(r)])  # issue 28's: #hierarchical
+        verdicts = task_section(page, [r for r in records if not structured_record(r)])  # the structured positions': #hierarchical
         cited = {KAZEMNEJAD, *(v.source for v in verdicts)}
         return Section(verdicts, sources={k: v for k, v in SOURCES.items() if k in cited})
 

@@ -4,9 +4,9 @@ Protocol (Press et al. 2022, arXiv:2108.12409): train at length L, score the sam
 L·{1, 1.5, 2, 4, 8, 16}, with non-overlapping and sliding windows (``posenc.extrapolate.data``).
 Claims: Press et al.'s order at the longest length, "does not degrade" as non-inferiority on the
 same bytes at positions past L (``posenc.extrapolate.findings``), and the learned table's limit;
-and those of positions that depend on content (issue 19; the rows ``profile.lm_rows``): FoX against RoPE and NoPE, DAPE-KERPLE against KERPLE, stick-breaking past L, and
+and those of positions that depend on content (the rows ``profile.lm_rows``): FoX against RoPE and NoPE, DAPE-KERPLE against KERPLE, stick-breaking past L, and
 Llama 4's RoPE/NoPE layer pattern against RoPE (``content_verdicts``, section ``#content``).
-BiPE's rows (issue 28, ``profile.bipe_rows``, on the part's seeds) read ``(segment, offset)`` of
+BiPE's rows (the structured positions' claims, ``profile.bipe_rows``, on the part's seeds) read ``(segment, offset)`` of
 the lines of the bytes (``posenc.extrapolate.structured``; any ``bipe``/``bipe_bias``/``hirope``
 spec does); their claims are in ``posenc.extrapolate.parts.structure`` (``#hierarchical``).
 The trained RoPE model is saved for the scalings part (``posenc.extrapolate.parts.scalings``).
@@ -335,7 +335,7 @@ def _scale_note(profile: Profile, lm_records: list[dict[str, Any]]) -> str:
 
 
 def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> list[Verdict]:
-    page.add("<h2>3. Language modelling: perplexity by evaluation length</h2>")
+    page.add("<h2>Language modelling: perplexity by evaluation length</h2>")
     if not lm_recs:
         page.add("<p>Not run in this profile.</p>")
         return []
@@ -446,7 +446,7 @@ class Text(Part):
         settings = lm_settings(profile, corpus_sha)
         # --scheme replaces the profile's rows too; a layer pattern is a transformer's (``--arch hybrid``: none)
         rows = [] if custom or profile.arch != "transformer" else profile.lm_rows
-        bipe = [] if custom or profile.arch != "transformer" else profile.bipe_rows  # issue 28 (parts.structure)
+        bipe = [] if custom or profile.arch != "transformer" else profile.bipe_rows  # the structured positions' rows (parts.structure)
         groups = [(lm_specs(profile, schemes), profile.seeds_for(self.name)),
                   (lm_specs(profile, rows), profile.seeds_for("lm_rows", self.name)),
                   (lm_specs(profile, bipe), profile.seeds_for(self.name))]

@@ -110,7 +110,7 @@ def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mod
         seeds, s.train, lambda: SetTransformer(s.model, spec, in_dim=s.frame_dim, classes=4), batches)
     out = []
     for model, losses in zip(models, curves):
-        real = model.pe.kind != "none" and getattr(model.pe, "real_positions", False)
+        real = getattr(model.pe, "real_positions", False)  # NoPE's is False
         rows = []
         for rate, duration in s.test:
             ge = torch.Generator().manual_seed(100_000 + int(rate * 1000) + int(duration * 10))  # same for every run

@@ -30,7 +30,7 @@ HEO_SETTING = ("ImageNet-1k, ViT-S/B/L and Swin trained at 224 px (14×14 patche
 CHANCE_IMAGE = 0.1  # ten digits
 LEARNED, SIN, SIN_RESCALED, AXIAL, MIXED = ("learned grid (resized)", "2D sinusoidal", "2D sinusoidal (rescaled)",
                                             "axial RoPE", "RoPE-Mixed")  # runs.IMAGE_VARIANTS
-OLD_POSITIONS = {"grid": "integer", "resize": "rescaled", "rescaled": "rescaled"}  # a record's mode before issue 20
+OLD_POSITIONS = {"grid": "integer", "resize": "rescaled", "rescaled": "rescaled"}  # a record's mode before the image protocol
 TRAINING = {"none": "trained on the digits as they are", "scale": "trained with scale augmentation"}
 CONDITION = {"zoom": "zoom (the image resampled to the grid)",
              "canvas": "canvas (the digit at its trained size on a larger blank grid)"}

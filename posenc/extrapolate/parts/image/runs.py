@@ -49,7 +49,7 @@ IMAGE_VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "RoPE-Mixed": ({"scheme": "rope_mixed", "axes": 2}, "grid"),
 }
 """label -> (spec without sizes, how test positions are made: ``grid`` the grid's positions, integer or
-rescaled (``position_modes``), ``resize`` the learned table). Before the image protocol (issue 20)
+rescaled (``position_modes``), ``resize`` the learned table). Before the image protocol
 a variant "2D sinusoidal (rescaled)" was its own run; its records still render."""
 AUGMENTS = ("none", "scale")
 CONDITIONS = ("zoom", "canvas")
@@ -86,9 +86,10 @@ def image_items(settings: ImageSettings, schemes: list[Any] | None) -> list[tupl
         given = as_spec(text)
         name = given["scheme"]
         label = name if isinstance(text, str) and text.strip() == name else str(text).strip()
-        params = registry.get(name).params
+        scheme = registry.get(name)
+        params, table = scheme.params, scheme.cls.position_table  # a table is sized to the grid, then resized
         extra = {}
-        if name == "learned" and "grid" not in given:
+        if table and "grid" not in given:
             extra = {"grid": [settings.grid, settings.grid], "max_positions": None}
         elif "axes" in params and "axes" not in given:
             extra = {"axes": 2}
@@ -102,11 +103,11 @@ def image_items(settings: ImageSettings, schemes: list[Any] | None) -> list[tupl
             continue
         if label != name:
             label = spec_label({**given, **{k: spec[k] for k in spec if k not in given}})
-        if pe.kind != "none" and getattr(pe, "axes", 1) != 2:
+        if pe.needs_axes and getattr(pe, "axes", 1) != 2:
             out.append((label, spec, f"cannot: {name!r} takes one-axis positions; image patches need two "
                                      "(row, col)"))
             continue
-        out.append((label, spec, "resize" if name == "learned" else "grid"))
+        out.append((label, spec, "resize" if table else "grid"))
     return out
 
 
@@ -151,7 +152,7 @@ def position_modes(pe: torch.nn.Module, how: str) -> tuple[str, ...]:
     """The position modes a variant is evaluated with (see the module docstring)."""
     if how == "resize":
         return ("rescaled",)
-    if pe.kind == "none" or not getattr(pe, "real_positions", False):
+    if not getattr(pe, "real_positions", False):  # NoPE's included
         return ("integer",)
     return POSITIONS
 

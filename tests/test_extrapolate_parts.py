@@ -1,0 +1,54 @@
+"""The benchmark's parts are parts: no module of the benchmark sets another module's attributes
+(a setting is a parameter of the module that owns it, e.g. ``posenc.rowwise.trim_rows``), and
+the page, not a part, numbers the sections."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARK = ROOT / "posenc" / "extrapolate"
+
+
+def module_attribute_writes(source: str) -> list[tuple[int, str]]:
+    """``(line, "module.attr")`` for each assignment in ``source`` to an attribute of an imported module."""
+    tree = ast.parse(source)
+    modules = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update({(a.asname or a.name.split(".")[0]): a.name for a in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:  # `from posenc import rowwise`: a module when posenc/rowwise(.py) exists
+                where = ROOT.joinpath(*node.module.split("."), a.name)
+                if where.with_suffix(".py").is_file() or (where / "__init__.py").is_file():
+                    modules[a.asname or a.name] = f"{node.module}.{a.name}"
+    writes = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in modules:
+                writes.append((node.lineno, f"{modules[t.value.id]}.{t.attr}"))
+    return writes
+
+
+def test_the_check_finds_a_write_to_another_module():
+    assert module_attribute_writes("from posenc import rowwise\nrowwise.ROW_TRIM = False\nx = 1\n") == [
+        (2, "posenc.rowwise.ROW_TRIM")]
+
+
+def test_no_part_of_the_benchmark_sets_another_modules_attributes():
+    found = [f"{path.relative_to(BENCHMARK.parent.parent).as_posix()}:{line}: {what}"
+             for path in sorted(BENCHMARK.rglob("*.py"))
+             for line, what in module_attribute_writes(path.read_text(encoding="utf-8"))]
+    assert not found, "set through a parameter of the module that owns it: " + ", ".join(found)
+
+
+def test_section_numbers_come_from_the_page():
+    """The page numbers its sections (``page.number_sections``); no section numbers itself."""
+    import re
+
+    numbered = [f"{path.name}: {m.group(0)}" for path in sorted(BENCHMARK.rglob("*.py"))
+                for m in re.finditer(r"<h2[^>]*>\s*\d+\.", path.read_text(encoding="utf-8"))]
+    assert not numbered, numbered
