@@ -4,8 +4,9 @@ paper's TsinghuaC3I/Fourier-Position-Embedding, vLLM's ``FourierRotaryEmbedding`
     C_{h,d}(t) = Σ_j A_{h,j,d} cos(t θ_j),   S_{h,d}(t) = Σ_j B_{h,j,d} sin(t θ_j)     (d < M)
     (x_a, x_b) -> (x_a C − x_b S, x_b C + x_a S),   C = 1, S = 0 for the pairs d >= M
 
-over RoPE's frequencies ``θ_j = base^(−2j/D)`` that the training length ``max_positions`` turns at
-least once (``θ_j >= 2π/max_positions``; the ``D/2 − M`` lower ones are clipped to zero
+over RoPE's frequencies ``θ_j = base^(−2j/D)`` that the training length ``max_positions`` (vLLM's
+``max_position_embeddings``; 2048 by default, transformers' Llama default: give the length the
+model is trained at, not the length shown) turns at least once (``θ_j >= 2π/max_positions``; the ``D/2 − M`` lower ones are clipped to zero
 frequency), with coefficients ``A, B [H_c, M, M]`` (``posenc.reference.fope``, which also states
 how the two upstreams differ). A rotary scheme in posenc's sense: the same map for queries and
 keys, each at its own position, of x's width; unlike RoPE, ``(C, S)`` is no rotation (separate
@@ -49,7 +50,7 @@ class FoPE(RotaryEncoding):
 
     real_positions = True
 
-    def __init__(self, *, head_dim: Dim, num_heads: Heads, max_positions: Positions, base: float = 10000.0,
+    def __init__(self, *, head_dim: Dim, num_heads: Heads, max_positions: Positions = 2048, base: float = 10000.0,
                  init_gain: float = 0.3, learned: bool = False, layout: str = "half") -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", check_int("head_dim", head_dim, min=2))
