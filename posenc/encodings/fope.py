@@ -102,7 +102,8 @@ class FoPE(RotaryEncoding):
         heads = x.shape[1]
         if heads % self.num_heads:
             raise ValueError(f"x must have a multiple of num_heads={self.num_heads} heads (each coefficient set "
-                             f"serves H / num_heads of them), got shape {list(x.shape)}")
+                             f"serves H / num_heads of them), got shape {list(x.shape)}; with grouped key/value "
+                             f"heads give num_heads = the key/value heads (one set each, as vLLM) or a divisor")
         c, s = self._series(positions)  # (..., H_c, L, D/2)
         if heads != self.num_heads:
             c, s = (t.repeat_interleave(heads // self.num_heads, dim=-3) for t in (c, s))  # (..., H, L, D/2)
