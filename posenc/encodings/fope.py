@@ -41,6 +41,9 @@ from posenc.registry import register
 from posenc.rotary import LAYOUTS, angles, apply_rotary
 
 
+INIT_GAIN_MAX = 100.0  # noise a hundred times the identity is no longer a perturbation of RoPE; float32-safe
+
+
 @register("fope", kind="rotary")
 class FoPE(RotaryEncoding):
     """FoPE (Hua et al. 2024): each pair a Fourier series of the trained frequencies, the rest clipped to zero.
@@ -54,10 +57,11 @@ class FoPE(RotaryEncoding):
                  init_gain: float = 0.3, learned: bool = False, layout: str = "half") -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", check_int("head_dim", head_dim, min=2))
+        check_memory("head_dim", self.head_dim, 2 * self.head_dim, bytes_per=8, what="its float64 frequencies")
         self.num_heads = check_int("num_heads", num_heads, min=1)
         self.max_positions = check_int("max_positions", max_positions, min=1)
         self.base = check_float("base", base, min=0.0, min_open=True)
-        self.init_gain = check_float("init_gain", init_gain, min=0.0)
+        self.init_gain = check_float("init_gain", init_gain, min=0.0, max=INIT_GAIN_MAX)
         self.learned = check_bool("learned", learned)
         self.layout = check_choice("layout", layout, LAYOUTS)
         theta = torch.from_numpy(fope_inv_freq(self.head_dim, self.base, self.max_positions))  # (M,)
