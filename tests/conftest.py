@@ -73,10 +73,13 @@ def assert_close(actual, expected, *, dtype: torch.dtype | None = None, magnitud
 
 # -- a small instance of any scheme ------------------------------------------------------------
 
-SMALL = {"d_model": 32, "head_dim": 8, "num_heads": 4, "max_positions": 2048, "floor_scale": 4}
+SMALL = {"d_model": 32, "head_dim": 8, "num_heads": 4, "max_positions": 2048, "floor_scale": 4,
+         "bias_init": "uniform"}
 """Sizes given to any scheme that takes these parameters (required or not), so that tensors built
 by ``module_args`` fit every module: d_model = num_heads · head_dim; ``floor_scale`` (Llama 4's
-NoPE temperature) steps every 4 positions, so short test inputs see it."""
+NoPE temperature) steps every 4 positions, so short test inputs see it; ``bias_init`` (PoPE's
+phase per head) draws δ from U(−2π, 0), so the tests see the query's phase term (δ = 0 hides it)
+and a gradient away from the edge of its clamp."""
 
 
 def assert_directional_gradients(leaves: dict, loss, *, seed: int, eps: float = 1e-6, rtol: float = 1e-7) -> None:
@@ -179,10 +182,11 @@ def module_args(module, *, length: int = 11, key_length: int | None = None, batc
 
 
 def attention_parameters(pe) -> dict:
-    """The parameters attention reads: all of them, less the additive part a scheme carries for
-    the token embeddings (bipe's ``intra``, applied by ``pe.embedding``, not by attention)."""
+    """The parameters attention reads and trains: all that require a gradient (not FoPE's fixed
+    coefficients), less the additive part a scheme carries for the token embeddings (bipe's
+    ``intra``, applied by ``pe.embedding``, not by attention)."""
     intra = {id(p) for p in pe.intra.parameters()} if hasattr(pe, "embedding") else set()
-    return {n: p for n, p in pe.named_parameters() if id(p) not in intra}
+    return {n: p for n, p in pe.named_parameters() if id(p) not in intra and p.requires_grad}
 
 
 def reference_output(module, args: tuple) -> np.ndarray:
@@ -210,6 +214,8 @@ def attention_reference(q, k, v, pe=None, *, q_positions=None, k_positions=None,
     kind = "none" if pe is None else pe.kind
     bias = None
     if kind == "rotary":  # every rotary module takes role= (xPos scales q and k differently)
+        if scale is None:  # 1/√D of the head given to attention (pope's map widens q and k)
+            scale = 1.0 / np.sqrt(qn.shape[-1])
         qn, kn = pe.reference(qn, qp, role="query"), pe.reference(kn, kp, role="key")
     elif kind == "bias":
         bias = pe.reference(qp, kp)  # (H, Lq, Lk) or (B, H, Lq, Lk)

@@ -24,6 +24,9 @@ def test_nope_only_permutes_and_every_positional_scheme_separates(rows):
         kind = r["kind"]
         if kind == "none":
             assert r["permutation_only"] and r["distance"] < 1e-12
+        elif r["scheme"] == "pope":  # δ = 0 at build: Σ μμ cos((t − s)θ) is even in t − s, so, as a symmetric
+            assert r["permutation_only"], r  # bias, it cannot tell a sentence from its reversal unmasked
+            assert r["distance_start"] > 1e-6, r
         elif kind in ("additive", "rotary"):
             assert not r["permutation_only"] and r["distance"] > 1e-6, r
         elif kind == "recurrent":  # no position at all, yet not a permutation: the state knows order

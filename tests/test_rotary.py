@@ -161,10 +161,11 @@ def test_bad_out_names_the_parameter():
         posenc.apply_rotary(x, cos, cos, out=shifted)
 
 
-@pytest.mark.parametrize("name", schemes_of_kind("rotary"))
+# pope (``widens``) returns a wider tensor than x: its out= (never in place) is in test_pope.py
+@pytest.mark.parametrize("name", [n for n in schemes_of_kind("rotary") if not getattr(small_module(n), "widens", False)])
 def test_every_rotary_module_takes_out_and_rotates_in_place(name):
-    """Every registered rotary scheme (one axis or several) writes into ``out=`` and rotates in
-    place, with the allocating call's result and the float64 reference's."""
+    """Every registered rotary scheme (one axis or several) that keeps x's width writes into ``out=``
+    and rotates in place, with the allocating call's result and the float64 reference's."""
     m = small_module(name)
     x, p = module_args(m, length=13, offset=5)
     out = torch.full_like(x, float("nan"))

@@ -65,3 +65,7 @@ __all__ += [
 from posenc.reference.digits import coupled_positions, digit_positions
 
 __all__ += ["coupled_positions", "digit_positions"]
+from posenc.reference.pope import pope, pope_inv_freq, pope_scores
+from posenc.reference.fope import fope, fope_cos_sin, fope_inv_freq
+
+__all__ += ["pope", "pope_inv_freq", "pope_scores", "fope", "fope_cos_sin", "fope_inv_freq"]
