@@ -67,7 +67,7 @@ from posenc.reference.digits import coupled_positions, digit_positions
 __all__ += ["coupled_positions", "digit_positions"]
 from posenc.reference.dinov3 import dinov3, dinov3_angles, dinov3_augment, dinov3_coordinates, dinov3_inv_freq
 from posenc.reference.videorope import videorope, videorope_axis_of_pair, videorope_positions
-# from posenc.reference.liere import expm_skew, liere, liere_generators, liere_rotations
+from posenc.reference.liere import expm_skew, liere, liere_generators, liere_rotations
 
 __all__ += [
     "dinov3", "dinov3_angles", "dinov3_augment", "dinov3_coordinates", "dinov3_inv_freq",
