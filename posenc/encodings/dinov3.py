@@ -35,6 +35,7 @@ import torch
 from posenc._validate import check_choice, check_float, check_int
 from posenc.encodings._base import RotaryEncoding
 from posenc.limits import Dim
+from posenc.positions import INDEX_DTYPES
 from posenc.reference.dinov3 import NORMALIZE, dinov3, dinov3_coordinates as _coordinates, dinov3_inv_freq
 from posenc.registry import register
 from posenc.rotary import LAYOUTS, apply_rotary_unchecked, check_out
@@ -45,6 +46,9 @@ class DINOv3RoPE(RotaryEncoding):
     """DINOv3's rotary: RoPE on patch coordinates in [−1, 1] (base 100), with coordinate augmentations."""
 
     real_positions = True
+    signed_positions = True
+    """Coordinates lie around ``[−1, 1]``: negative positions are the scheme's own (the one scheme
+    that takes them; ``tests/test_validation.py``'s non-negativity sweep skips it)."""
     axes = 2
 
     def __init__(self, *, head_dim: Dim, base: float = 100.0, layout: str = "half", normalize: str = "separate",
@@ -68,7 +72,8 @@ class DINOv3RoPE(RotaryEncoding):
         """posenc's positions model (``posenc.positions.check_positions``: type, shape ``[L, 2]`` or
         ``[B, L, 2]``, finite), except that coordinates may be negative: they lie around ``[−1, 1]``.
         The model's checks run on ``|positions|``, whose type, shape and finiteness are the same."""
-        probe = positions.abs() if isinstance(positions, torch.Tensor) and positions.dtype != torch.bool else positions
+        numeric = isinstance(positions, torch.Tensor) and (positions.is_floating_point() or positions.dtype in INDEX_DTYPES)
+        probe = positions.abs() if numeric else positions
         super().check_positions(name, probe, **kw)
         return positions
 

@@ -10,10 +10,11 @@ default) or in blocks of ``block_dim`` dims; see ``posenc.reference.liere`` for 
 strict upper triangle is read; initialised ``U[0, 2π)`` as there. ``G = num_heads`` when
 ``per_head`` (one set per head), else 1.
 
-**Positions** are real, ``[L, A]``/``[B, L, A]`` (``[L]``/``[B, L]`` for one axis). The official
-code normalises patch positions to ``linspace(0, s/s_train, s)`` per axis (``liere_positions``):
-the generators' scale is learned for positions of order 1, so integer patch indices (``posenc
-show``'s grid) would turn by ``2π``'s many times; ``grid_positions`` gives the normalised ones.
+**Positions** are in patch units, integer or real, ``[L, A]``/``[B, L, A]`` (``[L]``/``[B, L]`` for
+one axis), as ``posenc.grid_positions`` gives them; the module divides axis ``a`` by ``grid[a] − 1``
+(the training grid, default 14 per axis: ViT-B/16 at 224 pixels), which is the official code's
+``linspace(0, 1, g)``. At another resolution the official positions are ``linspace(0, s/g, s)``
+for ``s`` patches; ``liere_positions(shape, grid)`` gives them in patch units.
 
 **Exact.** ``Σ p_a·B_a`` and its exponential (``torch.linalg.matrix_exp``) are computed in float64,
 then cast to ``x``'s dtype before the product (the official code exponentiates in float32).
@@ -37,17 +38,22 @@ from posenc.registry import register
 from posenc.rotary import check_out
 
 
+DEFAULT_GRID = 14
+"""Patches per axis at training when ``grid`` is not given: ViT-B/16 at 224 pixels (the official code's ImageNet setting)."""
+
+
 @register("liere", kind="rotary")
 class LieRE(RotaryEncoding):
     """LieRE (Ostmeier et al. 2024): rotations as the exponential of learned skew-symmetric generators per axis."""
 
     real_positions = True
 
-    def __init__(self, *, head_dim: Dim, axes: Axes = 2, block_dim: Dim | None = None, per_head: bool = False,
-                 num_heads: Heads | None = None) -> None:
+    def __init__(self, *, head_dim: Dim, axes: Axes = 2, grid: list[Dim] | None = None, block_dim: Dim | None = None,
+                 per_head: bool = False, num_heads: Heads | None = None) -> None:
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, min=2)
         self.axes = check_int("axes", axes, min=1, max=8)
+        self.grid = check_grid(grid, self.axes)
         self.block_dim = self.head_dim if block_dim is None else check_int("block_dim", block_dim, min=2,
                                                                               max=self.head_dim)
         self.per_head = check_bool("per_head", per_head)
@@ -71,17 +77,16 @@ class LieRE(RotaryEncoding):
         pos = positions.to(device=self.generators.device, dtype=torch.float64)
         if self.axes == 1:
             pos = pos[..., None]  # (..., L, 1)
+        pos = pos / (pos.new_tensor(self.grid) - 1)  # u_a = p_a / (g_a − 1), as the reference divides
         m = torch.einsum("...la,agnij->...lgnij", pos, self.skew())
         return torch.linalg.matrix_exp(m)
 
-    def grid_positions(self, grid) -> torch.Tensor:
-        """An ``H × W`` grid's patches as the official code places them: ``linspace(0, 1, ·)`` per axis
-        (row-major; ``(0, …, 0, r, c)`` for more than two axes)."""
-        return liere_positions(tuple(int(g) for g in grid), axes=self.axes)
-
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32):
-        raise NotImplementedError("liere rotates by dense matrices, not per-pair angles: it has no cos/sin; "
-                                  "use module(x, positions) or module.rotations(positions)")
+    @property
+    def cos_sin(self):  # noqa: D401 - no per-pair angles: hasattr(m, "cos_sin") is False (posenc.analysis)
+        """LieRE rotates by dense matrices, not per-pair angles: there is no cos/sin (``rotations`` gives
+        the matrices); reading the attribute raises AttributeError."""
+        raise AttributeError("liere rotates by dense matrices, not per-pair angles: it has no cos_sin; "
+                             "use module(x, positions) or module.rotations(positions)")
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:
@@ -99,19 +104,26 @@ class LieRE(RotaryEncoding):
         return result if out is None else check_out(out, x).copy_(result)
 
     def reference(self, x, positions, *, role: str | None = None):
-        return liere(x, positions, self.generators.detach().double().cpu().numpy())
+        return liere(x, positions, self.generators.detach().double().cpu().numpy(), self.grid)
 
 
-def liere_positions(shape: tuple[int, ...], *, axes: int | None = None, trained: tuple[int, ...] | None = None):
-    """``[prod(shape), A]`` float64 positions of a grid as the official code makes them: per axis
-    ``linspace(0, s/t, s)`` for ``s`` patches when trained at ``t`` (``trained``, default ``shape``:
-    ``linspace(0, 1, s)``), row-major; with ``axes`` larger than ``len(shape)``, zeros in front."""
+def check_grid(grid, axes: int) -> list[int]:
+    """The training grid: one size >= 2 per axis (default 14 each)."""
+    if grid is None:
+        return [DEFAULT_GRID] * axes
+    if isinstance(grid, (str, bytes)) or not isinstance(grid, (list, tuple)):
+        raise TypeError(f"grid must be a list of {axes} sizes (patches per axis at training), got {grid!r}")
+    if len(grid) != axes:
+        raise ValueError(f"grid must have one size per axis (axes={axes}), got {len(grid)}: {list(grid)}")
+    return [check_int(f"grid[{i}]", g, min=2) for i, g in enumerate(grid)]
+
+
+def liere_positions(shape, grid) -> torch.Tensor:
+    """``[prod(shape), A]`` float64 patch-unit positions of an ``s_0 × s_1 × …`` grid placed as the
+    official code places it for a model trained on ``grid``: ``linspace(0, s/g, s)·(g − 1)`` per
+    axis, row-major (``s = g``: the integers ``0 .. g−1``, ``posenc.grid_positions``)."""
     sizes = [check_int(f"shape[{i}]", s, min=1) for i, s in enumerate(shape)]
-    trained = sizes if trained is None else [check_int(f"trained[{i}]", t, min=1) for i, t in enumerate(trained)]
-    if len(trained) != len(sizes):
-        raise ValueError(f"trained must have one size per axis of shape {sizes}, got {list(trained)}")
-    axes = len(sizes) if axes is None else check_int("axes", axes, min=len(sizes))
-    lines = [torch.linspace(0, s / t, s, dtype=torch.float64) for s, t in zip(sizes, trained)]
-    grid = torch.cartesian_prod(*lines).reshape(-1, len(sizes))  # (N, len(shape))
-    grid = torch.cat([grid.new_zeros(grid.shape[0], axes - len(sizes)), grid], dim=-1)
-    return grid[:, 0] if axes == 1 else grid
+    trained = check_grid(grid, len(sizes))
+    lines = [torch.linspace(0, s / g, s, dtype=torch.float64) * (g - 1) for s, g in zip(sizes, trained)]
+    out = torch.cartesian_prod(*lines).reshape(-1, len(sizes))  # (N, A)
+    return out[:, 0] if len(sizes) == 1 else out

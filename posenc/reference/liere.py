@@ -3,10 +3,14 @@
 ``models/rope_vit.py``): RoPE's rotations generalised to the exponential of learned
 skew-symmetric generators, one per axis.
 
-For a position ``p = (p_0, …, p_{A−1})`` (image patches: ``(row, col)``; volumes and videos: three
-axes) and learned skew-symmetric ``B_a`` (``b × b``), a key or query block is rotated by
+For a position ``p = (p_0, …, p_{A−1})`` in patch units (image patches: ``(row, col)``; volumes and
+videos: three axes) on a training grid of ``g_a`` patches per axis, and learned skew-symmetric
+``B_a`` (``b × b``), a key or query block is rotated by
 
-    R(p) = exp(Σ_a p_a·B_a),        x' = R(p)·x              (x a column of b dims)
+    R(p) = exp(Σ_a u_a·B_a),  u_a = p_a/(g_a − 1),   x' = R(p)·x      (x a column of b dims)
+
+(the code's positions ``u = linspace(0, 1, g)`` per axis at the training resolution, and
+``linspace(0, s/g, s)`` for ``s`` patches at another one).
 
 ``B_a = U_a − U_aᵀ`` with ``U_a`` the strict upper triangle of a free parameter (the code's
 ``generator_raw_params``, drawn ``U[0, 2π)``). The head's first ``n·b`` dims are ``n = ⌊D/b⌋``
@@ -61,27 +65,30 @@ def liere_generators(raw) -> np.ndarray:
     return upper - np.swapaxes(upper, -1, -2)
 
 
-def liere_rotations(positions, raw) -> np.ndarray:
-    """``R(p) = exp(Σ_a p_a·B_a)``: positions ``[..., L, A]`` (``[..., L]`` for one axis), raw generators ``[A, G, n, b, b]``
-    -> ``[..., L, G, n, b, b]`` float64."""
+def liere_rotations(positions, raw, grid) -> np.ndarray:
+    """``R(p) = exp(Σ_a p_a/(g_a − 1)·B_a)``: positions ``[..., L, A]`` (``[..., L]`` for one axis),
+    raw generators ``[A, G, n, b, b]``, ``grid [A]`` -> ``[..., L, G, n, b, b]`` float64."""
     raw = np.asarray(raw, dtype=np.float64)
     if raw.ndim != 5 or raw.shape[-1] != raw.shape[-2]:
         raise ValueError(f"raw must have shape [axes, G, blocks, b, b], got shape {list(raw.shape)}")
     pos = positions_array("positions", positions, axes=raw.shape[0], real=True)
     if raw.shape[0] == 1:
         pos = pos[..., None]  # one axis: [..., L] -> [..., L, 1]
+    grid = np.asarray(grid, dtype=np.float64)
+    if grid.shape != (raw.shape[0],) or (grid < 2).any():
+        raise ValueError(f"grid must hold {raw.shape[0]} sizes >= 2 (one per axis), got {grid.tolist()}")
     gens = liere_generators(raw)  # (A, G, n, b, b)
-    m = np.einsum("...la,agnij->...lgnij", pos.astype(np.float64), gens)
+    m = np.einsum("...la,agnij->...lgnij", pos.astype(np.float64) / (grid - 1), gens)
     return expm_skew(m)
 
 
-def liere(x, positions, raw) -> np.ndarray:
+def liere(x, positions, raw, grid) -> np.ndarray:
     """Rotates ``x [B, H, L, D]`` at ``positions [L, A]`` or ``[B, L, A]`` (``[L]``/``[B, L]`` for one axis) with raw generators
-    ``[A, G, n, b, b]`` (``G`` = 1, or ``H`` for one set per head; ``n·b ≤ D``): block ``k`` of head
+    ``[A, G, n, b, b]`` on a training ``grid [A]`` (``G`` = 1, or ``H`` for one set per head; ``n·b ≤ D``): block ``k`` of head
     ``h`` becomes ``R(p)[g, k] @ x[..., k·b:(k+1)·b]`` with ``g = h`` (or 0)."""
     x = np.asarray(x, dtype=np.float64)
     raw = np.asarray(raw, dtype=np.float64)
-    rot = liere_rotations(positions, raw)  # (L, G, n, b, b) or (B, L, G, n, b, b)
+    rot = liere_rotations(positions, raw, grid)  # (L, G, n, b, b) or (B, L, G, n, b, b)
     _, g, n, b, _ = raw.shape
     if x.ndim != 4 or x.shape[-1] < n * b or x.shape[1] % g or rot.shape[-5] != x.shape[2]:
         raise ValueError(f"x must have shape [B, H (a multiple of {g}), L={rot.shape[-5]}, D >= {n * b}], "
