@@ -14,7 +14,8 @@ import torch
 
 import posenc
 from posenc import reference as ref
-from posenc.encodings.liere import liere_positions
+posenc.schemes()  # the registry loads in its own order before a scheme module is imported directly
+from posenc.encodings.liere import liere_positions  # noqa: E402
 from conftest import assert_close, assert_directional_gradients
 
 

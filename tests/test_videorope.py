@@ -13,7 +13,8 @@ import torch
 
 import posenc
 from posenc import reference as ref
-from posenc.encodings.videorope import videorope_positions
+posenc.schemes()  # the registry loads in its own order before a scheme module is imported directly
+from posenc.encodings.videorope import videorope_positions  # noqa: E402
 from conftest import assert_close
 
 VISION_START, IMAGE, VIDEO, TEXT = 151652, 151655, 151656, 7
