@@ -637,11 +637,15 @@ class GridMap:
 def grid_positions_for(module, grid: Sequence[int]):
     """The positions of an ``H × W`` grid's patches, row-major, as ``module`` takes them: ``(r, c)``
     for two axes, ``(0, …, 0, r, c)`` for more (the first frame of a clip), the flattened index
-    ``r·W + c`` for one axis (a 1D encoding reading flattened patches, as the first ViTs did)."""
+    ``r·W + c`` for one axis (a 1D encoding reading flattened patches, as the first ViTs did); a
+    module with a ``grid_positions(grid)`` method places them itself (``dinov3``'s patch coordinates)."""
     import torch
 
     from posenc.positions import grid_positions
 
+    own = getattr(module, "grid_positions", None)  # a scheme with its own placement (dinov3: coordinates in [−1, 1])
+    if callable(own):
+        return own(tuple(grid))
     pos = grid_positions(tuple(grid))  # (N, 2)
     axes = getattr(module, "axes", 1)
     if axes == 1:

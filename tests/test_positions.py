@@ -136,7 +136,7 @@ def test_table_schemes_refuse_real_positions_naming_those_that_accept_them(name)
             "relative": (torch.randn(1, 4, 5, 8), torch.randn(1, 4, 5, 8), pos, pos)}[m.kind]
     with pytest.raises(TypeError, match=rf"positions must have an integer dtype .*scheme '{name}' takes integer "
                                         r"positions only, got torch.float32; real-valued positions are accepted by: "
-                                        r"alibi, fire, (hirope, )?kerple, (mrope, )?rope.*sinusoidal"):
+                                        r"alibi, (dinov3, )?fire, (hirope, )?kerple, (liere, )?(mrope, )?rope.*sinusoidal"):
         m(*args)
 
 

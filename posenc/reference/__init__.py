@@ -69,3 +69,12 @@ from posenc.reference.pope import pope, pope_inv_freq, pope_scores
 from posenc.reference.fope import fope, fope_cos_sin, fope_inv_freq
 
 __all__ += ["pope", "pope_inv_freq", "pope_scores", "fope", "fope_cos_sin", "fope_inv_freq"]
+from posenc.reference.dinov3 import dinov3, dinov3_angles, dinov3_augment, dinov3_coordinates, dinov3_inv_freq
+from posenc.reference.videorope import videorope, videorope_axis_of_pair, videorope_positions
+from posenc.reference.liere import expm_skew, liere, liere_generators, liere_rotations
+
+__all__ += [
+    "dinov3", "dinov3_angles", "dinov3_augment", "dinov3_coordinates", "dinov3_inv_freq",
+    "videorope", "videorope_axis_of_pair", "videorope_positions",
+    "expm_skew", "liere", "liere_generators", "liere_rotations",
+]

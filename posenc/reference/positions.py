@@ -85,7 +85,8 @@ def positions_array(name: str, positions: Any, *, axes: int = 1, real: bool = Fa
     return arr.astype(np.float64 if arr.dtype.kind == "f" else np.int64)
 
 
-REAL_SCHEMES = ("alibi", "fire", "hirope", "kerple", "mrope", "rope", "rope_mixed", "sinusoidal", "fope", "pope")
+REAL_SCHEMES = ("alibi", "dinov3", "fire", "hirope", "kerple", "liere", "mrope", "rope", "rope_mixed", "sinusoidal",
+                "videorope", "fope", "pope")
 """The schemes that are functions of position and so accept real-valued positions (the rest index
 tables: learned rows, T5 buckets, Shaw's clipped distances). ``tests/test_positions.py`` holds this
 list equal to the registry's (``posenc.registry.real_schemes()``); the torch positions model names them in its errors."""

@@ -1,0 +1,65 @@
+"""VideoRoPE (Wei, Liu, Zang et al. 2025, arXiv:2502.05173; official code Wiselnn570/VideoRoPE):
+M-RoPE's three axes ``(t, h, w)`` with time on the lowest frequencies, row and column interleaved
+on the highest, and vision tokens laid along the text diagonal with temporal spacing ``δ``.
+
+    angle_j = p[a(j)]·θ_j,   a(j) = h (j < s_h + s_w, j even), w (j odd), t (j ≥ s_h + s_w)
+
+``sections = [s_t, s_h, s_w]`` defaults to Qwen2-VL's ``[16, 24, 24]`` scaled to ``rotary_dim``
+(``posenc.reference.default_sections``), the paper's split. Positions ``[L, 3]`` or ``[B, L, 3]``
+come from ``videorope_positions(segments, temporal_spacing=δ)`` (real when ``δ`` is not an
+integer); the formulas are in ``posenc.reference.videorope``.
+
+**Beside M-RoPE.** The rotation is ``mrope``'s (this class is ``rope`` with an ``axis_of_pair``,
+as ``mrope`` is): the one angle function ``posenc.rotary.angles``, rope's table and its KV-cache
+policy. Text tokens at ``(m, m, m)`` are 1D RoPE bit for bit; a decoding step at one position
+reads the same table, so cached decoding equals the full pass (every scaling but the
+length-dependent ones, as for ``rope``). xPos is refused (its scale has no multimodal definition).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from posenc import reference as ref
+from posenc.encodings.rope import RoPE
+from posenc.limits import Dim
+from posenc.reference.mrope import AXES
+from posenc.reference.videorope import videorope_axis_of_pair
+from posenc.registry import register
+
+
+@register("videorope", kind="rotary")
+class VideoRoPE(RoPE):
+    """VideoRoPE: time on the lowest frequencies, a diagonal layout of frames, temporal spacing δ."""
+
+    def __init__(self, *, head_dim: Dim, sections: list[Dim] | None = None, base: float = 10000.0,
+                 rotary_dim: Dim | None = None, layout: str = "half", scaling: dict[str, Any] | None = None) -> None:
+        super().__init__(head_dim=head_dim, base=base, rotary_dim=rotary_dim, layout=layout, scaling=scaling)
+        if self.scaling.decay is not None:
+            raise ValueError("scaling 'xpos' is not available for videorope (its query/key scale is defined for "
+                             "1D positions only); use another scaling or scheme 'rope'")
+        if sections is None:
+            sections = ref.default_sections(self.rotary_dim, "chunked")
+        axis = videorope_axis_of_pair(sections)
+        if 2 * axis.size != self.rotary_dim:
+            raise ValueError(f"sections must sum to rotary_dim/2 = {self.rotary_dim // 2} (one entry per rotated "
+                             f"pair), got {list(sections)} (sum {axis.size})")
+        self.sections = [int(s) for s in sections]
+        self.axes = AXES
+        self.axis_of_pair = torch.from_numpy(axis)  # (R,) int64: the buffer rope's angles read
+
+    def reference(self, x, positions, *, role: str | None = None):
+        """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
+        pos = ref.positions_array("positions", positions, axes=AXES, real=True, scheme="videorope")
+        freq = self.scaling.exact_at(int(pos.max()) + 1 if pos.size else 0)
+        return ref.videorope(x, pos, freq, self.axis_of_pair.cpu().numpy(), layout=self.layout,
+                             attention_factor=self.attention_factor)
+
+
+def videorope_positions(segments: list[dict[str, Any]], *, offset: float = 0,
+                        temporal_spacing: float = 2.0) -> torch.Tensor:
+    """``[L, 3]`` float64 positions ``(t, h, w)`` of text, image and video segments by VideoRoPE's
+    diagonal layout with frame spacing ``δ = temporal_spacing`` (``posenc.reference.videorope_positions``)."""
+    return torch.from_numpy(ref.videorope_positions(segments, offset=offset, temporal_spacing=temporal_spacing))
