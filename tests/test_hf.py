@@ -235,7 +235,7 @@ def base_config(**rope_parameters) -> dict:
     ({"rope_type": "longrope", "short_factor": [1.0] * 31, "long_factor": [1.0] * 32,
       "original_max_position_embeddings": 1024}, "short_factor must have 32 entries", True),
     ({"rope_type": "llama3", "factor": 8.0}, "needs 'low_freq_factor', 'high_freq_factor'", False),
-    ({"rope_type": "proportional"}, "rope type must be one of 'default', 'linear', 'dynamic', 'yarn'", False),
+    ({"rope_type": "axial"}, "rope type must be one of 'default', 'linear', 'proportional', 'dynamic'", False),
 ])
 def test_invalid_configs_raise_where_transformers_only_warns(rope_parameters, message, transformers_accepts):
     config = base_config(**rope_parameters)

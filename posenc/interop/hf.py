@@ -55,7 +55,8 @@ read, raise ``ValueError`` naming the key: a setting posenc would ignore is an e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,11 +64,16 @@ from torch import nn
 
 from posenc._validate import check_float, check_int
 from posenc.interop.hf_families import (  # noqa: F401  (HF_FAMILIES, HF_TABLES, HFFamily: public here too)
-    _COMMON_KEYS, _GEMMA3_THETAS, _TOP_LEVEL_KEYS, _TYPE_KEYS, HF_FAMILIES, HF_TABLES, HFFamily,
+    _GEMMA3_THETAS, HF_FAMILIES, HF_TABLES, HFFamily,
 )
 from posenc.positions import text_positions
 
-HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+# rope-parameter keys every rope type may carry (each type's own are its row of HF_ROPE_TYPES)
+_COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
+# top-level keys about rope that this module reads (every other ``*rope*``/``*rotary*`` key is refused)
+_TOP_LEVEL_KEYS = {"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct",
+                   "rotary_emb_base", "rope_local_base_freq", "rope_interleave", "qk_rope_head_dim",
+                   "no_rope_layers", "no_rope_layer_interval"}
 _ALIASES = {"su": "longrope", "mrope": "default"}  # early Phi-3's LongRoPE; Qwen2-VL's legacy "type"
 MROPE_DEFAULTS = {
     "qwen2_vl": ([16, 24, 24], "chunked"),
@@ -174,6 +180,33 @@ def rope_layer_types(config: Any) -> list[str]:
     return sorted(k for k, v in (nested or {}).items() if v is not None)
 
 
+def _layer_overrides(config: Any, layer_type: str | None) -> dict[str, Any]:
+    """What ``per_layer_config`` (Gemma 4: layer index -> overrides, ``{"head_dim": 512}`` on its
+    full-attention layers) sets for the layers of ``layer_type``: ``head_dim`` is read; a rope key
+    there is refused by name, as is a layer type whose layers disagree."""
+    if isinstance(config, Mapping):
+        table = config.get("per_layer_config")
+    else:
+        to_dict = getattr(config, "to_dict", None)
+        table = to_dict().get("per_layer_config") if callable(to_dict) and _has(config, "per_layer_config") else None
+    if not table:
+        return {}
+    rotary = sorted({k for v in table.values() for k in (v or {}) if k == "head_dim" or "rope" in k or "rotary" in k})
+    if layer_type is None:
+        if rotary:
+            raise ValueError(f"per_layer_config sets {rotary[0]!r} for some layers only; posenc.from_hf reads it "
+                             "per layer type (layer_type=...), and this config's RoPE is not per layer type")
+        return {}
+    types = list(_get(config, "layer_types") or ())
+    found = [dict(table.get(str(i)) or table.get(i) or {}) for i, t in enumerate(types) if t == layer_type]
+    if any(f != found[0] for f in found):
+        raise ValueError(f"per_layer_config gives the {layer_type!r} layers different overrides: {found}")
+    unread = [k for k in rotary if k != "head_dim"]
+    if unread:
+        raise ValueError(f"per_layer_config key {unread[0]!r} is a rope setting posenc.from_hf does not read")
+    return found[0] if found else {}
+
+
 def _require(rp: Mapping[str, Any], rope_type: str, *keys: str) -> None:
     missing = [k for k in keys if rp.get(k) is None]
     if missing:
@@ -217,14 +250,151 @@ def _mrope_sections(rp: Mapping[str, Any], model_type: str) -> tuple[list[int], 
     return list(sections), "interleaved" if interleaved else "chunked"
 
 
+def _original_length(config: Any, rp: Mapping[str, Any], rope_type: str) -> int:
+    """``L₀`` of llama3/yarn/longrope: transformers reads a top-level
+    ``original_max_position_embeddings`` (Phi-3) first, then the rope parameters', then
+    ``max_position_embeddings``."""
+    original = _get(config, "original_max_position_embeddings") or rp.get("original_max_position_embeddings")
+    original = original or _get(config, "max_position_embeddings")
+    if original is None:
+        raise ValueError(f"rope type {rope_type!r} needs original_max_position_embeddings "
+                         "(or max_position_embeddings) in the config")
+    return original
+
+
+@dataclass(frozen=True)
+class HFRopeType:
+    """A transformers rope type as :func:`hf_rope_spec` reads it, one row as transformers'
+    ``ROPE_INIT_FUNCTIONS`` is: the rope-parameter keys transformers defines for it (transformers'
+    ``_validate_*_rope_parameters``; every other key is refused by name) and ``read(rp, config)``,
+    which gives posenc's spec keys for it (``scaling``, ``partial_rotary``)."""
+
+    keys: frozenset[str]
+    read: Callable[[Mapping[str, Any], Any], dict[str, Any]]
+
+
+HF_ROPE_TYPES: dict[str, HFRopeType] = {}
+"""transformers' rope type -> :class:`HFRopeType`: every type of its ``ROPE_INIT_FUNCTIONS`` and
+``"default"`` (tests/test_hf.py checks that the two registries list the same types)."""
+
+
+def _rope_type(name: str, *keys: str) -> Callable:
+    def decorate(read: Callable[[Mapping[str, Any], Any], dict[str, Any]]) -> Callable:
+        HF_ROPE_TYPES[name] = HFRopeType(frozenset(keys), read)
+        return read
+
+    return decorate
+
+
+@_rope_type("default")
+def _read_default(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    return {"scaling": None}
+
+
+@_rope_type("linear", "factor")
+def _read_linear(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    _require(rp, "linear", "factor")
+    return {"scaling": {"type": "linear", "factor": rp["factor"]}}
+
+
+@_rope_type("proportional", "factor")
+def _read_proportional(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """p-RoPE (Gemma 4's full-attention layers): ``partial_rotary="proportional"``; transformers'
+    ``factor`` (default 1) divides the frequencies, posenc's ``linear``."""
+    factor = rp.get("factor")
+    scaling = None if factor is None or factor == 1 else {"type": "linear", "factor": factor}
+    return {"partial_rotary": "proportional", "scaling": scaling}
+
+
+@_rope_type("dynamic", "factor")
+def _read_dynamic(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    _require(rp, "dynamic", "factor")
+    max_positions = _get(config, "max_position_embeddings")
+    if max_positions is None:
+        raise ValueError("rope type 'dynamic' needs max_position_embeddings in the config")
+    return {"scaling": {"type": "dynamic", "factor": rp["factor"], "original_max_positions": max_positions}}
+
+
+@_rope_type("yarn", "factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+            "mscale", "mscale_all_dim", "truncate")
+def _read_yarn(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    original = _original_length(config, rp, "yarn")
+    factor = rp.get("factor")
+    if factor is None:  # DeepSeek-V3 style: the ratio of the two lengths
+        if _get(config, "max_position_embeddings") is None:
+            raise ValueError("rope type 'yarn' needs factor (or max_position_embeddings) in the config")
+        factor = _get(config, "max_position_embeddings") / original
+    scaling = {"type": "yarn", "factor": factor, "original_max_positions": original,
+               "beta_fast": rp.get("beta_fast") or 32.0, "beta_slow": rp.get("beta_slow") or 1.0,
+               "truncate": rp.get("truncate", True)}
+    if rp.get("attention_factor") is not None:
+        scaling["attention_factor"] = rp["attention_factor"]
+    elif rp.get("mscale") and rp.get("mscale_all_dim"):  # transformers uses the pair only when both are set
+        scaling["mscale"], scaling["mscale_all_dim"] = rp["mscale"], rp["mscale_all_dim"]
+    return {"scaling": scaling}
+
+
+@_rope_type("longrope", "short_factor", "long_factor", "original_max_position_embeddings", "attention_factor",
+            "factor")
+def _read_longrope(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    _require(rp, "longrope", "short_factor", "long_factor")
+    original = _original_length(config, rp, "longrope")
+    max_positions, factor = _get(config, "max_position_embeddings"), rp.get("factor")
+    if factor is None:  # Phi-3: the ratio of the two lengths; at most 1 means no attention scaling
+        if max_positions is None and rp.get("attention_factor") is None:
+            raise ValueError("rope type 'longrope' needs factor (or max_position_embeddings) in the config")
+        factor = max(1.0, (max_positions or original) / original)
+    scaling = {"type": "longrope", "short_factor": list(rp["short_factor"]), "long_factor": list(rp["long_factor"]),
+               "factor": factor, "original_max_positions": original}
+    if rp.get("attention_factor") is not None:
+        scaling["attention_factor"] = rp["attention_factor"]
+    return {"scaling": scaling}
+
+
+@_rope_type("llama3", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor")
+def _read_llama3(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    _require(rp, "llama3", "factor", "low_freq_factor", "high_freq_factor")
+    return {"scaling": {"type": "llama3", "factor": rp["factor"], "original_max_positions":
+                        _original_length(config, rp, "llama3"), "low_freq_factor": rp["low_freq_factor"],
+                        "high_freq_factor": rp["high_freq_factor"]}}
+
+
+def _hf_rope_type(rp: Mapping[str, Any]) -> tuple[str, HFRopeType]:
+    """The rope type of ``rp`` and its row; an unknown type or key is refused by name."""
+    name = rp.get("rope_type") or rp.get("type") or "default"
+    name = _ALIASES.get(name, name)
+    if name not in HF_ROPE_TYPES:
+        raise ValueError(f"rope type must be one of {', '.join(map(repr, HF_ROPE_TYPES))}; got {name!r}")
+    row = HF_ROPE_TYPES[name]
+    unknown = sorted(set(rp) - _COMMON_KEYS - row.keys)
+    if unknown:
+        takes = sorted(row.keys | {"rope_theta", "partial_rotary_factor"})
+        raise ValueError(f"rope parameter {unknown[0]!r} is not one of rope type {name!r} (it takes "
+                         f"{', '.join(takes)}); posenc would ignore it, so the config is refused")
+    return name, row
+
+
+def _head_dim(config: Any, overrides: Mapping[str, Any]) -> int:
+    """The rotary head width: a layer type's own ``head_dim`` (Gemma 4's ``per_layer_config``),
+    MLA's ``qk_rope_head_dim`` (transformers sets ``head_dim`` to it), ``head_dim``, or
+    ``hidden_size / num_attention_heads``."""
+    head_dim = overrides.get("head_dim") or _get(config, "qk_rope_head_dim", _get(config, "head_dim"))
+    if head_dim is None:
+        hidden, heads = _get(config, "hidden_size"), _get(config, "num_attention_heads")
+        if hidden is None or heads is None:
+            raise ValueError("the config needs head_dim, or hidden_size and num_attention_heads")
+        head_dim = check_int("hidden_size", hidden, min=1) // check_int("num_attention_heads", heads, min=1)
+    return check_int("head_dim", head_dim, min=1)
+
+
 def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | None = None) -> dict[str, Any]:
     """The posenc spec (``{"scheme": "rope", ...}``, or ``"mrope"`` for a multimodal one) of a
-    transformers config's RoPE.
+    transformers config's RoPE: the rope type's row of ``HF_ROPE_TYPES`` reads its parameters.
 
     Args:
         config: a transformers config object or its dict (``config.json``), new or legacy style.
-        layer_type: for configs with one RoPE per layer type (Gemma 3: ``"sliding_attention"`` or
-            ``"full_attention"``; :func:`rope_layer_types` lists them).
+        layer_type: for configs with one RoPE per layer type (Gemma 3, Gemma 4: ``"sliding_attention"``
+            or ``"full_attention"``; :func:`rope_layer_types` lists them).
         layout: the pairs the model rotates: ``"half"`` (transformers' ``rotate_half``) or
             ``"interleaved"`` (GPT-J/GLM/Cohere/Llama 4-style ``rotate_every_two``). None (the
             default): the family's (``HF_FAMILIES``; DeepSeek-V3: ``"interleaved"`` when
@@ -239,22 +409,13 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
     family = _family(model_type)
     _check_top_level_keys(config)
     rp = _rope_parameters(config, layer_type, family)
-    rope_type = rp.get("rope_type") or rp.get("type") or "default"
-    rope_type = _ALIASES.get(rope_type, rope_type)
-    if rope_type not in HF_ROPE_TYPES:
-        raise ValueError(f"rope type must be one of {', '.join(map(repr, HF_ROPE_TYPES))}; got {rope_type!r}")
-    unknown = sorted(set(rp) - _COMMON_KEYS - _TYPE_KEYS[rope_type])
-    if unknown:
-        takes = sorted(_TYPE_KEYS[rope_type] | {"rope_theta", "partial_rotary_factor"})
-        raise ValueError(f"rope parameter {unknown[0]!r} is not one of rope type {rope_type!r} (it takes "
-                         f"{', '.join(takes)}); posenc would ignore it, so the config is refused")
+    rope_type, row = _hf_rope_type(rp)
     if layout is None:
         layout = family.layout if family is not None else "half"
         if family is not None and family.interleave_key is not None:
             layout = "interleaved" if _get(config, family.interleave_key, True) else "half"
     elif layout not in ("half", "interleaved"):
         raise ValueError(f"layout must be 'half', 'interleaved' or None; got {layout!r}")
-
     base = rp.get("rope_theta")
     if base is None:  # GPT-NeoX's legacy names: rotary_emb_base, rotary_pct
         default = _get(config, "default_theta", 10000.0)
@@ -264,79 +425,22 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
     if partial is None:
         default = family.partial_rotary_factor if family is not None else 1.0
         partial = _get(config, "partial_rotary_factor", _get(config, "rotary_pct", default))
-    # DeepSeek-V3's MLA: the rotary part of each head is qk_rope_head_dim wide (transformers sets
-    # head_dim to it; config.json has only qk_rope_head_dim)
-    head_dim = _get(config, "qk_rope_head_dim", _get(config, "head_dim"))
-    if head_dim is None:
-        hidden, heads = _get(config, "hidden_size"), _get(config, "num_attention_heads")
-        if hidden is None or heads is None:
-            raise ValueError("the config needs head_dim, or hidden_size and num_attention_heads")
-        head_dim = check_int("hidden_size", hidden, min=1) // check_int("num_attention_heads", heads, min=1)
-    head_dim = check_int("head_dim", head_dim, min=1)
+    head_dim = _head_dim(config, _layer_overrides(config, layer_type))
     partial = check_float("partial_rotary_factor", partial, min=0.0, min_open=True, max=1.0)
-    rotary_dim = int(head_dim * partial)
+    read = row.read(rp, config)
+    # transformers: int(head_dim · p) rotated dims (GPT-NeoX), or 2·int(p·head_dim // 2) (proportional)
+    rotary_dim = 2 * int(partial * head_dim // 2) if rope_type == "proportional" else int(head_dim * partial)
     if rotary_dim % 2 or rotary_dim < 2:
         raise ValueError(f"head_dim * partial_rotary_factor = {head_dim} * {partial} gives rotary dimension "
                          f"{rotary_dim}; posenc needs an even rotary dimension >= 2")
-    max_positions = _get(config, "max_position_embeddings")
-    original = None
-    if rope_type in ("llama3", "yarn", "longrope"):
-        # transformers: a top-level original_max_position_embeddings (Phi-3) wins, then the
-        # rope parameters' own, then max_position_embeddings
-        if _has(config, "original_max_position_embeddings"):
-            original = _get(config, "original_max_position_embeddings")
-        else:
-            original = rp.get("original_max_position_embeddings") or max_positions
-        if original is None:
-            raise ValueError(f"rope type {rope_type!r} needs original_max_position_embeddings "
-                             "(or max_position_embeddings) in the config")
-
-    scaling: dict[str, Any] | None
-    if rope_type == "default":
-        scaling = None
-    elif rope_type == "linear":
-        _require(rp, rope_type, "factor")
-        scaling = {"type": "linear", "factor": rp["factor"]}
-    elif rope_type == "dynamic":
-        _require(rp, rope_type, "factor")
-        if max_positions is None:
-            raise ValueError("rope type 'dynamic' needs max_position_embeddings in the config")
-        scaling = {"type": "dynamic", "factor": rp["factor"], "original_max_positions": max_positions}
-    elif rope_type == "yarn":
-        factor = rp.get("factor")
-        if factor is None:  # DeepSeek-V3 style: the ratio of the two lengths
-            if max_positions is None:
-                raise ValueError("rope type 'yarn' needs factor (or max_position_embeddings) in the config")
-            factor = max_positions / original
-        scaling = {"type": "yarn", "factor": factor, "original_max_positions": original,
-                   "beta_fast": rp.get("beta_fast") or 32.0, "beta_slow": rp.get("beta_slow") or 1.0,
-                   "truncate": rp.get("truncate", True)}
-        if rp.get("attention_factor") is not None:
-            scaling["attention_factor"] = rp["attention_factor"]
-        elif rp.get("mscale") and rp.get("mscale_all_dim"):  # transformers uses the pair only when both are set
-            scaling["mscale"], scaling["mscale_all_dim"] = rp["mscale"], rp["mscale_all_dim"]
-    elif rope_type == "longrope":
-        _require(rp, rope_type, "short_factor", "long_factor")
-        factor = rp.get("factor")
-        if factor is None:  # Phi-3: the ratio of the two lengths; at most 1 means no attention scaling
-            if max_positions is None and rp.get("attention_factor") is None:
-                raise ValueError("rope type 'longrope' needs factor (or max_position_embeddings) in the config")
-            factor = max(1.0, (max_positions or original) / original)
-        scaling = {"type": "longrope", "short_factor": list(rp["short_factor"]),
-                   "long_factor": list(rp["long_factor"]), "factor": factor, "original_max_positions": original}
-        if rp.get("attention_factor") is not None:
-            scaling["attention_factor"] = rp["attention_factor"]
-    else:  # llama3
-        _require(rp, rope_type, "factor", "low_freq_factor", "high_freq_factor")
-        scaling = {"type": "llama3", "factor": rp["factor"], "original_max_positions": original,
-                   "low_freq_factor": rp["low_freq_factor"], "high_freq_factor": rp["high_freq_factor"]}
+    spec = {"scheme": "rope", "head_dim": head_dim, "base": float(base), "rotary_dim": rotary_dim, "layout": layout,
+            **read}
     multimodal = _mrope_sections(rp, model_type)
     if multimodal is not None:
-        sections, sections_layout = multimodal
-        return {"scheme": "mrope", "head_dim": head_dim, "sections": sections, "base": float(base),
-                "rotary_dim": rotary_dim, "sections_layout": sections_layout, "layout": layout, "scaling": scaling}
-    return {"scheme": "rope", "head_dim": head_dim, "base": float(base),
-            "rotary_dim": rotary_dim, "layout": layout, "scaling": scaling}
+        if "partial_rotary" in spec:
+            raise ValueError(f"rope type {rope_type!r} with mrope_section: posenc's mrope has no p-RoPE")
+        spec.update(scheme="mrope", sections=multimodal[0], sections_layout=multimodal[1])
+    return spec
 
 
 def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = None):

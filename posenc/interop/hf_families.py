@@ -1,6 +1,6 @@
 """The transformers families ``posenc.interop.hf`` knows: one row per model type (where the model
 keeps its rotary module, the table that module returns, the pairs its attention rotates, the
-defaults its config leaves out), and the rope keys each rope type takes. A family is a row here,
+defaults its config leaves out). A family is a row here,
 not a branch in ``from_hf``.
 
 Checked against transformers 5.24's modeling files: ``Gemma3RotaryEmbedding.forward(x,
@@ -43,7 +43,8 @@ class HFFamily:
 _LLAMA_STYLE = HFFamily("model.rotary_emb")
 HF_FAMILIES: dict[str, HFFamily] = {
     **{name: _LLAMA_STYLE for name in ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2")},
-    "cohere": HFFamily("model.rotary_emb", table="interleaved", layout="interleaved"),
+    **{name: HFFamily("model.rotary_emb", table="interleaved", layout="interleaved")
+       for name in ("cohere", "cohere2", "cohere2_moe")},
     "gemma3_text": HFFamily("model.rotary_emb", layer_thetas=_GEMMA3_THETAS),
     "gemma3": HFFamily("model.language_model.rotary_emb", layer_thetas=_GEMMA3_THETAS),
     "gpt_neox": HFFamily("gpt_neox.rotary_emb", partial_rotary_factor=0.25),
@@ -57,20 +58,3 @@ HF_FAMILIES: dict[str, HFFamily] = {
 }
 """model type -> its :class:`HFFamily` (a composite vision-language type names its text model's
 rotary). A model type not listed is read as a Llama-style config, layout ``"half"``."""
-
-# rope-parameter keys per rope type: transformers' own lists (``_validate_*_rope_parameters``),
-# plus what every type may carry
-_COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
-_TYPE_KEYS = {
-    "default": set(),
-    "linear": {"factor"},
-    "dynamic": {"factor"},
-    "yarn": {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
-             "mscale", "mscale_all_dim", "truncate"},
-    "longrope": {"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"},
-    "llama3": {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
-}
-# top-level keys about rope that this module reads (every other ``*rope*``/``*rotary*`` key is refused)
-_TOP_LEVEL_KEYS = {"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct",
-                   "rotary_emb_base", "rope_local_base_freq", "rope_interleave", "qk_rope_head_dim",
-                   "no_rope_layers", "no_rope_layer_interval"}
