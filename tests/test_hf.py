@@ -317,3 +317,86 @@ def test_layout_conversion_checks_its_arguments():
         interleaved_to_half(torch.zeros(32, 4), 4, 8, rotary_dim=5)
     with pytest.raises(TypeError, match="torch.Tensor"):
         half_to_interleaved(np.zeros((32, 4)), 4, 8)
+
+
+# -- the rope-type table, p-RoPE (Gemma 4) and Cohere 2's pairs -------------------------------------
+
+def test_the_rope_type_table_lists_every_type_transformers_registers():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from posenc.interop.hf import HF_ROPE_TYPES
+
+    assert set(HF_ROPE_TYPES) == set(ROPE_INIT_FUNCTIONS) | {"default"}
+
+
+def tiny_gemma4_config(rng: random.Random | None = None, **kw):
+    """A tiny ``Gemma4TextConfig``: one sliding and one full-attention layer, the full one with its
+    own head_dim (``global_head_dim``, in ``per_layer_config``) and p-RoPE."""
+    from transformers import Gemma4TextConfig
+
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6}}
+    global_head_dim = 32
+    if rng is not None:
+        global_head_dim = rng.choice([16, 32, 64, 128])
+        full = {"rope_type": "proportional", "rope_theta": rng.choice([100.0, 10000.0, 1e6]),
+                "partial_rotary_factor": rng.choice([0.125, 0.25, 0.5, 0.75, 1.0])}
+        if rng.random() < 0.5:
+            full["factor"] = rng.choice([1.0, 2.0, 8.0])
+        rope["full_attention"] = full
+    return Gemma4TextConfig(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=1, head_dim=16, global_head_dim=global_head_dim,
+                            layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=8,
+                            vocab_size_per_layer_input=100, sliding_window=8, rope_parameters=rope, **kw)
+
+
+def test_proportional_frequencies_equal_transformers_for_random_gemma4_configs():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rng = random.Random(34)
+    for _ in range(12):
+        config = tiny_gemma4_config(rng)
+        layer = config.per_layer_config["full_attention"]
+        theirs, factor = ROPE_INIT_FUNCTIONS["proportional"](layer, None, layer_type="full_attention")
+        rope = from_hf(config, layer_type="full_attention")
+        rp = config.rope_parameters["full_attention"]
+        assert rope.spec["partial_rotary"] == "proportional" and rope.head_dim == layer.head_dim
+        assert rope.attention_factor == factor == 1.0
+        np.testing.assert_allclose(rope.frequencies().numpy(), theirs.double().numpy(), rtol=4 * EPS32, atol=0)
+        reference = posenc.reference.proportional_rope_inv_freq(layer.head_dim, rope.rotary_dim, rp["rope_theta"])
+        np.testing.assert_allclose(reference / rp.get("factor", 1.0), theirs.double().numpy(), rtol=4 * EPS32)
+        assert np.count_nonzero(theirs.numpy()) == rope.rotary_dim // 2
+
+
+def test_tiny_gemma4_logits_unchanged_with_posenc_rotary():
+    from transformers import Gemma4ForCausalLM
+
+    torch.manual_seed(0)
+    model = Gemma4ForCausalLM(tiny_gemma4_config(attn_implementation="eager")).eval()
+    ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        model.model.rotary_emb = HFRotaryEmbedding.from_config(model.config)
+        assert ((model(ids).logits - want).norm() / want.norm()).item() <= 1e-5
+        # the comparison is not vacuous: another base on the p-RoPE layers changes the logits
+        ropes = {t: m if t == "sliding_attention" else posenc.build({**m.spec, "base": 2 * m.base})
+                 for t, m in model.model.rotary_emb.ropes.items()}
+        model.model.rotary_emb = HFRotaryEmbedding(ropes)
+        assert ((model(ids).logits - want).norm() / want.norm()).item() > 1e-4
+
+
+def test_tiny_cohere2_logits_unchanged_with_posenc_rotary():
+    """Cohere 2 rotates interleaved pairs (its ``rotate_half`` takes ``x[..., ::2]``): from_hf
+    knows it (``HF_FAMILIES``), so the drop-in gives the model's logits (it was off by 0.86)."""
+    from transformers import Cohere2Config, Cohere2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Cohere2Config(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                           layer_types=["sliding_attention", "full_attention"], attn_implementation="eager")
+    model = Cohere2ForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        model.model.rotary_emb = HFRotaryEmbedding(from_hf(model.config))
+        assert ((model(ids).logits - want).norm() / want.norm()).item() <= 1e-5

@@ -223,12 +223,21 @@ def _model_type(config: Any) -> str:
 
 def _text_config(config: Any) -> tuple[Any, str]:
     """The config that holds the RoPE (``text_config`` of a composite vision-language config
-    without rope fields of its own) and the model type to read defaults by."""
+    without rope fields of its own) and the model type to read defaults by. A config object with
+    ``per_layer_config`` (Gemma 4, whose per-layer fields transformers refuses to read globally) is
+    read as its dict."""
     own = any(_has(config, k) for k in ("rope_parameters", "rope_scaling", "rope_theta", "head_dim", "hidden_size"))
     if not own and _has(config, "text_config"):
         text = _get(config, "text_config")
-        return text, _model_type(text) or _model_type(config)
-    return config, _model_type(config)
+        return _as_read(text), _model_type(text) or _model_type(config)
+    return _as_read(config), _model_type(config)
+
+
+def _as_read(config: Any) -> Any:
+    """``config``, or its dict when it is an object with ``per_layer_config``."""
+    if not isinstance(config, Mapping) and getattr(config, "per_layer_config", None) is not None:
+        return config.to_dict()
+    return config
 
 
 def _mrope_sections(rp: Mapping[str, Any], model_type: str) -> tuple[list[int], str] | None:
