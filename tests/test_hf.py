@@ -400,3 +400,69 @@ def test_tiny_cohere2_logits_unchanged_with_posenc_rotary():
         want = model(ids).logits
         model.model.rotary_emb = HFRotaryEmbedding(from_hf(model.config))
         assert ((model(ids).logits - want).norm() / want.norm()).item() <= 1e-5
+
+
+# -- dynamic NTK with a KV cache ------------------------------------------------------------------
+
+DYNAMIC = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}  # L₀ = max_position_embeddings = 32
+
+
+def test_dynamic_ntk_through_patch_generates_what_transformers_generates():
+    """``patch(model, hf_layer_specs(config))`` puts one rotary module in the model (transformers'
+    cache semantics: each key rotated once, with the frequencies of its step); it used to build
+    one module per layer and go through the attention function, which rotates every cached key
+    at every step, and the logits left transformers' once the sequence passed L₀."""
+    from posenc.interop import hf_layer_specs, patch
+
+    model = tiny_llama(DYNAMIC)
+    ids = torch.randint(0, 100, (2, 29), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0  # left padding
+
+    def generated() -> tuple[torch.Tensor, torch.Tensor]:  # prompt inside L₀, generation past it
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,
+                             output_logits=True, return_dict_in_generate=True)
+        return out.sequences, torch.stack(out.logits)  # (steps, B, V)
+
+    with torch.no_grad():
+        want_ids, want = generated()
+        patch(model, hf_layer_specs(model.config))
+        got_ids, got = generated()
+    assert isinstance(model.model.rotary_emb, HFRotaryEmbedding)
+    assert torch.equal(got_ids, want_ids)
+    assert ((got - want).norm() / want.norm()).item() <= 1e-5
+
+
+def test_dynamic_ntk_through_the_attention_function_rotates_cached_keys_at_every_step():
+    """The named choice (posenc.encodings.rope, "KV cache"): a rope that goes through patch's
+    attention function (here one of the other layout than Llama's) keeps keys unrotated and
+    rotates them all at every step with the frequencies of the current length, so in one layer
+    decoding with the cache equals the full pass; transformers' cache (keys rotated once) does not."""
+    from transformers import DynamicCache
+
+    from posenc.interop import patch
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=32, rope_parameters=dict(DYNAMIC))
+    model = LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (1, 40), generator=torch.Generator().manual_seed(3))
+
+    def full_and_decoded() -> tuple[torch.Tensor, torch.Tensor]:  # the last logits: one pass; 30, then 1 by 1
+        for rope in getattr(model.model, "posenc_modules", ()):
+            rope.reset_length()  # a new sequence (posenc's seen_length only grows)
+        full = model(ids).logits[:, -1]
+        for rope in getattr(model.model, "posenc_modules", ()):
+            rope.reset_length()
+        cache = DynamicCache(config=model.config)
+        model(ids[:, :30], past_key_values=cache)
+        for t in range(30, 40):
+            last = model(ids[:, t:t + 1], past_key_values=cache, position_ids=torch.tensor([[t]])).logits[:, -1]
+        return full, last
+
+    rel = lambda a, b: ((a - b).norm() / b.norm()).item()  # noqa: E731
+    with torch.no_grad():
+        assert rel(*full_and_decoded()) > 1e-5  # transformers: keys rotated once differ from the full pass
+        patch(model, {**from_hf(model.config).spec, "layout": "interleaved"})
+        assert not isinstance(model.model.rotary_emb, HFRotaryEmbedding)
+        assert rel(*full_and_decoded()) <= 1e-5

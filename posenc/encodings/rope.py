@@ -46,6 +46,21 @@ own positions, then uses the frequencies at ``seen_length``. So:
   every step) to get the full-pass result at each step; call ``reset_length()`` before an
   unrelated sequence.
 
+**Two cache semantics past ``original_max_positions``** (``dynamic``), a named choice:
+
+- *keys rotated once* (transformers' rotary modules, and posenc's drop-in
+  ``posenc.interop.HFRotaryEmbedding``, which follows transformers call by call): each key is
+  rotated at its own step with the frequencies of that step's length and cached rotated. This is
+  what ``posenc.interop.patch`` gives whenever one rope serves every layer through the model's
+  rotary module (``patch(model, hf_layer_specs(config))``, ``patch(model, from_hf(config))``), so
+  a patched model generates what transformers generates (tests/test_hf.py).
+- *keys rotated at every step* (``posenc.attention`` with unrotated keys, and so ``patch``'s
+  attention function, used when the rope does not fit the model's rotary module: another layout
+  or width, per-layer patterns): every cached key is rotated again with the frequencies of the
+  current length. In one attention layer this equals the full pass at every step; in a deeper
+  model the cached keys and values of later layers still come from lower layers computed at
+  their own step, so neither this nor transformers' cache equals recomputing the sequence.
+
 Every other scaling is static, and decoding equals the full pass at every length.
 
 **Axial** (``axes = A >= 2``, positions ``[..., L, A]``; FLUX's ``axes_dim``, EVA-02): axis ``a``
