@@ -407,30 +407,36 @@ def test_tiny_cohere2_logits_unchanged_with_posenc_rotary():
 DYNAMIC = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}  # L₀ = max_position_embeddings = 32
 
 
-def test_dynamic_ntk_through_patch_generates_what_transformers_generates():
-    """``patch(model, hf_layer_specs(config))`` puts one rotary module in the model (transformers'
-    cache semantics: each key rotated once, with the frequencies of its step); it used to build
-    one module per layer and go through the attention function, which rotates every cached key
-    at every step, and the logits left transformers' once the sequence passed L₀."""
-    from posenc.interop import hf_layer_specs, patch
+def test_dynamic_ntk_through_patch_keys_rotated_once_or_at_every_step():
+    """The named choice (posenc.encodings.rope, "Two cache semantics"), through ``patch`` with a
+    left-padded batch whose prompt is inside L₀ and whose generation goes past it:
+    ``patch(model, from_hf(config))`` (one rope, in the model's rotary module: keys rotated once)
+    generates what transformers generates; ``patch(model, hf_layer_specs(config))`` (one rope per
+    layer, through the attention function: keys rotated at every step) leaves it past L₀."""
+    from posenc.interop import hf_layer_specs, patch, unpatch
 
     model = tiny_llama(DYNAMIC)
     ids = torch.randint(0, 100, (2, 29), generator=torch.Generator().manual_seed(3))
     mask = torch.ones_like(ids)
     mask[1, :5] = 0  # left padding
 
-    def generated() -> tuple[torch.Tensor, torch.Tensor]:  # prompt inside L₀, generation past it
+    def generated() -> tuple[torch.Tensor, torch.Tensor]:
         out = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,
                              output_logits=True, return_dict_in_generate=True)
         return out.sequences, torch.stack(out.logits)  # (steps, B, V)
 
+    rel = lambda a, b: ((a - b).norm() / b.norm()).item()  # noqa: E731
     with torch.no_grad():
         want_ids, want = generated()
-        patch(model, hf_layer_specs(model.config))
+        patch(model, from_hf(model.config))
+        assert isinstance(model.model.rotary_emb, HFRotaryEmbedding)
         got_ids, got = generated()
-    assert isinstance(model.model.rotary_emb, HFRotaryEmbedding)
-    assert torch.equal(got_ids, want_ids)
-    assert ((got - want).norm() / want.norm()).item() <= 1e-5
+        assert torch.equal(got_ids, want_ids) and rel(got, want) <= 1e-5
+        unpatch(model)
+        patch(model, hf_layer_specs(model.config))
+        every_step = generated()[1]
+    assert rel(every_step[:2], want[:2]) <= 1e-5  # inside L₀ (29 + 2 < 32) the two agree
+    assert rel(every_step[3:], want[3:]) > 1e-5  # past it, the cached keys' frequencies differ
 
 
 def test_dynamic_ntk_through_the_attention_function_rotates_cached_keys_at_every_step():

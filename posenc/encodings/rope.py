@@ -51,15 +51,17 @@ own positions, then uses the frequencies at ``seen_length``. So:
 - *keys rotated once* (transformers' rotary modules, and posenc's drop-in
   ``posenc.interop.HFRotaryEmbedding``, which follows transformers call by call): each key is
   rotated at its own step with the frequencies of that step's length and cached rotated. This is
-  what ``posenc.interop.patch`` gives whenever one rope serves every layer through the model's
-  rotary module (``patch(model, hf_layer_specs(config))``, ``patch(model, from_hf(config))``), so
-  a patched model generates what transformers generates (tests/test_hf.py).
+  what ``posenc.interop.patch`` gives when one rope module goes into the model's rotary module
+  (``patch(model, from_hf(config))``): the patched model generates what transformers generates.
 - *keys rotated at every step* (``posenc.attention`` with unrotated keys, and so ``patch``'s
-  attention function, used when the rope does not fit the model's rotary module: another layout
-  or width, per-layer patterns): every cached key is rotated again with the frequencies of the
-  current length. In one attention layer this equals the full pass at every step; in a deeper
-  model the cached keys and values of later layers still come from lower layers computed at
-  their own step, so neither this nor transformers' cache equals recomputing the sequence.
+  attention function: one module per layer as ``patch(model, hf_layer_specs(config))`` builds
+  them, another layout or width, per-layer patterns): every cached key is rotated again with the
+  frequencies of the current length. In one attention layer this equals the full pass at every
+  step; in a deeper model the cached keys and values of later layers still come from lower
+  layers computed at their own step, so neither this nor transformers' cache equals recomputing
+  the sequence. Past ``original_max_positions`` its generations differ from transformers'.
+
+Both are tested in tests/test_hf.py.
 
 Every other scaling is static, and decoding equals the full pass at every length.
 

@@ -266,12 +266,6 @@ def _fits_rotary_module(pe: nn.Module | None, config: Any) -> bool:
     return width == (own.get("rotary_dim") or own["head_dim"])
 
 
-def _copy_of(module: Any, first: nn.Module) -> bool:
-    """Whether ``module`` is a rotary equal to ``first``: the same spec and no parameters of its own."""
-    return (getattr(module, "kind", None) == "rotary" and getattr(module, "spec", None) == first.spec
-            and next(module.parameters(), None) is None)
-
-
 def _interleaved(config: Any) -> bool:
     """Whether the model rotates pairs (2i, 2i+1) (``HF_FAMILIES``' layout and interleave key)."""
     from posenc.interop.hf_families import HF_FAMILIES
@@ -508,10 +502,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
         raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
                          "layer, alone (not in a per-layer pattern or with layers=)")
     own_on = any(getattr(base, name) for name in family.decoder_positions)  # Falcon's ALiBi: no rotary to replace
-    one = all(m is first or _copy_of(m, first) for m in modules)
-    if one and not own_on and _fits_rotary_module(first, model.config):
-        modules = [first] * n  # one rotary for every layer (equal rope specs, e.g. hf_layer_specs): transformers'
-        # cache semantics (dynamic NTK's keys rotated once, at their step; see posenc.encodings.rope)
+    if all(m is first for m in modules) and not own_on and _fits_rotary_module(first, model.config):
         from posenc.interop.hf import HFRotaryEmbedding
         from posenc.interop.hf_families import HF_FAMILIES
 
