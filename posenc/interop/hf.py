@@ -73,7 +73,7 @@ _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mro
 # top-level keys about rope that this module reads (every other ``*rope*``/``*rotary*`` key is refused)
 _TOP_LEVEL_KEYS = {"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct",
                    "rotary_emb_base", "rope_local_base_freq", "rope_interleave", "qk_rope_head_dim",
-                   "no_rope_layers", "no_rope_layer_interval"}
+                   "no_rope_layers", "no_rope_layer_interval", "rotary_dim"}
 _ALIASES = {"su": "longrope", "mrope": "default"}  # early Phi-3's LongRoPE; Qwen2-VL's legacy "type"
 MROPE_DEFAULTS = {
     "qwen2_vl": ([16, 24, 24], "chunked"),
@@ -184,11 +184,7 @@ def _layer_overrides(config: Any, layer_type: str | None) -> dict[str, Any]:
     """What ``per_layer_config`` (Gemma 4: layer index -> overrides, ``{"head_dim": 512}`` on its
     full-attention layers) sets for the layers of ``layer_type``: ``head_dim`` is read; a rope key
     there is refused by name, as is a layer type whose layers disagree."""
-    if isinstance(config, Mapping):
-        table = config.get("per_layer_config")
-    else:
-        to_dict = getattr(config, "to_dict", None)
-        table = to_dict().get("per_layer_config") if callable(to_dict) and _has(config, "per_layer_config") else None
+    table = config.get("per_layer_config") if isinstance(config, Mapping) else None  # objects: read as dicts
     if not table:
         return {}
     rotary = sorted({k for v in table.values() for k in (v or {}) if k == "head_dim" or "rope" in k or "rotary" in k})
@@ -198,7 +194,8 @@ def _layer_overrides(config: Any, layer_type: str | None) -> dict[str, Any]:
                              "per layer type (layer_type=...), and this config's RoPE is not per layer type")
         return {}
     types = list(_get(config, "layer_types") or ())
-    found = [dict(table.get(str(i)) or table.get(i) or {}) for i, t in enumerate(types) if t == layer_type]
+    by_index = {int(k): v for k, v in table.items()}  # keys are layer indices, "05" in transformers' dict
+    found = [dict(by_index.get(i) or {}) for i, t in enumerate(types) if t == layer_type]
     if any(f != found[0] for f in found):
         raise ValueError(f"per_layer_config gives the {layer_type!r} layers different overrides: {found}")
     unread = [k for k in rotary if k != "head_dim"]
@@ -234,10 +231,11 @@ def _text_config(config: Any) -> tuple[Any, str]:
 
 
 def _as_read(config: Any) -> Any:
-    """``config``, or its dict when it is an object with ``per_layer_config``."""
-    if not isinstance(config, Mapping) and getattr(config, "per_layer_config", None) is not None:
-        return config.to_dict()
-    return config
+    """``config``, or its dict when it is an object with a non-empty ``per_layer_config``."""
+    if isinstance(config, Mapping) or not callable(getattr(config, "to_dict", None)):
+        return config
+    as_dict = config.to_dict()
+    return as_dict if as_dict.get("per_layer_config") else config
 
 
 def _mrope_sections(rp: Mapping[str, Any], model_type: str) -> tuple[list[int], str] | None:
@@ -396,6 +394,31 @@ def _head_dim(config: Any, overrides: Mapping[str, Any]) -> int:
     return check_int("head_dim", head_dim, min=1)
 
 
+def _rotary_width(config: Any, rp: Mapping[str, Any], family: HFFamily | None, head_dim: int, rope_type: str) -> int:
+    """The rotated dims: ``partial_rotary_factor`` (of the rope parameters, else top-level, else
+    GPT-NeoX's ``rotary_pct``, else the family's default) times ``head_dim`` as transformers rounds
+    it (``int(head_dim · p)``; ``2·int(p·head_dim // 2)`` for ``proportional``), or the top-level
+    ``rotary_dim`` of a config without rope parameters (GPT-J, CodeGen: their models read it); one
+    beside rope parameters (MiniMax-M3, whose model reads the factor) must agree, or is refused."""
+    partial = rp.get("partial_rotary_factor")
+    if partial is None:
+        default = family.partial_rotary_factor if family is not None else 1.0
+        partial = _get(config, "partial_rotary_factor", _get(config, "rotary_pct", default))
+    partial = check_float("partial_rotary_factor", partial, min=0.0, min_open=True, max=1.0)
+    rotary_dim = 2 * int(partial * head_dim // 2) if rope_type == "proportional" else int(head_dim * partial)
+    given = _get(config, "rotary_dim")
+    if given is not None:
+        given = check_int("rotary_dim", given, min=1, max=head_dim)
+        if _has(config, "rope_parameters") and given != rotary_dim:  # MiniMax-M3: its model reads the factor
+            raise ValueError(f"config key 'rotary_dim' = {given} disagrees with head_dim * partial_rotary_factor = "
+                             f"{head_dim} * {partial} = {rotary_dim}; posenc.from_hf cannot tell which the model rotates")
+        rotary_dim = given
+    if rotary_dim % 2 or rotary_dim < 2:
+        raise ValueError(f"head_dim * partial_rotary_factor = {head_dim} * {partial} gives rotary dimension "
+                         f"{rotary_dim}; posenc needs an even rotary dimension >= 2")
+    return rotary_dim
+
+
 def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | None = None) -> dict[str, Any]:
     """The posenc spec (``{"scheme": "rope", ...}``, or ``"mrope"`` for a multimodal one) of a
     transformers config's RoPE: the rope type's row of ``HF_ROPE_TYPES`` reads its parameters.
@@ -430,18 +453,9 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
         default = _get(config, "default_theta", 10000.0)
         default = default if isinstance(default, (int, float)) else 10000.0  # Gemma 3's is a dict per layer kind
         base = _get(config, "rope_theta", _get(config, "rotary_emb_base", default))
-    partial = rp.get("partial_rotary_factor")
-    if partial is None:
-        default = family.partial_rotary_factor if family is not None else 1.0
-        partial = _get(config, "partial_rotary_factor", _get(config, "rotary_pct", default))
     head_dim = _head_dim(config, _layer_overrides(config, layer_type))
-    partial = check_float("partial_rotary_factor", partial, min=0.0, min_open=True, max=1.0)
     read = row.read(rp, config)
-    # transformers: int(head_dim · p) rotated dims (GPT-NeoX), or 2·int(p·head_dim // 2) (proportional)
-    rotary_dim = 2 * int(partial * head_dim // 2) if rope_type == "proportional" else int(head_dim * partial)
-    if rotary_dim % 2 or rotary_dim < 2:
-        raise ValueError(f"head_dim * partial_rotary_factor = {head_dim} * {partial} gives rotary dimension "
-                         f"{rotary_dim}; posenc needs an even rotary dimension >= 2")
+    rotary_dim = _rotary_width(config, rp, family, head_dim, rope_type)
     spec = {"scheme": "rope", "head_dim": head_dim, "base": float(base), "rotary_dim": rotary_dim, "layout": layout,
             **read}
     multimodal = _mrope_sections(rp, model_type)
@@ -548,7 +562,8 @@ class HFRotaryEmbedding(nn.Module):
     for a float64 ``x``, for ``"complex"``): ``cos, sin [B, L, rotary_dim]`` with each half-table
     repeated as ``rotate_half`` expects (``"rotate_half"``, the default for a ``"half"`` module;
     ``"interleaved"``, the default for an interleaved one), ``[B, L, rotary_dim/2]`` for
-    ``"half_width"`` (GPT-OSS), one complex ``freqs_cis [B, L, rotary_dim/2]`` for ``"complex"``
+    ``"half_width"`` (GPT-OSS), ``sin, cos [B, L, rotary_dim/2]`` (that order) for
+    ``"sin_cos_half_width"`` (GPT-J, CodeGen), one complex ``freqs_cis [B, L, rotary_dim/2]`` for ``"complex"``
     (Llama 4). A module from :func:`from_hf` carries its family's table (``rope.hf_table``), so
     ``HFRotaryEmbedding(from_hf(config))`` fits that family's model.
 
@@ -637,10 +652,12 @@ class HFRotaryEmbedding(nn.Module):
         if not isinstance(position_ids, torch.Tensor):
             raise TypeError(f"position_ids must be a torch.Tensor, got {type(position_ids).__name__}")
         if rope.name == "rope":
-            if position_ids.dim() == 3:
-                raise ValueError(f"position_ids of shape {list(position_ids.shape)} are multimodal ([3, B, L]); "
-                                 "this module is a 1D 'rope': build an 'mrope' one (from_hf of a Qwen2-VL/Qwen3-VL "
-                                 "config) or pass [B, L]")
+            if position_ids.dim() == 3:  # (3, B, L): text has three equal rows (Qwen 3.5's text model)
+                if position_ids.shape[0] == 3 and all(torch.equal(position_ids[0], r) for r in position_ids[1:]):
+                    return position_ids[0]
+                raise ValueError(f"position_ids of shape {list(position_ids.shape)} are multimodal ([3, B, L]) with "
+                                 "rows that differ (image or video tokens); this module is a 1D 'rope': build an "
+                                 "'mrope' one (from_hf of a Qwen2-VL/Qwen3-VL config) or pass [B, L]")
             return position_ids
         if position_ids.dim() == 2:  # text: (B, L) -> (B, L, 3), as transformers expands it
             return text_positions(position_ids, rope.axes)
@@ -673,4 +690,6 @@ class HFRotaryEmbedding(nn.Module):
             cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # (B, L, R)
         elif self.table == "interleaved":
             cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)  # (B, L, R)
+        elif self.table == "sin_cos_half_width":  # GPT-J, CodeGen: (sin, cos), each (B, L, R/2)
+            return sin.to(device=x.device, dtype=x.dtype), cos.to(device=x.device, dtype=x.dtype)
         return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)

@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-HF_TABLES = ("rotate_half", "interleaved", "half_width", "complex")
+HF_TABLES = ("rotate_half", "interleaved", "half_width", "complex", "sin_cos_half_width")
 """What a transformers rotary module returns, each ``[B, L, ...]`` with the attention factor applied:
 ``rotate_half``: ``cos, sin = cat(c, c)`` (Llama and most); ``interleaved``: each entry repeated
 twice, ``c0 c0 c1 c1 ...`` (Cohere); ``half_width``: ``cos, sin = c`` (GPT-OSS); ``complex``: one
-complex tensor ``c + i·s`` (Llama 4's ``freqs_cis``), each ``[B, L, rotary_dim/2]``."""
+complex tensor ``c + i·s`` (Llama 4's ``freqs_cis``), each ``[B, L, rotary_dim/2]``;
+``sin_cos_half_width``: ``sin, cos = s, c`` in that order (GPT-J, CodeGen)."""
 
 _GEMMA3_THETAS = {"sliding_attention": ("rope_local_base_freq", 10000.0), "full_attention": ("rope_theta", 1e6)}
 
@@ -50,6 +51,8 @@ HF_FAMILIES: dict[str, HFFamily] = {
     "gpt_neox": HFFamily("gpt_neox.rotary_emb", partial_rotary_factor=0.25),
     "falcon": HFFamily("transformer.rotary_emb"),
     "gpt_oss": HFFamily("model.rotary_emb", table="half_width"),
+    **{name: HFFamily("transformer.rotary_emb", table="sin_cos_half_width", layout="interleaved")
+       for name in ("gptj", "codegen")},
     "llama4_text": HFFamily("model.rotary_emb", table="complex", layout="interleaved", nope_temperature=True),
     "llama4": HFFamily("language_model.model.rotary_emb", table="complex", layout="interleaved",
                        nope_temperature=True),
