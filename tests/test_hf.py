@@ -472,3 +472,83 @@ def test_dynamic_ntk_through_the_attention_function_rotates_cached_keys_at_every
         patch(model, {**from_hf(model.config).spec, "layout": "interleaved"})
         assert not isinstance(model.model.rotary_emb, HFRotaryEmbedding)
         assert rel(*full_and_decoded()) <= 1e-5
+
+
+# -- families whose keys from_hf reads or refuses by name ----------------------------------------
+
+def _relative_logits_change(model, replace) -> float:
+    ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        replace(model)
+        return ((model(ids).logits - want).norm() / want.norm()).item()
+
+
+@pytest.mark.parametrize("family", ["gptj", "codegen"])
+def test_gptj_and_codegen_rotary_dim_and_table(family):
+    """GPT-J and CodeGen: the top-level ``rotary_dim``, interleaved pairs and a ``(sin, cos)``
+    half-width table (``sin_cos_half_width``)."""
+    from transformers import CodeGenConfig, CodeGenForCausalLM, GPTJConfig, GPTJForCausalLM
+
+    config_class, model_class = {"gptj": (GPTJConfig, GPTJForCausalLM), "codegen": (CodeGenConfig,
+                                                                                    CodeGenForCausalLM)}[family]
+    torch.manual_seed(0)
+    config = config_class(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=64,
+                          bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    assert hf_rope_spec(config)["rotary_dim"] == 8
+    change = _relative_logits_change(model_class(config).eval(), lambda m: setattr(
+        m.transformer, "rotary_emb", HFRotaryEmbedding(from_hf(m.config))))
+    assert change <= 1e-5
+
+
+def test_qwen3_5_text_takes_its_three_equal_rows_of_positions():
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(0)
+    config = Qwen3_5TextConfig(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                               layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+                               linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+                               attn_implementation="eager")
+    change = _relative_logits_change(Qwen3_5ForCausalLM(config).eval(), lambda m: setattr(
+        m.model, "rotary_emb", HFRotaryEmbedding(from_hf(m.config))))
+    assert change <= 1e-5
+    image = torch.stack([torch.arange(4), torch.zeros(4, dtype=torch.long), torch.arange(4)])[:, None]  # (3, 1, 4)
+    with pytest.raises(ValueError, match="rows that differ"):
+        HFRotaryEmbedding(from_hf(config))(torch.zeros(1), image)
+
+
+def test_granite_swa_bases_per_layer_in_hf_layer_specs():
+    from transformers import GraniteSWAConfig, GraniteSWAForCausalLM
+
+    from posenc.interop import hf_layer_specs
+
+    config = GraniteSWAConfig(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+                              num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                              layer_rope_theta=[10000.0, 0, 500000.0, 10000.0])
+    specs = hf_layer_specs(config)
+    assert [s.get("base", s["scheme"]) for s in specs] == [10000.0, "nope", 500000.0, 10000.0]
+    with torch.device("meta"):
+        rotaries = GraniteSWAForCausalLM(config).model.rotary_embs  # the model's own, one per base
+    positions = torch.arange(30)[None]
+    for theirs in rotaries:
+        theirs = type(theirs)(theirs.config)  # built again off the meta device
+        spec = next(s for s in specs if s.get("base") == theirs.config.rope_parameters["rope_theta"])
+        ours = HFRotaryEmbedding(posenc.build(spec))(torch.zeros(1), positions)
+        for mine, their in zip(ours, theirs(torch.zeros(1), positions)):
+            torch.testing.assert_close(mine, their, rtol=0, atol=2e-6)
+    with pytest.raises(ValueError, match="'layer_rope_theta' gives the layers their own bases"):
+        from_hf(config)
+
+
+@pytest.mark.parametrize("model_type, message", [
+    ("deepseek_v4", "'compress_rope_theta' is refused"),
+    ("roformer", "'rotary_value' is refused"),
+    ("minimax_m3_vl_text", "'rotary_dim' = 64 disagrees"),
+    ("ministral3", "rope parameter 'llama_4_scaling_beta' is refused"),
+])
+def test_families_with_keys_from_hf_cannot_honour_are_refused_by_name(model_type, message):
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    with pytest.raises(ValueError, match=message):
+        from_hf(CONFIG_MAPPING[model_type]())

@@ -73,7 +73,17 @@ _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mro
 # top-level keys about rope that this module reads (every other ``*rope*``/``*rotary*`` key is refused)
 _TOP_LEVEL_KEYS = {"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct",
                    "rotary_emb_base", "rope_local_base_freq", "rope_interleave", "qk_rope_head_dim",
-                   "no_rope_layers", "no_rope_layer_interval", "rotary_dim"}
+                   "no_rope_layers", "no_rope_layer_interval", "rotary_dim", "layer_rope_theta"}
+# rope keys refused with a reason (top-level or rope parameters; every other unread one is refused by name too)
+_REFUSED_KEYS = {
+    "compress_rope_theta": "DeepSeek-V4's second base, of its compressed-attention keys: a second rope beside the "
+                           "layer's, which one posenc module cannot give",
+    "rotary_value": "RoFormer's rotation of the values too (when true); its position module has no rotary "
+                    "interface to replace either",
+    "rope_scaling_layers": "Molmo 2's scaling of some layers only",
+    "llama_4_scaling_beta": "Ministral 3's query temperature by position (Llama 4's), an effect outside the rotary "
+                            "that the rotary module cannot carry",  # a rope parameter
+}
 _ALIASES = {"su": "longrope", "mrope": "default"}  # early Phi-3's LongRoPE; Qwen2-VL's legacy "type"
 MROPE_DEFAULTS = {
     "qwen2_vl": ([16, 24, 24], "chunked"),
@@ -108,6 +118,8 @@ def _config_keys(config: Any) -> list[str]:
 def _check_top_level_keys(config: Any) -> None:
     unknown = [k for k in _config_keys(config)
                if ("rope" in k.lower() or "rotary" in k.lower()) and k not in _TOP_LEVEL_KEYS]
+    if unknown and unknown[0] in _REFUSED_KEYS:
+        raise ValueError(f"config key {unknown[0]!r} is refused by posenc.from_hf: {_REFUSED_KEYS[unknown[0]]}")
     if unknown:
         raise ValueError(f"config key {unknown[0]!r} is a rope setting posenc.from_hf does not read (it reads "
                          f"{', '.join(sorted(_TOP_LEVEL_KEYS))}); it would be ignored, so the config is refused")
@@ -374,6 +386,8 @@ def _hf_rope_type(rp: Mapping[str, Any]) -> tuple[str, HFRopeType]:
         raise ValueError(f"rope type must be one of {', '.join(map(repr, HF_ROPE_TYPES))}; got {name!r}")
     row = HF_ROPE_TYPES[name]
     unknown = sorted(set(rp) - _COMMON_KEYS - row.keys)
+    if unknown and unknown[0] in _REFUSED_KEYS:
+        raise ValueError(f"rope parameter {unknown[0]!r} is refused by posenc.from_hf: {_REFUSED_KEYS[unknown[0]]}")
     if unknown:
         takes = sorted(row.keys | {"rope_theta", "partial_rotary_factor"})
         raise ValueError(f"rope parameter {unknown[0]!r} is not one of rope type {name!r} (it takes "
@@ -453,6 +467,10 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
         default = _get(config, "default_theta", 10000.0)
         default = default if isinstance(default, (int, float)) else 10000.0  # Gemma 3's is a dict per layer kind
         base = _get(config, "rope_theta", _get(config, "rotary_emb_base", default))
+    bases = {float(t) for t in _get(config, "layer_rope_theta", ()) if t}  # Granite SWA: a base per layer (0: NoPE)
+    if bases - {float(base)}:
+        raise ValueError(f"config key 'layer_rope_theta' gives the layers their own bases {sorted(bases)} (0: no "
+                         "RoPE); from_hf gives one rope: hf_layer_specs(config) reads them, one spec per layer")
     head_dim = _head_dim(config, _layer_overrides(config, layer_type))
     read = row.read(rp, config)
     rotary_dim = _rotary_width(config, rp, family, head_dim, rope_type)
@@ -514,6 +532,9 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
       "attn_scale": ..., "floor_scale": ...}`` when ``attn_temperature_tuning`` is true (Llama 4's
       default), else ``{"scheme": "nope"}``.
 
+    - ``layer_rope_theta`` (Granite SWA): layer ``i`` gets the rope with base ``layer_rope_theta[i]``,
+      ``{"scheme": "nope"}`` where it is 0.
+
     Masks (Gemma 3's sliding windows, Llama 4's chunked attention) stay the model's.
     """
     text, model_type = _text_config(config)
@@ -523,6 +544,13 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
     if types:
         by_type = {t: hf_rope_spec(config, layer_type=t, layout=layout) for t in types}
         return [dict(by_type.get(t, {"scheme": "nope"})) for t in _layer_types(text, num_layers)]
+    bases = _get(text, "layer_rope_theta")
+    if bases is not None:  # Granite SWA: layer i's base, 0 for no RoPE
+        if len(bases) != num_layers:
+            raise ValueError(f"layer_rope_theta has {len(bases)} entries; the config has num_hidden_layers={num_layers}")
+        one = {k: v for k, v in (text.items() if isinstance(text, Mapping) else text.to_dict().items())
+               if k != "layer_rope_theta"}
+        return [{**hf_rope_spec(one, layout=layout), "base": float(b)} if b else {"scheme": "nope"} for b in bases]
     rope = hf_rope_spec(config, layout=layout)
     use_rope = _get(text, "no_rope_layers")
     nope_family = family is not None and family.nope_temperature
