@@ -16,10 +16,20 @@ otherwise than posenc (``rope_type`` → ``type``, ``original_max_position_embed
 which the errors of a spec written with transformers' keys quote (tests/test_cli_errors.py checks
 that this translation agrees with it).
 
-rope types: ``default``, ``linear``, ``dynamic`` (its original length is
-``max_position_embeddings``), ``yarn``, ``longrope``, ``llama3``, the ones transformers'
-``ROPE_INIT_FUNCTIONS`` and Llama-style models define. Values transformers only warns about
-(a factor below 1, LongRoPE lists of the wrong length, ...) raise ``ValueError`` here.
+**Rope types** are a table, ``HF_ROPE_TYPES`` (type -> the rope-parameter keys transformers
+defines for it and the function that reads them), as transformers' ``ROPE_INIT_FUNCTIONS`` is:
+``default``, ``linear``, ``dynamic`` (its original length is ``max_position_embeddings``),
+``yarn``, ``longrope``, ``llama3`` and ``proportional`` (p-RoPE, Gemma 4's full-attention layers:
+``rope``'s ``partial_rotary="proportional"``, frequencies over the whole head, zero past
+``partial_rotary_factor``). Values transformers only warns about (a factor below 1, LongRoPE
+lists of the wrong length, ...) raise ``ValueError`` here.
+
+**Keys families add**: GPT-J's and CodeGen's top-level ``rotary_dim`` (refused in another
+family's config, as MiniMax-M3's, whose model reads ``partial_rotary_factor`` instead); Gemma 4's
+``per_layer_config`` (its full-attention layers' ``head_dim``, read per ``layer_type``); Granite
+SWA's ``layer_rope_theta`` (one base per layer: :func:`hf_layer_specs`). Refused with their
+reason: DeepSeek-V4's ``compress_rope_theta``, RoFormer's ``rotary_value``, Molmo 2's
+``rope_scaling_layers``, Ministral 3's ``llama_4_scaling_beta``.
 
 **Multimodal RoPE** (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): a config whose rope parameters carry
 ``mrope_section`` gives an ``mrope`` module, with ``sections_layout="interleaved"`` when
@@ -412,8 +422,7 @@ def _rotary_width(config: Any, rp: Mapping[str, Any], family: HFFamily | None, h
     """The rotated dims: ``partial_rotary_factor`` (of the rope parameters, else top-level, else
     GPT-NeoX's ``rotary_pct``, else the family's default) times ``head_dim`` as transformers rounds
     it (``int(head_dim · p)``; ``2·int(p·head_dim // 2)`` for ``proportional``), or the top-level
-    ``rotary_dim`` of a config without rope parameters (GPT-J, CodeGen: their models read it); one
-    beside rope parameters (MiniMax-M3, whose model reads the factor) must agree, or is refused."""
+    ``rotary_dim`` of GPT-J and CodeGen (their models read it; refused in another family's config)."""
     partial = rp.get("partial_rotary_factor")
     if partial is None:
         default = family.partial_rotary_factor if family is not None else 1.0
@@ -421,6 +430,10 @@ def _rotary_width(config: Any, rp: Mapping[str, Any], family: HFFamily | None, h
     partial = check_float("partial_rotary_factor", partial, min=0.0, min_open=True, max=1.0)
     rotary_dim = 2 * int(partial * head_dim // 2) if rope_type == "proportional" else int(head_dim * partial)
     given = _get(config, "rotary_dim")
+    if given is not None and (family is None or family.table != "sin_cos_half_width"):
+        raise ValueError(f"config key 'rotary_dim' = {given} is read for GPT-J and CodeGen (model types gptj, "
+                         "codegen); in a config of another model type (MiniMax-M3's model reads partial_rotary_factor "
+                         "instead) posenc cannot tell which dims and pairs the model rotates, so it is refused")
     if given is not None:
         given = check_int("rotary_dim", given, min=1, max=head_dim)
         if _has(config, "rope_parameters") and given != rotary_dim:  # MiniMax-M3: its model reads the factor
@@ -494,7 +507,9 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
     RoPE per layer type (Gemma 3) needs ``layer_type=`` (or :meth:`HFRotaryEmbedding.from_config`).
 
     ``partial_rotary_factor`` is honoured as transformers' scaled rope types and partial-rotary
-    models (GPT-NeoX, Phi, StableLM) honour it; Llama's own default RoPE ignores it.
+    models (GPT-NeoX, Phi, StableLM) honour it (frequencies over the rotated width); Llama's own
+    default RoPE ignores it. Rope type ``proportional`` honours it as p-RoPE does (frequencies
+    over the whole head, zero past the factor: ``partial_rotary="proportional"``).
 
     The module's ``hf_table`` names the table the family's rotary module returns (one of
     ``HF_TABLES``; None for a model type not in ``HF_FAMILIES``): ``HFRotaryEmbedding`` returns it.
