@@ -235,7 +235,7 @@ def base_config(**rope_parameters) -> dict:
     ({"rope_type": "longrope", "short_factor": [1.0] * 31, "long_factor": [1.0] * 32,
       "original_max_position_embeddings": 1024}, "short_factor must have 32 entries", True),
     ({"rope_type": "llama3", "factor": 8.0}, "needs 'low_freq_factor', 'high_freq_factor'", False),
-    ({"rope_type": "proportional"}, "rope type must be one of 'default', 'linear', 'dynamic', 'yarn'", False),
+    ({"rope_type": "axial"}, "rope type must be one of 'default', 'linear', 'proportional', 'dynamic'", False),
 ])
 def test_invalid_configs_raise_where_transformers_only_warns(rope_parameters, message, transformers_accepts):
     config = base_config(**rope_parameters)
@@ -317,3 +317,238 @@ def test_layout_conversion_checks_its_arguments():
         interleaved_to_half(torch.zeros(32, 4), 4, 8, rotary_dim=5)
     with pytest.raises(TypeError, match="torch.Tensor"):
         half_to_interleaved(np.zeros((32, 4)), 4, 8)
+
+
+# -- the rope-type table, p-RoPE (Gemma 4) and Cohere 2's pairs -------------------------------------
+
+def test_the_rope_type_table_lists_every_type_transformers_registers():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from posenc.interop.hf import HF_ROPE_TYPES
+
+    assert set(HF_ROPE_TYPES) == set(ROPE_INIT_FUNCTIONS) | {"default"}
+
+
+def tiny_gemma4_config(rng: random.Random | None = None, **kw):
+    """A tiny ``Gemma4TextConfig``: one sliding and one full-attention layer, the full one with its
+    own head_dim (``global_head_dim``, in ``per_layer_config``) and p-RoPE."""
+    from transformers import Gemma4TextConfig
+
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6}}
+    global_head_dim = 32
+    if rng is not None:
+        global_head_dim = rng.choice([16, 32, 64, 128])
+        full = {"rope_type": "proportional", "rope_theta": rng.choice([100.0, 10000.0, 1e6]),
+                "partial_rotary_factor": rng.choice([0.125, 0.25, 0.5, 0.75, 1.0])}
+        if rng.random() < 0.5:
+            full["factor"] = rng.choice([1.0, 2.0, 8.0])
+        rope["full_attention"] = full
+    return Gemma4TextConfig(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=1, head_dim=16, global_head_dim=global_head_dim,
+                            layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=8,
+                            vocab_size_per_layer_input=100, sliding_window=8, rope_parameters=rope, **kw)
+
+
+def test_proportional_frequencies_equal_transformers_for_random_gemma4_configs():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rng = random.Random(34)
+    for _ in range(12):
+        config = tiny_gemma4_config(rng)
+        layer = config.per_layer_config["full_attention"]
+        theirs, factor = ROPE_INIT_FUNCTIONS["proportional"](layer, None, layer_type="full_attention")
+        rope = from_hf(config, layer_type="full_attention")
+        rp = config.rope_parameters["full_attention"]
+        assert rope.spec["partial_rotary"] == "proportional" and rope.head_dim == layer.head_dim
+        assert rope.attention_factor == factor == 1.0
+        np.testing.assert_allclose(rope.frequencies().numpy(), theirs.double().numpy(), rtol=4 * EPS32, atol=0)
+        reference = posenc.reference.proportional_rope_inv_freq(layer.head_dim, rope.rotary_dim, rp["rope_theta"])
+        np.testing.assert_allclose(reference / rp.get("factor", 1.0), theirs.double().numpy(), rtol=4 * EPS32)
+        assert np.count_nonzero(theirs.numpy()) == rope.rotary_dim // 2
+
+
+def test_tiny_gemma4_logits_unchanged_with_posenc_rotary():
+    from transformers import Gemma4ForCausalLM
+
+    torch.manual_seed(0)
+    model = Gemma4ForCausalLM(tiny_gemma4_config(attn_implementation="eager")).eval()
+    ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        model.model.rotary_emb = HFRotaryEmbedding.from_config(model.config)
+        assert ((model(ids).logits - want).norm() / want.norm()).item() <= 1e-5
+        # the comparison is not vacuous: another base on the p-RoPE layers changes the logits
+        ropes = {t: m if t == "sliding_attention" else posenc.build({**m.spec, "base": 2 * m.base})
+                 for t, m in model.model.rotary_emb.ropes.items()}
+        model.model.rotary_emb = HFRotaryEmbedding(ropes)
+        assert ((model(ids).logits - want).norm() / want.norm()).item() > 1e-4
+
+
+def test_tiny_cohere2_logits_unchanged_with_posenc_rotary():
+    """Cohere 2 rotates interleaved pairs (its ``rotate_half`` takes ``x[..., ::2]``): from_hf
+    knows it (``HF_FAMILIES``), so the drop-in gives the model's logits (it was off by 0.86)."""
+    from transformers import Cohere2Config, Cohere2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Cohere2Config(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                           layer_types=["sliding_attention", "full_attention"], attn_implementation="eager")
+    model = Cohere2ForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        model.model.rotary_emb = HFRotaryEmbedding(from_hf(model.config))
+        assert ((model(ids).logits - want).norm() / want.norm()).item() <= 1e-5
+
+
+# -- dynamic NTK with a KV cache ------------------------------------------------------------------
+
+DYNAMIC = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}  # L₀ = max_position_embeddings = 32
+
+
+def test_dynamic_ntk_through_patch_keys_rotated_once_or_at_every_step():
+    """The named choice (posenc.encodings.rope, "Two cache semantics"), through ``patch`` with a
+    left-padded batch whose prompt is inside L₀ and whose generation goes past it:
+    ``patch(model, from_hf(config))`` (one rope, in the model's rotary module: keys rotated once)
+    generates what transformers generates; ``patch(model, hf_layer_specs(config))`` (one rope per
+    layer, through the attention function: keys rotated at every step) leaves it past L₀."""
+    from posenc.interop import hf_layer_specs, patch, unpatch
+
+    model = tiny_llama(DYNAMIC)
+    ids = torch.randint(0, 100, (2, 29), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0  # left padding
+
+    def generated() -> tuple[torch.Tensor, torch.Tensor]:
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,
+                             output_logits=True, return_dict_in_generate=True)
+        return out.sequences, torch.stack(out.logits)  # (steps, B, V)
+
+    rel = lambda a, b: ((a - b).norm() / b.norm()).item()  # noqa: E731
+    with torch.no_grad():
+        want_ids, want = generated()
+        patch(model, from_hf(model.config))
+        assert isinstance(model.model.rotary_emb, HFRotaryEmbedding)
+        got_ids, got = generated()
+        assert torch.equal(got_ids, want_ids) and rel(got, want) <= 1e-5
+        unpatch(model)
+        patch(model, hf_layer_specs(model.config))
+        every_step = generated()[1]
+    assert rel(every_step[:2], want[:2]) <= 1e-5  # inside L₀ (29 + 2 < 32) the two agree
+    assert rel(every_step[3:], want[3:]) > 1e-5  # past it, the cached keys' frequencies differ
+
+
+def test_dynamic_ntk_through_the_attention_function_rotates_cached_keys_at_every_step():
+    """The named choice (posenc.encodings.rope, "KV cache"): a rope that goes through patch's
+    attention function (here one of the other layout than Llama's) keeps keys unrotated and
+    rotates them all at every step with the frequencies of the current length, so in one layer
+    decoding with the cache equals the full pass; transformers' cache (keys rotated once) does not."""
+    from transformers import DynamicCache
+
+    from posenc.interop import patch
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=32, rope_parameters=dict(DYNAMIC))
+    model = LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (1, 40), generator=torch.Generator().manual_seed(3))
+
+    def full_and_decoded() -> tuple[torch.Tensor, torch.Tensor]:  # the last logits: one pass; 30, then 1 by 1
+        for rope in getattr(model.model, "posenc_modules", ()):
+            rope.reset_length()  # a new sequence (posenc's seen_length only grows)
+        full = model(ids).logits[:, -1]
+        for rope in getattr(model.model, "posenc_modules", ()):
+            rope.reset_length()
+        cache = DynamicCache(config=model.config)
+        model(ids[:, :30], past_key_values=cache)
+        for t in range(30, 40):
+            last = model(ids[:, t:t + 1], past_key_values=cache, position_ids=torch.tensor([[t]])).logits[:, -1]
+        return full, last
+
+    rel = lambda a, b: ((a - b).norm() / b.norm()).item()  # noqa: E731
+    with torch.no_grad():
+        assert rel(*full_and_decoded()) > 1e-5  # transformers: keys rotated once differ from the full pass
+        patch(model, {**from_hf(model.config).spec, "layout": "interleaved"})
+        assert not isinstance(model.model.rotary_emb, HFRotaryEmbedding)
+        assert rel(*full_and_decoded()) <= 1e-5
+
+
+# -- families whose keys from_hf reads or refuses by name ----------------------------------------
+
+def _relative_logits_change(model, replace) -> float:
+    ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        replace(model)
+        return ((model(ids).logits - want).norm() / want.norm()).item()
+
+
+@pytest.mark.parametrize("family", ["gptj", "codegen"])
+def test_gptj_and_codegen_rotary_dim_and_table(family):
+    """GPT-J and CodeGen: the top-level ``rotary_dim``, interleaved pairs and a ``(sin, cos)``
+    half-width table (``sin_cos_half_width``)."""
+    from transformers import CodeGenConfig, CodeGenForCausalLM, GPTJConfig, GPTJForCausalLM
+
+    config_class, model_class = {"gptj": (GPTJConfig, GPTJForCausalLM), "codegen": (CodeGenConfig,
+                                                                                    CodeGenForCausalLM)}[family]
+    torch.manual_seed(0)
+    config = config_class(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=64,
+                          bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    assert hf_rope_spec(config)["rotary_dim"] == 8
+    change = _relative_logits_change(model_class(config).eval(), lambda m: setattr(
+        m.transformer, "rotary_emb", HFRotaryEmbedding(from_hf(m.config))))
+    assert change <= 1e-5
+
+
+def test_qwen3_5_text_takes_its_three_equal_rows_of_positions():
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(0)
+    config = Qwen3_5TextConfig(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                               layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+                               linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+                               attn_implementation="eager")
+    change = _relative_logits_change(Qwen3_5ForCausalLM(config).eval(), lambda m: setattr(
+        m.model, "rotary_emb", HFRotaryEmbedding(from_hf(m.config))))
+    assert change <= 1e-5
+    image = torch.stack([torch.arange(4), torch.zeros(4, dtype=torch.long), torch.arange(4)])[:, None]  # (3, 1, 4)
+    with pytest.raises(ValueError, match="rows that differ"):
+        HFRotaryEmbedding(from_hf(config))(torch.zeros(1), image)
+
+
+def test_granite_swa_bases_per_layer_in_hf_layer_specs():
+    from transformers import GraniteSWAConfig, GraniteSWAForCausalLM
+
+    from posenc.interop import hf_layer_specs
+
+    config = GraniteSWAConfig(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+                              num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                              layer_rope_theta=[10000.0, 0, 500000.0, 10000.0])
+    specs = hf_layer_specs(config)
+    assert [s.get("base", s["scheme"]) for s in specs] == [10000.0, "nope", 500000.0, 10000.0]
+    with torch.device("meta"):
+        rotaries = GraniteSWAForCausalLM(config).model.rotary_embs  # the model's own, one per base
+    positions = torch.arange(30)[None]
+    for theirs in rotaries:
+        theirs = type(theirs)(theirs.config)  # built again off the meta device
+        spec = next(s for s in specs if s.get("base") == theirs.config.rope_parameters["rope_theta"])
+        ours = HFRotaryEmbedding(posenc.build(spec))(torch.zeros(1), positions)
+        for mine, their in zip(ours, theirs(torch.zeros(1), positions)):
+            torch.testing.assert_close(mine, their, rtol=0, atol=2e-6)
+    with pytest.raises(ValueError, match="'layer_rope_theta' gives the layers their own bases"):
+        from_hf(config)
+
+
+@pytest.mark.parametrize("model_type, message", [
+    ("deepseek_v4", "'compress_rope_theta' is refused"),
+    ("roformer", "'rotary_value' is refused"),
+    ("minimax_m3_vl_text", "'rotary_dim' = 64 is read for GPT-J and CodeGen"),
+    ("ministral3", "rope parameter 'llama_4_scaling_beta' is refused"),
+])
+def test_families_with_keys_from_hf_cannot_honour_are_refused_by_name(model_type, message):
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    with pytest.raises(ValueError, match=message):
+        from_hf(CONFIG_MAPPING[model_type]())

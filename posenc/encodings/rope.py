@@ -46,6 +46,23 @@ own positions, then uses the frequencies at ``seen_length``. So:
   every step) to get the full-pass result at each step; call ``reset_length()`` before an
   unrelated sequence.
 
+**Two cache semantics past ``original_max_positions``** (``dynamic``), a named choice:
+
+- *keys rotated once* (transformers' rotary modules, and posenc's drop-in
+  ``posenc.interop.HFRotaryEmbedding``, which follows transformers call by call): each key is
+  rotated at its own step with the frequencies of that step's length and cached rotated. This is
+  what ``posenc.interop.patch`` gives when one rope module goes into the model's rotary module
+  (``patch(model, from_hf(config))``): the patched model generates what transformers generates.
+- *keys rotated at every step* (``posenc.attention`` with unrotated keys, and so ``patch``'s
+  attention function: one module per layer as ``patch(model, hf_layer_specs(config))`` builds
+  them, another layout or width, per-layer patterns): every cached key is rotated again with the
+  frequencies of the current length. In one attention layer this equals the full pass at every
+  step; in a deeper model the cached keys and values of later layers still come from lower
+  layers computed at their own step, so neither this nor transformers' cache equals recomputing
+  the sequence. Past ``original_max_positions`` its generations differ from transformers'.
+
+Both are tested in tests/test_hf.py.
+
 Every other scaling is static, and decoding equals the full pass at every length.
 
 **Axial** (``axes = A >= 2``, positions ``[..., L, A]``; FLUX's ``axes_dim``, EVA-02): axis ``a``
@@ -58,6 +75,22 @@ the cached table is shared by the axes. Axial rope takes no scaling. The "half" 
 pairs ``(i, i + D/2)`` across the whole head (dims in quarters: row first, column first, row
 second, column second), so with two equal axes swap the second and third quarters of q and k to
 go from one to the other; "interleaved" (timm's default, EVA-02) is the same pairing in both.
+
+**Partial rotary** (``rotary_dim < head_dim``) has two conventions, ``partial_rotary=``:
+
+- ``"neox"`` (the default): the first ``rotary_dim`` dimensions are a RoPE of their own,
+  ``θ_i = base^(−2i/rotary_dim)``, pairs ``(i, i + rotary_dim/2)`` (``"half"``), the rest pass
+  through. GPT-NeoX, Phi, StableLM and every transformers rope type but ``proportional`` do this,
+  and it is what every posenc rope did before the option, so it stays the default.
+- ``"proportional"`` (p-RoPE; Barbero et al. 2025, "Round and Round We Go! What makes Rotary
+  Positional Encodings useful?", arXiv:2410.06205; Gemma 4's full-attention layers): the
+  frequencies are the whole head's, ``θ_i = base^(−2i/head_dim)``, the first ``rotary_dim/2``
+  kept and the rest 0 (those pairs never rotate), with pairs over the whole head
+  (``(i, i + head_dim/2)`` in ``"half"``). The module's tables are ``head_dim/2`` wide
+  (``cos_sin`` returns ``[..., L, head_dim/2]``, cos 1 and sin 0 past ``rotary_dim/2``), as
+  transformers' ``proportional`` returns them. It takes ``scaling=None`` or ``"linear"`` (the
+  ``factor`` transformers' ``proportional`` reads), one axis. Reference:
+  ``posenc.reference.proportional_rope_inv_freq``.
 
 **Real positions** (floating point) are rotated by their exact angles, without the table.
 
@@ -82,6 +115,7 @@ from posenc.limits import Axes, Dim, check_memory
 ROLES = RotaryEncoding.ROLES
 TABLE_MIN_POSITIONS = 256
 TABLE_MAX_ELEMENTS = 1 << 22  # per table (cos or sin): 16 MB in float32
+PARTIAL_ROTARY = ("neox", "proportional")  # frequencies over the rotated width, or over the whole head (p-RoPE)
 
 
 def check_axes_dims(axes_dims: Any, axes: int, rotary_dim: int | None, head_dim: int) -> list[int]:
@@ -114,7 +148,7 @@ class RoPE(RotaryEncoding):
 
     def __init__(self, *, head_dim: Dim, base: float = 10000.0, rotary_dim: Dim | None = None,
                  layout: str = "half", scaling: dict[str, Any] | None = None, axes: Axes = 1,
-                 axes_dims: list[Dim] | None = None) -> None:
+                 axes_dims: list[Dim] | None = None, partial_rotary: str = "neox") -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", check_int("head_dim", head_dim, min=2))
         check_memory("head_dim", self.head_dim, 2 * self.head_dim, bytes_per=8, what="its float64 frequencies")
@@ -137,9 +171,13 @@ class RoPE(RotaryEncoding):
         if self.axes > 1 and scaling is not None:
             raise ValueError(f"scaling applies to one-axis rope; axial rope (axes={self.axes}) takes scaling=None, "
                              f"got scaling={scaling!r}")
-        dims = [self.rotary_dim] if self.axes_dims is None else self.axes_dims  # axis a: a 1D rope of axes_dims[a]
-        base_freq = np.concatenate([ref.rope_inv_freq(d, self.base) for d in dims])
-        exact = np.concatenate([ref.rope_inv_freq_exact(d, self.base) for d in dims])  # θ to 40 digits
+        self.partial_rotary = check_choice("partial_rotary", partial_rotary, PARTIAL_ROTARY)
+        if self.partial_rotary == "proportional":
+            base_freq, exact = self._proportional_frequencies(scaling)
+        else:
+            dims = [self.rotary_dim] if self.axes_dims is None else self.axes_dims  # axis a: a 1D rope of axes_dims[a]
+            base_freq = np.concatenate([ref.rope_inv_freq(d, self.base) for d in dims])
+            exact = np.concatenate([ref.rope_inv_freq_exact(d, self.base) for d in dims])  # θ to 40 digits
         axis_of_pair = None if self.axes_dims is None else torch.cat(
             [torch.full((d // 2,), a) for a, d in enumerate(self.axes_dims)])
         self.register_buffer("axis_of_pair", axis_of_pair, persistent=False)
@@ -158,6 +196,17 @@ class RoPE(RotaryEncoding):
             self.register_float64("_decay", torch.from_numpy(self.scaling.decay))
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self._row: tuple | None = None  # (position value, dtype, scale, device, cos, sin): see _cos_sin
+
+    def _proportional_frequencies(self, scaling: Any) -> tuple[np.ndarray, np.ndarray]:
+        """p-RoPE's ``[head_dim/2]`` frequencies (float64 and exact): zero past ``rotary_dim/2``."""
+        if self.axes > 1:
+            raise ValueError(f"partial_rotary='proportional' is a one-axis rope; got axes={self.axes}")
+        kind = scaling.get("type") if isinstance(scaling, dict) else scaling
+        if kind not in (None, "linear"):
+            raise ValueError(f"partial_rotary='proportional' takes scaling None or 'linear' (transformers' "
+                             f"'proportional' reads only factor), got scaling type {kind!r}")
+        return (ref.proportional_rope_inv_freq(self.head_dim, self.rotary_dim, self.base),
+                ref.proportional_rope_inv_freq_exact(self.head_dim, self.rotary_dim, self.base))
 
     # -- frequencies ----------------------------------------------------------------------------
     @property

@@ -16,10 +16,20 @@ otherwise than posenc (``rope_type`` → ``type``, ``original_max_position_embed
 which the errors of a spec written with transformers' keys quote (tests/test_cli_errors.py checks
 that this translation agrees with it).
 
-rope types: ``default``, ``linear``, ``dynamic`` (its original length is
-``max_position_embeddings``), ``yarn``, ``longrope``, ``llama3``, the ones transformers'
-``ROPE_INIT_FUNCTIONS`` and Llama-style models define. Values transformers only warns about
-(a factor below 1, LongRoPE lists of the wrong length, ...) raise ``ValueError`` here.
+**Rope types** are a table, ``HF_ROPE_TYPES`` (type -> the rope-parameter keys transformers
+defines for it and the function that reads them), as transformers' ``ROPE_INIT_FUNCTIONS`` is:
+``default``, ``linear``, ``dynamic`` (its original length is ``max_position_embeddings``),
+``yarn``, ``longrope``, ``llama3`` and ``proportional`` (p-RoPE, Gemma 4's full-attention layers:
+``rope``'s ``partial_rotary="proportional"``, frequencies over the whole head, zero past
+``partial_rotary_factor``). Values transformers only warns about (a factor below 1, LongRoPE
+lists of the wrong length, ...) raise ``ValueError`` here.
+
+**Keys families add**: GPT-J's and CodeGen's top-level ``rotary_dim`` (refused in another
+family's config, as MiniMax-M3's, whose model reads ``partial_rotary_factor`` instead); Gemma 4's
+``per_layer_config`` (its full-attention layers' ``head_dim``, read per ``layer_type``); Granite
+SWA's ``layer_rope_theta`` (one base per layer: :func:`hf_layer_specs`). Refused with their
+reason: DeepSeek-V4's ``compress_rope_theta``, RoFormer's ``rotary_value``, Molmo 2's
+``rope_scaling_layers``, Ministral 3's ``llama_4_scaling_beta``.
 
 **Multimodal RoPE** (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): a config whose rope parameters carry
 ``mrope_section`` gives an ``mrope`` module, with ``sections_layout="interleaved"`` when
@@ -55,7 +65,8 @@ read, raise ``ValueError`` naming the key: a setting posenc would ignore is an e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,11 +74,26 @@ from torch import nn
 
 from posenc._validate import check_float, check_int
 from posenc.interop.hf_families import (  # noqa: F401  (HF_FAMILIES, HF_TABLES, HFFamily: public here too)
-    _COMMON_KEYS, _GEMMA3_THETAS, _TOP_LEVEL_KEYS, _TYPE_KEYS, HF_FAMILIES, HF_TABLES, HFFamily,
+    _GEMMA3_THETAS, HF_FAMILIES, HF_TABLES, HFFamily,
 )
 from posenc.positions import text_positions
 
-HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+# rope-parameter keys every rope type may carry (each type's own are its row of HF_ROPE_TYPES)
+_COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
+# top-level keys about rope that this module reads (every other ``*rope*``/``*rotary*`` key is refused)
+_TOP_LEVEL_KEYS = {"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct",
+                   "rotary_emb_base", "rope_local_base_freq", "rope_interleave", "qk_rope_head_dim",
+                   "no_rope_layers", "no_rope_layer_interval", "rotary_dim", "layer_rope_theta"}
+# rope keys refused with a reason (top-level or rope parameters; every other unread one is refused by name too)
+_REFUSED_KEYS = {
+    "compress_rope_theta": "DeepSeek-V4's second base, of its compressed-attention keys: a second rope beside the "
+                           "layer's, which one posenc module cannot give",
+    "rotary_value": "RoFormer's rotation of the values too (when true); its position module has no rotary "
+                    "interface to replace either",
+    "rope_scaling_layers": "Molmo 2's scaling of some layers only",
+    "llama_4_scaling_beta": "Ministral 3's query temperature by position (Llama 4's), an effect outside the rotary "
+                            "that the rotary module cannot carry",  # a rope parameter
+}
 _ALIASES = {"su": "longrope", "mrope": "default"}  # early Phi-3's LongRoPE; Qwen2-VL's legacy "type"
 MROPE_DEFAULTS = {
     "qwen2_vl": ([16, 24, 24], "chunked"),
@@ -102,6 +128,8 @@ def _config_keys(config: Any) -> list[str]:
 def _check_top_level_keys(config: Any) -> None:
     unknown = [k for k in _config_keys(config)
                if ("rope" in k.lower() or "rotary" in k.lower()) and k not in _TOP_LEVEL_KEYS]
+    if unknown and unknown[0] in _REFUSED_KEYS:
+        raise ValueError(f"config key {unknown[0]!r} is refused by posenc.from_hf: {_REFUSED_KEYS[unknown[0]]}")
     if unknown:
         raise ValueError(f"config key {unknown[0]!r} is a rope setting posenc.from_hf does not read (it reads "
                          f"{', '.join(sorted(_TOP_LEVEL_KEYS))}); it would be ignored, so the config is refused")
@@ -174,6 +202,30 @@ def rope_layer_types(config: Any) -> list[str]:
     return sorted(k for k, v in (nested or {}).items() if v is not None)
 
 
+def _layer_overrides(config: Any, layer_type: str | None) -> dict[str, Any]:
+    """What ``per_layer_config`` (Gemma 4: layer index -> overrides, ``{"head_dim": 512}`` on its
+    full-attention layers) sets for the layers of ``layer_type``: ``head_dim`` is read; a rope key
+    there is refused by name, as is a layer type whose layers disagree."""
+    table = config.get("per_layer_config") if isinstance(config, Mapping) else None  # objects: read as dicts
+    if not table:
+        return {}
+    rotary = sorted({k for v in table.values() for k in (v or {}) if k == "head_dim" or "rope" in k or "rotary" in k})
+    if layer_type is None:
+        if rotary:
+            raise ValueError(f"per_layer_config sets {rotary[0]!r} for some layers only; posenc.from_hf reads it "
+                             "per layer type (layer_type=...), and this config's RoPE is not per layer type")
+        return {}
+    types = list(_get(config, "layer_types") or ())
+    by_index = {int(k): v for k, v in table.items()}  # keys are layer indices, "05" in transformers' dict
+    found = [dict(by_index.get(i) or {}) for i, t in enumerate(types) if t == layer_type]
+    if any(f != found[0] for f in found):
+        raise ValueError(f"per_layer_config gives the {layer_type!r} layers different overrides: {found}")
+    unread = [k for k in rotary if k != "head_dim"]
+    if unread:
+        raise ValueError(f"per_layer_config key {unread[0]!r} is a rope setting posenc.from_hf does not read")
+    return found[0] if found else {}
+
+
 def _require(rp: Mapping[str, Any], rope_type: str, *keys: str) -> None:
     missing = [k for k in keys if rp.get(k) is None]
     if missing:
@@ -190,12 +242,22 @@ def _model_type(config: Any) -> str:
 
 def _text_config(config: Any) -> tuple[Any, str]:
     """The config that holds the RoPE (``text_config`` of a composite vision-language config
-    without rope fields of its own) and the model type to read defaults by."""
+    without rope fields of its own) and the model type to read defaults by. A config object with
+    ``per_layer_config`` (Gemma 4, whose per-layer fields transformers refuses to read globally) is
+    read as its dict."""
     own = any(_has(config, k) for k in ("rope_parameters", "rope_scaling", "rope_theta", "head_dim", "hidden_size"))
     if not own and _has(config, "text_config"):
         text = _get(config, "text_config")
-        return text, _model_type(text) or _model_type(config)
-    return config, _model_type(config)
+        return _as_read(text), _model_type(text) or _model_type(config)
+    return _as_read(config), _model_type(config)
+
+
+def _as_read(config: Any) -> Any:
+    """``config``, or its dict when it is an object with a non-empty ``per_layer_config``."""
+    if isinstance(config, Mapping) or not callable(getattr(config, "to_dict", None)):
+        return config
+    as_dict = config.to_dict()
+    return as_dict if as_dict.get("per_layer_config") else config
 
 
 def _mrope_sections(rp: Mapping[str, Any], model_type: str) -> tuple[list[int], str] | None:
@@ -217,14 +279,181 @@ def _mrope_sections(rp: Mapping[str, Any], model_type: str) -> tuple[list[int], 
     return list(sections), "interleaved" if interleaved else "chunked"
 
 
+def _original_length(config: Any, rp: Mapping[str, Any], rope_type: str) -> int:
+    """``L₀`` of llama3/yarn/longrope: transformers reads a top-level
+    ``original_max_position_embeddings`` (Phi-3) first, then the rope parameters', then
+    ``max_position_embeddings``."""
+    original = _get(config, "original_max_position_embeddings") or rp.get("original_max_position_embeddings")
+    original = original or _get(config, "max_position_embeddings")
+    if original is None:
+        raise ValueError(f"rope type {rope_type!r} needs original_max_position_embeddings "
+                         "(or max_position_embeddings) in the config")
+    return original
+
+
+@dataclass(frozen=True)
+class HFRopeType:
+    """A transformers rope type as :func:`hf_rope_spec` reads it, one row as transformers'
+    ``ROPE_INIT_FUNCTIONS`` is: the rope-parameter keys transformers defines for it (transformers'
+    ``_validate_*_rope_parameters``; every other key is refused by name) and ``read(rp, config)``,
+    which gives posenc's spec keys for it (``scaling``, ``partial_rotary``)."""
+
+    keys: frozenset[str]
+    read: Callable[[Mapping[str, Any], Any], dict[str, Any]]
+
+
+HF_ROPE_TYPES: dict[str, HFRopeType] = {}
+"""transformers' rope type -> :class:`HFRopeType`: every type of its ``ROPE_INIT_FUNCTIONS`` and
+``"default"`` (tests/test_hf.py checks that the two registries list the same types)."""
+
+
+def _rope_type(name: str, *keys: str) -> Callable:
+    def decorate(read: Callable[[Mapping[str, Any], Any], dict[str, Any]]) -> Callable:
+        HF_ROPE_TYPES[name] = HFRopeType(frozenset(keys), read)
+        return read
+
+    return decorate
+
+
+@_rope_type("default")
+def _read_default(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    return {"scaling": None}
+
+
+@_rope_type("linear", "factor")
+def _read_linear(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    _require(rp, "linear", "factor")
+    return {"scaling": {"type": "linear", "factor": rp["factor"]}}
+
+
+@_rope_type("proportional", "factor")
+def _read_proportional(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """p-RoPE (Gemma 4's full-attention layers): ``partial_rotary="proportional"``; transformers'
+    ``factor`` (default 1) divides the frequencies, posenc's ``linear``."""
+    factor = rp.get("factor")
+    scaling = None if factor is None or factor == 1 else {"type": "linear", "factor": factor}
+    return {"partial_rotary": "proportional", "scaling": scaling}
+
+
+@_rope_type("dynamic", "factor")
+def _read_dynamic(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    _require(rp, "dynamic", "factor")
+    max_positions = _get(config, "max_position_embeddings")
+    if max_positions is None:
+        raise ValueError("rope type 'dynamic' needs max_position_embeddings in the config")
+    return {"scaling": {"type": "dynamic", "factor": rp["factor"], "original_max_positions": max_positions}}
+
+
+@_rope_type("yarn", "factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+            "mscale", "mscale_all_dim", "truncate")
+def _read_yarn(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    original = _original_length(config, rp, "yarn")
+    factor = rp.get("factor")
+    if factor is None:  # DeepSeek-V3 style: the ratio of the two lengths
+        if _get(config, "max_position_embeddings") is None:
+            raise ValueError("rope type 'yarn' needs factor (or max_position_embeddings) in the config")
+        factor = _get(config, "max_position_embeddings") / original
+    scaling = {"type": "yarn", "factor": factor, "original_max_positions": original,
+               "beta_fast": rp.get("beta_fast") or 32.0, "beta_slow": rp.get("beta_slow") or 1.0,
+               "truncate": rp.get("truncate", True)}
+    if rp.get("attention_factor") is not None:
+        scaling["attention_factor"] = rp["attention_factor"]
+    elif rp.get("mscale") and rp.get("mscale_all_dim"):  # transformers uses the pair only when both are set
+        scaling["mscale"], scaling["mscale_all_dim"] = rp["mscale"], rp["mscale_all_dim"]
+    return {"scaling": scaling}
+
+
+@_rope_type("longrope", "short_factor", "long_factor", "original_max_position_embeddings", "attention_factor",
+            "factor")
+def _read_longrope(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    _require(rp, "longrope", "short_factor", "long_factor")
+    original = _original_length(config, rp, "longrope")
+    max_positions, factor = _get(config, "max_position_embeddings"), rp.get("factor")
+    if factor is None:  # Phi-3: the ratio of the two lengths; at most 1 means no attention scaling
+        if max_positions is None and rp.get("attention_factor") is None:
+            raise ValueError("rope type 'longrope' needs factor (or max_position_embeddings) in the config")
+        factor = max(1.0, (max_positions or original) / original)
+    scaling = {"type": "longrope", "short_factor": list(rp["short_factor"]), "long_factor": list(rp["long_factor"]),
+               "factor": factor, "original_max_positions": original}
+    if rp.get("attention_factor") is not None:
+        scaling["attention_factor"] = rp["attention_factor"]
+    return {"scaling": scaling}
+
+
+@_rope_type("llama3", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor")
+def _read_llama3(rp: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    _require(rp, "llama3", "factor", "low_freq_factor", "high_freq_factor")
+    return {"scaling": {"type": "llama3", "factor": rp["factor"], "original_max_positions":
+                        _original_length(config, rp, "llama3"), "low_freq_factor": rp["low_freq_factor"],
+                        "high_freq_factor": rp["high_freq_factor"]}}
+
+
+def _hf_rope_type(rp: Mapping[str, Any]) -> tuple[str, HFRopeType]:
+    """The rope type of ``rp`` and its row; an unknown type or key is refused by name."""
+    name = rp.get("rope_type") or rp.get("type") or "default"
+    name = _ALIASES.get(name, name)
+    if name not in HF_ROPE_TYPES:
+        raise ValueError(f"rope type must be one of {', '.join(map(repr, HF_ROPE_TYPES))}; got {name!r}")
+    row = HF_ROPE_TYPES[name]
+    unknown = sorted(set(rp) - _COMMON_KEYS - row.keys)
+    if unknown and unknown[0] in _REFUSED_KEYS:
+        raise ValueError(f"rope parameter {unknown[0]!r} is refused by posenc.from_hf: {_REFUSED_KEYS[unknown[0]]}")
+    if unknown:
+        takes = sorted(row.keys | {"rope_theta", "partial_rotary_factor"})
+        raise ValueError(f"rope parameter {unknown[0]!r} is not one of rope type {name!r} (it takes "
+                         f"{', '.join(takes)}); posenc would ignore it, so the config is refused")
+    return name, row
+
+
+def _head_dim(config: Any, overrides: Mapping[str, Any]) -> int:
+    """The rotary head width: a layer type's own ``head_dim`` (Gemma 4's ``per_layer_config``),
+    MLA's ``qk_rope_head_dim`` (transformers sets ``head_dim`` to it), ``head_dim``, or
+    ``hidden_size / num_attention_heads``."""
+    head_dim = overrides.get("head_dim") or _get(config, "qk_rope_head_dim", _get(config, "head_dim"))
+    if head_dim is None:
+        hidden, heads = _get(config, "hidden_size"), _get(config, "num_attention_heads")
+        if hidden is None or heads is None:
+            raise ValueError("the config needs head_dim, or hidden_size and num_attention_heads")
+        head_dim = check_int("hidden_size", hidden, min=1) // check_int("num_attention_heads", heads, min=1)
+    return check_int("head_dim", head_dim, min=1)
+
+
+def _rotary_width(config: Any, rp: Mapping[str, Any], family: HFFamily | None, head_dim: int, rope_type: str) -> int:
+    """The rotated dims: ``partial_rotary_factor`` (of the rope parameters, else top-level, else
+    GPT-NeoX's ``rotary_pct``, else the family's default) times ``head_dim`` as transformers rounds
+    it (``int(head_dim · p)``; ``2·int(p·head_dim // 2)`` for ``proportional``), or the top-level
+    ``rotary_dim`` of GPT-J and CodeGen (their models read it; refused in another family's config)."""
+    partial = rp.get("partial_rotary_factor")
+    if partial is None:
+        default = family.partial_rotary_factor if family is not None else 1.0
+        partial = _get(config, "partial_rotary_factor", _get(config, "rotary_pct", default))
+    partial = check_float("partial_rotary_factor", partial, min=0.0, min_open=True, max=1.0)
+    rotary_dim = 2 * int(partial * head_dim // 2) if rope_type == "proportional" else int(head_dim * partial)
+    given = _get(config, "rotary_dim")
+    if given is not None and (family is None or family.table != "sin_cos_half_width"):
+        raise ValueError(f"config key 'rotary_dim' = {given} is read for GPT-J and CodeGen (model types gptj, "
+                         "codegen); in a config of another model type (MiniMax-M3's model reads partial_rotary_factor "
+                         "instead) posenc cannot tell which dims and pairs the model rotates, so it is refused")
+    if given is not None:
+        given = check_int("rotary_dim", given, min=1, max=head_dim)
+        if _has(config, "rope_parameters") and given != rotary_dim:  # MiniMax-M3: its model reads the factor
+            raise ValueError(f"config key 'rotary_dim' = {given} disagrees with head_dim * partial_rotary_factor = "
+                             f"{head_dim} * {partial} = {rotary_dim}; posenc.from_hf cannot tell which the model rotates")
+        rotary_dim = given
+    if rotary_dim % 2 or rotary_dim < 2:
+        raise ValueError(f"head_dim * partial_rotary_factor = {head_dim} * {partial} gives rotary dimension "
+                         f"{rotary_dim}; posenc needs an even rotary dimension >= 2")
+    return rotary_dim
+
+
 def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | None = None) -> dict[str, Any]:
     """The posenc spec (``{"scheme": "rope", ...}``, or ``"mrope"`` for a multimodal one) of a
-    transformers config's RoPE.
+    transformers config's RoPE: the rope type's row of ``HF_ROPE_TYPES`` reads its parameters.
 
     Args:
         config: a transformers config object or its dict (``config.json``), new or legacy style.
-        layer_type: for configs with one RoPE per layer type (Gemma 3: ``"sliding_attention"`` or
-            ``"full_attention"``; :func:`rope_layer_types` lists them).
+        layer_type: for configs with one RoPE per layer type (Gemma 3, Gemma 4: ``"sliding_attention"``
+            or ``"full_attention"``; :func:`rope_layer_types` lists them).
         layout: the pairs the model rotates: ``"half"`` (transformers' ``rotate_half``) or
             ``"interleaved"`` (GPT-J/GLM/Cohere/Llama 4-style ``rotate_every_two``). None (the
             default): the family's (``HF_FAMILIES``; DeepSeek-V3: ``"interleaved"`` when
@@ -239,104 +468,33 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
     family = _family(model_type)
     _check_top_level_keys(config)
     rp = _rope_parameters(config, layer_type, family)
-    rope_type = rp.get("rope_type") or rp.get("type") or "default"
-    rope_type = _ALIASES.get(rope_type, rope_type)
-    if rope_type not in HF_ROPE_TYPES:
-        raise ValueError(f"rope type must be one of {', '.join(map(repr, HF_ROPE_TYPES))}; got {rope_type!r}")
-    unknown = sorted(set(rp) - _COMMON_KEYS - _TYPE_KEYS[rope_type])
-    if unknown:
-        takes = sorted(_TYPE_KEYS[rope_type] | {"rope_theta", "partial_rotary_factor"})
-        raise ValueError(f"rope parameter {unknown[0]!r} is not one of rope type {rope_type!r} (it takes "
-                         f"{', '.join(takes)}); posenc would ignore it, so the config is refused")
+    rope_type, row = _hf_rope_type(rp)
     if layout is None:
         layout = family.layout if family is not None else "half"
         if family is not None and family.interleave_key is not None:
             layout = "interleaved" if _get(config, family.interleave_key, True) else "half"
     elif layout not in ("half", "interleaved"):
         raise ValueError(f"layout must be 'half', 'interleaved' or None; got {layout!r}")
-
     base = rp.get("rope_theta")
     if base is None:  # GPT-NeoX's legacy names: rotary_emb_base, rotary_pct
         default = _get(config, "default_theta", 10000.0)
         default = default if isinstance(default, (int, float)) else 10000.0  # Gemma 3's is a dict per layer kind
         base = _get(config, "rope_theta", _get(config, "rotary_emb_base", default))
-    partial = rp.get("partial_rotary_factor")
-    if partial is None:
-        default = family.partial_rotary_factor if family is not None else 1.0
-        partial = _get(config, "partial_rotary_factor", _get(config, "rotary_pct", default))
-    # DeepSeek-V3's MLA: the rotary part of each head is qk_rope_head_dim wide (transformers sets
-    # head_dim to it; config.json has only qk_rope_head_dim)
-    head_dim = _get(config, "qk_rope_head_dim", _get(config, "head_dim"))
-    if head_dim is None:
-        hidden, heads = _get(config, "hidden_size"), _get(config, "num_attention_heads")
-        if hidden is None or heads is None:
-            raise ValueError("the config needs head_dim, or hidden_size and num_attention_heads")
-        head_dim = check_int("hidden_size", hidden, min=1) // check_int("num_attention_heads", heads, min=1)
-    head_dim = check_int("head_dim", head_dim, min=1)
-    partial = check_float("partial_rotary_factor", partial, min=0.0, min_open=True, max=1.0)
-    rotary_dim = int(head_dim * partial)
-    if rotary_dim % 2 or rotary_dim < 2:
-        raise ValueError(f"head_dim * partial_rotary_factor = {head_dim} * {partial} gives rotary dimension "
-                         f"{rotary_dim}; posenc needs an even rotary dimension >= 2")
-    max_positions = _get(config, "max_position_embeddings")
-    original = None
-    if rope_type in ("llama3", "yarn", "longrope"):
-        # transformers: a top-level original_max_position_embeddings (Phi-3) wins, then the
-        # rope parameters' own, then max_position_embeddings
-        if _has(config, "original_max_position_embeddings"):
-            original = _get(config, "original_max_position_embeddings")
-        else:
-            original = rp.get("original_max_position_embeddings") or max_positions
-        if original is None:
-            raise ValueError(f"rope type {rope_type!r} needs original_max_position_embeddings "
-                             "(or max_position_embeddings) in the config")
-
-    scaling: dict[str, Any] | None
-    if rope_type == "default":
-        scaling = None
-    elif rope_type == "linear":
-        _require(rp, rope_type, "factor")
-        scaling = {"type": "linear", "factor": rp["factor"]}
-    elif rope_type == "dynamic":
-        _require(rp, rope_type, "factor")
-        if max_positions is None:
-            raise ValueError("rope type 'dynamic' needs max_position_embeddings in the config")
-        scaling = {"type": "dynamic", "factor": rp["factor"], "original_max_positions": max_positions}
-    elif rope_type == "yarn":
-        factor = rp.get("factor")
-        if factor is None:  # DeepSeek-V3 style: the ratio of the two lengths
-            if max_positions is None:
-                raise ValueError("rope type 'yarn' needs factor (or max_position_embeddings) in the config")
-            factor = max_positions / original
-        scaling = {"type": "yarn", "factor": factor, "original_max_positions": original,
-                   "beta_fast": rp.get("beta_fast") or 32.0, "beta_slow": rp.get("beta_slow") or 1.0,
-                   "truncate": rp.get("truncate", True)}
-        if rp.get("attention_factor") is not None:
-            scaling["attention_factor"] = rp["attention_factor"]
-        elif rp.get("mscale") and rp.get("mscale_all_dim"):  # transformers uses the pair only when both are set
-            scaling["mscale"], scaling["mscale_all_dim"] = rp["mscale"], rp["mscale_all_dim"]
-    elif rope_type == "longrope":
-        _require(rp, rope_type, "short_factor", "long_factor")
-        factor = rp.get("factor")
-        if factor is None:  # Phi-3: the ratio of the two lengths; at most 1 means no attention scaling
-            if max_positions is None and rp.get("attention_factor") is None:
-                raise ValueError("rope type 'longrope' needs factor (or max_position_embeddings) in the config")
-            factor = max(1.0, (max_positions or original) / original)
-        scaling = {"type": "longrope", "short_factor": list(rp["short_factor"]),
-                   "long_factor": list(rp["long_factor"]), "factor": factor, "original_max_positions": original}
-        if rp.get("attention_factor") is not None:
-            scaling["attention_factor"] = rp["attention_factor"]
-    else:  # llama3
-        _require(rp, rope_type, "factor", "low_freq_factor", "high_freq_factor")
-        scaling = {"type": "llama3", "factor": rp["factor"], "original_max_positions": original,
-                   "low_freq_factor": rp["low_freq_factor"], "high_freq_factor": rp["high_freq_factor"]}
+    bases = {float(t) for t in _get(config, "layer_rope_theta", ()) if t}  # Granite SWA: a base per layer (0: NoPE)
+    if bases - {float(base)}:
+        raise ValueError(f"config key 'layer_rope_theta' gives the layers their own bases {sorted(bases)} (0: no "
+                         "RoPE); from_hf gives one rope: hf_layer_specs(config) reads them, one spec per layer")
+    head_dim = _head_dim(config, _layer_overrides(config, layer_type))
+    read = row.read(rp, config)
+    rotary_dim = _rotary_width(config, rp, family, head_dim, rope_type)
+    spec = {"scheme": "rope", "head_dim": head_dim, "base": float(base), "rotary_dim": rotary_dim, "layout": layout,
+            **read}
     multimodal = _mrope_sections(rp, model_type)
     if multimodal is not None:
-        sections, sections_layout = multimodal
-        return {"scheme": "mrope", "head_dim": head_dim, "sections": sections, "base": float(base),
-                "rotary_dim": rotary_dim, "sections_layout": sections_layout, "layout": layout, "scaling": scaling}
-    return {"scheme": "rope", "head_dim": head_dim, "base": float(base),
-            "rotary_dim": rotary_dim, "layout": layout, "scaling": scaling}
+        if "partial_rotary" in spec:
+            raise ValueError(f"rope type {rope_type!r} with mrope_section: posenc's mrope has no p-RoPE")
+        spec.update(scheme="mrope", sections=multimodal[0], sections_layout=multimodal[1])
+    return spec
 
 
 def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = None):
@@ -349,7 +507,9 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
     RoPE per layer type (Gemma 3) needs ``layer_type=`` (or :meth:`HFRotaryEmbedding.from_config`).
 
     ``partial_rotary_factor`` is honoured as transformers' scaled rope types and partial-rotary
-    models (GPT-NeoX, Phi, StableLM) honour it; Llama's own default RoPE ignores it.
+    models (GPT-NeoX, Phi, StableLM) honour it (frequencies over the rotated width); Llama's own
+    default RoPE ignores it. Rope type ``proportional`` honours it as p-RoPE does (frequencies
+    over the whole head, zero past the factor: ``partial_rotary="proportional"``).
 
     The module's ``hf_table`` names the table the family's rotary module returns (one of
     ``HF_TABLES``; None for a model type not in ``HF_FAMILIES``): ``HFRotaryEmbedding`` returns it.
@@ -387,6 +547,9 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
       "attn_scale": ..., "floor_scale": ...}`` when ``attn_temperature_tuning`` is true (Llama 4's
       default), else ``{"scheme": "nope"}``.
 
+    - ``layer_rope_theta`` (Granite SWA): layer ``i`` gets the rope with base ``layer_rope_theta[i]``,
+      ``{"scheme": "nope"}`` where it is 0.
+
     Masks (Gemma 3's sliding windows, Llama 4's chunked attention) stay the model's.
     """
     text, model_type = _text_config(config)
@@ -396,6 +559,13 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
     if types:
         by_type = {t: hf_rope_spec(config, layer_type=t, layout=layout) for t in types}
         return [dict(by_type.get(t, {"scheme": "nope"})) for t in _layer_types(text, num_layers)]
+    bases = _get(text, "layer_rope_theta")
+    if bases is not None:  # Granite SWA: layer i's base, 0 for no RoPE
+        if len(bases) != num_layers:
+            raise ValueError(f"layer_rope_theta has {len(bases)} entries; the config has num_hidden_layers={num_layers}")
+        one = {k: v for k, v in (text.items() if isinstance(text, Mapping) else text.to_dict().items())
+               if k != "layer_rope_theta"}
+        return [{**hf_rope_spec(one, layout=layout), "base": float(b)} if b else {"scheme": "nope"} for b in bases]
     rope = hf_rope_spec(config, layout=layout)
     use_rope = _get(text, "no_rope_layers")
     nope_family = family is not None and family.nope_temperature
@@ -435,7 +605,8 @@ class HFRotaryEmbedding(nn.Module):
     for a float64 ``x``, for ``"complex"``): ``cos, sin [B, L, rotary_dim]`` with each half-table
     repeated as ``rotate_half`` expects (``"rotate_half"``, the default for a ``"half"`` module;
     ``"interleaved"``, the default for an interleaved one), ``[B, L, rotary_dim/2]`` for
-    ``"half_width"`` (GPT-OSS), one complex ``freqs_cis [B, L, rotary_dim/2]`` for ``"complex"``
+    ``"half_width"`` (GPT-OSS), ``sin, cos [B, L, rotary_dim/2]`` (that order) for
+    ``"sin_cos_half_width"`` (GPT-J, CodeGen), one complex ``freqs_cis [B, L, rotary_dim/2]`` for ``"complex"``
     (Llama 4). A module from :func:`from_hf` carries its family's table (``rope.hf_table``), so
     ``HFRotaryEmbedding(from_hf(config))`` fits that family's model.
 
@@ -524,10 +695,12 @@ class HFRotaryEmbedding(nn.Module):
         if not isinstance(position_ids, torch.Tensor):
             raise TypeError(f"position_ids must be a torch.Tensor, got {type(position_ids).__name__}")
         if rope.name == "rope":
-            if position_ids.dim() == 3:
-                raise ValueError(f"position_ids of shape {list(position_ids.shape)} are multimodal ([3, B, L]); "
-                                 "this module is a 1D 'rope': build an 'mrope' one (from_hf of a Qwen2-VL/Qwen3-VL "
-                                 "config) or pass [B, L]")
+            if position_ids.dim() == 3:  # (3, B, L): text has three equal rows (Qwen 3.5's text model)
+                if position_ids.shape[0] == 3 and all(torch.equal(position_ids[0], r) for r in position_ids[1:]):
+                    return position_ids[0]
+                raise ValueError(f"position_ids of shape {list(position_ids.shape)} are multimodal ([3, B, L]) with "
+                                 "rows that differ (image or video tokens); this module is a 1D 'rope': build an "
+                                 "'mrope' one (from_hf of a Qwen2-VL/Qwen3-VL config) or pass [B, L]")
             return position_ids
         if position_ids.dim() == 2:  # text: (B, L) -> (B, L, 3), as transformers expands it
             return text_positions(position_ids, rope.axes)
@@ -560,4 +733,6 @@ class HFRotaryEmbedding(nn.Module):
             cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # (B, L, R)
         elif self.table == "interleaved":
             cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)  # (B, L, R)
+        elif self.table == "sin_cos_half_width":  # GPT-J, CodeGen: (sin, cos), each (B, L, R/2)
+            return sin.to(device=x.device, dtype=x.dtype), cos.to(device=x.device, dtype=x.dtype)
         return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)

@@ -1,6 +1,6 @@
 """The transformers families ``posenc.interop.hf`` knows: one row per model type (where the model
 keeps its rotary module, the table that module returns, the pairs its attention rotates, the
-defaults its config leaves out), and the rope keys each rope type takes. A family is a row here,
+defaults its config leaves out). A family is a row here,
 not a branch in ``from_hf``.
 
 Checked against transformers 5.24's modeling files: ``Gemma3RotaryEmbedding.forward(x,
@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-HF_TABLES = ("rotate_half", "interleaved", "half_width", "complex")
+HF_TABLES = ("rotate_half", "interleaved", "half_width", "complex", "sin_cos_half_width")
 """What a transformers rotary module returns, each ``[B, L, ...]`` with the attention factor applied:
 ``rotate_half``: ``cos, sin = cat(c, c)`` (Llama and most); ``interleaved``: each entry repeated
 twice, ``c0 c0 c1 c1 ...`` (Cohere); ``half_width``: ``cos, sin = c`` (GPT-OSS); ``complex``: one
-complex tensor ``c + i·s`` (Llama 4's ``freqs_cis``), each ``[B, L, rotary_dim/2]``."""
+complex tensor ``c + i·s`` (Llama 4's ``freqs_cis``), each ``[B, L, rotary_dim/2]``;
+``sin_cos_half_width``: ``sin, cos = s, c`` in that order (GPT-J, CodeGen)."""
 
 _GEMMA3_THETAS = {"sliding_attention": ("rope_local_base_freq", 10000.0), "full_attention": ("rope_theta", 1e6)}
 
@@ -43,12 +44,15 @@ class HFFamily:
 _LLAMA_STYLE = HFFamily("model.rotary_emb")
 HF_FAMILIES: dict[str, HFFamily] = {
     **{name: _LLAMA_STYLE for name in ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2")},
-    "cohere": HFFamily("model.rotary_emb", table="interleaved", layout="interleaved"),
+    **{name: HFFamily("model.rotary_emb", table="interleaved", layout="interleaved")
+       for name in ("cohere", "cohere2", "cohere2_moe")},
     "gemma3_text": HFFamily("model.rotary_emb", layer_thetas=_GEMMA3_THETAS),
     "gemma3": HFFamily("model.language_model.rotary_emb", layer_thetas=_GEMMA3_THETAS),
     "gpt_neox": HFFamily("gpt_neox.rotary_emb", partial_rotary_factor=0.25),
     "falcon": HFFamily("transformer.rotary_emb"),
     "gpt_oss": HFFamily("model.rotary_emb", table="half_width"),
+    **{name: HFFamily("transformer.rotary_emb", table="sin_cos_half_width", layout="interleaved")
+       for name in ("gptj", "codegen")},
     "llama4_text": HFFamily("model.rotary_emb", table="complex", layout="interleaved", nope_temperature=True),
     "llama4": HFFamily("language_model.model.rotary_emb", table="complex", layout="interleaved",
                        nope_temperature=True),
@@ -57,20 +61,3 @@ HF_FAMILIES: dict[str, HFFamily] = {
 }
 """model type -> its :class:`HFFamily` (a composite vision-language type names its text model's
 rotary). A model type not listed is read as a Llama-style config, layout ``"half"``."""
-
-# rope-parameter keys per rope type: transformers' own lists (``_validate_*_rope_parameters``),
-# plus what every type may carry
-_COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
-_TYPE_KEYS = {
-    "default": set(),
-    "linear": {"factor"},
-    "dynamic": {"factor"},
-    "yarn": {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
-             "mscale", "mscale_all_dim", "truncate"},
-    "longrope": {"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"},
-    "llama3": {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
-}
-# top-level keys about rope that this module reads (every other ``*rope*``/``*rotary*`` key is refused)
-_TOP_LEVEL_KEYS = {"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor", "rotary_pct",
-                   "rotary_emb_base", "rope_local_base_freq", "rope_interleave", "qk_rope_head_dim",
-                   "no_rope_layers", "no_rope_layer_interval"}

@@ -12,7 +12,10 @@ from posenc.reference.attention import attention, softmax
 from posenc.reference.sinusoidal import sinusoidal, sinusoidal_inv_freq
 from posenc.reference.learned import learned
 from posenc.reference.positions import angles, grid_positions, positions_array, segment_positions
-from posenc.reference.rope import rope, rope_angles, rope_axial, rope_inv_freq, rope_inv_freq_exact, rotate_pairs_index
+from posenc.reference.rope import (
+    proportional_rope_inv_freq, proportional_rope_inv_freq_exact, rope, rope_angles, rope_axial, rope_inv_freq,
+    rope_inv_freq_exact, rotate_pairs_index,
+)
 from posenc.reference.alibi import alibi, alibi_slopes
 from posenc.reference.t5 import t5, t5_bucket
 
@@ -21,6 +24,7 @@ __all__ = [
     "sinusoidal", "sinusoidal_inv_freq",
     "learned",
     "angles", "grid_positions", "positions_array", "segment_positions",
+    "proportional_rope_inv_freq", "proportional_rope_inv_freq_exact",
     "rope", "rope_angles", "rope_axial", "rope_inv_freq", "rope_inv_freq_exact", "rotate_pairs_index",
     "alibi", "alibi_slopes",
     "t5", "t5_bucket",

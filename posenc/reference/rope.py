@@ -8,6 +8,19 @@ Each pair of dimensions (x_a, x_b) of a query or key at position m is rotated by
 so ⟨R(m)q, R(n)k⟩ depends only on m − n. The pairs are ``(i, i + rotary_dim/2)`` in the "half"
 layout (transformers' Llama) and ``(2i, 2i+1)`` in the "interleaved" layout (GPT-J, Meta's
 reference). Dimensions past ``rotary_dim`` pass through unchanged.
+
+**Partial rotary, two conventions** (``rotary_dim < head_dim``):
+
+- GPT-NeoX's (``rope_inv_freq(rotary_dim, base)``): the first ``rotary_dim`` dimensions are a
+  RoPE of their own, ``θ_i = base^(−2i/rotary_dim)`` for ``i < rotary_dim/2``, pairs
+  ``(i, i + rotary_dim/2)``; the rest pass through. GPT-NeoX, Phi, StableLM and every rope type of
+  transformers but ``proportional``.
+- p-RoPE's (``proportional_rope_inv_freq(head_dim, rotary_dim, base)``; Barbero et al. 2025,
+  "Round and Round We Go! What makes Rotary Positional Encodings useful?", arXiv:2410.06205;
+  Gemma 4's full-attention layers, transformers' ``proportional``): the frequencies are those of
+  the whole head, ``θ_i = base^(−2i/head_dim)``, the first ``rotary_dim/2`` kept and the other
+  ``(head_dim − rotary_dim)/2`` set to 0 (those pairs never rotate: the lowest frequencies are
+  removed, not the highest squeezed), and the pairs span the whole head, ``(i, i + head_dim/2)``.
 """
 
 from __future__ import annotations
@@ -30,6 +43,26 @@ def rope_inv_freq_exact(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
     ``[rotary_dim/2]`` object array, which ``rope``/``angles`` reduce as double-doubles."""
     rope_inv_freq(rotary_dim, base)  # checks rotary_dim and base
     return exact_inv_freq(rotary_dim, base)
+
+
+def proportional_rope_inv_freq(head_dim: int, rotary_dim: int, base: float = 10000.0) -> np.ndarray:
+    """p-RoPE's frequencies (Barbero et al. 2025): ``[head_dim/2]`` float64,
+    ``θ_i = base^(−2i/head_dim)`` for ``i < rotary_dim/2`` and 0 for ``rotary_dim/2 <= i < head_dim/2``."""
+    head_dim = check_even("head_dim", check_int("head_dim", head_dim, min=2))
+    rotary_dim = check_even("rotary_dim", check_int("rotary_dim", rotary_dim, min=2, max=head_dim))
+    freq = rope_inv_freq(head_dim, base)
+    freq[rotary_dim // 2:] = 0.0
+    return freq
+
+
+def proportional_rope_inv_freq_exact(head_dim: int, rotary_dim: int, base: float = 10000.0) -> np.ndarray:
+    """``proportional_rope_inv_freq`` with 40 digits (an object array, as ``rope_inv_freq_exact``)."""
+    proportional_rope_inv_freq(head_dim, rotary_dim, base)  # checks the arguments
+    import mpmath
+
+    freq = exact_inv_freq(head_dim, base)
+    freq[rotary_dim // 2:] = mpmath.mpf(0)
+    return freq
 
 
 def rope_angles(positions, inv_freq) -> np.ndarray:
