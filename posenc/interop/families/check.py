@@ -93,7 +93,9 @@ def check_rotary(name: str, rotary: nn.Module, config: Any) -> None:
     (``name``) and what differs."""
     from posenc.interop.hf import HFRotaryEmbedding, from_hf, rope_layer_types
 
-    types = rope_layer_types(config) or [None]
+    text = getattr(config, "get_text_config", lambda: config)()
+    present = getattr(text, "layer_types", None)  # the model's rotary holds the layer types its layers have
+    types = [t for t in rope_layer_types(config) if present is None or t in present] or [None]
     limit = getattr(getattr(config, "get_text_config", lambda: config)(), "max_position_embeddings", None)
     for layer_type in types:
         rope = from_hf(config, layer_type=layer_type)
