@@ -134,7 +134,7 @@ def _scheme(model, ids, mask, spec: str) -> None:
 def _reason(err: Exception) -> str:
     """A refusal's reason, without the parts that name this build (sizes, values)."""
     text = str(err).split("\n")[0]
-    return re.sub(r"\s+", " ", text)[:160].replace("|", "/")
+    return re.sub(r"\s+", " ", text)[:160].replace("|", "/").strip()
 
 
 def walk(model_type: str) -> str:
