@@ -368,7 +368,7 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
     if layout is None:  # the family's own reading: checked against its modeling module's rotary
         from posenc.interop.families.check import check_from_hf
 
-        check_from_hf(config, module, layer_type)
+        check_from_hf(config, module, layer_type, HFRotaryEmbedding)
     return module
 
 

@@ -403,7 +403,10 @@ def _own_specs(model: nn.Module, parts: Any, needed: bool) -> list[dict[str, Any
             raise
         return None
     if parts.rotary is not None:
-        check.check_rotary(parts.name, getattr(parts.decoder, parts.rotary), model.config)
+        from posenc.interop.hf import HFRotaryEmbedding, from_hf, rope_layer_types
+
+        check.check_rotary(parts.name, getattr(parts.decoder, parts.rotary), model.config, from_hf, rope_layer_types,
+                           HFRotaryEmbedding)
     elif parts.family.own_spec is not None:
         check.check_own(parts.name, parts.family, parts.decoder, parts.attentions, model.config)
     return specs
@@ -554,6 +557,7 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
     for attention, module in zip(attentions, modules):
         attention.__dict__["posenc_pe"] = None if additive else module  # a reference, not a submodule
         attention.__dict__["_posenc_rotary"] = neutral
+        attention.__dict__["_posenc_attention"] = posenc_attention  # a family's forward calls it (Falcon, BLOOM)
         if family.rope_part is not None:
             attention.__dict__["_posenc_rope_part"] = (getattr(model.config, family.rope_part),
                                                        _interleaved(model.config))
@@ -586,7 +590,7 @@ def unpatch(model: nn.Module) -> nn.Module:
     base._modules.pop("posenc_modules", None)
     for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
         for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input", "_posenc_rotary",
-                     "_posenc_rope_part", "forward"):  # forward: the family's, an instance attribute
+                     "_posenc_rope_part", "_posenc_attention", "forward"):  # forward: the family's, an instance attribute
             attention.__dict__.pop(name, None)
         for name, value in own.items():
             setattr(attention, name, value)

@@ -23,13 +23,11 @@ def forward(self: nn.Module, hidden_states: torch.Tensor, residual: torch.Tensor
     """``BloomAttention.forward`` through ``posenc_attention``: its fused ``query_key_value`` as
     ``q, k, v [B, H, L, D]``, the cache updated, the model's mask (4D) and scale ``1/sqrt(D)``, then
     the output projection and the residual (with the model's hidden dropout), as BLOOM's own."""
-    from posenc.interop.patching import posenc_attention
-
     b, length, _ = hidden_states.shape
     query, key, value = self._reshape(self.query_key_value(hidden_states))  # 3 x (B, H, L, D)
     if layer_past is not None:
         key, value = layer_past.update(key, value, self.layer_idx)  # (B, H, Lk, D)
-    out, _ = posenc_attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor)  # (B, L, H, D)
+    out, _ = self._posenc_attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor)  # (B, L, H, D)
     out = self.dense(out.reshape(b, length, self.num_heads * self.head_dim))  # (B, L, C)
     out = nn.functional.dropout(out, p=self.hidden_dropout, training=self.training)
     return residual + out, None
@@ -47,7 +45,7 @@ def slopes(attention: nn.Module) -> torch.Tensor:
 
 
 def _family():
-    from posenc.interop.families import Family
+    from posenc.interop.families.record import Family
 
     return Family(rotary=None, layers="transformer.h", attention="self_attention", embeddings="word_embeddings",
                   forward=forward, positions="alibi", own_spec=own_spec, slopes=slopes)

@@ -87,11 +87,12 @@ def compare(rotary: nn.Module, ours: nn.Module, rope: nn.Module, layer_type: str
     return _describe(theirs, _tables(_call(ours, positions, layer_type, width)), rope)
 
 
-def check_rotary(name: str, rotary: nn.Module, config: Any) -> None:
+def check_rotary(name: str, rotary: nn.Module, config: Any, from_hf: Any, rope_layer_types: Any, wrapper: Any) -> None:
     """The model's ``rotary`` module against posenc's reading of ``config`` (``HFRotaryEmbedding``
     of ``from_hf``, one per layer type), at positions ``0..PROBE-1``; ValueError naming the family
-    (``name``) and what differs."""
-    from posenc.interop.hf import HFRotaryEmbedding, from_hf, rope_layer_types
+    (``name``) and what differs. ``from_hf``, ``rope_layer_types`` and ``wrapper``
+    (``HFRotaryEmbedding``) are ``posenc.interop.hf``'s, passed in (imports run one way)."""
+    HFRotaryEmbedding = wrapper  # noqa: N806
 
     text = getattr(config, "get_text_config", lambda: config)()
     present = getattr(text, "layer_types", None)  # the model's rotary holds the layer types its layers have
@@ -148,7 +149,7 @@ def _modeling_rotary(config: Any) -> nn.Module | None:
     return None
 
 
-def check_from_hf(config: Any, rope: nn.Module, layer_type: str | None) -> None:
+def check_from_hf(config: Any, rope: nn.Module, layer_type: str | None, wrapper: Any) -> None:
     """``HFRotaryEmbedding(rope)`` (``rope = from_hf(config)``) against the rotary class of the
     config's own modeling module, when ``config`` is a transformers config object (a dict has no
     modeling module: ``patch`` checks the model itself); ValueError naming the family if they differ."""
@@ -158,8 +159,7 @@ def check_from_hf(config: Any, rope: nn.Module, layer_type: str | None) -> None:
     rotary = _modeling_rotary(text)
     if rotary is None:
         return
-    from posenc.interop.hf import HFRotaryEmbedding
-
+    HFRotaryEmbedding = wrapper  # noqa: N806  (posenc.interop.hf's, passed in: imports run one way)
     sig = inspect.signature(rotary.forward).parameters
     if (layer_type is not None) != ("layer_type" in sig):
         return  # one table per layer type on one side only: from_config's business

@@ -22,8 +22,6 @@ def forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | 
     eager) and its scale ``1/sqrt(D)``. No rotary is applied (the scheme's positions are posenc's),
     and ``alibi`` is ``None`` (the decoder's ``use_alibi`` is off while patched). Falcon's rotary path
     applies no attention dropout; neither does this."""
-    from posenc.interop.patching import posenc_attention
-
     fused = self.query_key_value(hidden_states)  # (B, L, (H + 2 H_kv) D), or (B, L, 3 H D)
     b, length, _ = fused.shape
     if self.new_decoder_architecture:  # per key/value head g: its H / H_kv query heads, then its key, its value
@@ -35,13 +33,13 @@ def forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | 
     query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # (B, H or H_kv, L, D)
     if layer_past is not None:
         key, value = layer_past.update(key, value, self.layer_idx)  # (B, H_kv, Lk, D)
-    out, _ = posenc_attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor,
+    out, _ = self._posenc_attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor,
                               position_ids=position_ids)  # (B, L, H, D)
     return self.dense(out.reshape(b, length, self.num_heads * self.head_dim)), None
 
 
 def _family():
-    from posenc.interop.families import Family
+    from posenc.interop.families.record import Family
 
     return Family("transformer.rotary_emb", layers="transformer.h", attention="self_attention",
                   embeddings="word_embeddings", forward=forward, decoder_positions=("use_alibi",))

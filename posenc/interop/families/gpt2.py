@@ -43,7 +43,7 @@ def own_spec(config: Any) -> dict[str, Any]:
 
 
 def _family():
-    from posenc.interop.families import Family
+    from posenc.interop.families.record import Family
 
     return Family(rotary=None, layers="transformer.h", attention="attn", embeddings="wte", positions="learned",
                   table_attr="wpe", own_spec=own_spec)
