@@ -74,7 +74,7 @@ from torch import nn
 
 from posenc._validate import check_float, check_int
 from posenc.interop.hf_families import (  # noqa: F401  (HF_FAMILIES, HF_TABLES, HFFamily: public here too)
-    _GEMMA3_THETAS, HF_FAMILIES, HF_TABLES, HFFamily,
+    _GEMMA3_THETAS, FAMILIES, HF_FAMILIES, HF_TABLES, HFFamily,
 )
 from posenc.positions import text_positions
 
@@ -95,14 +95,10 @@ _REFUSED_KEYS = {
                             "that the rotary module cannot carry",  # a rope parameter
 }
 _ALIASES = {"su": "longrope", "mrope": "default"}  # early Phi-3's LongRoPE; Qwen2-VL's legacy "type"
-MROPE_DEFAULTS = {
-    "qwen2_vl": ([16, 24, 24], "chunked"),
-    "qwen2_5_vl": ([16, 24, 24], "chunked"),
-    "qwen3_vl": ([24, 20, 20], "interleaved"),
-    "qwen3_vl_moe": ([24, 20, 20], "interleaved"),
-}
+MROPE_DEFAULTS = {t: (list(f.mrope[0]), f.mrope[1]) for t, f in FAMILIES.items() if f.mrope is not None}
 """model type -> (sections, sections_layout) that transformers' text rotary class of that model
-uses when the config has no ``mrope_section`` (and whether it interleaves them)."""
+uses when the config has no ``mrope_section`` (and whether it interleaves them): the ``mrope``
+field of the family's record in ``posenc.interop.families.FAMILIES``."""
 _MISSING = object()
 
 def _get(config: Any, name: str, default: Any = None) -> Any:
@@ -466,6 +462,10 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
     """
     config, model_type = _text_config(config)
     family = _family(model_type)
+    row = FAMILIES.get(model_type)
+    if row is not None and row.positions != "rope":
+        raise ValueError(f"model type {model_type!r} has no RoPE (its own encoding: {row.positions}); "
+                         "hf_layer_specs(config) gives it as posenc specs")
     _check_top_level_keys(config)
     rp = _rope_parameters(config, layer_type, family)
     rope_type, row = _hf_rope_type(rp)
@@ -513,12 +513,22 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
 
     The module's ``hf_table`` names the table the family's rotary module returns (one of
     ``HF_TABLES``; None for a model type not in ``HF_FAMILIES``): ``HFRotaryEmbedding`` returns it.
+
+    A transformers config object (not a dict) is checked: the rotary class of its own modeling
+    module, built from it, is compared at a few positions with ``HFRotaryEmbedding(module)``
+    (``posenc.interop.families.check``); a difference (Cohere-style interleaved pairs read as
+    ``"half"``, another base or scaling) is a ValueError naming the family, never a silently
+    different model.
     """
     from posenc.registry import build
 
     module = build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
     family = _family(_text_config(config)[1])
     module.hf_table = family.table if family is not None else None
+    if layout is None:  # the family's own reading: checked against its modeling module's rotary
+        from posenc.interop.families.check import check_from_hf
+
+        check_from_hf(config, module, layer_type, HFRotaryEmbedding)
     return module
 
 
@@ -549,12 +559,18 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
 
     - ``layer_rope_theta`` (Granite SWA): layer ``i`` gets the rope with base ``layer_rope_theta[i]``,
       ``{"scheme": "nope"}`` where it is 0.
+    - a family without RoPE (its record's ``own_spec``): GPT-2's learned table as
+      ``{"scheme": "learned", "d_model": ..., "max_positions": ...}`` (``patch`` starts it from the
+      model's table), BLOOM's ALiBi as ``{"scheme": "alibi", "num_heads": ...}``.
 
     Masks (Gemma 3's sliding windows, Llama 4's chunked attention) stay the model's.
     """
     text, model_type = _text_config(config)
     family = _family(model_type)
     num_layers = check_int("num_hidden_layers", _get(text, "num_hidden_layers"), min=1)
+    row = FAMILIES.get(model_type)
+    if row is not None and row.own_spec is not None:  # no RoPE: GPT-2's learned table, BLOOM's ALiBi
+        return [row.own_spec(text) for _ in range(num_layers)]
     types = rope_layer_types(config)
     if types:
         by_type = {t: hf_rope_spec(config, layer_type=t, layout=layout) for t in types}

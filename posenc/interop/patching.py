@@ -63,9 +63,8 @@ model, patches it again and loads the posenc parameters from the checkpoint (saf
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,109 +76,26 @@ RECORD = "posenc"  # the config attribute that records a patch: {"layers": [spec
 PATTERN = "layers"  # {"scheme": "layers", "pattern": [...]}: a per-layer pattern, as the benchmark writes it
 
 
-@dataclasses.dataclass(frozen=True)
-class Family:
-    """Where a transformers family keeps its attention layers (attribute paths from the causal LM),
-    and why its attention cannot run posenc's, if it cannot (then only a rotary scheme on every
-    layer goes in, through its rotary module). Where its rotary module lives is
-    ``posenc.interop.HF_FAMILIES``'s (``from_hf``'s table), not repeated here."""
-
-    layers: str = "model.layers"
-    attention: str = "self_attn"
-    rotary_only: str | None = None  # the reason, for a family whose attention posenc's cannot stand in for
-    embeddings: str = "embed_tokens"  # the decoder's token embedding (an additive scheme is added to its output)
-    own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position
-    # effect of its own outside the rotary (Llama 4's NoPE query temperature): off while patched, the
-    # layer's posenc scheme (``nope_temperature`` from ``hf_layer_specs``) computes it instead
-    head_dim: tuple[str, ...] = ()  # config keys whose sum is the query/key head size, when not head_dim
-    rope_part: str | None = None  # config key of the rotary width at the end of each q/k head (MLA: [nope, rope])
-    # a term of the family's softmax that posenc.attention computes (softcap=, sinks=) and a content
-    # scheme takes only if it declares it: (config key that switches it on, or None if always on;
-    # what it is; posenc.attention's keyword for it). A scheme that does not take it (stick-breaking:
-    # no softmax for a sink; posenc.rowwise.check_takes) is refused on such a model rather than
-    # dropping the term.
-    softmax_term: tuple[str | None, str, str] | None = None
-    # the attention layers' forward while patched, for a family whose layers compute attention
-    # themselves and never call transformers' AttentionInterface (Falcon): it calls posenc_attention
-    # as the interface would, and the model keeps its attention implementation (and the mask it builds)
-    forward: Callable[..., Any] | None = None
-    # boolean attributes of the decoder (the module holding the rotary) that switch on a position
-    # encoding of the model's own in place of its rotary (Falcon's ALiBi, use_alibi): off while
-    # patched through the attention function, whose scheme replaces it
-    decoder_positions: tuple[str, ...] = ()
-
-
-def _falcon_forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | None,
-                    attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None = None,
-                    layer_past: Any = None, use_cache: bool = False, output_attentions: bool = False,
-                    position_embeddings: Any = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """``FalconAttention.forward`` through :func:`posenc_attention`: its fused ``query_key_value``
-    split into ``q [B, H, L, D]`` and ``k, v [B, H_kv, L, D]``, grouped heads as they are (the model's
-    own broadcasts a ``new_decoder_architecture`` layer's keys to every query head; here the cache
-    keeps ``H_kv`` heads), the cache updated, the model's mask (4D bool under SDPA, additive under
-    eager) and its scale ``1/sqrt(D)``. No rotary is applied (the scheme's positions are posenc's),
-    and ``alibi`` is ``None`` (the decoder's ``use_alibi`` is off while patched). Falcon's rotary path
-    applies no attention dropout; neither does this."""
-    fused = self.query_key_value(hidden_states)  # (B, L, (H + 2 H_kv) D), or (B, L, 3 H D)
-    b, length, _ = fused.shape
-    if self.new_decoder_architecture:  # per key/value head g: its H / H_kv query heads, then its key, its value
-        qkv = fused.view(b, length, self.num_kv_heads, self.num_heads // self.num_kv_heads + 2, self.head_dim)
-        query = qkv[:, :, :, :-2].flatten(2, 3)  # (B, L, H, D): head g·(H/H_kv) + j reads key/value head g
-        key, value = qkv[:, :, :, -2], qkv[:, :, :, -1]  # (B, L, H_kv, D)
-    else:  # multi-query (one key/value head) or one per query head
-        query, key, value = self._split_heads(fused)  # (B, L, H, D), (B, L, H_kv, D)
-    query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # (B, H or H_kv, L, D)
-    if layer_past is not None:
-        key, value = layer_past.update(key, value, self.layer_idx)  # (B, H_kv, Lk, D)
-    out, _ = posenc_attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor,
-                              position_ids=position_ids)  # (B, L, H, D)
-    return self.dense(out.reshape(b, length, self.num_heads * self.head_dim)), None
-
-
-_LLAMA = Family()
-FAMILIES: dict[str, Family] = {
-    **{t: _LLAMA for t in ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "granite", "gemma", "gemma3_text")},
-    "gpt_neox": Family("gpt_neox.layers", "attention", embeddings="embed_in"),
-    # its attention computes itself (torch's SDPA or eager), never through the AttentionInterface:
-    # its forward is replaced while patched; its ALiBi (alibi=True) gives way to the scheme
-    "falcon": Family("transformer.h", "self_attention", embeddings="word_embeddings", forward=_falcon_forward,
-                     decoder_positions=("use_alibi",)),
-    # the attention function passes Gemma 2's logit cap (softcap=) and GPT-OSS's sinks (s_aux=, the
-    # layer's sinks parameter) to posenc.attention's softcap= and sinks=
-    "gemma2": Family(softmax_term=("attn_logit_softcapping", "caps the logits (attn_logit_softcapping)",
-                                   "softcap")),
-    "gpt_oss": Family(softmax_term=(None, "adds a learned sink per head to the softmax (s_aux)", "sinks")),
-    "llama4_text": Family(own_positions=("attn_temperature_tuning",)),
-    **{t: Family("model.language_model.layers") for t in ("qwen2_vl", "qwen2_5_vl")},  # the text model's layers
-    "deepseek_v3": Family(head_dim=("qk_nope_head_dim", "qk_rope_head_dim"), rope_part="qk_rope_head_dim"),
-}
-"""model type -> :class:`Family`, the families ``patch`` knows (each tested in
-``tests/test_interop_patch.py``)."""
+from posenc.interop.families import FAMILIES, Family  # noqa: E402,F401  (the one table; Family: public here too)
 
 
 def family_of(model: nn.Module) -> tuple[str, Family]:
-    """``model``'s model type and row of ``FAMILIES``; ValueError naming its class if there is none."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type not in FAMILIES:
-        raise ValueError(f"posenc.interop.patch does not know the layout of {type(model).__name__} (model_type "
-                         f"{model_type!r}); known model types: {', '.join(FAMILIES)}")
-    return model_type, FAMILIES[model_type]
+    """``model``'s model type and :class:`Family` record, found from its structure (its row of
+    ``FAMILIES`` says what differs from the common pattern); ValueError naming its class and what
+    was not found when it fits neither."""
+    from posenc.interop.families.structure import find
+
+    return getattr(model.config, "model_type", None), find(model).family
 
 
-def _attr(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
+def _parts(model: nn.Module) -> tuple[Family, nn.Module, str | None, list[nn.Module]]:
+    """The family, the module that holds the rotary (the decoder), the rotary's attribute name (None:
+    the family has no RoPE), the attention layers: found from the model's structure."""
+    from posenc.interop.families.structure import find
 
-
-def _parts(model: nn.Module) -> tuple[Family, nn.Module, str, list[nn.Module]]:
-    """The family, the module that holds the rotary, the rotary's attribute name, the attention layers."""
-    from posenc.interop.hf_families import HF_FAMILIES
-
-    model_type, family = family_of(model)
-    path = HF_FAMILIES[model_type].rotary if model_type in HF_FAMILIES else "model.rotary_emb"  # Llama-style
-    owner, _, name = path.rpartition(".")
-    return family, _attr(model, owner), name, [_attr(layer, family.attention) for layer in _attr(model, family.layers)]
+    original = getattr(model, "_posenc_original", None)
+    parts = original["parts"] if original is not None else find(model)  # patched: as patch found them
+    return parts.family, parts.decoder, parts.rotary, parts.attentions
 
 
 def _text(config: Any) -> Any:
@@ -246,16 +162,15 @@ class _NeutralRotary(nn.Module):
         return torch.ones_like(cos), torch.zeros_like(sin)
 
 
-def _fits_rotary_module(pe: nn.Module | None, config: Any) -> bool:
+def _fits_rotary_module(pe: nn.Module | None, own_specs: list[dict[str, Any]]) -> bool:
     """Whether the model's own attention computes ``pe`` when its rotary module returns ``pe``'s table:
-    a ``rope``/``mrope`` rotating the pairs the model rotates (its layout) over its rotary width.
-    Another rotary (``"rope"`` with ``layout="half"`` on Llama 4, which rotates pairs (2i, 2i+1))
-    runs through the attention function, where posenc applies it."""
+    a ``rope``/``mrope`` rotating the pairs the model rotates (its layout, ``own_specs``: the
+    model's own encoding, checked against its rotary) over its rotary width. Another rotary
+    (``"rope"`` with ``layout="half"`` on Llama 4, which rotates pairs (2i, 2i+1)) runs through the
+    attention function, where posenc applies it."""
     if getattr(pe, "kind", None) != "rotary" or getattr(pe, "name", None) not in ("rope", "mrope"):
         return False
-    from posenc.interop.hf import hf_layer_specs
-
-    own = next((s for s in hf_layer_specs(config) if s["scheme"] in ("rope", "mrope")), None)
+    own = next((s for s in own_specs if s["scheme"] in ("rope", "mrope")), None)
     if own is None or pe.spec.get("axes", 1) != 1:
         return False
     width = pe.spec.get("rotary_dim") or pe.spec["head_dim"]
@@ -267,10 +182,8 @@ def _fits_rotary_module(pe: nn.Module | None, config: Any) -> bool:
 
 
 def _interleaved(config: Any) -> bool:
-    """Whether the model rotates pairs (2i, 2i+1) (``HF_FAMILIES``' layout and interleave key)."""
-    from posenc.interop.hf_families import HF_FAMILIES
-
-    row = HF_FAMILIES.get(config.model_type)
+    """Whether the model rotates pairs (2i, 2i+1) (its family's layout and interleave key)."""
+    row = FAMILIES.get(config.model_type)
     if row is None:
         return False
     if row.interleave_key is not None:
@@ -434,14 +347,105 @@ def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
     module.__dict__["_posenc_input"] = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
 
 
+def _build_modules(pe: Any, model: nn.Module, family: Family, n: int, layers: Sequence[int] | None) -> list:
+    """One module per layer: ``pe``'s (shared where the entry is shared, or an additive spec repeated),
+    None for a layer not in ``layers``."""
+    chosen = list(range(n)) if layers is None else list(layers)
+    for i in chosen:
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
+            raise ValueError(f"layers must hold layer indices in 0..{n - 1}, got {i!r}")
+    entries = _entries(pe, n) if layers is None else _entries(pe, len(chosen))
+    modules: list[nn.Module | None] = [None] * n
+    built: dict[int, nn.Module] = {}  # one module per distinct entry object: a shared spec shares its module
+    for i, entry in zip(chosen, entries):
+        modules[i] = built.setdefault(id(entry), _module(entry, model.config, family))
+    if all(getattr(m, "kind", None) == "additive" for m in modules) and len({json.dumps(m.spec, sort_keys=True)
+                                                                           for m in modules}) == 1:
+        modules = [modules[0]] * n  # one table on the embeddings: hf_layer_specs' n equal learned specs
+    return modules
+
+
+def _check_terms(model: nn.Module, family: Family, modules: list) -> None:
+    """A softmax term the family's attention has (Gemma 2's cap, GPT-OSS's sinks) that a content scheme
+    cannot take, and value embeddings of another size than MLA's values, refused."""
+    unique = list({id(m): m for m in modules if m is not None}.values())
+    v_head_dim = getattr(model.config, "v_head_dim", None)  # MLA: values of another size than q/k
+    term = family.softmax_term
+    if term is not None and (term[0] is None or getattr(model.config, term[0], None) is not None):
+        from posenc.rowwise import check_takes
+
+        for m in unique:
+            if getattr(m, "kind", None) == "content":
+                try:
+                    check_takes(m, **{term[2]: True})
+                except ValueError as err:
+                    raise ValueError(f"{type(model).__name__}'s attention {term[1]}, but {err}: a content scheme "
+                                     "owns its attention; use another scheme") from None
+    for m in unique:
+        if getattr(m, "value_term", None) is not None and v_head_dim is not None and v_head_dim != m.head_dim:
+            raise ValueError(f"pe {m.name!r} adds value embeddings of head_dim={m.head_dim} to the output, but "
+                             f"{type(model).__name__}'s values have v_head_dim={v_head_dim}: give a scheme without a "
+                             "value term (transformer_xl, deberta, a bias scheme)")
+
+
+def _own_specs(model: nn.Module, parts: Any, needed: bool) -> list[dict[str, Any]] | None:
+    """The model's own encoding as posenc specs, one per layer (``hf_layer_specs``), checked against
+    the model's own rotary (or table, or slopes) first; None when posenc cannot read the config and
+    no layer needs it (every layer takes ``pe``; the rotary is neutralised, checked by ``check_neutral``)."""
+    from posenc.interop.families import check
+    from posenc.interop.hf import hf_layer_specs
+
+    try:
+        specs = hf_layer_specs(model.config)
+    except ValueError:
+        if needed:
+            raise
+        return None
+    if parts.rotary is not None:
+        from posenc.interop.hf import HFRotaryEmbedding, from_hf, rope_layer_types
+
+        check.check_rotary(parts.name, getattr(parts.decoder, parts.rotary), model.config, from_hf, rope_layer_types,
+                           HFRotaryEmbedding)
+    elif parts.family.own_spec is not None:
+        check.check_own(parts.name, parts.family, parts.decoder, parts.attentions, model.config)
+    return specs
+
+
+def _probe_table(rotary: nn.Module, config: Any) -> Any:
+    """The model's rotary output at positions ``0..PROBE-1`` (its first layer type's, if it takes one)."""
+    import inspect
+
+    from posenc.interop.families.check import PROBE
+
+    text = _text(config)
+    layer_type = None
+    if "layer_type" in inspect.signature(rotary.forward).parameters:
+        layer_type = (getattr(text, "layer_types", None) or [None])[0]
+    head_dim = _sizes(config, Family())["head_dim"]
+    x = torch.zeros(1, 1, PROBE, head_dim)
+    with torch.no_grad():
+        args = (x, torch.arange(PROBE).unsqueeze(0)) + ((layer_type,) if layer_type is not None else ())
+        return rotary(*args)
+
+
+def _start_from_own_table(modules: list, parts: Any) -> None:
+    """A ``learned`` module (built from a spec) of the size of the model's own table starts from it."""
+    table = getattr(parts.decoder, parts.family.table_attr).weight  # (N, C)
+    for m in {id(m): m for m in modules}.values():
+        if getattr(m, "name", None) == "learned" and tuple(m.weight.shape) == tuple(table.shape):
+            with torch.no_grad():
+                m.weight.copy_(table)
+
+
 def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> nn.Module:
     """Puts ``pe`` into the transformers causal LM ``model`` (in place) and returns it.
 
     Args:
-        model: a model of a family in ``FAMILIES`` (``LlamaForCausalLM``, Qwen2/3, Mistral, Phi-3,
-            Gemma, Gemma 2, Gemma 3, GPT-NeoX, Falcon, GPT-OSS, Llama 4, DeepSeek-V3, Qwen2-VL,
-            Qwen2.5-VL, ...; GPT-OSS, whose sinks need a softmax, takes every scheme but
-            stick-breaking); another is refused with its class named.
+        model: a transformers causal LM whose decoder posenc finds from its structure
+            (``posenc.interop.families``: Llama, Qwen2/3, Mistral, Phi-3, Gemma 1-3, GPT-NeoX, Falcon,
+            GPT-OSS, Llama 4, DeepSeek-V3, Qwen2-VL, Cohere 2, GPT-2, BLOOM and the other families
+            built like them; GPT-OSS, whose sinks need a softmax, takes every scheme but
+            stick-breaking); another is refused with its class named and what was not found.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
             pattern (a list of those, or ``{"scheme": "layers", "pattern": [...]}``) that repeats
@@ -452,92 +456,49 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     Returns:
         ``model``, patched; ``unpatch(model)`` restores it. A patched model is patched again
         from its original state.
+
+    Raises:
+        ValueError: the model's own rotary (or table, or ALiBi slopes) differs from posenc's reading
+            of its config (checked at a few positions before anything is replaced), naming the family
+            and the difference; a family posenc cannot find the parts of.
     """
+    from posenc.interop.families.structure import find
+
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a transformers model (torch.nn.Module), got {type(model).__name__}")
-    family, base, rotary, attentions = _parts(model)
+    parts = find(model)
+    family, base, rotary, attentions = parts.family, parts.decoder, parts.rotary, parts.attentions
     if getattr(model, "_posenc_original", None) is not None:
         unpatch(model)
     n = len(attentions)
-    chosen = list(range(n)) if layers is None else list(layers)
-    for i in chosen:
-        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
-            raise ValueError(f"layers must hold layer indices in 0..{n - 1}, got {i!r}")
-    entries = _entries(pe, n) if layers is None else _entries(pe, len(chosen))
-    modules: list[nn.Module | None] = [None] * n
-    built: dict[int, nn.Module] = {}  # one module per distinct entry object: a shared spec shares its module
-    for i, entry in zip(chosen, entries):
-        modules[i] = built.setdefault(id(entry), _module(entry, model.config, family))
-    v_head_dim = getattr(model.config, "v_head_dim", None)  # MLA: values of another size than q/k
-    term = family.softmax_term
-    if term is not None and (term[0] is None or getattr(model.config, term[0], None) is not None):
-        from posenc.rowwise import check_takes
-
-        for m in built.values():
-            if getattr(m, "kind", None) == "content":
-                try:
-                    check_takes(m, **{term[2]: True})
-                except ValueError as err:
-                    raise ValueError(f"{type(model).__name__}'s attention {term[1]}, but {err}: a content scheme "
-                                     "owns its attention; use another scheme") from None
-    for m in built.values():
-        if getattr(m, "value_term", None) is not None and v_head_dim is not None and v_head_dim != m.head_dim:
-            raise ValueError(f"pe {m.name!r} adds value embeddings of head_dim={m.head_dim} to the output, but "
-                             f"{type(model).__name__}'s values have v_head_dim={v_head_dim}: give a scheme without a "
-                             "value term (transformer_xl, deberta, a bias scheme)")
+    modules = _build_modules(pe, model, family, n, layers)
+    _check_terms(model, family, modules)
+    own = _own_specs(model, parts, needed=any(m is None for m in modules))
     if any(m is None for m in modules):  # the model's own encoding, layer by layer (Gemma 3's two bases)
         import posenc
-        from posenc.interop.hf import hf_layer_specs
 
-        own = {}
-        for i, spec in enumerate(hf_layer_specs(model.config)):
+        built_own: dict[str, nn.Module] = {}
+        for i, spec in enumerate(own):
             if modules[i] is None:
-                key = json.dumps(spec, sort_keys=True)
-                modules[i] = own.setdefault(key, posenc.build(spec))
-    original = {"rotary": getattr(base, rotary), "attn": _implementations(model.config), "hooks": []}
+                modules[i] = built_own.setdefault(json.dumps(spec, sort_keys=True), posenc.build(spec))
+    original = {"rotary": None if rotary is None else getattr(base, rotary), "attn": _implementations(model.config),
+                "hooks": [], "parts": parts}
     first = modules[0]
     additive = [m for m in modules if getattr(m, "kind", None) == "additive"]
     if additive and (len(additive) != n or any(m is not first for m in modules)):
         raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
                          "layer, alone (not in a per-layer pattern or with layers=)")
+    if family.positions == "learned":
+        _start_from_own_table(modules, parts)
     own_on = any(getattr(base, name) for name in family.decoder_positions)  # Falcon's ALiBi: no rotary to replace
-    if all(m is first for m in modules) and not own_on and _fits_rotary_module(first, model.config):
+    if (rotary is not None and own is not None and all(m is first for m in modules) and not own_on
+            and _fits_rotary_module(first, own)):
         from posenc.interop.hf import HFRotaryEmbedding
-        from posenc.interop.hf_families import HF_FAMILIES
 
-        row = HF_FAMILIES.get(model.config.model_type)
+        row = FAMILIES.get(model.config.model_type)
         setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table))
     else:
-        if family.rotary_only:
-            raise ValueError(f"{type(model).__name__} takes only one rotary scheme on every layer (through its rotary "
-                             f"module): {family.rotary_only}")
-        _register()
-        neutral = _NeutralRotary(original["rotary"])
-        setattr(base, rotary, neutral)
-        hooks = original["hooks"]
-        if additive:
-            hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, family.embeddings), with_kwargs=True))
-        unique = list({id(m): m for m in modules}.values())
-        base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
-        original["own"] = [{name: getattr(attention, name) for name in family.own_positions} for attention in attentions]
-        original["decoder"] = {name: getattr(base, name) for name in family.decoder_positions}
-        for name in family.decoder_positions:
-            setattr(base, name, False)
-        for attention, module in zip(attentions, modules):
-            attention.__dict__["posenc_pe"] = None if additive else module  # a reference, not a submodule
-            attention.__dict__["_posenc_rotary"] = neutral
-            if family.rope_part is not None:
-                attention.__dict__["_posenc_rope_part"] = (getattr(model.config, family.rope_part), _interleaved(model.config))
-            for name in family.own_positions:
-                setattr(attention, name, False)
-            if family.forward is not None:  # an instance attribute: nn.Module.__call__ (and its hooks) call it
-                attention.forward = family.forward.__get__(attention)
-            if getattr(module, "reads_hidden", False):
-                hooks.append(attention.register_forward_pre_hook(_keep_input, with_kwargs=True))
-        text = "text_config" in original["attn"]  # a vision-language model: its text model only (not its vision tower)
-        if family.forward is None:  # else the model's attention implementation stays (it builds the mask)
-            model.set_attn_implementation({**original["attn"], "": ATTENTION, "text_config": ATTENTION} if text
-                                          else ATTENTION)
+        _through_attention(model, parts, modules, original, additive)
     model._posenc_original = original
     unique = list({id(m): m for m in modules}.values())
     setattr(model.config, RECORD, {"modules": [m.spec for m in unique],
@@ -545,19 +506,90 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
     return model
 
 
+class _Positions:
+    """The ``position_ids`` of the decoder's current call (a family without a rotary module to
+    record them: GPT-2, BLOOM), read by the attention function as a neutral rotary's."""
+
+    position_ids: torch.Tensor | None = None
+
+    def hook(self, decoder: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.position_ids = kwargs.get("position_ids")
+
+
+def _through_attention(model: nn.Module, parts: Any, modules: list, original: dict, additive: list) -> None:
+    """Every layer's scheme through the attention function: the model's rotary neutralised (its
+    learned table zeroed), each attention layer holding its scheme."""
+    from posenc.interop.families import check
+    from posenc.interop.families.structure import apply_function
+
+    family, base, rotary, attentions = parts.family, parts.decoder, parts.rotary, parts.attentions
+    first = modules[0]
+    if family.rotary_only:
+        raise ValueError(f"{type(model).__name__} takes only one rotary scheme on every layer (through its rotary "
+                         f"module): {family.rotary_only}")
+    hooks = original["hooks"]
+    if rotary is not None:
+        if model.config.model_type not in FAMILIES:  # found from structure alone (a row's apply is its tests')
+            sizes = _sizes(model.config, family)
+            check.check_neutral(parts.name, apply_function(attentions[0]), _probe_table(original["rotary"], model.config),
+                                sizes["num_heads"], sizes["head_dim"])
+        _register()
+        neutral = _NeutralRotary(original["rotary"])
+        setattr(base, rotary, neutral)
+    else:
+        _register()
+        neutral = _Positions()
+        hooks.append(base.register_forward_pre_hook(neutral.hook, with_kwargs=True))
+    if family.table_attr is not None:  # GPT-2's learned table: adds zeros while patched
+        from posenc.interop.families.gpt2 import ZeroTable
+
+        original["table"] = getattr(base, family.table_attr)
+        setattr(base, family.table_attr, ZeroTable(original["table"]))
+    if additive:
+        hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, parts.embeddings), with_kwargs=True))
+    unique = list({id(m): m for m in modules}.values())
+    base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
+    original["own"] = [{name: getattr(attention, name) for name in family.own_positions} for attention in attentions]
+    original["decoder"] = {name: getattr(base, name) for name in family.decoder_positions}
+    for name in family.decoder_positions:
+        setattr(base, name, False)
+    for attention, module in zip(attentions, modules):
+        attention.__dict__["posenc_pe"] = None if additive else module  # a reference, not a submodule
+        attention.__dict__["_posenc_rotary"] = neutral
+        attention.__dict__["_posenc_attention"] = posenc_attention  # a family's forward calls it (Falcon, BLOOM)
+        if family.rope_part is not None:
+            attention.__dict__["_posenc_rope_part"] = (getattr(model.config, family.rope_part),
+                                                       _interleaved(model.config))
+        for name in family.own_positions:
+            setattr(attention, name, False)
+        if family.forward is not None:  # an instance attribute: nn.Module.__call__ (and its hooks) call it
+            attention.forward = family.forward.__get__(attention)
+        if getattr(module, "reads_hidden", False):
+            hooks.append(attention.register_forward_pre_hook(_keep_input, with_kwargs=True))
+    text = "text_config" in original["attn"]  # a vision-language model: its text model only (not its vision tower)
+    if family.forward is None:  # else the model's attention implementation stays (it builds the mask)
+        model.set_attn_implementation({**original["attn"], "": ATTENTION, "text_config": ATTENTION} if text
+                                      else ATTENTION)
+
+
 def unpatch(model: nn.Module) -> nn.Module:
-    """Restores a model that ``patch`` changed (its rotary, attention implementation and layers)."""
+    """Restores a model that ``patch`` changed (its rotary or learned table, attention implementation
+    and layers)."""
     original = getattr(model, "_posenc_original", None)
     if original is None:
         raise ValueError(f"{type(model).__name__} is not patched by posenc.interop.patch")
-    family, base, rotary, attentions = _parts(model)
-    setattr(base, rotary, original["rotary"])
+    parts = original["parts"]  # as patch found them (the rotary it replaced is no longer there to find)
+    family, base, rotary, attentions = parts.family, parts.decoder, parts.rotary, parts.attentions
+    if rotary is not None:
+        setattr(base, rotary, original["rotary"])
+    if "table" in original:
+        setattr(base, family.table_attr, original["table"])
     for hook in original.get("hooks", ()):
         hook.remove()
     base._modules.pop("posenc_modules", None)
     for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
         for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input", "_posenc_rotary",
-                     "_posenc_rope_part", "forward"):  # forward: the family's, an instance attribute
+                     "_posenc_rope_part", "_posenc_attention", "forward"):  # forward: the family's, an instance attribute
             attention.__dict__.pop(name, None)
         for name, value in own.items():
             setattr(attention, name, value)

@@ -1,0 +1,102 @@
+"""transformers families: what posenc needs to know about a model family, as ONE table of
+:class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
+(``falcon.py``, ``gpt2.py``, ``bloom.py``).
+
+**Found from structure.** ``posenc.interop.patch`` needs no row for a model whose decoder follows
+transformers' common pattern (``structure.find``): a ``ModuleList`` of decoder layers, each with an
+attention module that calls transformers' attention interface (``ALL_ATTENTION_FUNCTIONS``), a
+rotary module beside the layers called with ``position_ids`` and returning ``(cos, sin)``, and an
+``apply_rotary_pos_emb`` in the family's modeling module. Llama, Mistral, Qwen 2/3, OLMo, Granite,
+SmolLM3, Cohere 2 and a hundred others are found that way. What differs from the pattern is a
+field of the family's record:
+
+- where its rotary, layers and attention live, when not where the structure search looks
+  (``rotary``, ``layers``, ``attention``);
+- what its rotary module returns (``table``, one of ``HF_TABLES``) and which pairs its attention
+  rotates (``layout``, ``interleave_key``): Cohere's interleaved pairs, GPT-OSS's half-width table,
+  Llama 4's complex ``freqs_cis``, DeepSeek-V3's ``rope_interleave``;
+- config defaults the config leaves out (``partial_rotary_factor``, Gemma 3's legacy per-layer
+  bases ``layer_thetas``, Llama 4's ``nope_temperature``, multimodal RoPE's ``mrope``: the sections
+  and their layout transformers' rotary class falls back to);
+- multi-head latent attention (``head_dim``, ``rope_part``), a softmax term (``softmax_term``),
+  an attention that bypasses the interface (``forward``: Falcon, BLOOM), position effects of the
+  model's own outside its rotary (``own_positions``, ``decoder_positions``);
+- the model's own encoding when it has no RoPE (``positions``: ``"learned"`` with the decoder's
+  table ``table_attr``, GPT-2; ``"alibi"``, BLOOM).
+
+``posenc.from_hf`` reads a config by its model type (a config dict has no modules to look at):
+a model type without a row is read as a Llama-style config, layout ``"half"``, and the drop-in
+``HFRotaryEmbedding(posenc.from_hf(config))`` of a config object is checked against the family's
+own rotary class (``check.check_from_hf``), so a family that pairs dimensions otherwise is refused
+by name rather than run wrong.
+
+Checked against transformers 5.24's modeling files: ``Gemma3RotaryEmbedding.forward(x,
+position_ids, layer_type)`` (one module, one table per layer type); ``GptOssRotaryEmbedding``
+returns ``cos, sin`` of ``[B, L, D/2]``; ``Llama4TextRotaryEmbedding`` returns the complex
+``freqs_cis`` of ``[B, L, D/2]`` applied to ``view_as_complex`` pairs (2i, 2i+1);
+``DeepseekV3`` reads the first half of ``cat(freqs, freqs)`` and rotates pairs (2i, 2i+1) when
+``rope_interleave``; ``CohereRotaryEmbedding`` (and Cohere 2's) repeats each entry twice.
+tests/test_hf_families.py builds each family and checks the row; tests/test_hf_walk.py walks every
+causal LM the installed transformers registers.
+"""
+
+from __future__ import annotations
+
+
+from posenc.interop.families.record import _GEMMA3_THETAS, HF_TABLES, POSITIONS, Family  # noqa: E402,F401
+
+
+def _families() -> dict[str, Family]:
+    from posenc.interop.families import bloom, falcon, gpt2
+
+    llama = Family()
+    qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
+                     layers="model.language_model.layers")  # the text model's layers, not the vision tower's
+    qwen3_vl = Family("model.language_model.rotary_emb", mrope=((24, 20, 20), "interleaved"),
+                      layers="model.language_model.layers")
+    cohere = Family(table="interleaved", layout="interleaved")
+    llama4 = dict(table="complex", layout="interleaved", nope_temperature=True, own_positions=("attn_temperature_tuning",))
+    return {
+        # the common pattern, kept as rows because the tests name them (patch needs no row for them)
+        **{t: llama for t in ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "granite", "gemma")},
+        # the logit cap (softcap=) and GPT-OSS's sinks (s_aux=, the layer's sinks parameter) go to
+        # posenc.attention's softcap= and sinks=
+        "gemma2": Family(softmax_term=("attn_logit_softcapping", "caps the logits (attn_logit_softcapping)",
+                                       "softcap")),
+        "gpt_oss": Family(table="half_width",
+                          softmax_term=(None, "adds a learned sink per head to the softmax (s_aux)", "sinks")),
+        # pairs (2i, 2i+1): cos/sin repeat_interleave'd, and their own rotate_half
+        **{t: cohere for t in ("cohere", "cohere2", "cohere2_moe")},
+        # GPT-J, CodeGen: (sin, cos) of half the rotated width, pairs (2i, 2i+1)
+        **{t: Family("transformer.rotary_emb", table="sin_cos_half_width", layout="interleaved")
+           for t in ("gptj", "codegen")},
+        "gemma3_text": Family(layer_thetas=_GEMMA3_THETAS),
+        "gemma3": Family("model.language_model.rotary_emb", layer_thetas=_GEMMA3_THETAS,
+                         layers="model.language_model.layers"),
+        "gpt_neox": Family("gpt_neox.rotary_emb", partial_rotary_factor=0.25, embeddings="embed_in"),
+        "falcon": falcon._family(),
+        "llama4_text": Family(**llama4),
+        "llama4": Family("language_model.model.rotary_emb", **llama4),
+        "deepseek_v3": Family(interleave_key="rope_interleave", head_dim=("qk_nope_head_dim", "qk_rope_head_dim"),
+                              rope_part="qk_rope_head_dim"),
+        **{t: qwen_vl for t in ("qwen2_vl", "qwen2_5_vl")},
+        **{t: qwen3_vl for t in ("qwen3_vl", "qwen3_vl_moe")},
+        # no RoPE: a learned table (the table stops being added while patched) or ALiBi (off while patched)
+        "gpt2": gpt2._family(),
+        "bloom": bloom._family(),
+    }
+
+
+FAMILIES: dict[str, Family] = _families()
+"""model type -> :class:`Family`: the one table of what differs from transformers' common
+pattern (a composite vision-language type names its text model's rotary and layers)."""
+
+COMMON = Family(rotary=None)
+"""The record of a model found from structure alone (no row)."""
+
+
+def family_row(model_type: str | None) -> Family | None:
+    """The row of ``model_type``, or of its text model (``gemma3_text`` of ``gemma3``), or None."""
+    if not isinstance(model_type, str):
+        return None
+    return FAMILIES.get(model_type)

@@ -1,0 +1,74 @@
+"""The :class:`Family` record (what differs in a transformers family from the common pattern) and
+the names its fields take; the table of records is ``posenc.interop.families.FAMILIES``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+HF_TABLES = ("rotate_half", "interleaved", "half_width", "complex", "sin_cos_half_width")
+"""What a transformers rotary module returns, each ``[B, L, ...]`` with the attention factor applied:
+``rotate_half``: ``cos, sin = cat(c, c)`` (Llama and most); ``interleaved``: each entry repeated
+twice, ``c0 c0 c1 c1 ...`` (Cohere); ``half_width``: ``cos, sin = c`` (GPT-OSS); ``complex``: one
+complex tensor ``c + i·s`` (Llama 4's ``freqs_cis``), each ``[B, L, rotary_dim/2]``;
+``sin_cos_half_width``: ``sin, cos = s, c`` in that order (GPT-J, CodeGen)."""
+
+POSITIONS = ("rope", "learned", "alibi")
+"""A family's own position encoding: RoPE through a rotary module, a learned absolute table added
+to the token embeddings, ALiBi biases built by the decoder."""
+
+_GEMMA3_THETAS = {"sliding_attention": ("rope_local_base_freq", 10000.0), "full_attention": ("rope_theta", 1e6)}
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs in a transformers family from the common pattern (every field's default is the
+    pattern: a Llama-style decoder found from its structure)."""
+
+    # where the rotary module lives (attribute path from the *ForCausalLM or ...ForConditionalGeneration);
+    # None: found from structure (a *RotaryEmbedding beside the decoder layers), or none (no RoPE)
+    rotary: str | None = "model.rotary_emb"
+    table: str = "rotate_half"  # what that module returns: one of HF_TABLES
+    layout: str = "half"  # the pairs its attention rotates ("half": (i, i + d/2); "interleaved": (2i, 2i+1))
+    interleave_key: str | None = None  # a boolean config key that switches the layout to interleaved (default true)
+    partial_rotary_factor: float = 1.0  # when the config gives none
+    layer_thetas: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # legacy per-layer-type bases:
+    # layer type -> (top-level config key, default), for config.json files without nested rope_parameters
+    nope_temperature: bool = False  # default of attn_temperature_tuning in the layers no_rope_layers turns off
+    # multimodal RoPE: (sections, sections_layout) transformers' text rotary class uses when the config
+    # has no mrope_section (and whether it interleaves them)
+    mrope: tuple[tuple[int, ...], str] | None = None
+    # -- patch: where the layers are (None: found from structure) and how they compute attention
+    layers: str | None = None  # attribute path of the decoder layers' ModuleList
+    attention: str | None = None  # attribute of a decoder layer holding its attention module
+    rotary_only: str | None = None  # the reason, for a family whose attention posenc's cannot stand in for
+    embeddings: str | None = None  # the decoder's token embedding (None: the model's get_input_embeddings())
+    own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position
+    # effect of its own outside the rotary (Llama 4's NoPE query temperature): off while patched, the
+    # layer's posenc scheme (``nope_temperature`` from ``hf_layer_specs``) computes it instead
+    head_dim: tuple[str, ...] = ()  # config keys whose sum is the query/key head size, when not head_dim
+    rope_part: str | None = None  # config key of the rotary width at the end of each q/k head (MLA: [nope, rope])
+    # a term of the family's softmax that posenc.attention computes (softcap=, sinks=) and a content
+    # scheme takes only if it declares it: (config key that switches it on, or None if always on;
+    # what it is; posenc.attention's keyword for it). A scheme that does not take it (stick-breaking:
+    # no softmax for a sink; posenc.rowwise.check_takes) is refused on such a model rather than
+    # dropping the term.
+    softmax_term: tuple[str | None, str, str] | None = None
+    # the attention layers' forward while patched, for a family whose layers compute attention
+    # themselves and never call transformers' AttentionInterface (Falcon, BLOOM): it calls
+    # posenc_attention as the interface would, and the model keeps its attention implementation
+    # (and the mask it builds)
+    forward: Callable[..., Any] | None = None
+    # boolean attributes of the decoder (the module holding the rotary) that switch on a position
+    # encoding of the model's own in place of its rotary (Falcon's ALiBi, use_alibi): off while
+    # patched through the attention function, whose scheme replaces it
+    decoder_positions: tuple[str, ...] = ()
+    positions: str = "rope"  # the family's own encoding: one of POSITIONS
+    table_attr: str | None = None  # "learned": the decoder's attribute holding the table (GPT-2's wpe)
+    # "learned"/"alibi": config -> the posenc spec of the family's own encoding on every layer
+    own_spec: Callable[[Any], dict[str, Any]] | None = None
+    # "alibi": module -> the model's slopes [H] (compared with posenc's before patching)
+    slopes: Callable[[Any], Any] | None = None
+
+

@@ -1,0 +1,155 @@
+"""A transformers causal LM's parts, found from its modules and its modeling module, never from its
+name: the decoder layers, their attention modules, the rotary module beside them, the token
+embeddings. A family's :class:`~posenc.interop.families.Family` row (``FAMILIES``) says only what
+differs from the common pattern; a model that fits neither is refused naming its class and what
+was not found (:func:`find`).
+
+The common pattern (transformers' Llama and the families generated from it):
+
+- a ``ModuleList`` of ``num_hidden_layers`` decoder layers (outside any vision tower), each with
+  one attention module (a child whose class name ends in ``Attention``);
+- the attention's ``forward`` calls transformers' attention interface (``ALL_ATTENTION_FUNCTIONS``),
+  so posenc's attention function can stand in for it;
+- for RoPE, a rotary module beside the layers (a child of their decoder whose class name ends in
+  ``RotaryEmbedding``) called with ``position_ids``, and an ``apply_rotary_pos_emb`` in the
+  attention's modeling module (checked, with the tables, by ``check``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+from typing import Any
+
+from torch import nn
+
+from posenc.interop.families import COMMON, Family, family_row
+
+_ATTENTION_NAMES = ("self_attn", "self_attention", "attention", "attn")  # tried first, in this order
+_TOWERS = ("vision", "visual", "audio", "image", "speech")  # a module path holding one of these is not the text model
+
+
+@dataclasses.dataclass
+class Parts:
+    """Where ``patch`` works on a model: its family record, the decoder (the module holding the
+    layers and the rotary), the rotary's attribute on it (None: no rotary module), each layer's
+    attention module, the token embeddings' attribute on the decoder."""
+
+    family: Family
+    name: str  # the model's class and model type, for messages
+    decoder: nn.Module
+    rotary: str | None
+    attentions: list[nn.Module]
+    embeddings: str
+
+
+def _attr(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _text(config: Any) -> Any:
+    get = getattr(config, "get_text_config", None)
+    return config if get is None else get()
+
+
+def _attention_of(layer: nn.Module, name: str | None) -> tuple[str, nn.Module] | None:
+    if name is not None:
+        return (name, getattr(layer, name)) if isinstance(getattr(layer, name, None), nn.Module) else None
+    for attr in _ATTENTION_NAMES:
+        child = getattr(layer, attr, None)
+        if isinstance(child, nn.Module) and type(child).__name__.endswith("Attention"):
+            return attr, child
+    found = [(n, c) for n, c in layer.named_children() if type(c).__name__.endswith("Attention")]
+    return found[0] if len(found) == 1 else None
+
+
+def _find_layers(model: nn.Module, family: Family, n: int | None, name: str) -> tuple[str, nn.ModuleList]:
+    if family.layers is not None:
+        return family.layers, _attr(model, family.layers)
+    lists = [(path, m) for path, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) > 0
+             and (n is None or len(m) == n) and not any(t in path.lower() for t in _TOWERS)]
+    lists = [(p, m) for p, m in lists if _attention_of(m[0], family.attention) is not None]
+    if not lists:
+        raise ValueError(f"posenc.interop.patch cannot find the decoder layers of {name}: no ModuleList of "
+                         f"num_hidden_layers={n} layers whose first holds an attention module (a child named "
+                         f"{'/'.join(_ATTENTION_NAMES)} or a class ending in 'Attention')")
+    return lists[0]
+
+
+def _calls_interface(attention: nn.Module) -> bool:
+    try:
+        source = inspect.getsource(type(attention).forward)
+    except (OSError, TypeError):
+        return False
+    return "ALL_ATTENTION_FUNCTIONS" in source
+
+
+def find(model: nn.Module) -> Parts:
+    """``model``'s :class:`Parts`; ValueError naming its class and what was not found."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    name = f"{type(model).__name__} (model_type {model_type!r})"
+    family = family_row(model_type) or COMMON
+    text = _text(config) if config is not None else None
+    n = getattr(text, "num_hidden_layers", None)
+    path, layers = _find_layers(model, family, n if family.layers is None else None, name)
+    attentions = []
+    for i, layer in enumerate(layers):
+        found = _attention_of(layer, family.attention)
+        if found is None:
+            raise ValueError(f"posenc.interop.patch: layer {i} of {name} ({type(layer).__name__}) has no attention "
+                             "module (a hybrid of attention and state-space or recurrent layers is not supported)")
+        attentions.append(found[1])
+    if family.forward is None:
+        for attention in {type(a): a for a in attentions}.values():
+            if not _calls_interface(attention):
+                raise ValueError(f"posenc.interop.patch: {name}'s attention ({type(attention).__name__}.forward) "
+                                 "does not call transformers' attention interface (ALL_ATTENTION_FUNCTIONS) and "
+                                 "its family has no forward of posenc's (Family.forward)")
+    decoder = _attr(model, path.rpartition(".")[0]) if "." in path else model
+    rotary = _find_rotary(model, family, decoder, name)
+    if family is COMMON and rotary[1] is not None and apply_function(attentions[0]) is None:
+        raise ValueError(f"posenc.interop.patch: {name}'s modeling module ({type(attentions[0]).__module__}) has no "
+                         "apply_rotary_pos_emb (the function its attention rotates queries and keys with)")
+    return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name))
+
+
+def _find_rotary(model: nn.Module, family: Family, decoder: nn.Module, name: str) -> tuple[nn.Module, str | None]:
+    """The module holding the rotary and its attribute (the family's path, or a ``*RotaryEmbedding``
+    child of the decoder); ``(decoder, None)`` for a family without RoPE."""
+    if family.positions != "rope":
+        return decoder, None
+    if family.rotary is not None and family is not COMMON:
+        owner, _, attr = family.rotary.rpartition(".")
+        holder = _attr(model, owner)
+        if isinstance(getattr(holder, attr, None), nn.Module):
+            return holder, attr
+    children = [n for n, c in decoder.named_children() if type(c).__name__.endswith("RotaryEmbedding")]
+    if len(children) != 1:
+        raise ValueError(f"posenc.interop.patch cannot find the rotary module of {name}: "
+                         + ("none" if not children else f"{len(children)} ({', '.join(children)})")
+                         + f" beside its decoder layers in {type(decoder).__name__} (a child whose class ends in "
+                         "'RotaryEmbedding', called with position_ids; a family whose attention computes its own "
+                         "rotary, or has none, needs a row of posenc.interop.families.FAMILIES)")
+    return decoder, children[0]
+
+
+def apply_function(attention: nn.Module) -> Any:
+    """The ``apply_rotary_pos_emb`` of the attention's modeling module, or None."""
+    module = sys.modules.get(type(attention).__module__)
+    apply = getattr(module, "apply_rotary_pos_emb", None)
+    return apply if callable(apply) else None
+
+
+def _embeddings(model: nn.Module, family: Family, decoder: nn.Module, name: str) -> str:
+    if family.embeddings is not None:
+        return family.embeddings
+    get = getattr(model, "get_input_embeddings", None)
+    table = get() if callable(get) else None
+    for attr, child in decoder.named_children():
+        if child is table:
+            return attr
+    return "embed_tokens"  # found only when an additive scheme needs it

@@ -1,0 +1,221 @@
+"""A walk over the causal LMs the installed transformers registers (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``):
+each model type built tiny from its own config class (2 layers, hidden 64, 4 query and 2 key/value
+heads, a vocabulary of 128, sliding windows of 8 < the 19 tokens it runs), random weights, float32,
+then through ``posenc.interop.patch``:
+
+- ``own``: the model's own encoding (``hf_layer_specs(model.config)``) gives the unmodified model's
+  logits (≤ 1e-5 relative) and its greedy tokens through the cache with a left-padded batch;
+- ``alibi`` and ``fox``: one training step, then greedy generation through the cache equals
+  recomputing the whole sequence.
+
+A model type's outcome is ``pass`` (every check), ``refused: <reason>`` (``patch`` raised a
+ValueError naming what it does not support: the same reason for every check), each check's
+(``own refused: <reason>; alibi pass; fox pass``) when they differ, ``not built``
+(transformers cannot build it tiny, or it is no decoder: the walk's limit, not posenc's). Anything
+else (different logits or tokens, a crash) fails the test. The outcomes are the table of
+docs/guide/hf_walk.md, which the test checks (``python tests/test_hf_walk.py`` rewrites it).
+
+The default run walks a sample (``SAMPLE``: every variant of the Family record, and the families
+without RoPE); the whole walk (every registered type: about 8 minutes of CPU on a shared 2-core
+machine, over make test's budget) runs with ``POSENC_HF_WALK=all``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import posenc.interop  # noqa: E402
+import posenc.interop.patching  # noqa: E402
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "hf_walk.md"
+TEXT = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, vocab_size=128, max_position_embeddings=256, sliding_window=8, attention_chunk_size=8,
+            moe_intermediate_size=32, num_local_experts=4, num_experts=4, n_routed_experts=4, num_experts_per_tok=2,
+            first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=8,
+            qk_rope_head_dim=8, v_head_dim=16, rotary_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=True,
+            attention_dropout=0.0, hidden_dropout=0.0, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, dropout=0.0,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, intermediate_size=32, num_attention_heads=2,
+             num_heads=2, out_hidden_size=64, patch_size=2, spatial_merge_size=1, temporal_patch_size=1, image_size=8)
+LENGTH, NEW = 19, 4  # tokens run; tokens generated
+# one model type per variant of the Family record, and the families without RoPE (the default run)
+SAMPLE = ("llama", "cohere2", "gpt_oss", "gemma2", "falcon", "gpt_neox", "llama4_text",
+          "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt2", "bloom", "gptj", "mamba")
+
+
+def causal_lm_types() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
+    """``model_type``'s causal LM, tiny (``TEXT`` sizes; a vision or audio tower ``TOWER``-sized), eager attention."""
+    default = transformers.AutoConfig.for_model(model_type)
+    config_class = type(default)
+    subs = getattr(config_class, "sub_configs", {}) or {}
+
+    def known(sizes: dict, config) -> dict:  # only the keys the config has (another would be read as set)
+        return {k: v for k, v in sizes.items() if hasattr(config, k)
+                and not isinstance(getattr(type(config), k, None), property)}  # a derived size (Falcon's head_dim)
+
+    if "text_config" in subs:
+        kwargs = {k: known(TEXT if k == "text_config" else TOWER, getattr(default, k)) for k in subs
+                  if getattr(default, k, None) is not None}
+    else:
+        kwargs = known(TEXT, default)
+    config = config_class(**kwargs)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(config).float().eval()
+
+
+def _ids(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two rows of ``LENGTH`` tokens, the second left-padded by 3, and its attention mask."""
+    ids = torch.randint(3, 128, (2, LENGTH), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones_like(ids)
+    ids[1, :3], mask[1, :3] = 0, 0
+    return ids, mask
+
+
+def _generate(model, ids, mask, use_cache=True) -> torch.Tensor:
+    with torch.no_grad():
+        return model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, use_cache=use_cache,
+                              pad_token_id=0)[:, ids.shape[1]:]
+
+
+def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
+
+
+def _own(model, ids, mask) -> None:
+    from posenc.interop.hf import hf_layer_specs
+
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+    tokens = _generate(model, ids, mask)
+    posenc.interop.patch(model, hf_layer_specs(model.config))
+    with torch.no_grad():
+        got = model(ids, attention_mask=mask).logits
+    diff = _relative(got[:, 3:], want[:, 3:])  # the padded row's padding: no token to compare
+    assert diff <= 1e-5, f"own encoding: logits differ by {diff:.3g} (relative)"
+    assert torch.equal(_generate(model, ids, mask), tokens), "own encoding: generated tokens differ"
+    posenc.interop.unpatch(model)
+
+
+def _scheme(model, ids, mask, spec: str) -> None:
+    posenc.interop.patch(model, spec)
+    model.train()
+    loss = model(ids, attention_mask=mask, labels=ids).loss
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p -= 1e-3 * p.grad
+                p.grad = None
+    model.eval()
+    assert torch.isfinite(loss), f"{spec}: loss {loss}"
+    cached, recomputed = _generate(model, ids, mask), _generate(model, ids, mask, use_cache=False)
+    assert torch.equal(cached, recomputed), f"{spec}: generation through the cache differs from recomputing"
+    posenc.interop.unpatch(model)
+
+
+def _reason(err: Exception) -> str:
+    """A refusal's reason, without the parts that name this build (sizes, values)."""
+    text = str(err).split("\n")[0]
+    return re.sub(r"\s+", " ", text)[:160].replace("|", "/").strip()
+
+
+def walk(model_type: str) -> str:
+    """``model_type``'s outcome (see the module docstring); AssertionError on a wrong result."""
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            model = tiny(model_type)
+    except Exception as err:  # noqa: BLE001 - transformers cannot build it tiny: the walk's limit, recorded
+        return f"not built: {type(err).__name__}"
+    ids, mask = _ids(seed=len(model_type))
+    try:
+        posenc.interop.patching.family_of(model)  # its parts, found from its structure
+    except ValueError as err:
+        return f"refused: {_reason(err)}"
+    results = {}
+    for check, run in (("own", lambda: _own(model, ids, mask)), ("alibi", lambda: _scheme(model, ids, mask, "alibi")),
+                       ("fox", lambda: _scheme(model, ids, mask, "fox"))):
+        try:
+            run()
+            results[check] = "pass"
+        except ValueError as err:
+            results[check] = f"refused: {_reason(err)}"
+            if getattr(model, "_posenc_original", None) is not None:
+                posenc.interop.unpatch(model)
+    if len(set(results.values())) == 1:
+        return next(iter(results.values()))
+    return "; ".join(f"{check} {outcome}" for check, outcome in results.items())
+
+
+def read_page() -> dict[str, str]:
+    rows = [line for line in PAGE.read_text(encoding="utf-8").splitlines() if line.startswith("| `")]
+    return {re.findall(r"`([^`]+)`", row)[0]: row.split("|")[2].strip() for row in rows}
+
+
+def _types() -> list[str]:
+    every = causal_lm_types()
+    if os.environ.get("POSENC_HF_WALK") == "all":
+        return every
+    return [t for t in SAMPLE if t in every]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", _types())
+def test_walk(model_type):
+    """The model type's outcome is the one docs/guide/hf_walk.md records (a pass, or a refusal with
+    its reason); a wrong result (logits, tokens, cache) fails inside ``walk``."""
+    recorded = read_page()
+    assert model_type in recorded, f"{model_type} is registered by transformers but not in {PAGE.name}"
+    got = walk(model_type)
+    assert got == recorded[model_type], f"{model_type}: walked {got!r}, the page records {recorded[model_type]!r}"
+
+
+def test_the_page_lists_registered_types():
+    """The page's model types are registered ones; with ``POSENC_HF_WALK=all``, every one of them."""
+    listed, every = sorted(read_page()), causal_lm_types()
+    assert set(listed) <= set(every) and set(_types()) <= set(listed)
+
+
+def write_page(outcomes: dict[str, str]) -> None:
+    counts: dict[str, int] = {}
+    for outcome in outcomes.values():
+        key = "partial (some checks refused)" if ";" in outcome else outcome.split(":")[0]
+        counts[key] = counts.get(key, 0) + 1
+    head = PAGE.read_text(encoding="utf-8").split("## Outcomes", 1)[0] if PAGE.exists() else ""
+    lines = [head.rstrip() + "\n\n## Outcomes\n", f"transformers {transformers.__version__}: "
+             + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f" of {len(outcomes)}.\n",
+             "| model type | outcome |", "|---|---|"]
+    lines += [f"| `{t}` | {o} |" for t, o in sorted(outcomes.items())]
+    PAGE.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":  # python tests/test_hf_walk.py [model types]: walk and rewrite the page
+    chosen = sys.argv[1:] or causal_lm_types()
+    found = read_page() if PAGE.exists() else {}
+    for t in chosen:
+        try:
+            found[t] = walk(t)
+        except AssertionError as err:
+            found[t] = f"FAILS: {_reason(err)}"
+        except Exception as err:  # noqa: BLE001 - a crash inside patch or the model: recorded to be fixed
+            found[t] = f"CRASHES: {type(err).__name__}: {_reason(err)}"
+        print(t, found[t], flush=True)
+    write_page(found)
