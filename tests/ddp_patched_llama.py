@@ -1,6 +1,8 @@
-"""Run under ``torchrun --nproc-per-node 2`` (gloo): a tiny Llama patched with a posenc scheme, wrapped
-in DDP, each rank on its half of one batch; rank 0 saves the averaged gradients to ``argv[2]``.
-Also run as one process (``argv[3] == "one"``) on the whole batch, without DDP."""
+"""Run under ``torchrun --nproc-per-node 2`` (gloo): for each posenc scheme of ``argv[1]`` (comma
+separated), a tiny Llama patched with it, wrapped in DDP, each rank on its half of one batch; rank 0
+saves the averaged gradients to ``argv[2]/SPEC.pt``. One launch serves every scheme (each process
+start imports torch and transformers: seconds). ``model_and_batch`` is also what the test runs in
+its own process on the whole batch, without DDP."""
 
 import datetime
 import faulthandler
@@ -23,23 +25,28 @@ def model_and_batch(spec):
     return model, ids
 
 
+def whole_batch_gradients(spec):
+    """One process, the whole batch, no DDP: the gradients the two ranks must average to."""
+    model, ids = model_and_batch(spec)
+    model(ids, labels=ids).loss.backward()
+    return {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+
+
 def main():
-    spec, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    specs, out = sys.argv[1].split(","), sys.argv[2]
     faulthandler.dump_traceback_later(150, exit=True)  # a hang prints where it is and fails, within the test's timeout
     torch.set_num_threads(1)
-    model, ids = model_and_batch(spec)
-    if mode == "one":
-        model(ids, labels=ids).loss.backward()
-        torch.save({k: p.grad for k, p in model.named_parameters() if p.grad is not None}, out)
-        return
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    half = ids.shape[0] // world
-    mine = ids[rank * half:(rank + 1) * half]
-    ddp(mine, labels=mine).loss.backward()  # DDP averages the ranks' gradients
-    if rank == 0:
-        torch.save({k: p.grad for k, p in ddp.module.named_parameters() if p.grad is not None}, out)
+    for spec in specs:
+        model, ids = model_and_batch(spec)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        half = ids.shape[0] // world
+        mine = ids[rank * half:(rank + 1) * half]
+        ddp(mine, labels=mine).loss.backward()  # DDP averages the ranks' gradients
+        if rank == 0:
+            torch.save({k: p.grad for k, p in ddp.module.named_parameters() if p.grad is not None},
+                       os.path.join(out, f"{spec}.pt"))
     dist.barrier()  # both ranks leave together
     # and leave without destructors: gloo's run-loop thread frees the barrier's work under the GIL, and
     # destroying the group (or the DDP reducer dropping its last reference at exit) joins that thread

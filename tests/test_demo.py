@@ -13,12 +13,14 @@ def rows():
     return demo.order_demo()
 
 
+@pytest.mark.xdist_group("demo")  # `rows` is built once per worker: one worker
 def test_one_row_per_registered_scheme_then_the_recurrent_layers(rows):
     assert [r["scheme"] for r in rows] == [*registry.schemes(), "gru", "ssm"]
     assert all(r["kind"] == registry.get(r["scheme"]).kind for r in rows[:-2])
     assert [r["kind"] for r in rows[-2:]] == ["recurrent", "recurrent"]
 
 
+@pytest.mark.xdist_group("demo")  # `rows` is built once per worker: one worker
 def test_nope_only_permutes_and_every_positional_scheme_separates(rows):
     for r in rows:
         kind = r["kind"]
@@ -63,6 +65,7 @@ def test_start_token_breaks_the_reversal_symmetry():
         assert rows[name]["distance_start"] > 1e-3, name
 
 
+@pytest.mark.xdist_group("demo")  # `rows` is built once per worker: one worker
 def test_seeded_and_formatted(rows):
     again = demo.order_demo(["sinusoidal", "rope:base=100"], seed=0)
     assert again[0]["distance"] == next(r["distance"] for r in rows if r["scheme"] == "sinusoidal")

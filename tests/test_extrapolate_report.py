@@ -54,6 +54,7 @@ def test_report_shows_the_method_contamination_and_nll_by_position(report):
     assert "(indicative" not in page
 
 
+@pytest.mark.xdist_group("report")  # the session fixture `report` is built once per worker: the same worker
 def test_second_report_reuses_every_result(report, capsys):
     lines = (report.parent / "results.jsonl").read_bytes()
     assert main(["report", "--profile", "smoke", "--out", str(report.parent), "--jobs", "1", "--no-progress"]) == 0

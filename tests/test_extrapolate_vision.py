@@ -31,6 +31,7 @@ def records(tmp_path_factory):
     return list(load(path).values())
 
 
+@pytest.mark.xdist_group("vision")  # `records` is built once per worker: one worker
 def test_image_and_time_records(records):
     image = [r for r in records if r["part"] == "image"]
     time = [r for r in records if r["part"] == "time"]
@@ -84,6 +85,7 @@ def test_unknown_part_exits_2_with_one_line(capsys):
     assert exc.value.code == 2 and "invalid choice: 'video'" in err and "image" in err and err.count("\n") == 1, err
 
 
+@pytest.mark.xdist_group("vision")  # `records` is built once per worker: one worker
 def test_report_sections_from_smoke_records(records):
     page = Page()
     verdicts = image.image_section(page, [r for r in records if r["part"] == "image"])

@@ -426,11 +426,13 @@ def test_transformers_trainer_trains_a_patched_llama(spec, tmp_path):
     assert moved == list(pe_params), f"{spec}: posenc parameters that did not train: {set(pe_params) - set(moved)}"
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("heavy")
-@pytest.mark.parametrize("spec", ["t5", "fox"])
-def test_two_torchrun_processes_give_the_gradients_of_one(spec, tmp_path):
-    """DDP on gloo over 2 processes, each on half the batch, averages to the whole batch's gradients."""
+DDP_SPECS = ["t5", "fox"]
+
+
+@pytest.fixture(scope="module")
+def torchrun_gradients(tmp_path_factory):
+    """One ``torchrun`` launch for every scheme of ``DDP_SPECS`` (three processes that import torch
+    and transformers: seconds each): the folder of rank 0's averaged gradients, ``SPEC.pt``."""
     import os
     import subprocess
     import sys
@@ -438,18 +440,28 @@ def test_two_torchrun_processes_give_the_gradients_of_one(spec, tmp_path):
 
     script = Path(__file__).with_name("ddp_patched_llama.py")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
-    one, two = tmp_path / "one.pt", tmp_path / "two.pt"
-    subprocess.run([sys.executable, str(script), spec, str(one), "one"], check=True, env=env, timeout=300)
-    log = tmp_path / "torchrun.log"  # the workers' output, shown when they fail or hang
+    two = tmp_path_factory.mktemp("ddp")
+    log = two / "torchrun.log"  # the workers' output, shown when they fail or hang
     with log.open("w") as out:
         try:
             proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                                   "2", str(script), spec, str(two), "ddp"], stdout=out, stderr=subprocess.STDOUT,
-                                  env=env, cwd=tmp_path, timeout=240)
+                                   "2", str(script), ",".join(DDP_SPECS), str(two)], stdout=out,
+                                  stderr=subprocess.STDOUT, env=env, cwd=two, timeout=240)
         except subprocess.TimeoutExpired:
             pytest.fail(f"torchrun did not finish in 240 s; its log:\n{log.read_text()[-3000:]}")
     assert proc.returncode == 0, log.read_text()[-3000:]
-    a, b = torch.load(one, weights_only=True), torch.load(two, weights_only=True)
+    return two
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("heavy")
+@pytest.mark.parametrize("spec", DDP_SPECS)
+def test_two_torchrun_processes_give_the_gradients_of_one(spec, torchrun_gradients):
+    """DDP on gloo over 2 processes, each on half the batch, averages to the whole batch's gradients
+    (computed here, in one process)."""
+    from ddp_patched_llama import whole_batch_gradients
+
+    a, b = whole_batch_gradients(spec), torch.load(torchrun_gradients / f"{spec}.pt", weights_only=True)
     assert a.keys() == b.keys() and any(".posenc_modules." in k for k in a)
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6, msg=lambda m: f"{spec} {k}: {m}")
