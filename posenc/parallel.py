@@ -31,6 +31,8 @@ length, D head dim.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from posenc._validate import check_choice, check_int
@@ -161,8 +163,9 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     v_all = _GatherSequence.apply(v, group)[:, :, order]
     k_positions = torch.arange(length, device=q.device)
     if getattr(pe, "kind", None) == "rotary":  # keys first, at the whole length, as posenc.attention does
-        k_all = pe(k_all, k_positions, role="key")
-        q = pe(q, positions, role="query")
+        if scale is None:  # 1/√D of the head given, as posenc.attention (PoPE's rotated q, k are wider)
+            scale = pe.default_scale or 1.0 / math.sqrt(q.shape[-1])
+        q, k_all = pe.rotate(q, k_all, positions, k_positions)
         pe = None
     if not causal:
         return attention(q, k_all, v_all, pe, q_positions=positions, k_positions=k_positions, scale=scale,
