@@ -64,25 +64,49 @@ def _two_pi_parts() -> tuple[float, ...]:
 _TWO_PI_PARTS = _two_pi_parts()
 
 
-def reduced_multiples(inv_freq: torch.Tensor, inv_freq_lo: torch.Tensor | None = None) -> torch.Tensor:
-    """``r_j = (2^(21j)·θ) mod 2π`` in about ``[−π, π]``: ``[..., R]`` float64 θ -> ``[LEVELS, ..., R]``.
+def _two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, e)`` with ``s = fl(a + b)`` and ``s + e = a + b`` exactly (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
 
-    The torch form of ``posenc.reference.positions.reduced_multiples``: ``x = 2^(21j)·θ`` is exact,
-    ``n = round(x / 2π)`` and ``x − n·2π`` subtracts 2π part by part (``_TWO_PI_PARTS``), each
-    product and difference exact. ``inv_freq_lo`` (the low half of a double-double θ) is added
-    last: ``2^(21j)·lo`` is exact and below ``2^-10``, so the sum rounds once, by < 2.3e-16.
-    Differentiable in θ (``∂r_j/∂θ = 2^(21j)``), traceable.
+
+def _reduce_two_pi(hi: torch.Tensor, lo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The double-double ``hi + lo`` minus the nearest multiple ``n·2π``, as a double-double: 2π is
+    subtracted part by part (``_TWO_PI_PARTS``; ``n·part`` exact for ``n < 2^42``), each difference
+    carried exactly by ``_two_sum``, the last part's product rounding by < ``n·2^-160``."""
+    n = torch.round(hi / (2 * math.pi))
+    for part in _TWO_PI_PARTS:
+        hi, e = _two_sum(hi, -(n * part))
+        lo = lo + e
+    return _two_sum(hi, lo)
+
+
+def reduced_multiples(inv_freq: torch.Tensor, inv_freq_lo: torch.Tensor | None = None,
+                      *, pair: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``r_j = (2^(21j)·θ) mod 2π`` in about ``[−π, π]``: ``[..., R]`` float64 θ -> ``[LEVELS, ..., R]``;
+    with ``pair=True``, ``(hi, lo)``: each ``r_j`` as a double-double (what ``angles`` uses).
+
+    The torch form of ``posenc.reference.positions.reduced_multiples``: θ (plus ``inv_freq_lo``, the
+    low half of a double-double θ) is reduced mod 2π as a double-double, then each level is the
+    previous one times 2^21 (exact) reduced again, so ``n < 2^20`` at every level and every product
+    ``n·part`` is exact, for any θ below ``2^42·2π``. Differentiable in θ (``∂r_j/∂θ = 2^(21j)``,
+    through ``hi``), traceable.
     """
     theta = inv_freq.to(torch.float64)
+    with torch.no_grad():
+        lo = torch.zeros_like(theta) if inv_freq_lo is None else inv_freq_lo.to(torch.float64).expand_as(theta)
+        hi, lo = _reduce_two_pi(*_two_sum(theta.detach(), lo))
+        his, los = [hi], [lo]
+        for _ in range(1, _LEVELS):
+            hi, lo = _reduce_two_pi(hi * float(1 << _CHUNK), lo * float(1 << _CHUNK))
+            his.append(hi)
+            los.append(lo)
     scales = theta.new_tensor([float(1 << (_CHUNK * j)) for j in range(_LEVELS)])
     scales = scales.view(-1, *([1] * theta.dim()))  # (LEVELS, 1, ...)
-    x = theta.unsqueeze(0) * scales  # (LEVELS, ..., R)
-    n = torch.round(x / (2 * math.pi)).detach()
-    for part in _TWO_PI_PARTS:
-        x = x - n * part
-    if inv_freq_lo is not None:
-        x = x + inv_freq_lo.to(torch.float64).unsqueeze(0) * scales
-    return x
+    slope = theta.unsqueeze(0) * scales  # (LEVELS, ..., R): carries the gradient 2^(21j)
+    hi = torch.stack(his) + (slope - slope.detach())
+    return (hi, torch.stack(los)) if pair else hi
 
 
 def _chunks(positions: torch.Tensor, levels: int) -> list[torch.Tensor]:
@@ -110,12 +134,14 @@ def angles(positions: torch.Tensor, inv_freq: torch.Tensor, axis_of_pair: torch.
     ``[R]`` float64 θ, or any shape ``[..., R]`` that broadcasts against the result ``[..., L, R]``
     (per-head frequencies); ``inv_freq_lo`` (same shape): the low half of a double-double θ.
 
-    **Exact at any position** (see ``posenc.reference.positions``): with ``p = Σ_j c_j·2^(21j)``
-    split exactly and ``r_j = (2^(21j)·θ) mod 2π`` (``reduced_multiples``, or ``reduced`` if given),
-    ``p·θ ≡ Σ_j c_j·r_j``, each term below 2^21·π. Measured against 50-digit mpmath from ``base``
-    and ``i`` (tests/test_angles.py): within 1e-8 of the true angle at every position below 2^63
-    when θ is a double-double. Positions below 2^21 (checked outside ``torch.compile``) need only
-    ``c_0 = p``, one product. Differentiable in ``inv_freq`` (``∂angle/∂θ = p``).
+    **Exact at any position** (see ``posenc.reference.positions``): with ``p = Σ_j c_j·2^(21j) + f``
+    split exactly (``f`` the fraction of a real position) and ``r_j = (2^(21j)·θ) mod 2π`` as
+    double-doubles (``reduced_multiples(pair=True)``, or ``reduced`` if given),
+    ``p·θ ≡ Σ_j c_j·r_j + f·θ``, each product formed and reduced exactly
+    (``reference.positions.times_reduced``). Measured against 50-digit mpmath from ``base`` and
+    ``i`` (tests/test_angles.py): within 1e-14 of the true angle at every position below 2^63 when θ
+    is a double-double. Positions below 2^21 (checked outside ``torch.compile``) need only
+    ``c_0``. Differentiable in ``inv_freq`` (``∂angle/∂θ = p``).
     """
     per_pair = positions.unsqueeze(-1) if axis_of_pair is None else positions[..., axis_of_pair]  # (..., L, R|1)
     levels = _LEVELS
@@ -128,11 +154,23 @@ def angles(positions: torch.Tensor, inv_freq: torch.Tensor, axis_of_pair: torch.
             levels = 1
     elif not torch.compiler.is_compiling():
         levels = 1
-    r = reduced_multiples(inv_freq, inv_freq_lo) if reduced is None else reduced
+    if reduced is None:
+        r_hi, r_lo = reduced_multiples(inv_freq, inv_freq_lo, pair=True)
+    else:
+        r_hi, r_lo = reduced if isinstance(reduced, tuple) else (reduced, torch.zeros_like(reduced))
     c = _chunks(per_pair, levels)
-    total = c[0] * r[0]
+    fraction = None
+    if positions.is_floating_point():  # p = whole + f: (θ mod 2π)·f is not θ·f, so f takes θ itself
+        whole = torch.floor(c[0])
+        fraction, c[0] = c[0] - whole, whole
+    total = _ref_positions.times_reduced(c[0], r_hi[0], r_lo[0], torch)
     for j in range(1, levels):
-        total = total + c[j] * r[j]
+        total = total + _ref_positions.times_reduced(c[j], r_hi[j], r_lo[j], torch)
+    if fraction is not None:
+        theta = inv_freq.to(torch.float64)
+        total = total + fraction * theta
+        if inv_freq_lo is not None:
+            total = total + fraction * inv_freq_lo.to(torch.float64)
     return torch.remainder(total + torch.pi, 2 * torch.pi) - torch.pi
 
 

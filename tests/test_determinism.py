@@ -155,7 +155,7 @@ def test_every_number_is_the_same_on_another_thread_count(first):
 
 # -- linear_map: exact on rotation tables ------------------------------------------------------
 
-@pytest.mark.parametrize("length, dim", [(66, 64), (128, 64), (130, 128), (1000, 32), (4096, 16)])
+@pytest.mark.parametrize("length, dim", [(66, 64), (128, 64), (130, 128), (1000, 32), (4096, 16), (16384, 8)])
 def test_linear_map_of_a_sinusoidal_table_is_its_rotation_to_1e_12(length, dim):
     tab = analysis.table("sinusoidal", length=length, dim=dim)
     theta = sinusoidal_inv_freq(dim, 10000.0)

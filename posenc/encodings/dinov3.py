@@ -12,8 +12,7 @@ inside the rotation, so queries and keys of a batch see the same drawn coordinat
 (one draw per forward pass, shared by every layer).
 
 **Why a scheme, not a ``rope`` option.** Three conventions differ from axial ``rope``: the angle
-carries 2π (θ in cycles per unit of coordinate, so ``θ_0·2π = 2π``, which ``posenc.rotary.angles``'s
-reduction of θ mod 2π is right for at integer positions only); the "half" layout pairs ``(k, k + D/2)``
+carries 2π (θ in cycles per unit of coordinate, so ``θ_0·2π = 2π``); the "half" layout pairs ``(k, k + D/2)``
 across the whole head (axial rope pairs inside each axis's slice); and positions are normalised
 coordinates with a random draw, not indices. One scheme per convention keeps ``rope``'s table and
 cache policy untouched. Angles are formed in float64 (``2π·(c·θ)``) and only then cast; no table
