@@ -27,6 +27,7 @@ The NumPy twin of this module (torch-free, for the reference) is ``posenc.refere
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -272,40 +273,78 @@ def segment_positions(tokens: Any, separators: Any, *, document_ids: Any = None,
     docs = _segment_documents(document_ids, rows, batched, begun.document)  # (B, L)
     check_memory("tokens", f"<shape {list(toks.shape)}>", b * length * (len(levels) + 6), bytes_per=8,
                  what="its positions (int64, with the temporaries)")
-    device, k = rows.device, len(levels)
     if length == 0:
-        return rows.new_zeros((*toks.shape, k + 1)), begun
-    pad = max(len(seq) for level in levels for seq in level) - 1  # tokens of the prefix a separator may need
+        return rows.new_zeros((*toks.shape, len(levels) + 1)), begun
+    stream = _SegmentStream.of(rows, docs, begun, levels)
+    end = _segment_ends(stream, rows, docs, levels)  # (B, L)
+    boundary = _segment_boundaries(end, docs, begun, len(levels))  # (B, L)
+    positions = _segment_columns(boundary, begun, len(levels))  # (B, L, A)
+    after = _segment_state_after(stream, docs, end, positions, levels, batched)
+    return (positions if batched else positions[0]), after
 
-    # the prefix's tail, left-padded to `pad`: a separator may begin there
-    tail = torch.tensor([[-1] * (pad - len(t)) + list(t) for t in begun.tail], dtype=torch.int64).reshape(b, pad)
-    known = torch.tensor([[False] * (pad - len(t)) + [True] * len(t) for t in begun.tail],
-                         dtype=torch.bool).reshape(b, pad)
-    last_doc = torch.tensor([0 if d is None else d for d in begun.document], dtype=torch.int64).to(device)  # (B,)
-    stream = torch.cat([tail.to(device), rows], -1)  # (B, pad + L)
-    known = torch.cat([known.to(device), torch.ones_like(rows, dtype=torch.bool)], -1)  # (B, pad + L)
-    stream_docs = torch.cat([last_doc[:, None].expand(b, pad), docs], -1)  # (B, pad + L)
 
-    # the level at which each token ends a segment (k: none); outer levels overwrite inner ones
+@dataclass(frozen=True)
+class _SegmentStream:
+    """The new tokens after the previous call's tail, left-padded to ``pad`` tokens (as many as the
+    longest separator may need before a new token): ``tokens``, whether each is ``known`` (not
+    padding) and its document, each ``(B, pad + L)``."""
+
+    tokens: torch.Tensor
+    known: torch.Tensor
+    docs: torch.Tensor
+    pad: int
+
+    @classmethod
+    def of(cls, rows: torch.Tensor, docs: torch.Tensor, begun: SegmentState, levels) -> "_SegmentStream":
+        b, device = rows.shape[0], rows.device
+        pad = max(len(seq) for level in levels for seq in level) - 1  # tokens of the prefix a separator may need
+        tail = torch.tensor([[-1] * (pad - len(t)) + list(t) for t in begun.tail], dtype=torch.int64).reshape(b, pad)
+        known = torch.tensor([[False] * (pad - len(t)) + [True] * len(t) for t in begun.tail],
+                             dtype=torch.bool).reshape(b, pad)
+        last_doc = torch.tensor([0 if d is None else d for d in begun.document], dtype=torch.int64).to(device)  # (B,)
+        return cls(torch.cat([tail.to(device), rows], -1),  # (B, pad + L)
+                   torch.cat([known.to(device), torch.ones_like(rows, dtype=torch.bool)], -1),  # (B, pad + L)
+                   torch.cat([last_doc[:, None].expand(b, pad), docs], -1), pad)  # (B, pad + L)
+
+
+def _segment_ends(stream: _SegmentStream, rows: torch.Tensor, docs: torch.Tensor, levels) -> torch.Tensor:
+    """The level at which each token ends a segment (``len(levels)``: none), ``(B, L)``: it ends
+    level ``l`` when the stream up to it, inside its document, ends with a separator of level
+    ``l``; outer levels overwrite inner ones."""
+    length, k = rows.shape[1], len(levels)
     end = torch.full_like(rows, k)  # (B, L)
     for lvl in reversed(range(k)):
         hit = torch.zeros_like(rows, dtype=torch.bool)
         for seq in levels[lvl]:
-            first = pad - (len(seq) - 1)  # the stream index of token 0's match start
-            match = known[:, first:first + length] & (stream_docs[:, first:first + length] == docs)
+            first = stream.pad - (len(seq) - 1)  # the stream index of token 0's match start
+            match = stream.known[:, first:first + length] & (stream.docs[:, first:first + length] == docs)
             for i, value in enumerate(seq):
-                match = match & (stream[:, first + i:first + i + length] == value)
+                match = match & (stream.tokens[:, first + i:first + i + length] == value)
             hit = hit | match
         end = torch.where(hit, torch.full_like(end, lvl), end)
+    return end
 
-    # the boundary before each token: -1 a document starts, l the previous token ended level l, k none
+
+def _segment_boundaries(end: torch.Tensor, docs: torch.Tensor, begun: SegmentState, k: int) -> torch.Tensor:
+    """The boundary before each token, ``(B, L)``: -1 a document starts, ``l`` the previous token
+    ended level ``l``, ``k`` none."""
+    device = end.device
+    last_doc = torch.tensor([0 if d is None else d for d in begun.document], dtype=torch.int64).to(device)  # (B,)
     ended_before = torch.tensor([k if e is None else e for e in begun.ended], dtype=torch.int64).to(device)
     boundary = torch.cat([ended_before[:, None], end[:, :-1]], -1)  # (B, L)
     starts = torch.cat([(last_doc != docs[:, 0])[:, None], docs[:, 1:] != docs[:, :-1]], -1)
     fresh = torch.tensor([d is None for d in begun.document], dtype=torch.bool).to(device)  # (B,)
     starts[:, 0] |= fresh
-    boundary = torch.where(starts, torch.full_like(boundary, -1), boundary)
+    return torch.where(starts, torch.full_like(boundary, -1), boundary)
 
+
+def _segment_columns(boundary: torch.Tensor, begun: SegmentState, k: int) -> torch.Tensor:
+    """The positions ``(B, L, k + 1)`` from the boundaries: level ``j``'s index counts the level-``j``
+    boundaries since the last boundary of an outer level (a cumulative sum less its value there,
+    found with a running maximum); the offset is the distance to the last boundary of any level.
+    Where no such boundary is in this call, the state's indices and offset continue."""
+    b, length = boundary.shape
+    device = boundary.device
     index = torch.arange(length, device=device).expand(b, length)  # (B, L)
     before_idx = torch.tensor(begun.indices, dtype=torch.int64).reshape(b, k).to(device)  # (B, K)
     before_off = torch.tensor(begun.offset, dtype=torch.int64).to(device)  # (B,)
@@ -319,17 +358,23 @@ def segment_positions(tokens: Any, separators: Any, *, document_ids: Any = None,
             columns.append(torch.where(last >= 0, since, before_idx[:, j:j + 1] + count))
         else:  # the offset: restarted by a boundary of any level
             columns.append(torch.where(last >= 0, index - last, before_off[:, None] + index + 1))
-    positions = torch.stack(columns, -1)  # (B, L, A)
+    return torch.stack(columns, -1)  # (B, L, A)
 
-    tail_rows, doc_rows = stream[:, stream.shape[-1] - pad:].tolist(), stream_docs[:, stream.shape[-1] - pad:].tolist()
-    known_rows, last = known[:, known.shape[-1] - pad:].tolist(), positions[:, -1].tolist()
+
+def _segment_state_after(stream: _SegmentStream, docs: torch.Tensor, end: torch.Tensor, positions: torch.Tensor,
+                         levels, batched: bool) -> SegmentState:
+    """What the next call continues from: the last document, indices, offset and level ended, and
+    the stream's last ``pad`` tokens inside that document (a separator may span the calls)."""
+    k, pad = len(levels), stream.pad
+    width = stream.tokens.shape[-1]
+    tail_rows, doc_rows = stream.tokens[:, width - pad:].tolist(), stream.docs[:, width - pad:].tolist()
+    known_rows, last = stream.known[:, width - pad:].tolist(), positions[:, -1].tolist()
     docs_end, end_last = docs[:, -1].tolist(), end[:, -1].tolist()
-    after = SegmentState(
+    return SegmentState(
         levels, batched, tuple(docs_end), tuple(tuple(p[:k]) for p in last), tuple(p[k] for p in last),
         tuple(None if e == k else e for e in end_last),
         tuple(tuple(t for t, d, ok in zip(ts, ds, ks) if ok and d == de)
               for ts, ds, ks, de in zip(tail_rows, doc_rows, known_rows, docs_end)))
-    return (positions if batched else positions[0]), after
 
 
 # -- randomized positions -------------------------------------------------------------------------
