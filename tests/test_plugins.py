@@ -4,7 +4,8 @@ The example scheme of the docs (``docs/plugin_example.py``, ``my_alibi``) is the
 list`` shows it; the smoke profile runs it on two worker processes beside the built-in schemes;
 an edited copy runs its runs again (and not the built-in ones); ``report --no-run`` without the
 plugin keeps its results and says so; the page compares it with every baseline (``#plugins``).
-Every command runs in its own process, so no test leaves a plugin registered in the test session.
+Every command that loads a plugin runs in its own process, so no test leaves a plugin registered in
+the test session; those that register none (no ``--plugin``, or one that fails to import) run in it.
 """
 
 from __future__ import annotations
@@ -29,8 +30,19 @@ def posenc(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
                           timeout=500, env={**os.environ, **(env or {})})
 
 
-def test_list_shows_a_plugin_file_scheme():
-    plain = posenc("list")
+def in_process(*args: str, capsys) -> subprocess.CompletedProcess:
+    """``posenc ARGS`` in this process (``posenc.cli.main``), for a command that registers no scheme:
+    a plugin that fails to import registers nothing, and a command without ``--plugin`` loads none."""
+    from posenc.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["posenc", *args], code, out, err)
+
+
+def test_list_shows_a_plugin_file_scheme(capsys):
+    plain = in_process("list", capsys=capsys)
     assert plain.returncode == 0 and "my_alibi" not in plain.stdout
     done = posenc("list", "--plugin", str(EXAMPLE), "--kind", "bias")
     assert done.returncode == 0, done.stderr
@@ -49,12 +61,12 @@ def test_a_plugin_module_name_and_show(tmp_path):
 @pytest.mark.parametrize("plugin, says", [("no/such/plugin.py", "FileNotFoundError"),
                                           ("broken", "RuntimeError: a broken plugin"),
                                           ("no_such_module_xyz", "ModuleNotFoundError")])
-def test_a_plugin_that_fails_to_import_exits_2_with_one_line(tmp_path, plugin, says):
+def test_a_plugin_that_fails_to_import_exits_2_with_one_line(tmp_path, plugin, says, capsys):
     if plugin == "broken":
         plugin = str(tmp_path / "broken.py")
         Path(plugin).write_text("raise RuntimeError('a broken plugin')\n")
     for command in (["list"], ["extrapolate", *SMOKE, "--out", str(tmp_path / "r.jsonl")]):
-        done = posenc(*command, "--plugin", plugin)
+        done = in_process(*command, "--plugin", plugin, capsys=capsys)
         assert done.returncode == 2
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
