@@ -13,7 +13,7 @@ The package's calls into LAPACK or into torch paths documented as nondeterminist
 least squares (LAPACK ``gelsd`` on one thread: threaded BLAS changes its last bits with the thread
 count; a table of shuffled sinusoid columns makes it nearly rank-deficient), Shaw's value term
 (``scatter_add`` on CPU) and the language benchmark's per-block sums (``index_add_`` in
-``posenc/extrapolate/parts/text.py``) are in ``numbers()``.
+``posenc/extrapolate/parts/lm.py``) are in ``numbers()``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import numpy as np
 from posenc.extrapolate import findings
 from posenc.extrapolate.page import Page
 from posenc.extrapolate.parts import plan
-from posenc.extrapolate.parts import text as T
+from posenc.extrapolate.parts import lm as T
 from posenc.extrapolate.profiles import CONTENT_LM_ROWS, DEFAULT_SCHEMES, PROFILES, content_lm_rows, with_overrides
 
 L, LENGTHS = 16, (16, 32, 64)

@@ -14,7 +14,7 @@ from posenc.extrapolate import tasks as T
 from posenc.extrapolate.data import (DOC_BYTES, HELDOUT_DOCS, Corpus, Document, lcm_lengths, load_corpus, overlap,
                                      split, stdlib_files, substring_hashes, windows)
 from posenc.extrapolate.distributed import Dist
-from posenc.extrapolate.parts.text import lm_block_nll
+from posenc.extrapolate.parts.lm import lm_block_nll
 from posenc.extrapolate.model import GPTConfig, TinyGPT, token_nll
 
 LENGTHS = [16, 24, 32, 64, 128]

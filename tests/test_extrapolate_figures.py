@@ -20,7 +20,7 @@ from posenc.extrapolate import figures as F
 from posenc.extrapolate.accuracy import AccuracyTable
 from posenc.extrapolate.parts.hybrid import HYBRID_NOPE, HYBRID_ROPE
 from posenc.extrapolate.parts.image.claims import image_figure
-from posenc.extrapolate.parts.text import CONTENT_PLAYERS, PATTERN
+from posenc.extrapolate.parts.lm import CONTENT_PLAYERS, PATTERN
 from posenc.extrapolate.parts.time import time_figure
 from posenc.extrapolate.profiles import DEFAULT_SCHEMES
 from posenc.extrapolate.stats import Cell, LMTable, TaskTable

@@ -52,3 +52,24 @@ def test_section_numbers_come_from_the_page():
     numbered = [f"{path.name}: {m.group(0)}" for path in sorted(BENCHMARK.rglob("*.py"))
                 for m in re.finditer(r"<h2[^>]*>\s*\d+\.", path.read_text(encoding="utf-8"))]
     assert not numbered, numbered
+
+
+def test_each_parts_module_class_and_name_agree():
+    """Module name = class name = part name (``parts.lm.LM`` is the part ``"lm"``), one name per
+    part; the former module names ``parts.text`` and ``parts.scalings`` are the modules
+    ``parts.lm`` and ``parts.scaling`` themselves."""
+    import importlib
+
+    from posenc.extrapolate import PART_NAMES
+    from posenc.extrapolate.parts import PARTS, lm, scaling
+
+    for part in PARTS:
+        module = type(part).__module__.rsplit(".", 1)[1]
+        assert module == part.name == type(part).__name__.lower(), (module, type(part).__name__, part.name)
+    names = [p.name for p in PARTS]
+    assert len(set(names)) == len(names) and set(PART_NAMES) <= set(names)
+    assert importlib.import_module("posenc.extrapolate.parts.text") is lm
+    assert importlib.import_module("posenc.extrapolate.parts.scalings") is scaling
+    from posenc.extrapolate.parts.text import ppl_table
+
+    assert ppl_table is lm.ppl_table

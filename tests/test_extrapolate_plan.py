@@ -8,7 +8,7 @@ import pytest
 
 from posenc import reference as ref
 from posenc.extrapolate.model import GPTConfig
-from posenc.extrapolate.parts.scalings import yarn_betas
+from posenc.extrapolate.parts.scaling import yarn_betas
 from posenc.extrapolate.plan import resolve_scheme
 from posenc.scaling import yarn_correction_range
 

@@ -135,7 +135,7 @@ def test_an_os_error_on_out_exits_2_with_one_line(tmp_path, capsys):
 
 def test_scalings_are_compared_with_their_base_run_under_its_own_label():
     # `--scheme rope:base=500`: the LM run is labelled "rope (base=500)", not "rope"
-    from posenc.extrapolate.parts.scalings import scaling_section
+    from posenc.extrapolate.parts.scaling import scaling_section
     from posenc.extrapolate.page import Page
 
     spec = {"scheme": "rope", "head_dim": 8, "base": 500.0}

@@ -12,7 +12,7 @@ import pytest
 
 from posenc.extrapolate import findings, stats, verdicts
 from posenc.extrapolate.parts import tasks as task_part
-from posenc.extrapolate.parts import text
+from posenc.extrapolate.parts import lm as text
 
 
 @pytest.mark.parametrize("df, crit", [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706),

@@ -10,7 +10,7 @@ style), and no two rows of one figure share colour and marker, however many ther
 - a known scheme has one look in every figure (``LOOKS``): the ten fixed-position baselines
   (``nope`` … ``transformer_xl``) a tab10 colour each, circles, **solid** lines; the rows whose
   positions depend on content (FoX and its bias-only gate, CoPE, DAPE, stick-breaking, the
-  RoPE/NoPE layer pattern ``layers: …``, ``nope_temperature``; ``parts.text.CONTENT_PLAYERS``) colours
+  RoPE/NoPE layer pattern ``layers: …``, ``nope_temperature``; ``parts.lm.CONTENT_PLAYERS``) colours
   of their own (Dark2, none a tab10 colour), a marker each, **dash-dotted** lines;
 - a hybrid row (``"hybrid rope"``, ``parts.hybrid``) has its scheme's colour, squares, **dashed**
   lines; a variant of a known scheme (``"rope (base=500)"``, the image part's ``"axial RoPE"``)

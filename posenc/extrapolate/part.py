@@ -64,7 +64,7 @@ class Section:
 class Part:
     """One part of the benchmark; the defaults are those of a part that runs nothing."""
 
-    name: str = ""  # the records' ``part`` (a ``--part`` choice); "" for a part that adds rows to others
+    name: str = ""  # the records' ``part`` (a ``--part`` choice); a part whose rows are other parts' (hybrid, structure): a name no record has
     split_in_record: bool = True  # a record carries the corpus split (when the corpus was loaded)
     lists_specs: bool = True  # its records' specs are listed under "scheme specs" on the page
 

@@ -11,7 +11,7 @@ Settings that decide an outcome follow the training length ``L`` (the longest tr
 sequence) when the spec leaves them out (``fit_to_training``): each scheme states its own rule as
 the classmethod ``fit_to_training`` of its module (T5: ``max_distance = L/2`` and the buckets that
 distances below ``L`` reach; FIRE: ``L_threshold = L``); YaRN's are in
-``posenc.extrapolate.parts.scalings.yarn_betas``.
+``posenc.extrapolate.parts.scaling.yarn_betas``.
 """
 
 from __future__ import annotations

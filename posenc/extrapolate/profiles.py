@@ -47,7 +47,7 @@ def content_lm_rows(n_layer: int) -> tuple[str, ...]:
     KERPLE, stick-breaking) and Llama 4's RoPE/NoPE layer pattern (NoPE with its query temperature
     in one block of four, RoPE in the rest; a model whose blocks are not a multiple of 4 runs it
     in one block of two, the closest it has). Their claims:
-    ``posenc.extrapolate.parts.text.content_verdicts``."""
+    ``posenc.extrapolate.parts.lm.content_verdicts``."""
     pattern = ["rope"] * (3 if n_layer % 4 == 0 else 1) + ["nope_temperature"]
     return ("fox", "fox:gate=bias_only", "cope", "dape", "stick_breaking", json.dumps(pattern))
 

@@ -4,14 +4,18 @@ checks and its section of the page (the interface: ``posenc.extrapolate.part.Par
 ``PARTS`` is the one table that names them, in the order of the plan (per seed) and of the page
 (``plan`` puts the parts' runs in that order):
 
-- ``text`` (``--part lm``): language modelling, perplexity by length (Press et al.);
-- ``hybrid``: the same decoder with ssm blocks, rows beside the text (and tasks) runs (Jamba);
-- ``scalings`` (``--part scaling``): RoPE scalings on the trained RoPE model;
+- ``lm``: language modelling, perplexity by length (Press et al.);
+- ``hybrid``: the same decoder with ssm blocks, rows beside the lm (and tasks) runs (Jamba);
+- ``scaling``: RoPE scalings on the trained RoPE model;
 - ``tasks``: algorithmic tasks and passkey by size (Kazemnejad et al.);
 - ``structure``: the claims of hierarchical and structured positions (BiPE, HiRoPE, Abacus, position
-  coupling, randomized positions), whose rows are the text, scalings and tasks parts';
+  coupling, randomized positions), whose rows are the lm, scaling and tasks parts';
 - ``image``: digits at larger grids (Heo et al.);
 - ``time``: positions in time across frame rates.
+
+Each part's module, class and name agree (``parts.lm.LM``, name ``"lm"``; ``parts.scaling.Scaling``,
+name ``"scaling"``); ``parts.text`` and ``parts.scalings`` are the former module names of the
+first two, kept as aliases of the same module objects.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ from typing import Any
 
 from posenc import registry
 from posenc.extrapolate.part import Log, Part
-from posenc.extrapolate.parts import hybrid, image, scalings, structure, tasks, text, time
+from posenc.extrapolate.parts import hybrid, image, lm, scaling, structure, tasks, time
 from posenc.extrapolate.plan import Run
 from posenc.extrapolate.profiles import Profile
 
-PARTS: tuple[Part, ...] = (text.PART, hybrid.PART, scalings.PART, tasks.PART, structure.PART, image.PART, time.PART)
+PARTS: tuple[Part, ...] = (lm.PART, hybrid.PART, scaling.PART, tasks.PART, structure.PART, image.PART, time.PART)
 
 
 def owner(name: str) -> Part:

@@ -19,7 +19,7 @@ from posenc.extrapolate.model import check_arch
 from posenc.extrapolate.page import Page, e, missing
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
-from posenc.extrapolate.parts import tasks, text
+from posenc.extrapolate.parts import lm, tasks
 from posenc.extrapolate.plan import Log, Run, arch_label
 from posenc.extrapolate.profiles import Profile
 from posenc.extrapolate.stats import LMTable
@@ -168,7 +168,7 @@ class Hybrid(Part):
 
     def plan(self, profile: Profile, schemes: list[Any], *, custom: bool, corpus_sha: str, log: Log) -> list[Run]:
         if profile.arch == "transformer" and profile.hybrid:
-            for part in (text.PART, tasks.PART):  # the parts whose runs can have hybrid rows
+            for part in (lm.PART, tasks.PART):  # the parts whose runs can have hybrid rows
                 if part.name in profile.hybrid_parts and part.name in profile.parts:
                     check_arch("hybrid", part.model(profile))
         return []

@@ -33,9 +33,9 @@ from posenc.extrapolate.findings import Verdict, mcnemar_verdict, ppl_claim
 from posenc.extrapolate.page import Page, e, exact_match_tables, pooled_error_cell, status
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
-from posenc.extrapolate.parts.scalings import is_hirope
+from posenc.extrapolate.parts.scaling import is_hirope
 from posenc.extrapolate.parts.tasks import ADDITION, RANDOMIZED
-from posenc.extrapolate.parts.text import ppl_table
+from posenc.extrapolate.parts.lm import ppl_table
 from posenc.extrapolate.profiles import PROFILES, Profile
 from posenc.extrapolate.stats import LMTable, TaskTable, learned_tasks, task_cells
 
@@ -265,7 +265,7 @@ def structure_section(page: Page, records: list[dict[str, Any]], profile: Profil
 class Structure(Part):
     """The structured positions' claims and section; its rows are the text, scalings and tasks parts'."""
 
-    name = ""  # no record has it: the rows are other parts'
+    name = "structure"  # no record has it: the rows are the lm, scaling and tasks parts'
 
     def records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in records if r["part"] in ("lm", "scaling", "tasks")]
