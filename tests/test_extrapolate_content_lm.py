@@ -80,7 +80,7 @@ def test_content_claims_are_missing_without_their_runs():
 def test_the_full_profile_plans_the_content_rows_on_three_seeds_and_quick_leaves_them_out():
     quiet = {"corpus_sha": "0", "log": lambda msg: None}
     full = with_overrides(PROFILES["full"], parts=("lm",), seeds=(0,))
-    bipe = ("bipe", "bipe_bias")  # issue 28's rows (tests/test_extrapolate_structure.py)
+    bipe = ("bipe", "bipe_bias")  # the structured positions' rows (tests/test_extrapolate_structure.py)
     labels = [r.label for r in plan(full, list(DEFAULT_SCHEMES), **quiet)
               if r.arch == "transformer" and r.spec["scheme"] not in bipe]
     assert labels == [*DEFAULT_SCHEMES, "fox", "fox (gate=bias_only)", "cope", "dape", "stick_breaking", T.PATTERN]

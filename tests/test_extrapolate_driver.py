@@ -42,7 +42,7 @@ def _expected_runs() -> int:
 
 
 def _structure_runs() -> int:
-    """Issue 28's rows of a seed, transformer only: BiPE's lm rows, HiRoPE zero-shot, the addition
+    """The structured positions' rows of a seed, transformer only: BiPE's lm rows, HiRoPE zero-shot, the addition
     models, the randomized positions."""
     return len(SMOKE.bipe_rows) + 1 + len(SMOKE.addition.schemes) + len(SMOKE.randomized)
 
@@ -74,7 +74,7 @@ def test_smoke_writes_every_result_once(smoke_results):
         if r["part"] == "tasks":  # the schemes' models, and the content tasks' own
             learned = {row["task"] for row in r["eval"]}
             assert learned in (set(SMOKE.tasks.tasks), set(SMOKE.content_tasks.tasks),
-                               set(SMOKE.addition.tasks.tasks)), r["label"]  # issue 28's addition models
+                               set(SMOKE.addition.tasks.tasks)), r["label"]  # the structured positions' addition models
             continue
         if r["part"] in ("image", "time"):  # checked in tests/test_extrapolate_vision.py
             assert r["eval"] and all(0 <= row["accuracy"] <= 1 for row in r["eval"])
@@ -149,7 +149,7 @@ def test_arch_hybrid_runs_every_part_and_resumes_by_arch(tmp_path, smoke_results
     path = tmp_path / "hybrid.jsonl"
     assert main(["extrapolate", *SERIAL, "--arch", "hybrid", "--out", str(path)]) == 0
     records = list(load(path).values())
-    # the same plan, every run a hybrid (issue 28's rows are the transformer's)
+    # the same plan, every run a hybrid (the structured positions' rows are the transformer's)
     assert len(records) == _expected_runs() - len(SMOKE.hybrid) - _structure_runs()
     # image and time have their own bidirectional model, the same for every --arch (the same runs, keys)
     own = [r for r in records if r["part"] in ("image", "time")]

@@ -73,3 +73,28 @@ def test_each_parts_module_class_and_name_agree():
     from posenc.extrapolate.parts.text import ppl_table
 
     assert ppl_table is lm.ppl_table
+
+
+def test_the_structured_rows_join_their_parts_through_extend_as_the_hybrid_rows_do():
+    """A part's ``plan`` has only its own rows; ``structure.PART.extend`` adds the structured
+    positions' rows beside the lm, scaling and tasks runs of each seed (records of those parts), as
+    ``hybrid.PART.extend`` adds the hybrid rows; the whole plan runs each of them once."""
+    from posenc.extrapolate.parts import PARTS, hybrid, lm, plan, scaling, structure, tasks
+    from posenc.extrapolate.profiles import PROFILES
+
+    smoke = PROFILES["smoke"]
+    quiet = {"custom": False, "corpus_sha": "", "log": lambda m: None}
+    structured = {"lm": "bipe", "scaling": "hirope", "tasks": "randomized"}  # a word in each one's labels
+    for part in (lm.PART, scaling.PART, tasks.PART):
+        own = part.plan(smoke, list(smoke.schemes), **quiet)
+        assert own and not any(structured[part.name] in r.label for r in own), part.name
+        seed = [r for r in own if r.seed == own[0].seed]
+        added = structure.PART.extend(smoke, seed, custom=False, corpus_sha="")
+        assert added and all(r.part == part.name and r.seed == own[0].seed for r in added), part.name
+        assert any(structured[part.name] in r.label for r in added), [r.label for r in added]
+        assert structure.PART.extend(smoke, seed, custom=True, corpus_sha="") == (added if part is scaling.PART else [])
+    assert hybrid.PART in PARTS and structure.PART in PARTS
+    runs = plan(smoke, list(smoke.schemes), corpus_sha="", log=lambda m: None)
+    labels = [r.label for r in runs]
+    assert len({r.key for r in runs}) == len(runs)
+    assert {"bipe", "bipe_bias (bias_scale=96)", "rope + hirope (zero-shot)", "abacus", "rope + randomized"} <= set(labels)

@@ -1,4 +1,4 @@
-"""Issue 28's rows of the benchmark (``posenc.extrapolate.parts.structure``): the positions its
+"""The structured positions' rows of the benchmark (``posenc.extrapolate.parts.structure``): the positions its
 models make from their tokens, BiPE's intra part on the embeddings, the plan of each profile (the
 other rows keep their keys; the quick profile adds HiRoPE and BiPE only), the rows run on a cut of
 the smoke profile with a verdict row for every claim in ``#hierarchical``, and the claims a
@@ -107,7 +107,7 @@ def test_the_plans_add_the_rows_and_the_other_rows_keep_their_keys():
     assert sorted(r.seed for r in hirope) == [0, 1, 2] and all(r.spec["scheme"] == "rope" for r in hirope)
     assert not [r for r in runs if r.part == "tasks" and ("positions" in r.variant or "tasks" in r.variant
                                                         and r.variant["tasks"] == "addition")]
-    before = dataclasses.replace(quick, bipe_rows=(), hirope=None)  # the quick profile before issue 28
+    before = dataclasses.replace(quick, bipe_rows=(), hirope=None)  # the quick profile before the structured positions' rows
     old = {r.key for r in plan(before, list(quick.schemes), **QUIET)}
     assert old <= {r.key for r in runs} and len(runs) - len(old) == 3  # HiRoPE on three seeds
     assert len(with_bipe) - len(runs) == 6  # the BiPE rows: one tuple

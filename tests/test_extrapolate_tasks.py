@@ -181,7 +181,7 @@ def test_the_content_tasks_models_of_their_own_measure_copes_counting_claim(tmp_
     smoke = PROFILES["smoke"]
     profile = dataclasses.replace(smoke, parts=("tasks",), hybrid=(), task_schemes=("nope",),
                                   content_task_schemes=("learned", "shaw", "cope"),
-                                  addition=None, randomized=())  # issue 28's rows: test_extrapolate_structure
+                                  addition=None, randomized=())  # the structured positions' rows: test_extrapolate_structure
     records = list(iter_runs(profile, results=tmp_path / "r.jsonl", threads=1, progress=False, log=lambda m: None))
     assert [r["label"] for r in records] == ["nope", "learned", "shaw", "cope"]
     assert {row["task"] for row in records[0]["eval"]} == set(T.ALGORITHMIC)

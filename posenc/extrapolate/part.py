@@ -6,7 +6,7 @@ file, the statistics and the page call a part only through ``Part``; ``posenc.ex
 is the one table that names them, in the order of the plan (per seed) and of the page.
 
     plan(profile, schemes, custom=, corpus_sha=, log=)  the part's runs, every seed (Run.part = name)
-    extend(profile, runs)                               rows it adds beside another part's runs
+    extend(profile, runs, custom=, corpus_sha=)         rows it adds beside another part's runs
     execute(ctx, run)                                   one run's record body (a dict)
     execute_seeds(ctx, runs)                            the bodies of one configuration's seeds (trained as one)
     section(page, records, profile)                     its HTML; its verdicts, summary, sources
@@ -79,8 +79,10 @@ class Part:
     def plan(self, profile: Profile, schemes: list[Any], *, custom: bool, corpus_sha: str, log: Log) -> list[Run]:
         return []
 
-    def extend(self, profile: Profile, runs: list[Run]) -> list[Run]:
-        """Runs to add right after ``runs`` (one part's runs of one seed); the hybrid rows."""
+    def extend(self, profile: Profile, runs: list[Run], *, custom: bool, corpus_sha: str) -> list[Run]:
+        """Runs to add right after ``runs`` (one part's runs of one seed; ``custom`` and ``corpus_sha``
+        as for ``plan``): the hybrid rows, the structured positions' rows. They are records of the
+        part whose runs they join, which runs them."""
         return []
 
     def note_own_model(self, profile: Profile, log: Log) -> None:

@@ -42,7 +42,8 @@ def owner(name: str) -> Part:
 def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: str, log: Log) -> list[Run]:
     """Every run of the profile, in order: per seed, each part's runs in the order of
     ``PARTS``, each followed by the rows other parts add beside them
-    (the hybrid rows after the transformer runs of each part in ``profile.hybrid_parts``)."""
+    (the hybrid rows after the transformer runs of each part in ``profile.hybrid_parts``, then the
+    structured positions' rows after the lm, scaling and tasks runs)."""
     custom = list(schemes) != [s for s in profile.schemes if s in registry.schemes()]  # the user's --scheme
     planned = [part.plan(profile, schemes, custom=custom, corpus_sha=corpus_sha, log=log) for part in PARTS]
     runs: list[Run] = []
@@ -51,7 +52,7 @@ def plan(profile: Profile, schemes: list[str | dict[str, Any]], *, corpus_sha: s
             mine = [r for r in mine if r.seed == seed]
             runs += mine
             for part in PARTS:
-                runs += part.extend(profile, mine)
+                runs += part.extend(profile, mine, custom=custom, corpus_sha=corpus_sha)
     return runs
 
 

@@ -173,7 +173,7 @@ class Hybrid(Part):
                     check_arch("hybrid", part.model(profile))
         return []
 
-    def extend(self, profile: Profile, runs: list[Run]) -> list[Run]:
+    def extend(self, profile: Profile, runs: list[Run], *, custom: bool, corpus_sha: str) -> list[Run]:
         if profile.arch != "transformer":
             return []
         return [Run(r.part, r.seed, arch_label(r.label, "hybrid"), r.spec, r.settings, profile=profile.name,

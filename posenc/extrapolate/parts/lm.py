@@ -6,7 +6,7 @@ Claims: Press et al.'s order at the longest length, "does not degrade" as non-in
 same bytes at positions past L (``posenc.extrapolate.findings``), and the learned table's limit;
 and those of positions that depend on content (the rows ``profile.lm_rows``): FoX against RoPE and NoPE, DAPE-KERPLE against KERPLE, stick-breaking past L, and
 Llama 4's RoPE/NoPE layer pattern against RoPE (``content_verdicts``, section ``#content``).
-BiPE's rows (the structured positions' claims, ``profile.bipe_rows``, on the part's seeds) read ``(segment, offset)`` of
+BiPE's rows (the structured positions' claims, ``profile.bipe_rows``, on the part's seeds: ``bipe_runs``, added by ``parts.structure``) read ``(segment, offset)`` of
 the lines of the bytes (``posenc.extrapolate.structured``; any ``bipe``/``bipe_bias``/``hirope``
 spec does); their claims are in ``posenc.extrapolate.parts.structure`` (``#hierarchical``).
 The trained RoPE model is saved for the ``scaling`` part (``posenc.extrapolate.parts.scaling``).
@@ -446,10 +446,8 @@ class LM(Part):
         settings = lm_settings(profile, corpus_sha)
         # --scheme replaces the profile's rows too; a layer pattern is a transformer's (``--arch hybrid``: none)
         rows = [] if custom or profile.arch != "transformer" else profile.lm_rows
-        bipe = [] if custom or profile.arch != "transformer" else profile.bipe_rows  # the structured positions' rows (parts.structure)
         groups = [(lm_specs(profile, schemes), profile.seeds_for(self.name)),
-                  (lm_specs(profile, rows), profile.seeds_for("lm_rows", self.name)),
-                  (lm_specs(profile, bipe), profile.seeds_for(self.name))]
+                  (lm_specs(profile, rows), profile.seeds_for("lm_rows", self.name))]
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name,
                     arch=profile.arch) for seed, (lab, sp) in by_seed(groups)]
 
@@ -462,6 +460,14 @@ class LM(Part):
     def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
         verdicts = _lm_section(page, profile, records)
         return Section(verdicts, _scale_note(profile, records) + _headline(records), SOURCES)
+
+
+def bipe_runs(profile: Profile, corpus_sha: str) -> list[Run]:
+    """BiPE's language models (``profile.bipe_rows``) on the part's seeds: the structured positions'
+    rows, which ``parts.structure`` adds beside this part's runs (``Structure.extend``)."""
+    settings = lm_settings(profile, corpus_sha)
+    return [Run(LM.name, seed, arch_label(lab, profile.arch), sp, settings, profile=profile.name, arch=profile.arch)
+            for seed in profile.seeds_for(LM.name) for lab, sp in lm_specs(profile, profile.bipe_rows)]
 
 
 def ppl_summary(record: dict[str, Any]) -> str:

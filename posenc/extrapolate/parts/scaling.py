@@ -171,16 +171,17 @@ def run_hirope(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
     return out
 
 
-def hirope_runs(profile: Profile, base: tuple[str, dict[str, Any]], corpus_sha: str) -> list[Run]:
-    """HiRoPE zero-shot on the trained rope model, one run per seed of the scaling part (none without
-    ``profile.hirope`` or on another architecture than the transformer)."""
+def hirope_runs(profile: Profile, base: dict[str, Any], corpus_sha: str) -> list[Run]:
+    """HiRoPE zero-shot on the trained rope model (``base``: its spec), one run per seed of the
+    scaling part (none without ``profile.hirope`` or on another architecture than the transformer):
+    the structured positions' rows, which ``parts.structure`` adds beside this part's runs."""
     if profile.hirope is None or profile.arch != "transformer":
         return []
     settings = settings_hash({"lm": profile.lm, "hirope": profile.hirope, "corpus": corpus_sha})
-    spec = hirope_spec(base[1], profile)
+    spec = hirope_spec(base, profile)
     variant = {"type": HIROPE, "mode": "zero-shot", "factor": 1, "token_dims": spec["token_dims"],
                "window": spec["window"]}
-    return [Run("scaling", seed, "rope + hirope (zero-shot)", base[1], settings, variant, profile.name, profile.arch)
+    return [Run("scaling", seed, "rope + hirope (zero-shot)", base, settings, variant, profile.name, profile.arch)
             for seed in profile.seeds_for("scaling")]
 
 
@@ -299,7 +300,7 @@ class Scaling(Part):
                     variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
                     runs.append(Run(self.name, seed, arch_label(scaling_label(kind, mode, f), profile.arch), base[1],
                                     settings, variant, profile.name, profile.arch))
-        return runs + hirope_runs(profile, base, corpus_sha)  # the structured positions' rows (parts.structure)
+        return runs
 
     def depends_on(self, run: Run, profile: Profile, corpus_sha: str) -> str | None:
         return base_run(run, profile, corpus_sha).key

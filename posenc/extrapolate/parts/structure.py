@@ -1,8 +1,8 @@
 """Hierarchical and structured positions: the claims of BiPE, HiRoPE, Abacus, position
 coupling and randomized positions, and their section of the page (``#hierarchical``).
 
-The rows are their parts' (each planned and run there; positions from the tokens:
-``posenc.extrapolate.structured``):
+The rows are their parts' records, run there and planned beside those parts' runs by ``Structure.extend``
+(the extension point of the hybrid rows; positions from the tokens: ``posenc.extrapolate.structured``):
 
 - text (``--part lm``, ``Profile.bipe_rows``): ``bipe`` (RoPE between segments) and ``bipe_bias``
   (ALiBi between segments, the official slopes x 96), segments the lines of the source code,
@@ -33,9 +33,10 @@ from posenc.extrapolate.findings import Verdict, mcnemar_verdict, ppl_claim
 from posenc.extrapolate.page import Page, e, exact_match_tables, pooled_error_cell, status
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
-from posenc.extrapolate.parts.scaling import is_hirope
-from posenc.extrapolate.parts.tasks import ADDITION, RANDOMIZED
-from posenc.extrapolate.parts.lm import ppl_table
+from posenc.extrapolate.parts.lm import bipe_runs, ppl_table
+from posenc.extrapolate.parts.scaling import hirope_runs, is_hirope
+from posenc.extrapolate.parts.tasks import ADDITION, RANDOMIZED, structure_runs
+from posenc.extrapolate.plan import Run
 from posenc.extrapolate.profiles import PROFILES, Profile
 from posenc.extrapolate.stats import LMTable, TaskTable, learned_tasks, task_cells
 
@@ -266,6 +267,26 @@ class Structure(Part):
     """The structured positions' claims and section; its rows are the text, scalings and tasks parts'."""
 
     name = "structure"  # no record has it: the rows are the lm, scaling and tasks parts'
+
+    def extend(self, profile: Profile, runs: list[Run], *, custom: bool, corpus_sha: str) -> list[Run]:
+        """The structured positions' rows of ``runs``' seed, right after the runs of the part that runs
+        them, as the hybrid rows join theirs: BiPE's language models after the lm runs
+        (``profile.bipe_rows``), HiRoPE zero-shot on their trained RoPE model after the scaling
+        runs (``profile.hirope``), the addition models and the randomized positions after the tasks
+        runs (``profile.addition``, ``profile.randomized``). Only on the transformer; BiPE's and the
+        tasks' rows not with ``--scheme`` either (HiRoPE's evaluate the user's trained RoPE model)."""
+        if not runs:
+            return []
+        part, seed, transformer = runs[0].part, runs[0].seed, profile.arch == "transformer"
+        if part == "lm" and transformer and not custom:
+            rows = bipe_runs(profile, corpus_sha)
+        elif part == "scaling":
+            rows = hirope_runs(profile, runs[0].spec, corpus_sha)  # every scaling run's spec is its base RoPE's
+        elif part == "tasks" and transformer and not custom:
+            rows = structure_runs(profile)
+        else:
+            rows = []
+        return [r for r in rows if r.seed == seed]
 
     def records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in records if r["part"] in ("lm", "scaling", "tasks")]

@@ -10,8 +10,9 @@ CoPE's counting order uses the counting cells at the trained size (the paper's t
 distribution). Both compare two schemes example by example (McNemar's exact test on the same
 examples, pooled over those cells and the seeds).
 
-The structured positions' rows are planned and run here (``structure_runs``; their claims and tables:
-``posenc.extrapolate.parts.structure``): addition learned alone (``profile.addition``) with Abacus
+The structured positions' rows are built (``structure_runs``) and run here, and planned beside this part's runs by
+``posenc.extrapolate.parts.structure`` (``Structure.extend``; their claims and tables are there too):
+addition learned alone (``profile.addition``) with Abacus
 and coupled positions, and the algorithmic tasks' models of ``profile.randomized`` trained with
 randomized positions (``posenc.extrapolate.structured``); their records carry their ``variant``
 and stay out of this section's tables and verdicts.
@@ -176,13 +177,12 @@ def addition_table_rows(profile: Profile) -> int:
     return max(profile.addition.offset() + ts.max_size + 3, T.seq_len("add", max(ts.test_sizes)))
 
 
-def structure_runs(profile: Profile, *, custom: bool) -> list[tuple[list, tuple[int, ...]]]:
-    """The structured positions' task groups ``(items, seeds)`` for ``Tasks.plan``: the addition models (Abacus and
+def structure_runs(profile: Profile) -> list[Run]:
+    """The structured positions' task runs on the part's seeds: the addition models (Abacus and
     coupled positions, a learned table over them with no position in attention, against plain
-    schemes) and the models of ``profile.tasks`` with randomized positions; none with ``--scheme``
-    or on another architecture than the transformer."""
-    if custom or profile.arch != "transformer":
-        return []
+    schemes) and the models of ``profile.tasks`` with randomized positions; ``parts.structure``
+    adds them beside this part's runs (``Structure.extend``: none with ``--scheme`` or on another
+    architecture than the transformer)."""
     groups = []
     add = profile.addition
     if add is not None:
@@ -203,7 +203,8 @@ def structure_runs(profile: Profile, *, custom: bool) -> list[tuple[list, tuple[
         variant = {"positions": RANDOMIZED, "max_positions": profile.randomized_max_positions}
         groups.append(([(f"{lab} + randomized", sp, settings, variant) for lab, sp in specs],
                        profile.seeds_for("tasks")))
-    return groups
+    return [Run("tasks", seed, arch_label(lab, profile.arch), sp, settings, dict(variant), profile=profile.name,
+                arch=profile.arch) for seed, (lab, sp, settings, variant) in by_seed(groups)]
 
 
 def _task_record(ctx: Context, ts: TaskSettings, model: TinyGPT, losses: list[float], seconds: float,
@@ -455,7 +456,6 @@ class Tasks(Part):
             settings = task_settings_hash(profile, ts)
             specs = [resolve_scheme(s, ts.model, max_positions=task_max_positions(profile, ts)) for s in names]
             planned.append(([(lab, sp, settings, variant) for lab, sp in specs], seeds))
-        planned += structure_runs(profile, custom=custom)  # the structured positions' rows (parts.structure)
         return [Run(self.name, seed, arch_label(lab, profile.arch), sp, settings, dict(variant), profile=profile.name,
                     arch=profile.arch) for seed, (lab, sp, settings, variant) in by_seed(planned)]
 
