@@ -82,3 +82,8 @@ __all__ += [
     "videorope", "videorope_axis_of_pair", "videorope_positions",
     "expm_skew", "liere", "liere_generators", "liere_rotations",
 ]
+from posenc.reference.dual_chunk import (dual_chunk, dual_chunk_key_positions, dual_chunk_query_positions,
+                                         dual_chunk_scores, dual_chunk_temperature)
+
+__all__ += ["dual_chunk", "dual_chunk_key_positions", "dual_chunk_query_positions", "dual_chunk_scores",
+            "dual_chunk_temperature"]
