@@ -45,8 +45,35 @@ from posenc.registry import register
 from posenc.limits import Dim
 
 
+class SectionedRoPE(RoPE):
+    """``rope`` whose rotated pairs read one axis each of ``[.., L, 3]`` positions: what ``mrope`` and
+    ``videorope`` share (the checks, the ``axis_of_pair`` buffer rope's angles read, the reference);
+    they differ only in the map of pairs to axes (``posenc.reference.mrope_axis_of_pair``,
+    ``videorope_axis_of_pair``). Not registered itself."""
+
+    def _take_axis_map(self, sections: list[int], axis) -> None:
+        """Refuses xPos, then keeps the resolved ``sections`` and the map ``axis [R]`` (int64 NumPy)."""
+        if self.scaling.decay is not None:
+            raise ValueError(f"scaling 'xpos' is not available for {self._scheme_name} (its query/key scale is "
+                             "defined for 1D positions only); use another scaling or scheme 'rope'")
+        self.sections = [int(s) for s in sections]
+        self.axes = AXES
+        self.axis_of_pair = torch.from_numpy(axis)  # (R,) int64: the buffer rope's angles read
+
+    @property
+    def _scheme_name(self) -> str:
+        return type(self).name
+
+    def reference(self, x, positions, *, role: str | None = None):
+        """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
+        pos = ref.positions_array("positions", positions, axes=AXES, real=True, scheme=self._scheme_name)
+        freq = self.scaling.exact_at(int(pos.max()) + 1 if pos.size else 0)
+        return ref.mrope(x, pos, freq, self.axis_of_pair.cpu().numpy(), layout=self.layout,
+                         attention_factor=self.attention_factor)
+
+
 @register("mrope", kind="rotary")
-class MRoPE(RoPE):
+class MRoPE(SectionedRoPE):
     """Multimodal RoPE of Qwen2-VL / Qwen3-VL: frequency sections take time, row or column positions.
 
     ``module(x [B, H, L, D], positions [L, 3] or [B, L, 3], *, role=None)`` and ``cos_sin`` are
@@ -57,23 +84,11 @@ class MRoPE(RoPE):
                  rotary_dim: Dim | None = None, sections_layout: str = "chunked", layout: str = "half",
                  scaling: dict[str, Any] | None = None) -> None:
         super().__init__(head_dim=head_dim, base=base, rotary_dim=rotary_dim, layout=layout, scaling=scaling)
-        if self.scaling.decay is not None:
-            raise ValueError("scaling 'xpos' is not available for mrope (its query/key scale is defined for "
-                             "1D positions only); use another scaling or scheme 'rope'")
         self.sections_layout = check_choice("sections_layout", sections_layout, SECTIONS_LAYOUTS)
         if sections is None:
             sections = ref.default_sections(self.rotary_dim, self.sections_layout)
-        axis = ref.mrope_axis_of_pair(sections, self.sections_layout, rotary_dim=self.rotary_dim)
-        self.sections = [int(s) for s in sections]
-        self.axes = AXES
-        self.axis_of_pair = torch.from_numpy(axis)  # (R,) int64: the buffer rope's angles read
-
-    def reference(self, x, positions, *, role: str | None = None):
-        """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
-        pos = ref.positions_array("positions", positions, axes=AXES, real=True, scheme="mrope")
-        freq = self.scaling.exact_at(int(pos.max()) + 1 if pos.size else 0)
-        return ref.mrope(x, pos, freq, self.axis_of_pair.cpu().numpy(), layout=self.layout,
-                         attention_factor=self.attention_factor)
+        self._take_axis_map(sections, ref.mrope_axis_of_pair(sections, self.sections_layout,
+                                                             rotary_dim=self.rotary_dim))
 
 
 def mrope_positions(segments: list[dict[str, Any]], *, offset: int = 0, time_dtype: str = "float64") -> torch.Tensor:

@@ -23,39 +23,22 @@ from typing import Any
 import torch
 
 from posenc import reference as ref
-from posenc.encodings.rope import RoPE
+from posenc.encodings.mrope import SectionedRoPE
 from posenc.limits import Dim
-from posenc.reference.mrope import AXES
 from posenc.reference.videorope import videorope_axis_of_pair
 from posenc.registry import register
 
 
 @register("videorope", kind="rotary")
-class VideoRoPE(RoPE):
+class VideoRoPE(SectionedRoPE):
     """VideoRoPE: time on the lowest frequencies, a diagonal layout of frames, temporal spacing δ."""
 
     def __init__(self, *, head_dim: Dim, sections: list[Dim] | None = None, base: float = 10000.0,
                  rotary_dim: Dim | None = None, layout: str = "half", scaling: dict[str, Any] | None = None) -> None:
         super().__init__(head_dim=head_dim, base=base, rotary_dim=rotary_dim, layout=layout, scaling=scaling)
-        if self.scaling.decay is not None:
-            raise ValueError("scaling 'xpos' is not available for videorope (its query/key scale is defined for "
-                             "1D positions only); use another scaling or scheme 'rope'")
         if sections is None:
             sections = ref.default_sections(self.rotary_dim, "chunked")
-        axis = videorope_axis_of_pair(sections)
-        if 2 * axis.size != self.rotary_dim:
-            raise ValueError(f"sections must sum to rotary_dim/2 = {self.rotary_dim // 2} (one entry per rotated "
-                             f"pair), got {list(sections)} (sum {axis.size})")
-        self.sections = [int(s) for s in sections]
-        self.axes = AXES
-        self.axis_of_pair = torch.from_numpy(axis)  # (R,) int64: the buffer rope's angles read
-
-    def reference(self, x, positions, *, role: str | None = None):
-        """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
-        pos = ref.positions_array("positions", positions, axes=AXES, real=True, scheme="videorope")
-        freq = self.scaling.exact_at(int(pos.max()) + 1 if pos.size else 0)
-        return ref.videorope(x, pos, freq, self.axis_of_pair.cpu().numpy(), layout=self.layout,
-                             attention_factor=self.attention_factor)
+        self._take_axis_map(sections, videorope_axis_of_pair(sections, rotary_dim=self.rotary_dim))
 
 
 def videorope_positions(segments: list[dict[str, Any]], *, offset: float = 0,

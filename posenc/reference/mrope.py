@@ -52,6 +52,24 @@ def default_sections(rotary_dim: int, sections_layout: str = "chunked") -> list[
     return [half - 2 * side, side, side]
 
 
+def check_sections(sections, *, rotary_dim: int | None = None) -> list[int]:
+    """``[s_t, s_h, s_w]`` as ints: a list of ``AXES`` non-negative integers summing to at least 1
+    (to ``rotary_dim/2`` when given, one entry per rotated pair). The one check of the sections
+    that M-RoPE's and VideoRoPE's axis maps (``videorope_axis_of_pair``) read."""
+    if isinstance(sections, (str, bytes)) or not isinstance(sections, Sequence):
+        raise TypeError(f"sections must be a list of {AXES} integers [time, height, width], got {sections!r}")
+    if len(sections) != AXES:
+        raise ValueError(f"sections must have {AXES} entries [time, height, width] (one per axis), "
+                         f"got {len(sections)}: {list(sections)}")
+    s = [check_int(f"sections[{i}]", v, min=0) for i, v in enumerate(sections)]
+    if rotary_dim is not None and 2 * sum(s) != rotary_dim:
+        raise ValueError(f"sections must sum to rotary_dim/2 = {rotary_dim // 2} (one entry per rotated pair), "
+                         f"got {s} (sum {sum(s)})")
+    if sum(s) < 1:
+        raise ValueError(f"sections must sum to at least 1, got {s}")
+    return s
+
+
 def mrope_axis_of_pair(sections, sections_layout: str = "chunked", *, rotary_dim: int | None = None) -> np.ndarray:
     """``a(j)``: the axis (0 = time, 1 = height, 2 = width) each frequency index takes its
     position from, ``[sum(sections)]`` int64 (see the module docstring).
@@ -59,18 +77,8 @@ def mrope_axis_of_pair(sections, sections_layout: str = "chunked", *, rotary_dim
     ``rotary_dim``, when given, must be ``2 · sum(sections)``.
     """
     check_choice("sections_layout", sections_layout, SECTIONS_LAYOUTS)
-    if isinstance(sections, (str, bytes)) or not isinstance(sections, Sequence):
-        raise TypeError(f"sections must be a list of {AXES} integers [time, height, width], got {sections!r}")
-    if len(sections) != AXES:
-        raise ValueError(f"sections must have {AXES} entries [time, height, width] (one per axis), "
-                         f"got {len(sections)}: {list(sections)}")
-    s = [check_int(f"sections[{i}]", v, min=0) for i, v in enumerate(sections)]
+    s = check_sections(sections, rotary_dim=rotary_dim)
     half = sum(s)
-    if rotary_dim is not None and 2 * half != rotary_dim:
-        raise ValueError(f"sections must sum to rotary_dim/2 = {rotary_dim // 2} (one entry per rotated pair), "
-                         f"got {s} (sum {half})")
-    if half < 1:
-        raise ValueError(f"sections must sum to at least 1, got {s}")
     if sections_layout == "chunked":
         return np.repeat(np.arange(AXES, dtype=np.int64), s)
     j = np.arange(half)

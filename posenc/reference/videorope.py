@@ -32,25 +32,19 @@ import numpy as np
 
 from posenc._validate import check_float, check_int
 from posenc.limits import check_memory
-from posenc.reference.mrope import AXES, MAX_POSITION, MAX_TOKENS, _segment, mrope
+from posenc.reference.mrope import AXES, MAX_POSITION, MAX_TOKENS, _segment, check_sections, mrope
 from posenc.reference.positions import grid_positions
 
 
-def videorope_axis_of_pair(sections) -> np.ndarray:
+def videorope_axis_of_pair(sections, *, rotary_dim: int | None = None) -> np.ndarray:
     """``a(j)``: the axis (0 = time, 1 = row, 2 = column) frequency ``j`` reads, ``[sum(sections)]``
-    int64: row/column alternating over the first ``s_h + s_w``, time on the rest."""
-    if isinstance(sections, (str, bytes)) or not isinstance(sections, Sequence):
-        raise TypeError(f"sections must be a list of {AXES} integers [time, height, width], got {sections!r}")
-    if len(sections) != AXES:
-        raise ValueError(f"sections must have {AXES} entries [time, height, width], got {len(sections)}: "
-                         f"{list(sections)}")
-    s = [check_int(f"sections[{i}]", v, min=0) for i, v in enumerate(sections)]
+    int64: row/column alternating over the first ``s_h + s_w``, time on the rest. ``rotary_dim``, when
+    given, must be ``2 · sum(sections)`` (``posenc.reference.mrope.check_sections``)."""
+    s = check_sections(sections, rotary_dim=rotary_dim)
     spatial = s[1] + s[2]
     if s[1] != (spatial + 1) // 2:
         raise ValueError(f"sections {s}: VideoRoPE alternates row and column over the first s_h + s_w = {spatial} "
                          f"frequencies, so it needs sections[1] == sections[2] (or one more row when odd)")
-    if sum(s) < 1:
-        raise ValueError(f"sections must sum to at least 1, got {s}")
     j = np.arange(spatial)
     return np.concatenate([np.where(j % 2 == 0, 1, 2), np.zeros(s[0], dtype=np.int64)]).astype(np.int64)
 

@@ -1,0 +1,37 @@
+"""A tiny transformers Llama with a scheme patched in: the check the rotary schemes that patch into
+Llama share (``tests/test_pope.py``, ``tests/test_fope.py``), written once.
+
+    check_patched_llama(spec, trained="bias", hidden_size=32, min_change=1e-3)
+
+``posenc.interop.patch`` (the attention-function path, grouped key/value heads: 4 query heads, 2
+key/value heads): the logits change by more than ``min_change``, one SGD step changes the scheme's
+parameter ``trained``, and greedy ``generate()`` with the cache equals recomputing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def check_patched_llama(spec: dict, *, trained: str, hidden_size: int, min_change: float) -> None:
+    transformers = pytest.importorskip("transformers")
+    import posenc.interop
+
+    config = transformers.LlamaConfig(vocab_size=97, hidden_size=hidden_size, intermediate_size=48,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=64, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(3, 64, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(ids).logits
+        posenc.interop.patch(model, spec)
+        assert (model(ids).logits - before).abs().max() > min_change
+    (pe,) = model.model.posenc_modules
+    start = getattr(pe, trained).detach().clone()
+    model(ids, labels=ids).loss.backward()
+    torch.optim.SGD(model.parameters(), lr=1.0).step()
+    assert (getattr(pe, trained).detach() - start).abs().max() > 0
+    kw = {"max_new_tokens": 5, "do_sample": False, "pad_token_id": 0}
+    assert torch.equal(model.generate(ids[:1], **kw), model.generate(ids[:1], use_cache=False, **kw))
