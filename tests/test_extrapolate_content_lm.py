@@ -80,15 +80,16 @@ def test_content_claims_are_missing_without_their_runs():
 def test_the_full_profile_plans_the_content_rows_on_three_seeds_and_quick_leaves_them_out():
     quiet = {"corpus_sha": "0", "log": lambda msg: None}
     full = with_overrides(PROFILES["full"], parts=("lm",), seeds=(0,))
-    bipe = ("bipe", "bipe_bias")  # the structured positions' rows (tests/test_extrapolate_structure.py)
+    # the structured positions' rows (tests/test_extrapolate_structure.py), PoPE's and FoPE's (test_extrapolate_new_schemes.py)
+    elsewhere = ("bipe", "bipe_bias", "pope", "fope")
     labels = [r.label for r in plan(full, list(DEFAULT_SCHEMES), **quiet)
-              if r.arch == "transformer" and r.spec["scheme"] not in bipe]
+              if r.arch == "transformer" and r.spec["scheme"] not in elsewhere]
     assert labels == [*DEFAULT_SCHEMES, "fox", "fox (gate=bias_only)", "cope", "dape", "stick_breaking", T.PATTERN]
     assert len(CONTENT_LM_ROWS) == 6
     mine = [r.label for r in plan(full, ["rope", "fox"], **quiet) if r.arch == "transformer"]
     assert mine == ["rope", "fox"]  # --scheme replaces the profile's rows, these too
     every = [(r.seed, r.label) for r in plan(PROFILES["full"], list(DEFAULT_SCHEMES), **quiet)
-             if r.part == "lm" and r.arch == "transformer" and r.spec["scheme"] not in bipe]
+             if r.part == "lm" and r.arch == "transformer" and r.spec["scheme"] not in elsewhere]
     assert every == [(seed, lab) for seed in (0, 1, 2) for lab in labels]  # no row on fewer seeds than a verdict needs
     # make report's profile: three seeds of the content rows do not fit its time, so it has none, and its page
     # names the command that measures their claims
@@ -97,7 +98,7 @@ def test_the_full_profile_plans_the_content_rows_on_three_seeds_and_quick_leaves
     assert "--profile full" in T.CONTENT_COMMAND
     assert content_lm_rows(2)[-1] == '["rope", "nope_temperature"]' and content_lm_rows(8) == CONTENT_LM_ROWS
     lm = [(r.seed, r.label) for r in plan(quick, list(quick.schemes), **quiet)
-          if r.part == "lm" and r.arch == "transformer" and r.spec["scheme"] not in bipe]
+          if r.part == "lm" and r.arch == "transformer" and r.spec["scheme"] not in elsewhere]
     assert lm == [(seed, lab) for seed in (0, 1, 2) for lab in DEFAULT_SCHEMES]
     # --scheme still runs content schemes on the quick profile, on its three seeds
     mine = [(r.seed, r.label) for r in plan(quick, ["fox", "rope"], **quiet) if r.part == "lm" and r.arch == "transformer"]

@@ -204,6 +204,16 @@ def test_heads_must_be_a_multiple_of_the_coefficient_sets():
         _build()(torch.randn(1, 3, 4, 16), torch.arange(4))
 
 
+def test_the_benchmark_model_can_run_it_with_grouped_heads_and_fits_it_to_the_training_length():
+    """The kind protocol: ``check_runs_at`` calls it with the model's heads (a multiple of the sets, not
+    one head), and ``fit_to_training`` makes ``max_positions`` the training length unless it is given."""
+    pe = _build(head_dim=16, num_heads=2)
+    pe.check_runs_at(torch.arange(40), head_dim=16, num_heads=4)
+    cls = posenc.registry.get("fope").cls
+    assert cls.fit_to_training({"scheme": "fope"}, 64) == {"max_positions": 64}
+    assert cls.fit_to_training({"scheme": "fope", "max_positions": 512}, 64) == {}
+
+
 # -- inside a transformers model -----------------------------------------------------------------------
 
 def test_patched_into_a_llama_it_trains_and_decodes_through_the_cache():

@@ -28,6 +28,8 @@ mod 2π), then cast; the pairs are turned by ``posenc.apply_rotary``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -112,6 +114,16 @@ class FoPE(RotaryEncoding):
         if heads != self.num_heads:
             c, s = (t.repeat_interleave(heads // self.num_heads, dim=-3) for t in (c, s))  # (..., H, L, D/2)
         return apply_rotary(x, c.to(x.dtype), s.to(x.dtype), layout=self.layout, out=out)
+
+    # -- kind protocol: the benchmark's model (see posenc.encodings._base) --------------------------
+    def check_runs_at(self, positions: torch.Tensor, *, head_dim: int, num_heads: int) -> None:
+        """One call for the last position with the model's ``num_heads`` heads (a multiple of the sets)."""
+        self(torch.zeros(1, num_heads, 1, head_dim, device=positions.device), positions[-1:])
+
+    @classmethod
+    def fit_to_training(cls, given: dict[str, Any], length: int) -> dict[str, Any]:
+        """``max_positions``: the training length, the length whose undertrained frequencies FoPE clips."""
+        return {} if "max_positions" in given else {"max_positions": length}
 
     def reference(self, x, positions, *, role: str | None = None):
         """Float64 NumPy result (``posenc.reference.fope``)."""

@@ -54,6 +54,10 @@ def content_lm_rows(n_layer: int) -> tuple[str, ...]:
 
 CONTENT_LM_ROWS = content_lm_rows(4)
 """The rows of a 4-layer model (the full profile's), with Llama 4's pattern as it is."""
+LENGTH_LM_ROWS = ("pope", "fope")
+"""PoPE and FoPE, whose papers claim they generalise past the training length better than RoPE: the
+full profile's language-modelling rows after the content ones (their claims:
+``posenc.extrapolate.parts.text.length_verdicts``; FoPE's ``max_positions`` is the training length)."""
 CONTENT_TASK_SCHEMES = ("learned", "shaw", "cope")
 """The schemes that learn the content tasks by default: one of each kind in CoPE's counting claim,
 absolute (a learned table), relative (Shaw et al.'s learned vector per distance, the paper's
@@ -201,6 +205,9 @@ class Profile:
     addition: AdditionSettings | None = None
     randomized: tuple[str, ...] = ()
     randomized_max_positions: int = 512
+    # Dual Chunk Attention applied zero-shot to the trained rope models, beside the RoPE scalings (the
+    # scaling part's seeds; posenc.extrapolate.parts.scalings.dual_chunk_spec)
+    dual_chunk: bool = False
 
     def seeds_for(self, part: str, within: str | None = None) -> tuple[int, ...]:
         """The seeds ``part`` trains: its entry in ``part_seeds``, else the seeds of ``within`` (the
@@ -260,7 +267,7 @@ PROFILES: dict[str, Profile] = {
                                                                      mlp_ratio=2),
                                                      train=TrainConfig(steps=4, batch_size=4, warmup=1), tasks=("add",),
                                                      max_size=2, test_sizes=(2, 6), eval_examples=8)),
-        randomized=("rope",), randomized_max_positions=64,
+        randomized=("rope",), randomized_max_positions=64, dual_chunk=True,
     ),
     "quick": Profile(
         name="quick", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
@@ -297,7 +304,7 @@ PROFILES: dict[str, Profile] = {
         task_schemes=("nope", "sinusoidal", "rope", "alibi", "t5"),
         # the structured positions: HiRoPE zero-shot on the trained RoPE models (evaluation only); BiPE's two rows, the addition
         # and randomized rows are the full profile's (three seeds of BiPE's would pass make report's time)
-        bipe_rows=(), hirope=HiRoPESettings(),
+        bipe_rows=(), hirope=HiRoPESettings(), dual_chunk=True,
     ),
     "full": Profile(
         name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
@@ -313,7 +320,7 @@ PROFILES: dict[str, Profile] = {
         time=TimeSettings(train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=40)),
         description="three seeds, d=128, 4 layers: hours on 2 CPU cores, minutes on a GPU",
         hybrid=("nope", "rope", "alibi", "sinusoidal"), hybrid_parts=("lm", "tasks"),
-        lm_rows=CONTENT_LM_ROWS,
+        lm_rows=(*CONTENT_LM_ROWS, *LENGTH_LM_ROWS),
         content_tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=4, n_head=4, n_embd=128),
                                    train=TrainConfig(steps=4000, batch_size=64, lr=3e-3), max_size=10,
                                    tasks=CONTENT, test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
@@ -323,7 +330,7 @@ PROFILES: dict[str, Profile] = {
                                                      train=TrainConfig(steps=4000, batch_size=64, lr=3e-3),
                                                      tasks=("add",), max_size=10, test_sizes=(10, 15, 20, 30),
                                                      eval_examples=300)),
-        randomized=("sinusoidal", "rope", "alibi"), randomized_max_positions=512,
+        randomized=("sinusoidal", "rope", "alibi"), randomized_max_positions=512, dual_chunk=True,
     ),
 }
 

@@ -5,7 +5,8 @@ L·{1, 1.5, 2, 4, 8, 16}, with non-overlapping and sliding windows (``posenc.ext
 Claims: Press et al.'s order at the longest length, "does not degrade" as non-inferiority on the
 same bytes at positions past L (``posenc.extrapolate.findings``), and the learned table's limit;
 and those of positions that depend on content (the rows ``profile.lm_rows``): FoX against RoPE and NoPE, DAPE-KERPLE against KERPLE, stick-breaking past L, and
-Llama 4's RoPE/NoPE layer pattern against RoPE (``content_verdicts``, section ``#content``).
+Llama 4's RoPE/NoPE layer pattern against RoPE (``content_verdicts``, section ``#content``); PoPE and
+FoPE against RoPE at the longest length (``length_verdicts``, the full profile's rows too).
 BiPE's rows (the structured positions' claims, ``profile.bipe_rows``, on the part's seeds: ``bipe_runs``, added by ``parts.structure``) read ``(segment, offset)`` of
 the lines of the bytes (``posenc.extrapolate.structured``; any ``bipe``/``bipe_bias``/``hirope``
 spec does); their claims are in ``posenc.extrapolate.parts.structure`` (``#hierarchical``).
@@ -44,6 +45,8 @@ LIN = "Lin et al. 2025 (FoX)"
 ZHENG = "Zheng et al. 2024 (DAPE)"
 TAN = "Tan et al. 2025 (stick-breaking)"
 YANG = "Yang et al. 2025 (RoPE to NoPE)"
+POPE = "Gopalakrishnan et al. 2025 (PoPE)"
+FOPE = "Hua et al. 2024 (FoPE)"
 SOURCES = {PRESS: "WikiText-103, 247M parameters, trained at 512 tokens, tested to 15512 (~30L)",
            LIN: "the Forgetting Transformer, no other positional encoding, against RoPE and NoPE transformers; "
                 "language models trained on LongCrawl64 at long context (up to 760M parameters)",
@@ -52,7 +55,11 @@ SOURCES = {PRESS: "WikiText-103, 247M parameters, trained at 512 tokens, tested 
            TAN: "stick-breaking attention without any positional encoding, against softmax attention with RoPE; "
                 "language models evaluated past their training length",
            YANG: "RoPE layers interleaved with NoPE layers (Llama 4: NoPE with a query temperature in one layer of "
-                 "four) against RoPE in every layer; long-context evaluations"}
+                 "four) against RoPE in every layer; long-context evaluations",
+           POPE: "polar positions (softplus magnitudes, positional phases) against RoPE; language models evaluated "
+                 "zero-shot up to 10x their training length",
+           FOPE: "each dimension a Fourier series of the trained frequencies, the undertrained ones clipped, against "
+                 "RoPE; perplexity and passkey retrieval past the training length"}
 CONTENT_COMMAND = "posenc report --profile full --part lm"
 """What measures the content claims: the full profile's ``lm_rows``, run after its schemes on three
 seeds (the quick profile has none: three seeds of them do not fit its time; ``--scheme`` replaces
@@ -240,6 +247,16 @@ def content_verdicts(table: LMTable, pattern: str = PATTERN) -> list[Verdict]:
     return [_missing(table, source, claim, labels) or check(claim) for source, claim, labels, check in claims]
 
 
+def length_verdicts(table: LMTable) -> list[Verdict]:
+    """PoPE's and FoPE's length-generalisation claims (the full profile's ``LENGTH_LM_ROWS``): each beats
+    RoPE at the longest length; "not measured" without their runs."""
+    long = max(table.lengths) if table.lengths else table.train_length
+    x = f"{long // table.train_length}L" if table.train_length else "long"
+    claims = [(POPE, f"at {x}, PoPE beats RoPE", "pope"), (FOPE, f"at {x}, FoPE beats RoPE", "fope")]
+    return [_missing(table, source, claim, (row, "rope")) or ppl_claim(table, source, claim, (row, long), ("rope", long))
+            for source, claim, row in claims]
+
+
 def _learned_verdict(table: LMTable) -> Verdict:
     claim = "a learned absolute table cannot run past its length"
     L = table.train_length
@@ -377,7 +394,7 @@ def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> 
                                                      title="language-modelling training loss"),
                 "Training loss per scheme (same batches for every scheme): the mean over its seeds, the band "
                 "their range.")
-    return lm_verdicts(table) + content_section(page, table, rope_nope_label(lm_recs))
+    return lm_verdicts(table) + length_verdicts(table) + content_section(page, table, rope_nope_label(lm_recs))
 
 
 CONTENT_PLAYERS = ("fox", "fox (gate=bias_only)", "cope", "dape", "stick_breaking")

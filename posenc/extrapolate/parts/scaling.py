@@ -7,6 +7,10 @@ interpolation beats fine-tuning without it; YaRN beats linear after the fine-tun
 (the structured positions' claims, ``profile.hirope``) is one more zero-shot row on the same trained model: its
 ``(line, token)`` positions from the bytes, a window of the training length, no training
 (``run_hirope``); its claims and rows are in ``posenc.extrapolate.parts.structure``.
+Dual Chunk Attention (``profile.dual_chunk``; An et al. 2024, Qwen2.5-1M) is another zero-shot row
+on it, this part's own, beside the scalings: chunks of the training length, vLLM's local share of
+1/8 and its temperature from the training length (``dual_chunk_spec``), no training; its claim is
+this part's.
 
 YaRN (``yarn_betas``): ``beta_fast``/``beta_slow`` put the ends of the ramp at the same share of
 the rotary pairs as the paper's LLaMA setting (pairs 20 and 46 of 64 at L₀ = 4096); the paper's
@@ -189,6 +193,46 @@ def is_hirope(record: dict[str, Any]) -> bool:
     return (record.get("variant") or {}).get("type") == HIROPE
 
 
+DUAL_CHUNK = "dual_chunk"  # the ``type`` of a Dual Chunk Attention run's variant (zero-shot, on the trained rope)
+
+
+def dual_chunk_spec(rope: dict[str, Any], profile: Profile) -> dict[str, Any]:
+    """Dual Chunk Attention on the trained ``rope`` (its head_dim, base and layout), fitted to the
+    training length (``DualChunk.fit_to_training``: chunk_size = L, local_size = L/8, the temperature's
+    L₀ = L)."""
+    from posenc import registry
+
+    given = {"scheme": DUAL_CHUNK, **{k: rope[k] for k in ("head_dim", "base", "layout") if k in rope}}
+    fitted = registry.get(DUAL_CHUNK).cls.fit_to_training(given, profile.lm.train_length)
+    return registry.normalize_spec({**given, **fitted})
+
+
+def run_dual_chunk(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
+    """Dual Chunk Attention applied zero-shot to the trained RoPE model of each of ``runs`` (its seeds)."""
+    out = []
+    for run in runs:
+        model = _base_model(ctx, run)
+        spec = dual_chunk_spec(run.spec, ctx.profile)
+        model.set_pe(spec)
+        out.append({"train_length": ctx.profile.lm.train_length, "variant": run.variant, "dual_chunk": spec,
+                    "eval": lm_eval(ctx, model)})
+    return out
+
+
+def dual_chunk_runs(profile: Profile, base: dict[str, Any], corpus_sha: str, seed: int) -> list[Run]:
+    """Dual Chunk Attention zero-shot on the trained rope model (``base``: its spec) of ``seed`` (none
+    without ``profile.dual_chunk`` or on another architecture than the transformer)."""
+    partial = base.get("rotary_dim") not in (None, base.get("head_dim"))  # dual_chunk rotates every pair
+    if not profile.dual_chunk or profile.arch != "transformer" or partial:
+        return []
+    spec = dual_chunk_spec(base, profile)
+    settings = settings_hash({"lm": profile.lm, "dual_chunk": spec, "corpus": corpus_sha})
+    variant = {"type": DUAL_CHUNK, "mode": "zero-shot", "factor": "T/L", "chunk_size": spec["chunk_size"],
+               "local_size": spec["local_size"]}
+    return [Run("scaling", seed, scaling_label(DUAL_CHUNK, "zero-shot", 1), base, settings, variant, profile.name,
+                profile.arch)]
+
+
 # -- claims and section ----------------------------------------------------------------------
 
 def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str], str], factor: int, *,
@@ -202,7 +246,8 @@ def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str]
     zero = {t: lab for (t, mode), lab in labels.items() if mode == "zero-shot"}
     tuned = {t: lab for (t, mode), lab in labels.items() if mode == "fine-tune"}
     out = []
-    for kind, source in (("ntk", "bloc97 2023 (NTK-aware); Peng et al. 2023"), ("yarn", "Peng et al. 2023 (YaRN)")):
+    for kind, source in (("ntk", "bloc97 2023 (NTK-aware); Peng et al. 2023"), ("yarn", "Peng et al. 2023 (YaRN)"),
+                         (DUAL_CHUNK, "An et al. 2024 (Dual Chunk Attention); Qwen2.5-1M")):
         if kind in zero:
             out.append(ppl_claim(merged, source, f"zero-shot {kind} beats plain RoPE at {factor}L",
                                  (zero[kind], at), (base, at)))
@@ -233,7 +278,8 @@ def scaling_section(page: Page, lm_recs: list[dict[str, Any]],
     factor = next((r["variant"]["factor"] for r in sc_recs if r["variant"]["mode"] == "fine-tune"), 4)
     page.add("<p>Zero-shot: the trained RoPE model's frequencies are rescaled at each length T with factor T/L "
              f"(no training). Fine-tuned: a short fine-tune at {factor}L with factor {factor} (and a control "
-             f"fine-tuned at {factor}L without scaling), then evaluated at every length.</p>" + _yarn_note(sc_recs))
+             f"fine-tuned at {factor}L without scaling), then evaluated at every length.</p>" + _yarn_note(sc_recs)
+             + _dual_chunk_note(sc_recs))
     page.figure("rope_scalings", lambda: F.scaling(lm, sc, labels, base=base),
                 "RoPE scalings: zero-shot and after a fine-tune; a scaling keeps its colour in both panels "
                 "(fine-tuned: dashed); bands: 95% intervals.")
@@ -241,6 +287,17 @@ def scaling_section(page: Page, lm_recs: list[dict[str, Any]],
                            sorted(set(lm.lengths) | set(sc.lengths)), lm.train_length)
     page.add(ppl_table(merged, [base, *labels.values()], "nonoverlap"))
     return scaling_verdicts(lm, sc, labels, int(factor), base=base)
+
+
+def _dual_chunk_note(sc_recs: list[dict[str, Any]]) -> str:
+    spec = next((r["dual_chunk"] for r in sc_recs if r["variant"]["type"] == DUAL_CHUNK and "dual_chunk" in r), None)
+    if spec is None:
+        return ""
+    return (f"<p>Dual Chunk Attention (An et al. 2024; Qwen2.5-1M's long-context inference, vLLM's "
+            f"<code>dual_chunk_rope</code>), zero-shot on the same model: chunks of {spec['chunk_size'] - spec['local_size']}"
+            f" tokens (chunk_size {spec['chunk_size']}, local_size {spec['local_size']}), so no query–key distance "
+            f"exceeds {spec['chunk_size']}, and its logit temperature from L₀ = "
+            f"{spec['original_max_position_embeddings']}.</p>")
 
 
 def _yarn_note(sc_recs: list[dict[str, Any]]) -> str:
@@ -300,13 +357,17 @@ class Scaling(Part):
                     variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
                     runs.append(Run(self.name, seed, arch_label(scaling_label(kind, mode, f), profile.arch), base[1],
                                     settings, variant, profile.name, profile.arch))
+            runs += dual_chunk_runs(profile, base[1], corpus_sha, seed)  # zero-shot, beside the scalings
         return runs
 
     def depends_on(self, run: Run, profile: Profile, corpus_sha: str) -> str | None:
         return base_run(run, profile, corpus_sha).key
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
-        return run_hirope(ctx, runs) if runs[0].variant.get("type") == HIROPE else run_scaling(ctx, runs)
+        kind = runs[0].variant.get("type")
+        if kind == HIROPE:
+            return run_hirope(ctx, runs)
+        return run_dual_chunk(ctx, runs) if kind == DUAL_CHUNK else run_scaling(ctx, runs)
 
     def records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in records if r["part"] in ("lm", self.name)]  # the base model's rows too
