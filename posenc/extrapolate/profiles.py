@@ -13,6 +13,10 @@ The quick profile runs every part it has on three seeds and leaves out the tasks
 cost the most, and the content rows (``lm_rows``), so that ``make report`` stays within 10 minutes
 (measured: docs/numbers.md).
 
+Issue 38's rows: Dual Chunk Attention applied zero-shot to the trained RoPE models beside the
+scalings (``dual_chunk``; every profile: an evaluation, about 1% of ``make report``'s time,
+docs/numbers.md); PoPE and FoPE against RoPE past L (``LENGTH_LM_ROWS``) are the full profile's.
+
 The structured positions' rows (``posenc.extrapolate.parts.structure``): the quick profile adds only HiRoPE
 applied zero-shot to its trained RoPE models (evaluation, no training); BiPE's two
 language-modelling rows (``bipe_rows``), the addition rows with Abacus and coupled positions and
