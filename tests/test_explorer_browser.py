@@ -140,6 +140,12 @@ def _draw(rng: random.Random, scheme: str, scaling_type: str | None) -> tuple[st
                   f"max_distance={rng.randint(half // 2 + 1, 200)}", f"init_std={num(0.1, 2)}"]
     if scheme == "cope":
         parts += [f"npos_max={rng.randint(1, 80)}", rng.choice(["convention=ram", "convention=scaled"])]
+    if scheme == "dual_chunk":  # chunks short enough that the lengths drawn cross them
+        chunk = rng.randint(2, 120)
+        parts += [f"chunk_size={chunk}", f"local_size={rng.randint(0, chunk - 1)}",
+                  f"base={rng.choice(['10000', '1000000.0', num(2, 1e5)])}", rng.choice(["layout=half", "layout=interleaved"])]
+        if rng.random() < 0.7:
+            parts.append(f"original_max_position_embeddings={rng.randint(1, 100)}")
     return scheme + (":" + ",".join(parts) if parts else ""), length, dim, heads
 
 
@@ -169,6 +175,7 @@ def test_key_numbers_equal_posenc_show_for_random_parameters(page, seed):
     draws = [(s, None) for s in ("nope", "sinusoidal", "alibi", "kerple", "t5", "rope")]
     draws += [("rope", t) for t in scaling.SCALINGS]
     draws += [(rng.choice(["sinusoidal", "alibi", "kerple", "t5"]), None) for _ in range(4)]
+    draws += [("dual_chunk", None), ("dual_chunk", None)]  # a relative term read with q = k = 1
     draws += [("cope", None)]  # last: its rows of contextual positions are printed below too
     previous = ""
     for scheme, scaling_type in draws:
@@ -685,6 +692,31 @@ def test_bias_maps_have_a_colour_scale_per_head_and_every_position(page, widths)
     drawn = _drawn(d, "fig-bias")
     assert drawn["scale"] == "shared" and {(h["lo"], h["hi"]) for h in drawn["heads"]} == {(maps.min(), maps.max())}
     Select(d.find_element("id", "bias-scale")).select_by_value("head")
+    assert _console_errors(d) == []
+
+
+def test_dual_chunk_map_is_posencs_term_over_every_pair(page):
+    """Dual Chunk Attention (a relative scheme) is drawn as its term with q = k = 1, the map
+    ``posenc show`` reads: every row equals posenc's over positions that cross many chunks (the intra,
+    successive and inter positions, each clamp of them, the temperature), and the colour scale spans it."""
+    import numpy as np
+
+    d = page
+    for spec, length, dim in (("dual_chunk:chunk_size=7,local_size=5", 40, 8),
+                              ("dual_chunk:chunk_size=9,local_size=2,original_max_position_embeddings=4,"
+                               "layout=interleaved,base=100.0", 57, 6)):
+        maps = analysis.bias_maps(spec, length=length, num_heads=1, dim=dim)  # (1, L, L)
+        full = (f"posencExplorer.fullSpec(posencExplorer.parseSpec('{spec}'), "
+                f"{{length: {length}, dim: {dim}, heads: 1}})")
+        rows = d.execute_script(f"var f = {full}; return Array.from({{length: {length}}}, function (_, i) "
+                                f"{{ return posencExplorer.biasRow(f, 0, i, {length}); }})")
+        np.testing.assert_allclose(rows, maps[0], rtol=1e-12, atol=1e-12)
+        _goto(d, spec, length, dim, 1)
+        drawn = _drawn(d, "fig-bias")
+        assert drawn["positions"] == length and len(drawn["heads"]) == 1, spec
+        np.testing.assert_allclose([drawn["heads"][0]["min"], drawn["heads"][0]["max"]], [maps.min(), maps.max()],
+                                   rtol=1e-12, atol=1e-12)
+        assert _key_numbers(d) == _show(spec, length, dim, 1)
     assert _console_errors(d) == []
 
 

@@ -43,9 +43,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-PAGE_SCHEMES = ("nope", "sinusoidal", "rope", "alibi", "kerple", "t5", "cope")
-"""The schemes the page draws: every deterministic one (learned ones drawn from seed 0), and CoPE,
-whose contextual positions of a typed sentence (``CoPE.sentence_positions``) need no weights."""
+PAGE_SCHEMES = ("nope", "sinusoidal", "rope", "alibi", "kerple", "t5", "cope", "dual_chunk")
+"""The schemes the page draws: every deterministic one (learned ones drawn from seed 0), CoPE,
+whose contextual positions of a typed sentence (``CoPE.sentence_positions``) need no weights, and
+Dual Chunk Attention, a relative scheme whose term ``posenc show`` reads with q = k = 1 (its map
+shows the remapped positions: RoPE inside a chunk, the successive and inter-chunk positions past it)."""
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")

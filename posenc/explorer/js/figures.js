@@ -4,7 +4,8 @@
 // (STYLES), each label prefixed with its scheme. The table and the bias maps draw one block per scheme
 // they apply to, B's below A's, each titled with its scheme; the grid map draws the first grid scheme.
 // A figure that applies to none of them is hidden and listed in id="not-shown".
-var NAMES = {nope: 'NoPE', sinusoidal: 'sinusoidal', rope: 'RoPE', alibi: 'ALiBi', kerple: 'KERPLE', t5: 'T5', cope: 'CoPE'};
+var NAMES = {nope: 'NoPE', sinusoidal: 'sinusoidal', rope: 'RoPE', alibi: 'ALiBi', kerple: 'KERPLE', t5: 'T5', cope: 'CoPE',
+             dual_chunk: 'Dual Chunk Attention'};
 var FIGURE_NAMES = {'fig-table': 'the table', 'fig-similarity': 'similarity vs distance', 'fig-qk': 'q·k vs distance',
                     'fig-wavelengths': 'wavelengths', 'fig-bias': 'bias maps', 'fig-grid': 'the grid map',
                     'fig-cope': 'contextual positions'};
@@ -86,6 +87,7 @@ function figWavelengths(list, L) {
 // Every bias drawn here is a function of j − i (ALiBi and KERPLE of |j − i|, T5 of its bucket), so a
 // head's n × n map takes its extremes on its 2n − 1 diagonals: O(n) per head, at any length.
 function biasRange(m, h, n) {
+  if (m.range) return m.range(h, n);  // a relative term that is not a function of j − i (dual_chunk)
   var lo = Infinity, hi = -Infinity;
   for (var r = 1 - n; r < n; r++) { var v = r < 0 ? m.bias(h, -r, 0) : m.bias(h, 0, r); if (v < lo) lo = v; if (v > hi) hi = v; }
   return [lo, hi];
@@ -97,8 +99,8 @@ function scaleOf(lo, hi) {  // a diverging palette, symmetric about 0, for maps 
 // the bias maps over every position 0..L−1 (a pixel shows the first position it covers when L exceeds the
 // pixels), a colour scale and bar per head or one for all heads (id="bias-scale")
 function figBias(list, L) {
-  var shown = list.filter(function (x) { return x.m.kind === 'bias'; });
-  if (!shown.length) return notApplicable('fig-bias', 'no bias maps: ' + kinds(list) + ' (choose alibi, kerple or t5)');
+  var shown = list.filter(function (x) { return x.m.kind === 'bias' || x.m.kind === 'relative'; });
+  if (!shown.length) return notApplicable('fig-bias', 'no bias maps: ' + kinds(list) + ' (choose alibi, kerple, t5 or dual_chunk)');
   var n = L, perHead = document.getElementById('bias-scale').value !== 'shared', W = 560, X = 8, T = 24, right = perHead ? 0 : 90;
   var blocks = shown.map(function (d) {  // one block of panels per scheme, B's below A's
     var m = d.m, heads = Math.min(m.numHeads, 16), panels = heads + (m.buckets ? 1 : 0), cols = Math.min(panels, panels > 9 ? 4 : 3);
@@ -111,7 +113,7 @@ function figBias(list, L) {
   blocks.forEach(function (b) {
     var d = b.d, m = d.m, H = m.numHeads, cell = b.cell, heads = [];
     ctx.font = '600 13px system-ui, sans-serif'; ctx.fillStyle = '#222'; ctx.textAlign = 'left';
-    ctx.fillText(heatTitle(d, NAMES[d.full.get('scheme')] + ' bias per head (query i ↓, key j →), ' + n + ' positions' + (b.heads < H ? ', first ' + b.heads + ' of ' + H + ' heads' : '') + (perHead ? '; a scale per head' : '; one scale')), 8, top + 15);
+    ctx.fillText(heatTitle(d, NAMES[d.full.get('scheme')] + (m.kind === 'relative' ? ' term with q = k = 1' : ' bias') + ' per head (query i ↓, key j →), ' + n + ' positions' + (b.heads < H ? ', first ' + b.heads + ' of ' + H + ' heads' : '') + (perHead ? '; a scale per head' : '; one scale')), 8, top + 15);
     ctx.font = '12px system-ui, sans-serif';
     for (var h = 0; h < b.panels; h++) {
       var px = X + (h % b.cols) * b.pw, py = top + T + 14 + Math.floor(h / b.cols) * (cell + 20);

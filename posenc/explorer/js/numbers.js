@@ -97,7 +97,7 @@ function keyNumbers(full, L, m, view, numHeads) {  // m: the model of full, when
     out.push(['wavelengths (positions)', fmtG(lo, 4) + ' .. ' + fmtG(hi, 4) + ' over ' + lam.length + ' pairs']);
     out.push(['pairs with < 1 turn in L=' + L, turns.filter(function (t) { return t < 1; }).length + ' of ' + lam.length]);
   }
-  if (m.kind === 'bias') {
+  if (m.kind === 'bias' || m.kind === 'relative') {  // a relative scheme's term with q = k = 1 (dual_chunk)
     var H = m.numHeads, heads = [];
     for (var h = 0; h < H; h++) heads.push(h);
     out.push(['heads', String(H)]);

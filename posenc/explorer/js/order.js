@@ -32,7 +32,9 @@ function layer(words, m) {  // outputs [L][D]
   for (var h = 0; h < DEMO.H; h++) {
     var qs = q.map(function (r, p) { return rot(r.slice(h * hd, h * hd + hd), p, 'q'); }), ks = k.map(function (r, p) { return rot(r.slice(h * hd, h * hd + hd), p, 'k'); });
     for (var i = 0; i < n; i++) {
-      var sc = ks.map(function (kk, j) { return dot(qs[i], kk) / Math.sqrt(hd) + (m.kind === 'bias' ? m.bias(h, i, j) : 0); });
+      var sc = ks.map(function (kk, j) {  // a relative scheme's whole score (dual_chunk), else q·k plus any bias
+        return m.score ? m.score(qs[i], kk, i, j) / Math.sqrt(hd) : dot(qs[i], kk) / Math.sqrt(hd) + (m.kind === 'bias' ? m.bias(h, i, j) : 0);
+      });
       var mx = Math.max.apply(null, sc), e = sc.map(function (s) { return Math.exp(s - mx); }), z = e.reduce(function (a, b) { return a + b; }, 0);
       for (var j = 0; j < n; j++) for (var c = 0; c < hd; c++) out[i][h * hd + c] += e[j] / z * v[j][h * hd + c];
     }

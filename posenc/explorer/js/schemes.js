@@ -2,12 +2,14 @@
 // it validates the spec as the module's __init__ does and returns a model of one of the kinds
 // below; the key numbers and figures dispatch on the kind. A grid scheme (axes >= 2, gridModel) is
 // additive or rotary with `axes` set: its figure is figGrid and its rows gridNumbers (numbers.js).
-// A model has: kind ('none' | 'additive' | 'rotary' | 'bias' | 'content'), and by kind
+// A model has: kind ('none' | 'additive' | 'rotary' | 'bias' | 'relative' | 'content'), and by kind
 //   additive, rotary: width, row(p) -> Float64Array (the table's row at position p, [L, width]),
 //                     invFreq (θ the scheme registers), and an isometry: row(p) = R(p)·row(0);
 //   rotary:           headDim, rotaryDim, freqAt(L), attentionFactor, decay (xPos) or null,
 //                     spectrum() -> {before, after, context, extended};
 //   bias:             numHeads, bias(h, i, j) (query i, key j), buckets (T5) optional;
+//   relative:         a bias's calls (bias: the term with q = k = 1, as posenc show reads it; range(h, n) its
+//                     extremes over n positions), and score(q, k, i, j), the whole score of q at i and k at j;
 //   content:          nposMax, causalOnly, readsHidden (CoPE; its positions: cope.js).
 function ropeInvFreq(rd, base) { return range(rd / 2, function (i) { return powCR(base, -(2 * i) / rd); }); }
 function alibiSlopes(n) {
@@ -149,6 +151,37 @@ var SCHEMES = {
     }
     return {kind: 'bias', numHeads: H, buckets: {count: nb, at: bucket},
             bias: function (h, i, j) { return W[bucket(j - i) * H + h]; }};
+  },
+  dual_chunk: function (s) {  // An et al. 2024 (Qwen2.5-1M): RoPE at positions remapped within chunks of l = chunk_size − local_size
+    var D = checkEven('head_dim', checkInt('head_dim', s.get('head_dim'), 2));
+    var C = checkInt('chunk_size', s.get('chunk_size'), 2), local = checkInt('local_size', s.get('local_size'), 0);
+    if (local >= C) fail('local_size must be below chunk_size=' + C + ' (chunks of chunk_size − local_size tokens), got ' + local);
+    var base = checkFloat('base', s.get('base'), {min: 0, minOpen: true});
+    var L0 = s.get('original_max_position_embeddings') === null ? null : checkInt('original_max_position_embeddings', s.get('original_max_position_embeddings'), 1);
+    var layout = checkChoice('layout', s.get('layout'), ['half', 'interleaved']), inv = ropeInvFreq(D, base), l = C - local;
+    function queryAt(i, j) {  // reference.dual_chunk_query_positions: intra, successive, inter
+      var apart = Math.floor(i / l) - Math.floor(j / l);
+      return apart <= 0 ? i % l : apart === 1 ? Math.min(i % l + l, C) : Math.min(2 * l - 1, C);
+    }
+    function tau2(i) { if (L0 === null) return 1; var t = Math.max(1, 0.1 * logCR((i + 1) / L0) + 1); return t * t; }
+    function score(q, k, i, j) {  // τ_i² · q · R((j mod l) − queryAt(i, j)) k, pairs of the layout
+      var g = j % l - queryAt(i, j), out = 0;
+      for (var f = 0; f < D / 2; f++) {
+        var a = layout === 'half' ? f : 2 * f, b = layout === 'half' ? f + D / 2 : 2 * f + 1, c = Math.cos(g * inv[f]), sn = Math.sin(g * inv[f]);
+        out += (q[a] * k[a] + q[b] * k[b]) * c + (q[b] * k[a] - q[a] * k[b]) * sn;
+      }
+      return tau2(i) * out;
+    }
+    var ones = new Float64Array(D).fill(1);
+    var m = {kind: 'relative', numHeads: 1, headDim: D, invFreq: inv, score: score};
+    // the relative term with q = k = 1 (analysis.score_term): τ²·2Σ cos(γ θ) less q·k = D, over √D
+    m.bias = function (h, i, j) { return (score(ones, ones, i, j) - D) / Math.sqrt(D); };
+    m.range = function (h, n) {  // not a function of j − i: every pair, on a grid of at most 256 × 256 for long maps
+      var step = Math.max(1, Math.ceil(n / 256)), lo = Infinity, hi = -Infinity;
+      for (var i = 0; i < n; i += step) for (var j = 0; j < n; j += step) { var v = m.bias(h, i, j); if (v < lo) lo = v; if (v > hi) hi = v; }
+      return [lo, hi];
+    };
+    return m;
   },
   cope: function (s) {  // Golovneva et al. 2024: positions counted by gates; e = 0 at first (CoPE starts as NoPE)
     checkInt('head_dim', s.get('head_dim'), 1);
