@@ -38,6 +38,7 @@ def _expected_runs() -> int:
     per_seed += len(SMOKE.hybrid)  # the hybrid's lm rows beside the transformer's
     per_seed += _image_runs() + len(SMOKE.time.schemes)  # --part image, --part time
     per_seed += _structure_runs()
+    per_seed += int(SMOKE.dual_chunk)  # issue 38's Dual Chunk Attention, zero-shot beside the scalings
     return per_seed * len(SMOKE.seeds)
 
 
@@ -149,8 +150,8 @@ def test_arch_hybrid_runs_every_part_and_resumes_by_arch(tmp_path, smoke_results
     path = tmp_path / "hybrid.jsonl"
     assert main(["extrapolate", *SERIAL, "--arch", "hybrid", "--out", str(path)]) == 0
     records = list(load(path).values())
-    # the same plan, every run a hybrid (the structured positions' rows are the transformer's)
-    assert len(records) == _expected_runs() - len(SMOKE.hybrid) - _structure_runs()
+    # the same plan, every run a hybrid (the structured positions' rows and Dual Chunk Attention's are the transformer's)
+    assert len(records) == _expected_runs() - len(SMOKE.hybrid) - _structure_runs() - int(SMOKE.dual_chunk)
     # image and time have their own bidirectional model, the same for every --arch (the same runs, keys)
     own = [r for r in records if r["part"] in ("image", "time")]
     assert own and {r["arch"] for r in own} == {"transformer"} and {r["key"] for r in own} <= set(load(smoke_results))
