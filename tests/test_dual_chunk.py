@@ -8,6 +8,7 @@ prefill, re-stated below (vLLM needs CUDA and is not a test dependency), paramet
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -235,3 +236,41 @@ def test_parity_with_vllm_drawn_at_random(draw):
         ours = posenc.attention(*(t.transpose(0, 1)[None] for t in (q, k, v)), m, causal=True)[0].transpose(0, 1)
         rows = slice(None) if original == 0 else slice(n - 1, n)
         torch.testing.assert_close(ours[rows], theirs[rows], atol=1e-12, rtol=0)
+
+
+# -- inside a transformers model ------------------------------------------------------------------------
+
+def test_patched_into_a_llama_it_is_rope_within_a_chunk_and_decodes_through_the_cache():
+    """``posenc.interop.patch`` into a Llama (grouped key/value heads): with one chunk longer than the
+    text the logits are the model's own (DCA inside a chunk is RoPE); with chunks of 4 tokens they
+    change, gradients reach the projections, and greedy ``generate()`` with the cache, across chunks,
+    equals recomputing."""
+    transformers = pytest.importorskip("transformers")
+    import posenc.interop
+
+    config = transformers.LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      attn_implementation="sdpa")
+    ids = torch.randint(3, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+
+    def patched(spec):
+        torch.manual_seed(0)  # a config of its own: patch sets the model's attention implementation
+        model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config)).eval()
+        with torch.no_grad():
+            before = model(ids).logits
+        posenc.interop.patch(model, spec)
+        return model, before
+
+    model, before = patched({"scheme": "dual_chunk", "chunk_size": 64, "local_size": 8})
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, before, atol=1e-5, rtol=0)
+    model, before = patched({"scheme": "dual_chunk", "chunk_size": 6, "local_size": 2,
+                             "original_max_position_embeddings": 8})
+    with torch.no_grad():  # chunks of l = 4: up to position 6 every distance is kept (the successive
+        change = (model(ids).logits - before).abs().amax(dim=(0, 2))  # query position min(p mod 4 + 4, 6)
+    assert change[:7].max() < 1e-5 and change[7:].min() > 1e-4  # is p itself), so RoPE's logits; then not
+    model(ids, labels=ids).loss.backward()
+    grad = model.model.layers[0].self_attn.q_proj.weight.grad
+    assert grad is not None and torch.isfinite(grad).all() and grad.abs().max() > 0
+    kw = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
+    assert torch.equal(model.generate(ids[:1], **kw), model.generate(ids[:1], use_cache=False, **kw))
