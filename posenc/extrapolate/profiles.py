@@ -61,7 +61,7 @@ CONTENT_LM_ROWS = content_lm_rows(4)
 LENGTH_LM_ROWS = ("pope", "fope")
 """PoPE and FoPE, whose papers claim they generalise past the training length better than RoPE: the
 full profile's language-modelling rows after the content ones (their claims:
-``posenc.extrapolate.parts.text.length_verdicts``; FoPE's ``max_positions`` is the training length)."""
+``posenc.extrapolate.parts.lm.length_verdicts``; FoPE's ``max_positions`` is the training length)."""
 CONTENT_TASK_SCHEMES = ("learned", "shaw", "cope")
 """The schemes that learn the content tasks by default: one of each kind in CoPE's counting claim,
 absolute (a learned table), relative (Shaw et al.'s learned vector per distance, the paper's
@@ -210,7 +210,7 @@ class Profile:
     randomized: tuple[str, ...] = ()
     randomized_max_positions: int = 512
     # Dual Chunk Attention applied zero-shot to the trained rope models, beside the RoPE scalings (the
-    # scaling part's seeds; posenc.extrapolate.parts.scalings.dual_chunk_spec)
+    # scaling part's seeds; posenc.extrapolate.parts.scaling.dual_chunk_spec)
     dual_chunk: bool = False
 
     def seeds_for(self, part: str, within: str | None = None) -> tuple[int, ...]:
