@@ -103,14 +103,22 @@ def _load() -> None:
     if _LOADED:
         return
     package = importlib.import_module("posenc.encodings")
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"posenc.encodings.{info.name}")
+    modules = [f"posenc.encodings.{info.name}" for info in sorted(pkgutil.iter_modules(package.__path__),
+                                                                 key=lambda i: i.name) if not info.name.startswith("_")]
+    for module in modules:
+        importlib.import_module(module)
+    # registration order follows imports (``mrope`` imports ``rope``; a caller may import any module
+    # first): put the schemes in module order, each module's in its own order, so that every list
+    # (``schemes()``, ``posenc list``, the errors page) is the same whatever was imported first
+    rank = {m: i for i, m in enumerate(modules)}
+    ordered = sorted(enumerate(_REGISTRY.items()), key=lambda t: (rank.get(t[1][1].cls.__module__, len(rank)), t[0]))
+    _REGISTRY.clear()
+    _REGISTRY.update(item for _, item in ordered)
     _LOADED = True
 
 
 def schemes(kind: str | None = None) -> list[str]:
-    """Names of the registered schemes (optionally of one kind), in registration order."""
+    """Names of the registered schemes (optionally of one kind): by module name, then as each module registers them."""
     _load()
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
