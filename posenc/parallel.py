@@ -32,15 +32,20 @@ length, D head dim.
 from __future__ import annotations
 
 import math
+import types
+from dataclasses import dataclass
 
 import torch
 
 from posenc._validate import check_choice, check_int
-from posenc.encodings._base import check_tensor
+from posenc.blockwise import BLOCK_K, BLOCK_Q, _Bias, _BlockwiseAttention, _forward
+from posenc.encodings._base import BiasEncoding, check_tensor
+from posenc.masking import Visibility
 from posenc.limits import check_memory
 from posenc.reference.positions import INT64_MAX
 
 BALANCES = ("head_tail", "contiguous")
+METHODS = ("allgather", "ring", "ulysses")
 
 
 def shard_positions(length: int, world_size: int, rank: int, *, balance: str = "head_tail") -> torch.Tensor:
@@ -112,26 +117,437 @@ def _gather_positions(positions: torch.Tensor, group) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
-                               positions: torch.Tensor, causal: bool = False, scale: float | None = None,
-                               backend: str = "auto", group=None) -> torch.Tensor:
-    """``posenc.attention`` of one sequence sharded over the ranks of ``group`` (default: the world).
+def _gather_rows(t: torch.Tensor, group) -> torch.Tensor:
+    """Every rank's ``[..., Ll]`` concatenated along the last axis, in rank order (no gradient)."""
+    import torch.distributed as dist
 
-    Args:
-        q, k, v: this rank's ``[B, H, Ll, D]`` shards, token ``i`` at global position ``positions[i]``.
-        pe: as for ``posenc.attention`` (rotary, bias, relative, none), with one position per
-            token (a scheme of several axes is refused).
-        positions: ``[Ll]`` integer global positions of this rank's tokens (``shard_positions``); the
-            ranks' positions together must be ``0..L−1``, each once, and every rank has the same ``Ll``.
-        causal: query at position ``m`` sees keys at positions ``<= m``.
-        scale, backend: as for ``posenc.attention``.
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, t.contiguous(), group=group)
+    return torch.cat(parts, dim=-1)
 
-    Returns:
-        ``[B, H, Ll, D]``: the rows at ``positions`` of the unsharded attention.
-    """
+
+def _peer(group, index: int) -> int:
+    """The global rank of the ``index``-th rank of ``group`` (point-to-point operations take global ranks)."""
+    import torch.distributed as dist
+
+    return index if group is None else dist.get_global_rank(group, index)
+
+
+class _Passing:
+    """Tensors sent to the next rank of the ring while the previous rank's arrive (started at
+    construction, ``wait()`` returns what arrived): the transfer overlaps the current tile."""
+
+    def __init__(self, tensors: tuple[torch.Tensor, ...], group, rank: int, world: int) -> None:
+        import torch.distributed as dist
+
+        send_to, receive_from = _peer(group, (rank + 1) % world), _peer(group, (rank - 1) % world)
+        self.received = tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors)
+        ops = [dist.P2POp(dist.isend, t.contiguous(), send_to, group) for t in tensors]
+        ops += [dist.P2POp(dist.irecv, r, receive_from, group) for r in self.received]
+        self.requests = dist.batch_isend_irecv(ops)
+
+    def wait(self) -> tuple[torch.Tensor, ...]:
+        for request in self.requests:
+            request.wait()
+        return self.received
+
+
+# -- what runs where --------------------------------------------------------------------------
+
+def _unsupported(pe, method: str) -> str | None:
+    """Why ``method`` cannot run ``pe`` exactly, or None when it can (the table of the module docstring)."""
+    from posenc.encodings.fox import FoX
+
+    kind = "none" if pe is None else pe.kind
+    per_head = getattr(pe, "num_heads", None) is not None
+    if method == "allgather" and kind == "content":
+        return "a content scheme counts its positions from the tokens, and all-gather attention passes positions"
+    if method == "ring" and kind == "content" and not isinstance(pe, FoX):
+        return ("its weight of key j depends on the tokens between j and the query, not only on q_i, k_j and "
+                "per-token values, so a key shard cannot be scored away from the others")
+    if method == "ulysses" and per_head and kind in ("rotary", "relative", "content") and not isinstance(pe, FoX):
+        return (f"its parameters are per head ({pe.num_heads} heads) and a rank of the head-sharded attention runs a "
+                "subset of the heads, which this scheme cannot select")
+    return None
+
+
+def _check_method(pe, method: str, *, document_ids, attention_mask, hidden) -> None:
+    """Refuse, before any communication, what ``method`` does not run, with the reason and the alternative."""
+    check_choice("method", method, METHODS)
+    reason = _unsupported(pe, method)
+    if reason is not None:
+        others = [m for m in METHODS if m != method and _unsupported(pe, m) is None]
+        instead = " or ".join(f"method={m!r}" for m in others) if others else \
+            "posenc.attention on one device (no context-parallel method runs it exactly yet)"
+        raise ValueError(f"method={method!r} cannot run {pe.name!r} ({pe.kind}): {reason}; use {instead}")
+    if method == "allgather":
+        given = [n for n, t in (("document_ids", document_ids), ("attention_mask", attention_mask),
+                                ("hidden", hidden)) if t is not None]
+        if given:
+            raise ValueError(f"method='allgather' takes no {', '.join(given)}; use method='ring' or 'ulysses'")
+    if hidden is not None and (pe is None or not pe.reads_hidden):
+        raise ValueError(f"hidden= is read only by content schemes that declare it (fox with gate='full'); pe "
+                         f"{None if pe is None else pe.name!r} does not: pass hidden=None")
+    if pe is not None and pe.reads_hidden and hidden is None:
+        raise ValueError(f"pe {pe.name!r} reads the layer's input: pass hidden=[B, Ll, d_model], this rank's rows")
+
+
+def _local_rows(name: str, t, b: int, ll: int, *, integer: bool) -> torch.Tensor | None:
+    """``document_ids`` (integer) or a key padding ``attention_mask`` (bool or 0/1) of this rank's
+    tokens as ``[1 or B, Ll]``; None stays None."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or t.dim() not in (1, 2) or t.dtype.is_floating_point:
+        raise TypeError(f"{name} must be an integer{'' if integer else ' or bool'} torch.Tensor [Ll] or [B, Ll], "
+                        f"got {t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}"
+                        f"{' of shape ' + str(list(t.shape)) if isinstance(t, torch.Tensor) else ''}")
+    t = t if t.dim() == 2 else t.unsqueeze(0)
+    if t.shape[-1] != ll or t.shape[0] not in (1, b):
+        raise ValueError(f"{name} must be [Ll] or [B, Ll] with Ll={ll}, B={b} (this rank's tokens), got "
+                         f"{list(t.shape)}")
+    if integer:
+        return t.to(torch.int64)
+    if t.dtype != torch.bool and not bool(((t == 0) | (t == 1)).all()):
+        raise ValueError(f"{name} must be a key padding mask of bool or 0/1 values (1: a real token)")
+    return t.to(torch.bool)
+
+
+# -- ring -------------------------------------------------------------------------------------
+
+class _TileBias(_Bias):
+    """``posenc.blockwise``'s bias of one ring tile, with the two changes that let tiles merge: no
+    Toeplitz table (it removes a constant per head that depends on the tile's keys), and each row's
+    peak (far keys, ``BiasEncoding.nearest_keys``) taken at the query's own position, so every tile
+    of a row removes the same constant and their log-sum-exps add up."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.toeplitz = False
+
+    def prepare(self) -> None:
+        super().prepare()
+        if self.near is not None:
+            self.near = self.qpos  # (c,): a query's own key is its nearest key of the whole sequence
+
+
+@dataclass
+class _RingPlan:
+    """What every ring step reads: the scheme after its step (a bias or relative module, or None),
+    this rank's query positions and documents, every rank's key positions, documents and padding
+    (rank order, ``[..., P·Ll]``), and the tiles (query run × key run) that see something."""
+
+    pe: object
+    positions: torch.Tensor
+    key_positions: torch.Tensor
+    docs: torch.Tensor | None
+    pad: torch.Tensor | None
+    causal: bool
+    scale: float
+    group: object
+    rank: int
+    world: int
+    local: int
+
+    def __post_init__(self) -> None:
+        self.tiles = [_tiles(self.positions, self.keys(src, self.key_positions), self.causal) for src in range(self.world)]
+
+    def keys(self, src: int, t: torch.Tensor | None) -> torch.Tensor | None:
+        """Rank ``src``'s part of a rank-ordered ``[..., P·Ll]``."""
+        return None if t is None else t[..., src * self.local:(src + 1) * self.local]
+
+
+def _tiles(q_positions: torch.Tensor, k_positions: torch.Tensor, causal: bool) -> list[tuple[int, int, int, int, str]]:
+    """``(qa, qb, ka, kb, mode)`` for each query run × key run that sees something: ``"all"`` (every
+    pair visible), ``"causal"`` (the same positions: the index-causal mask), ``"mask"`` (overlapping
+    runs: ``key <= query`` as a mask). Causal tiles whose keys all follow their queries are skipped."""
+    tiles = []
+    for qa, qb in _runs(q_positions):
+        q0, q1 = int(q_positions[qa]), int(q_positions[qb - 1])
+        for ka, kb in _runs(k_positions):
+            k0, k1 = int(k_positions[ka]), int(k_positions[kb - 1])
+            if causal and k0 > q1:
+                continue
+            mode = "all" if not causal or k1 <= q0 else "causal" if (k0, k1) == (q0, q1) else "mask"
+            tiles.append((qa, qb, ka, kb, mode))
+    return tiles
+
+
+def _tile_bias(plan: _RingPlan, src: int, tile, b: int, h: int, work) -> _TileBias:
+    """The tile's ``_TileBias``: its global positions and its ``Visibility`` (causality by index for a
+    diagonal tile, else documents, padding and overlapping causality as one mask)."""
+    qa, qb, ka, kb, mode = tile
+    qpos, kpos = plan.positions[qa:qb], plan.keys(src, plan.key_positions)[ka:kb]
+    allowed = (qpos[:, None] >= kpos[None, :]) if mode == "mask" else None  # (c, n)
+    if plan.docs is not None:
+        same = plan.keys(plan.rank, plan.docs)[..., qa:qb, None] == plan.keys(src, plan.docs)[..., None, ka:kb]
+        allowed = same if allowed is None else same & allowed  # (1 or B, c, n)
+    mask = None
+    pad = None if plan.pad is None else plan.keys(src, plan.pad)[:, ka:kb]  # (1 or B, n)
+    if allowed is None:
+        mask = pad
+    else:
+        allowed = allowed if pad is None else allowed & pad[:, None, :]
+        mask = allowed.view(-1, 1, qb - qa, kb - ka)  # (1 or B, 1, c, n)
+    vis = Visibility.build(b=b, h=h, lq=qb - qa, lk=kb - ka, device=qpos.device, causal=mode == "causal",
+                           attention_mask=mask)
+    return _TileBias(plan.pe, qpos, kpos, work, vis=vis)
+
+
+def _merge(out: torch.Tensor, lse: torch.Tensor, rows: tuple[int, int], o_t: torch.Tensor, lse_t: torch.Tensor) -> None:
+    """Rows ``rows`` of ``(out, lse)`` merged in place with a tile's ``(o_t, lse_t)`` (the online
+    softmax of ``posenc.blockwise``, one tile at a time): ``lse ← log(e^{lse} + e^{lse_t})``,
+    ``out ← out·e^{lse_old − lse} + o_t·e^{lse_t − lse}``; ``−∞`` is a row with no key yet."""
+    a, b = rows
+    old = lse[:, :, a:b]
+    new = torch.logaddexp(old, lse_t)
+    safe = new.masked_fill(torch.isneginf(new), 0.0)
+    out[:, :, a:b] = out[:, :, a:b] * (old - safe).exp().unsqueeze(-1) + o_t * (lse_t - safe).exp().unsqueeze(-1)
+    lse[:, :, a:b] = new
+
+
+class _RingAttention(torch.autograd.Function):
+    """Ring attention (Liu et al. 2023, "Ring Attention with Blockwise Transformers",
+    arXiv:2310.01889): each rank keeps its queries; key/value shards travel rank to rank, each
+    scored against the queries as ``posenc.blockwise`` tiles and merged by log-sum-exp (``_merge``).
+    Saves q, k, v (this rank's shard), out and lse. Backward: the shards travel again with their
+    key/value gradients; each tile runs ``posenc.blockwise``'s backward given the global ``out`` and
+    ``lse`` (so its ``p`` and ``δ`` are the whole softmax's, exactly), and after ``P`` steps every
+    shard's gradients are back with their owner."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan: _RingPlan, *params):  # noqa: D102
+        b, h, ll = q.shape[:3]
+        out = q.new_zeros(b, h, ll, v.shape[-1])  # (B, H, Ll, Dv)
+        lse = q.new_full((b, h, ll), float("-inf"))  # (B, H, Ll)
+        shard = (k, v)
+        for step in range(plan.world):
+            src = (plan.rank - step) % plan.world
+            passing = _Passing(shard, plan.group, plan.rank, plan.world) if step + 1 < plan.world else None
+            for tile in plan.tiles[src]:
+                qa, qb, ka, kb, _ = tile
+                bias = _tile_bias(plan, src, tile, b, h, q.dtype)
+                bias.prepare()
+                o_t, lse_t = _forward(q[:, :, qa:qb], shard[0][:, :, ka:kb], shard[1][:, :, ka:kb], bias,
+                                      scale=plan.scale, block_q=BLOCK_Q, block_k=BLOCK_K)
+                _merge(out, lse, (qa, qb), o_t, lse_t.masked_fill(torch.isposinf(lse_t), float("-inf")))
+            if passing is not None:
+                shard = passing.wait()
+        lse.masked_fill_(torch.isneginf(lse), float("inf"))  # a query that sees no key: p = 0 in the backward
+        ctx.save_for_backward(q, k, v, out, lse, *params)
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):  # noqa: D102
+        q, k, v, out, lse, *params = ctx.saved_tensors
+        plan: _RingPlan = ctx.plan
+        b, h = q.shape[:2]
+        dout = dout.contiguous()
+        dq, dparams = torch.zeros_like(q), [torch.zeros_like(p) for p in params]
+        shard, grads = (k, v), (torch.zeros_like(k), torch.zeros_like(v))
+        for step in range(plan.world):
+            src = (plan.rank - step) % plan.world
+            last = step + 1 == plan.world
+            passing = None if last else _Passing(shard, plan.group, plan.rank, plan.world)
+            for tile in plan.tiles[src]:
+                qa, qb, ka, kb, _ = tile
+                saved = (q[:, :, qa:qb], shard[0][:, :, ka:kb], shard[1][:, :, ka:kb], out[:, :, qa:qb],
+                         lse[:, :, qa:qb], None, *params)
+                tile_ctx = types.SimpleNamespace(
+                    saved_tensors=saved, needs_input_grad=(True, True, True, False, False, *(True,) * len(params)),
+                    args={"bias": _tile_bias(plan, src, tile, b, h, q.dtype), "scale": plan.scale,
+                          "block_q": BLOCK_Q, "block_k": BLOCK_K})
+                gq, gk, gv, _, _, *gp = _BlockwiseAttention.backward(tile_ctx, dout[:, :, qa:qb])
+                dq[:, :, qa:qb] += gq
+                grads[0][:, :, ka:kb] += gk
+                grads[1][:, :, ka:kb] += gv
+                for acc, g in zip(dparams, gp):
+                    if g is not None:
+                        acc += g
+            if plan.world > 1:  # the gradients follow their shard; after the last step they reach its owner
+                grads = _Passing(grads, plan.group, plan.rank, plan.world).wait()
+            if passing is not None:
+                shard = passing.wait()
+        return dq, grads[0], grads[1], None, *dparams
+
+
+def _fox_state(pe, hidden: torch.Tensor | None, positions: torch.Tensor, all_positions: torch.Tensor,
+               group) -> torch.Tensor:
+    """FoX's ``c = cumsum(log f)`` at this rank's global positions, ``[B or 1, H, Ll]`` float64: a
+    constant gate at its closed form ``log f·(t + 1)``; a full gate's ``log f`` of every rank
+    all-gathered (``[B, H, L]``, differentiable: each rank's gates reach every later query), put in
+    sequence order and summed."""
+    if not pe.reads_hidden:
+        return pe.log_gates(None) * (positions + 1).to(torch.float64)  # (1, H, Ll)
+    log_f = pe.log_gates(hidden)  # (B, H, Ll)
+    every = _GatherSequence.apply(log_f.unsqueeze(-1), group).squeeze(-1)  # (B, H, L), rank order
+    return torch.cumsum(every[..., torch.argsort(all_positions)], dim=-1)[..., positions]
+
+
+def _fox_augmented(q: torch.Tensor, k: torch.Tensor, c: torch.Tensor, scale: float):
+    """FoX's score ``q_i·k_j·scale + c_i − c_j`` as a plain dot product: ``c_i`` is one constant per
+    row, which softmax ignores, and ``−c_j`` is one more key column against a query column of 1:
+    ``[q_i, 1]·[k_j, −c_j/scale]·scale = q_i·k_j·scale − c_j``. ``q [B, H, L, D]``, ``k`` with the
+    same heads, ``c [B or 1, H, L]`` float64; returns ``q, k`` of head size ``D + 1``."""
+    column = (-c / scale).to(k.dtype).unsqueeze(-1).expand(k.shape[0], -1, -1, -1)  # (B, H, L, 1)
+    return torch.cat((q, torch.ones_like(q[..., :1])), -1), torch.cat((k, column), -1)
+
+
+def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, scale, group) -> torch.Tensor:
+    """``method="ring"``: the scheme's step on this rank's shard (rotary: q and k rotated at their global
+    positions before they travel; FoX: ``c`` carried as a key column; relative: keys per query head),
+    then ``_RingAttention``."""
+    import torch.distributed as dist
+
+    from posenc.scores import repeat_kv
+
+    kind = "none" if pe is None else pe.kind
+    h = q.shape[1]
+    if kind == "bias" and pe.num_heads != h:
+        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
+    if kind == "rotary":  # one length for every rank (a length-dependent scaling), then keys first
+        pe.observe(torch.arange(all_positions.shape[0], device=q.device))
+        q, k = pe.rotate(q, k, positions, positions)
+        pe = None
+    elif kind == "content":  # FoX (the others are refused)
+        if not causal:
+            raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
+        k, v = repeat_kv(k, v, h)
+        q, k = _fox_augmented(q, k, _fox_state(pe, hidden, positions, all_positions, group), scale)
+        pe = None
+    elif kind == "relative":
+        k, v = repeat_kv(k, v, h)
+    params = [p for p in pe.parameters() if p.requires_grad] if pe is not None and torch.is_grad_enabled() else []
+    work = torch.promote_types(q.dtype, torch.float32)
+    plan = _RingPlan(pe, positions, all_positions, docs, pad, causal, scale, group, dist.get_rank(group),
+                     dist.get_world_size(group), q.shape[2])
+    return _RingAttention.apply(q.to(work), k.to(work), v.to(work), plan, *params).to(q.dtype)
+
+
+# -- ulysses ----------------------------------------------------------------------------------
+
+class _SwapShards(torch.autograd.Function):
+    """All-to-all between a sequence shard of every head ``[B, H, Ll, D]`` and the whole sequence of
+    ``H / P`` heads ``[B, H / P, P·Ll, D]`` (rank order along the length): ``to_heads`` sends head
+    group ``j`` to rank ``j``; the other way sends length part ``j`` back. Each direction's backward
+    is the other direction."""
+
+    @staticmethod
+    def forward(ctx, x, group, to_heads: bool):  # noqa: D102
+        ctx.group, ctx.to_heads = group, to_heads
+        return _swap(x, group, to_heads)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return _swap(grad, ctx.group, not ctx.to_heads), None, None
+
+
+def _swap(x: torch.Tensor, group, to_heads: bool) -> torch.Tensor:
+    import torch.distributed as dist
+
+    world = dist.get_world_size(group)
+    parts = [t.contiguous() for t in x.chunk(world, dim=1 if to_heads else 2)]
+    received = [torch.empty_like(t) for t in parts]
+    dist.all_to_all(received, parts, group=group)
+    return torch.cat(received, dim=2 if to_heads else 1)
+
+
+class _HeadSlice(BiasEncoding):
+    """Heads ``start … start + n − 1`` of a bias scheme: its ``score_fn`` at head ``h + start`` (the
+    scheme's own function, so its parameters' gradients reach it through the slice)."""
+
+    kind = "bias"
+
+    def __init__(self, inner: BiasEncoding, start: int, n: int) -> None:
+        super().__init__()
+        self.inner, self.start, self.num_heads, self.name = inner, start, n, inner.name
+        for flag in ("real_positions", "peak_at_nearest_key", "translation_invariant", "flex_ok",
+                     "flex_compiles_fast"):
+            setattr(self, flag, getattr(inner, flag))
+
+    def score_fn(self):
+        fn, start = self.inner.score_fn(), self.start
+
+        def bias(h, q_pos, k_pos):
+            return fn(h + start, q_pos, k_pos)
+
+        return bias
+
+
+def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, backend, group) -> torch.Tensor:
+    """``method="ulysses"``: sequence shards to head shards (``_SwapShards``), ``posenc.attention`` on
+    the whole sequence for this rank's ``H / P`` heads, and back."""
     import torch.distributed as dist
 
     from posenc.attn import attention
+    from posenc.scores import repeat_kv
+
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    h, h_kv = q.shape[1], k.shape[1]
+    if h % world or h_kv % world:
+        raise ValueError(f"method='ulysses' splits the heads over the {world} ranks: q's H={h} and k/v's H_kv={h_kv} "
+                         f"must both be multiples of {world}; use method='ring' (any number of heads)")
+    kind = "none" if pe is None else pe.kind
+    if kind == "bias" and pe.num_heads != h:
+        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
+    order = torch.argsort(all_positions)  # rank order -> sequence order
+    q, k, v = (_SwapShards.apply(t, group, True)[:, :, order] for t in (q, k, v))  # (B, H/P, L, ·)
+    n, length = h // world, all_positions.shape[0]
+    docs = None if docs is None else docs[..., order]
+    pad = None if pad is None else pad[..., order]
+    if hidden is not None:  # (B, L, d_model) in sequence order, its gradient summed back to each rank's rows
+        hidden = _GatherSequence.apply(hidden.unsqueeze(1), group)[:, 0, order]
+    everywhere = torch.arange(length, device=q.device)
+    where = {"q_positions": everywhere, "k_positions": everywhere}
+    if kind == "content" and pe.name == "fox":
+        k, v = repeat_kv(k, v, n)
+        c = pe.state(k, hidden, docs)[:, rank * n:(rank + 1) * n]  # (B or 1, H/P, L)
+        q, k = _fox_augmented(q, k, c, scale)
+        pe = None
+    elif kind == "content":
+        where = {"hidden": hidden}
+    elif kind == "bias" and n != h:
+        pe = _HeadSlice(pe, rank * n, n)
+    out = attention(q, k, v, pe, causal=causal, scale=scale, backend=backend, document_ids=docs,
+                    attention_mask=pad, **where)  # (B, H/P, L, Dv)
+    return _SwapShards.apply(out[:, :, all_positions], group, False)  # (B, H, Ll, Dv), this rank's rows
+
+
+# -- the entry point --------------------------------------------------------------------------
+
+def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
+                               positions: torch.Tensor, causal: bool = False, scale: float | None = None,
+                               backend: str = "auto", group=None, method: str = "allgather",
+                               document_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                               hidden: torch.Tensor | None = None) -> torch.Tensor:
+    """``posenc.attention`` of one sequence sharded over the ranks of ``group`` (default: the world).
+
+    Args:
+        q, k, v: this rank's ``[B, H, Ll, D]`` shards (``k, v`` may have ``H_kv`` grouped heads), token
+            ``i`` at global position ``positions[i]``.
+        pe: as for ``posenc.attention``, with one position per token (a scheme of several axes is
+            refused); which kinds run on which ``method``: the module docstring's table.
+        positions: ``[Ll]`` integer global positions of this rank's tokens (``shard_positions``); the
+            ranks' positions together must be ``0..L−1``, each once, and every rank has the same
+            ``Ll``. They are the positions the scheme sees (with documents too: sequence indices).
+        causal: query at position ``m`` sees keys at positions ``<= m``.
+        scale, backend: as for ``posenc.attention`` (``backend`` for ``allgather`` and ``ulysses``;
+            ``ring`` scores its tiles with ``posenc.blockwise``).
+        method: ``"allgather"`` (keys and values gathered on every rank), ``"ring"`` (key/value shards
+            passed rank to rank, merged by log-sum-exp) or ``"ulysses"`` (all-to-all to ``H / P``
+            heads of the whole sequence and back); the module docstring compares them.
+        document_ids: ``[Ll]`` or ``[B, Ll]`` integer, this rank's tokens' documents (packed
+            sequences; a query sees only keys of its own document); ring and ulysses.
+        attention_mask: ``[Ll]`` or ``[B, Ll]`` key padding (bool or 0/1; False/0: padding) of this
+            rank's tokens; ring and ulysses. A query that sees no key returns zeros.
+        hidden: ``[B, Ll, d_model]``, this rank's rows of the layer's input, for a content scheme that
+            reads it (FoX with ``gate="full"``).
+
+    Returns:
+        ``[B, H, Ll, Dv]``: the rows at ``positions`` of the unsharded attention.
+    """
+    import torch.distributed as dist
 
     q = check_tensor("q", q, ndim=4)
     if q.shape[-1] == 0:
@@ -149,22 +565,48 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         raise ValueError(f"context_parallel_attention takes schemes with one position per token; {pe.name!r} "
                          f"has {pe.axes} axes (shard its [L, A] positions' rows and use posenc.attention per rank "
                          "with all-gathered keys instead)")
+    _check_method(pe, method, document_ids=document_ids, attention_mask=attention_mask, hidden=hidden)
+    b, ll = q.shape[0], q.shape[2]
+    docs = _local_rows("document_ids", document_ids, b, ll, integer=True)
+    pad = _local_rows("attention_mask", attention_mask, b, ll, integer=False)
+    if hidden is not None:
+        hidden = check_tensor("hidden", hidden, ndim=3)
+        if hidden.shape[:2] != (b, ll):
+            raise ValueError(f"hidden must be [B, Ll, d_model] with B={b}, Ll={ll}, got {list(hidden.shape)}")
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("context_parallel_attention needs an initialized torch.distributed process group "
                          "(torch.distributed.init_process_group)")
     positions = positions.to(q.device, torch.int64)
-    all_positions = _gather_positions(positions, group)  # (L,)
+    all_positions = _gather_positions(positions, group)  # (L,), rank order
     length = all_positions.shape[0]
-    order = torch.argsort(all_positions)
-    if not torch.equal(all_positions[order], torch.arange(length, device=q.device)):
+    if not torch.equal(torch.sort(all_positions).values, torch.arange(length, device=q.device)):
         raise ValueError(f"positions of all ranks together must be 0..{length - 1}, each once "
                          "(use posenc.shard_positions)")
+    if scale is None:  # 1/√D of the head given, as posenc.attention (PoPE's rotated q, k are wider)
+        scale = (None if pe is None else pe.default_scale) or 1.0 / math.sqrt(q.shape[-1])
+    if method == "allgather":
+        return _allgather(q, k, v, pe, positions=positions, all_positions=all_positions, causal=causal, scale=scale,
+                          backend=backend, group=group)
+    docs, pad = (None if t is None else _gather_rows(t.to(q.device), group) for t in (docs, pad))
+    if method == "ring":
+        return _ring(q, k, v, pe, positions=positions, all_positions=all_positions, docs=docs, pad=pad,
+                     hidden=hidden, causal=causal, scale=scale, group=group)
+    return _ulysses(q, k, v, pe, all_positions=all_positions, docs=docs, pad=pad, hidden=hidden, causal=causal,
+                    scale=scale, backend=backend, group=group)
+
+
+def _allgather(q, k, v, pe, *, positions, all_positions, causal, scale, backend, group) -> torch.Tensor:
+    """``method="allgather"``: keys and values all-gathered and put in sequence order, then each run of
+    consecutive query positions ``[s, e)`` attends to keys ``[0, e)`` when causal (``posenc.attention``'s
+    bottom-right aligned causal mask is then ``key position <= query position``), or to all keys."""
+    from posenc.attn import attention
+
+    length = all_positions.shape[0]
+    order = torch.argsort(all_positions)
     k_all = _GatherSequence.apply(k, group)[:, :, order]  # (B, H, L, D), in sequence order
     v_all = _GatherSequence.apply(v, group)[:, :, order]
     k_positions = torch.arange(length, device=q.device)
     if getattr(pe, "kind", None) == "rotary":  # keys first, at the whole length, as posenc.attention does
-        if scale is None:  # 1/√D of the head given, as posenc.attention (PoPE's rotated q, k are wider)
-            scale = pe.default_scale or 1.0 / math.sqrt(q.shape[-1])
         q, k_all = pe.rotate(q, k_all, positions, k_positions)
         pe = None
     if not causal:

@@ -1,0 +1,191 @@
+"""``context_parallel_attention(method="ring" | "ulysses")`` on 2 and 4 gloo processes equal to
+``posenc.attention`` on the whole sequence (float64: forward, and the gradients of q, k, v, the
+layer input and the scheme's parameters) for every kind each method runs, with grouped heads,
+packed documents and key padding (rows that see no key included); and each refusal names its reason
+and the alternative.
+
+Lean: one spawn per world size for the whole module (``results``); every case runs inside it and
+each rank returns what it found."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import posenc
+from conftest import schemes_of_kind, small_module
+from posenc.parallel import _unsupported
+
+pytestmark = pytest.mark.xdist_group("heavy")
+
+LENGTH = 16  # a multiple of 2 * world_size for 2 and 4 ranks
+TOL = 1e-10  # float64: the sharded sums differ from the whole one in rounding only
+
+# one-axis schemes (context parallelism takes one position per token), content schemes included
+KINDS = [None, *(n for n in schemes_of_kind("rotary", "bias", "relative", "content") if small_module(n).axes == 1)]
+CASES = ("causal", "grouped", "documents", "bidirectional")
+
+
+def _build(name):
+    if name is None:
+        return None
+    return small_module(name, seed=1).double()
+
+
+def _inputs(name, case, world):
+    """The whole sequence's tensors (the same on every rank) and the call's keywords."""
+    g = torch.Generator().manual_seed(3)
+    h_kv = 2 if case == "grouped" else 4
+    q, grad = (torch.randn(2, 4, LENGTH, 8, generator=g, dtype=torch.float64) for _ in range(2))  # (B, H, L, D)
+    k, v = (torch.randn(2, h_kv, LENGTH, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    hidden = torch.randn(2, LENGTH, 32, generator=g, dtype=torch.float64)  # (B, L, d_model)
+    docs = pad = None
+    if case == "documents":  # two packings, and left padding: batch 1's first query sees no key
+        docs = torch.tensor([[0] * 5 + [1] * 7 + [2] * 4, [0] * 9 + [1] * 7])
+        pad = torch.ones(2, LENGTH, dtype=torch.bool)
+        pad[1, :3] = False
+        pad[0, 7] = False
+    return q, k, v, grad, hidden, docs, pad
+
+
+def _expected(pe, q, k, v, hidden, docs, pad, causal):
+    everywhere = torch.arange(LENGTH)
+    content = pe is not None and pe.kind == "content"
+    where = {} if content else {"q_positions": everywhere, "k_positions": everywhere}
+    return posenc.attention(q, k, v, pe, causal=causal, document_ids=docs, attention_mask=pad,
+                            hidden=hidden if pe is not None and pe.reads_hidden else None, backend="materialize",
+                            **where)
+
+
+def _case(name, case, method, rank, world):
+    """One comparison on this rank: None when equal, else what differs. What the whole sequence refuses
+    (FoPE's coefficient sets with 2 key heads) the sharded call must refuse too."""
+    pe = _build(name)
+    causal = case != "bidirectional"
+    q, k, v, grad, hidden, docs, pad = _inputs(name, case, world)
+    reads = pe is not None and pe.reads_hidden
+    full = [t.clone().requires_grad_(True) for t in (q, k, v, hidden)]
+    params = [p for p in pe.parameters() if p.requires_grad] if pe is not None else []
+    p = posenc.shard_positions(LENGTH, world, rank, balance="head_tail" if causal else "contiguous")
+    local = [t[:, :, p].clone().requires_grad_(True) for t in (q, k, v)] + [hidden[:, p].clone().requires_grad_(True)]
+
+    def sharded():
+        return posenc.context_parallel_attention(
+            *local[:3], pe, positions=p, causal=causal, method=method,
+            document_ids=None if docs is None else docs[:, p], attention_mask=None if pad is None else pad[:, p],
+            hidden=local[3] if reads else None)
+
+    try:
+        expected = _expected(pe, *full[:3], full[3] if reads else None, docs, pad, causal)
+    except ValueError as error:
+        with pytest.raises(ValueError, match=str(error)[:30]):
+            sharded()
+        return None
+    out = sharded()
+    local_grads = torch.autograd.grad(out, local[:3] + local[3:] * reads + params, grad[:, :, p])
+    sharded_param_grads = [g.clone() for g in local_grads[3 + reads:]]
+    for g in sharded_param_grads:  # each rank's loss is its rows' part: the parameters' gradients add up
+        dist.all_reduce(g)
+    full_grads = torch.autograd.grad(expected, full[:3] + full[3:] * reads + params, grad)
+    names = [n for n, t in pe.named_parameters() if t.requires_grad] if pe is not None else []
+    pairs = [("out", out, expected[:, :, p])]
+    pairs += [(f"d{t}", got, want[:, :, p]) for t, got, want in zip("qkv", local_grads, full_grads)]
+    pairs += [("dhidden", local_grads[3], full_grads[3][:, p])] if reads else []
+    pairs += [(f"d{n}", got, want) for n, got, want in zip(names, sharded_param_grads, full_grads[3 + reads:])]
+    for what, got, want in pairs:
+        got, want = got.detach(), want.detach()
+        err = float((got - want).abs().max()) if got.numel() else 0.0
+        if got.shape != want.shape or not err <= TOL * max(1.0, float(want.abs().max())):
+            return f"{what}: error {err:.3g}"
+    return None
+
+
+def _runs_on(name, case, method, world) -> bool:
+    pe = _build(name)
+    if _unsupported(pe, method) is not None:
+        return False
+    if case == "bidirectional" and pe is not None and pe.kind == "content":
+        return False  # content schemes count positions from each query backwards
+    return not (method == "ulysses" and case == "grouped" and 2 % world)
+
+
+def _worker(rank: int, world: int, store: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    found = {}
+    try:
+        for method in ("ring", "ulysses"):
+            for name in KINDS:
+                for case in CASES:
+                    if _runs_on(name, case, method, world):
+                        try:
+                            found[f"{method} {name} {case}"] = _case(name, case, method, rank, world)
+                        except Exception as error:  # noqa: BLE001 - reported by the test, with its case
+                            found[f"{method} {name} {case}"] = f"{type(error).__name__}: {error}"
+        found["refusals"] = _refusals(rank, world)
+    finally:
+        dist.destroy_process_group()
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(found, f)
+
+
+def _refusals(rank, world):
+    """The messages of what each method refuses (inside a group: the checks before communication)."""
+    q = torch.randn(1, 4, LENGTH // world, 8)
+    p = posenc.shard_positions(LENGTH, world, rank)
+    messages = []
+    for name, method in (("stick_breaking", "ring"), ("path", "ulysses"), ("fox", "allgather")):
+        pe = small_module(name)
+        try:
+            posenc.context_parallel_attention(q, q, q, pe, positions=p, causal=True, method=method,
+                                              hidden=torch.randn(1, LENGTH // world, 32) if pe.reads_hidden else None)
+            messages.append(None)
+        except ValueError as error:
+            messages.append(str(error))
+    try:
+        posenc.context_parallel_attention(q, q[:, :3], q[:, :3], positions=p, causal=True, method="ulysses")
+        messages.append(None)
+    except ValueError as error:
+        messages.append(str(error))
+    return messages
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"{w} ranks")
+def results(request, tmp_path_factory):
+    world = request.param
+    where = tmp_path_factory.mktemp(f"cp{world}")
+    mp.spawn(_worker, args=(world, str(where / "store"), str(where / "found")), nprocs=world, join=True)
+    found = [json.loads((where / f"found.{r}").read_text()) for r in range(world)]
+    return world, found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["ring", "ulysses"])
+def test_sharded_attention_equals_the_whole_sequence_forward_and_gradients(results, method):
+    world, found = results
+    cases = [key for key in found[0] if key.startswith(method + " ")]
+    failed = {f"{key} (rank {r})": f[key] for key in cases for r, f in enumerate(found) if f[key] is not None}
+    assert not failed, failed
+    ran = {key.split()[1] for key in cases}
+    wanted = {str(n) for n in KINDS if _unsupported(_build(n), method) is None}
+    assert ran == wanted and len(cases) >= 3 * len(wanted) - len([n for n in wanted if n in CONTENT])
+
+
+CONTENT = set(schemes_of_kind("content"))
+
+
+@pytest.mark.slow
+def test_each_method_runs_what_the_docs_say_and_refuses_the_rest_by_name(results):
+    world, found = results
+    ring_content = [n for n in CONTENT if _unsupported(small_module(n), "ring") is None]
+    assert ring_content == ["fox"]
+    for messages in (f["refusals"] for f in found):
+        stick, path, fox, heads = messages
+        assert "method='ring' cannot run 'stick_breaking'" in stick and "use method='ulysses'" in stick
+        assert "method='ulysses' cannot run 'path'" in path and "posenc.attention on one device" in path
+        assert "method='allgather' cannot run 'fox'" in fox and "method='ring' or method='ulysses'" in fox
+        assert f"H_kv=3 must both be multiples of {world}" in heads and "use method='ring'" in heads
