@@ -406,7 +406,9 @@ def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, s
     h = q.shape[1]
     if kind == "bias" and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
-    if kind == "rotary":  # one length for every rank (a length-dependent scaling), then keys first
+    if kind == "none":  # nope; nope_temperature's temperature per query position
+        q, pe = q if pe is None else pe.temper_queries(q, positions), None
+    elif kind == "rotary":  # one length for every rank (a length-dependent scaling), then keys first
         pe.observe(torch.arange(all_positions.shape[0], device=q.device))
         q, k = pe.rotate(q, k, positions, positions)
         pe = None
