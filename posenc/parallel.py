@@ -16,14 +16,60 @@ rank holds the same number of causal (query, key) pairs: chunk ``c`` of size ``n
 passing its global positions: rotary and bias results at ``shard_positions(...)`` are exactly
 the rows of the unsharded result at those positions; nothing else changes.
 
-**Attention across ranks** (``context_parallel_attention``): keys and values are all-gathered
-(with their positions) and put back in sequence order, then each maximal run of consecutive
-query positions ``[s, e)`` attends through ``posenc.attention`` to keys ``[0, e)`` when causal
-(its bottom-right aligned causal mask then equals ``key position <= query position``), or to all
-keys. The all-gather is differentiable (its backward sums the key/value gradients of every rank's
-queries and hands each rank its own rows), so training works; memory per rank is ``O(L·D)`` for
-the gathered keys and values plus what ``posenc.attention`` needs for the rank's queries. A ring
-(keys passed rank to rank) would bound the gathered memory to two shards; it is not written.
+**Attention across ranks** (``context_parallel_attention(..., method=...)``), three ways, each
+equal to the rows of ``posenc.attention`` on the whole sequence, gradients included:
+
+- ``"allgather"`` (the default): keys and values all-gathered (with their positions) and put back
+  in sequence order, then each maximal run of consecutive query positions ``[s, e)`` attends
+  through ``posenc.attention`` to keys ``[0, e)`` when causal (its bottom-right aligned causal mask
+  then equals ``key position <= query position``), or to all keys. The all-gather is
+  differentiable (its backward sums the key/value gradients of every rank's queries and hands each
+  rank its own rows). Memory per rank ``O(L·D)``: it does not raise the length a rank holds.
+- ``"ring"`` (Liu et al. 2023, arXiv:2310.01889): each rank keeps its queries; key/value shards
+  travel rank to rank (``torch.distributed`` ``batch_isend_irecv``, the next transfer overlapping
+  the current tile). A tile (a run of query positions × a run of key positions) is scored with
+  ``posenc.blockwise`` at its global positions and its visibility (causality: skipped when its keys
+  all follow its queries, index-causal on the diagonal, a ``key <= query`` mask where runs
+  overlap; documents and key padding as a mask), giving ``(o, lse)``; tiles merge by log-sum-exp,
+  the online softmax ``blockwise`` uses. Backward (``_RingAttention``): the shards travel again,
+  now with their key/value gradients; each tile runs ``blockwise``'s backward given the global
+  ``o`` and ``lse``, so its ``p = e^{s − lse}`` and ``δ = rowsum(dO ∘ O)`` are the whole softmax's,
+  and after ``P`` steps each shard's gradients are back with their owner. Two changes make
+  ``blockwise``'s tiles mergeable (``_TileBias``): no Toeplitz table (it removes a per-head constant
+  that depends on the tile), and each row's far-key peak taken at the query's own position (one
+  constant per row on every tile). Per-rank memory for keys and values: ``O(L·D / P)`` (the own
+  shard, the one in use, the one arriving). Rotary schemes rotate q and k at their global
+  positions before the keys travel; FoX carries ``c_j`` (its cumulative log forget gate, summed in
+  sequence order over every rank's gates) as one more key column (``_fox_augmented``).
+- ``"ulysses"`` (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv:2309.14509): an all-to-all turns the
+  sequence shards of every head into the whole sequence of ``H / P`` heads (grouped key/value heads
+  split the same way, so ``H`` and ``H_kv`` must both divide by ``P``), ``posenc.attention`` runs
+  there (any backend), and a second all-to-all brings each rank its rows back. Memory per rank
+  ``O(L·D·H / P)``, like the ring's; a bias scheme runs at its heads ``[r·H/P, (r+1)·H/P)``
+  (``_HeadSlice``: its own ``score_fn`` at shifted head indices).
+
+Which one-axis kinds run where (``_unsupported`` says why not, and every refusal names the
+method that runs the scheme)::
+
+    scheme (kind)                                  allgather  ring  ulysses
+    nope, nope_temperature (none)                  yes        yes   yes
+    rope (rotary)                                  yes        yes   yes
+    fope, pope (rotary, per-head parameters)       yes        yes   no
+    alibi, t5, kerple, fire (bias)                 yes        yes   yes
+    shaw (relative)                                yes        yes   yes
+    transformer_xl, deberta (relative, per head)   yes        yes   no
+    fox (content)                                  no         yes   yes
+    stick_breaking, cope (content)                 no         no    yes
+    path, dape (content, per head)                 no         no    no: posenc.attention on one device
+
+Ring refuses content schemes other than FoX because a key's weight there depends on the tokens
+between it and the query (not on ``q_i``, ``k_j`` and per-token values alone); ulysses refuses
+schemes with per-head parameters other than bias schemes and FoX, because a rank runs a subset
+of the heads, which they cannot select.
+
+``document_ids`` and a key-padding ``attention_mask`` (each rank's tokens') and FoX's ``hidden`` are
+taken by ring and ulysses. The scheme sees the sequence indices as positions (with documents too:
+translation-invariant schemes are unaffected by where a document starts).
 
 Notation used for tensor shapes: B batch, H heads, L whole length, Ll = L / world_size local
 length, D head dim.

@@ -316,8 +316,31 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
             key = torch.cat([k_rope, key[..., width:]], dim=-1)
             query = torch.cat([q_rope, query[..., width:]], dim=-1)
             pe_arg = None
+    method = module.__dict__.get("_posenc_context_parallel")
+    if method is not None:  # each rank holds its shard of the sequence (patch(..., context_parallel=))
+        out = _sharded(module, pe, pe_arg, query, key, value, extra, kwargs.get("position_ids"), scaling, cap, method)
+        return out.transpose(1, 2).contiguous(), None
     out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra, **cap)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _sharded(module, pe, pe_arg, query, key, value, extra, position_ids, scaling, cap, method):
+    """``posenc.context_parallel_attention`` of a rank's shard (``patch(..., context_parallel=method)``):
+    the shard's global positions are the ``position_ids`` the model was called with (one row for
+    the batch; ``posenc.shard_positions``), causal over the whole sequence; the model's own mask,
+    made for the shard alone, is not used, so the model takes no padding mask here (pack instead)."""
+    import posenc
+
+    b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
+    if lq != lk or cap:
+        raise ValueError(f"context_parallel={method!r} runs whole sequences without a cache, logit cap or sinks "
+                         f"(training, prefill); got {lq} queries over {lk} keys{' and ' + ', '.join(cap) if cap else ''}")
+    positions = _query_positions(module, pe, position_ids, b, lq, lk, query.device)  # (B, Lq)
+    if positions.dim() != 2 or not bool((positions == positions[:1]).all()):
+        raise ValueError(f"context_parallel={method!r} takes position_ids [1, Ll] (or one row repeated over the batch): "
+                         "this rank's global positions, posenc.shard_positions(L, world_size, rank)")
+    return posenc.context_parallel_attention(query, key, value, pe_arg, positions=positions[0], causal=True,
+                                             scale=scaling, method=method, hidden=extra.get("hidden"))
 
 
 def _add_to_embeddings(pe: nn.Module, embeddings: str):
@@ -437,7 +460,8 @@ def _start_from_own_table(modules: list, parts: Any) -> None:
                 m.weight.copy_(table)
 
 
-def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> nn.Module:
+def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
+          context_parallel: str | None = None) -> nn.Module:
     """Puts ``pe`` into the transformers causal LM ``model`` (in place) and returns it.
 
     Args:
@@ -452,6 +476,14 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
             over the layers, as the benchmark's ``--scheme`` takes it.
         layers: the indices of the layers that get ``pe`` (default: every layer); the others keep
             the model's own rotary, as ``posenc.from_hf(model.config)``.
+        context_parallel: None, or a method of ``posenc.context_parallel_attention`` (``"allgather"``,
+            ``"ring"``, ``"ulysses"``): under ``torch.distributed`` each rank calls the model on its
+            shard of every sequence, ``input_ids[:, p]`` with ``position_ids=p[None]`` for ``p =
+            posenc.shard_positions(L, world_size, rank)``, and every layer's attention spans the whole
+            sequence across the ranks of the default group. No padding mask and no cache; the loss is
+            the caller's, over the shard's tokens (``labels`` the next token of each global
+            position), and the ranks' parameter gradients sum to one process's on the whole sequence
+            (docs/guide/context_parallel.md).
 
     Returns:
         ``model``, patched; ``unpatch(model)`` restores it. A patched model is patched again
@@ -466,6 +498,11 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
 
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a transformers model (torch.nn.Module), got {type(model).__name__}")
+    if context_parallel is not None:
+        from posenc._validate import check_choice
+        from posenc.parallel import METHODS
+
+        check_choice("context_parallel", context_parallel, METHODS)
     parts = find(model)
     family, base, rotary, attentions = parts.family, parts.decoder, parts.rotary, parts.attentions
     if getattr(model, "_posenc_original", None) is not None:
@@ -492,13 +529,15 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None) -> 
         _start_from_own_table(modules, parts)
     own_on = any(getattr(base, name) for name in family.decoder_positions)  # Falcon's ALiBi: no rotary to replace
     if (rotary is not None and own is not None and all(m is first for m in modules) and not own_on
-            and _fits_rotary_module(first, own)):
+            and context_parallel is None and _fits_rotary_module(first, own)):
         from posenc.interop.hf import HFRotaryEmbedding
 
         row = FAMILIES.get(model.config.model_type)
         setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table))
     else:
         _through_attention(model, parts, modules, original, additive)
+        for attention in attentions:
+            attention.__dict__["_posenc_context_parallel"] = context_parallel
     model._posenc_original = original
     unique = list({id(m): m for m in modules}.values())
     setattr(model.config, RECORD, {"modules": [m.spec for m in unique],
@@ -589,7 +628,7 @@ def unpatch(model: nn.Module) -> nn.Module:
     base._modules.pop("posenc_modules", None)
     for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
         for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input", "_posenc_rotary",
-                     "_posenc_rope_part", "_posenc_attention", "forward"):  # forward: the family's, an instance attribute
+                     "_posenc_rope_part", "_posenc_attention", "_posenc_context_parallel", "forward"):  # forward: the family's, an instance attribute
             attention.__dict__.pop(name, None)
         for name, value in own.items():
             setattr(attention, name, value)

@@ -1,0 +1,94 @@
+"""``posenc.interop.patch(model, pe, context_parallel=...)``: a tiny Llama, each of 2 gloo ranks
+holding its shard of every sequence (position_ids from ``shard_positions``, the loss over its
+tokens), trains as one process on the whole sequence: the ranks' losses and parameter gradients
+sum to the whole sequence's (float64), for ALiBi and FoX (the guide's recipe) on ring and ulysses.
+One spawn for the module."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+transformers = pytest.importorskip("transformers")
+
+import posenc  # noqa: E402
+import posenc.interop  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("heavy")
+
+LENGTH, WORLD = 16, 2
+CASES = [("alibi", "ring"), ("fox:gate=full", "ring"), ("fox:gate=full", "ulysses"), ("alibi", "ulysses")]
+
+
+def _model(spec, method):
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    return posenc.interop.patch(model, spec, context_parallel=method).double()  # the scheme's parameters too
+
+
+def _loss(model, ids, positions):
+    """The summed next-token loss of the tokens at ``positions`` (the last position has no next token)."""
+    logits = model(input_ids=ids[:, positions], position_ids=positions[None]).logits  # (B, Ll, V)
+    keep = positions < LENGTH - 1
+    return torch.nn.functional.cross_entropy(logits[:, keep].flatten(0, 1), ids[:, positions[keep] + 1].flatten(),
+                                             reduction="sum")
+
+
+def _worker(rank: int, store: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    torch.set_num_threads(1)
+    found = {}
+    try:
+        ids = torch.randint(0, 50, (2, LENGTH), generator=torch.Generator().manual_seed(1))
+        for spec, method in CASES:
+            found[f"{spec} {method}"] = _case(spec, method, ids, rank)
+    finally:
+        dist.destroy_process_group()
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(found, f)
+
+
+def _case(spec, method, ids, rank):
+    sharded = _model(spec, method)
+    loss = _loss(sharded, ids, posenc.shard_positions(LENGTH, WORLD, rank))
+    loss.backward()
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    grads = {n: p.grad.clone() for n, p in sharded.named_parameters() if p.grad is not None}
+    for g in grads.values():  # the ranks' gradients add up to one process's (DDP averages: scale the loss by P)
+        dist.all_reduce(g)
+    whole = _model(spec, None)
+    expected = _loss(whole, ids, torch.arange(LENGTH))
+    expected.backward()
+    errors = {"loss": abs(float(total - expected)) / float(expected)}
+    for n, p in whole.named_parameters():
+        errors[n] = float((grads[n] - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-30))
+    worst = max(errors, key=errors.get)
+    return {"worst": worst, "error": errors[worst], "params": len(grads), "expected": len(list(whole.parameters()))}
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory):
+    where = tmp_path_factory.mktemp("cp_patch")
+    mp.spawn(_worker, args=(str(where / "store"), str(where / "found")), nprocs=WORLD, join=True)
+    return [json.loads((where / f"found.{r}").read_text()) for r in range(WORLD)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, method", CASES)
+def test_a_patched_llama_on_two_ranks_trains_as_one_process(found, spec, method):
+    for rank, f in enumerate(found):
+        got = f[f"{spec} {method}"]
+        assert got["params"] == got["expected"], got  # every parameter got its gradient
+        assert got["error"] < 1e-10, (rank, got)
+
+
+def test_context_parallel_takes_a_method_name():
+    with pytest.raises(ValueError, match="context_parallel must be one of"):
+        posenc.interop.patch(torch.nn.Linear(1, 1), "alibi", context_parallel="zigzag")  # checked first
