@@ -261,19 +261,36 @@ def _local_rows(name: str, t, b: int, ll: int, *, integer: bool) -> torch.Tensor
 # -- ring -------------------------------------------------------------------------------------
 
 class _TileBias(_Bias):
-    """``posenc.blockwise``'s bias of one ring tile, with the two changes that let tiles merge: no
-    Toeplitz table (it removes a constant per head that depends on the tile's keys), and each row's
-    peak (far keys, ``BiasEncoding.nearest_keys``) taken at the query's own position, so every tile
-    of a row removes the same constant and their log-sum-exps add up."""
+    """``posenc.blockwise``'s bias of one ring tile, made mergeable: a tile's log-sum-exp must be that
+    of the true scores, or differ from it by one constant per row on every tile.
 
-    def __init__(self, *args, **kwargs) -> None:
+    - Toeplitz tiles (a translation-invariant scheme at contiguous positions, nothing to train):
+      the table has a per-head constant removed that depends on the tile's keys; ``shift``
+      ``[1, H, 1]`` is that constant (the scheme at the table's largest entry, in float64, minus the
+      entry), added to the tile's ``lse`` and taken off the global one for its backward. With a
+      parameter to train the tile uses the per-block path instead (the constant's gradient would
+      not cancel within a tile).
+    - Otherwise each row's far-key peak (``BiasEncoding.nearest_keys``) is taken at the query's own
+      position, one constant per row on every tile."""
+
+    def __init__(self, *args, trainable: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.toeplitz = False
+        self.toeplitz = self.toeplitz and not trainable
+        self.shift = None
 
     def prepare(self) -> None:
         super().prepare()
-        if self.near is not None:
+        if self.toeplitz:
+            e = self.table.argmax(-1)  # (H,): an entry at offset j − i = e − (Lq − 1)
+            offset = e - (self.lq - 1)
+            with torch.no_grad():
+                b = self.fn(self.heads.view(-1), self.qpos[(-offset).clamp(min=0)], self.kpos[offset.clamp(min=0)])
+            self.shift = (b - self.table.gather(-1, e[:, None]).squeeze(-1).double()).view(1, -1, 1)  # (1, H, 1)
+        elif self.near is not None:
             self.near = self.qpos  # (c,): a query's own key is its nearest key of the whole sequence
+
+    def lse_shift(self, dtype: torch.dtype) -> torch.Tensor | float:
+        return 0.0 if self.shift is None else self.shift.to(dtype)
 
 
 @dataclass
@@ -293,6 +310,7 @@ class _RingPlan:
     rank: int
     world: int
     local: int
+    trainable: bool = False  # the scheme has parameters to train (no per-tile Toeplitz table)
 
     def __post_init__(self) -> None:
         self.tiles = [_tiles(self.positions, self.keys(src, self.key_positions), self.causal) for src in range(self.world)]
@@ -336,7 +354,15 @@ def _tile_bias(plan: _RingPlan, src: int, tile, b: int, h: int, work) -> _TileBi
         mask = allowed.view(-1, 1, qb - qa, kb - ka)  # (1 or B, 1, c, n)
     vis = Visibility.build(b=b, h=h, lq=qb - qa, lk=kb - ka, device=qpos.device, causal=mode == "causal",
                            attention_mask=mask)
-    return _TileBias(plan.pe, qpos, kpos, work, vis=vis)
+    return _TileBias(plan.pe, qpos, kpos, work, vis=vis, trainable=plan.trainable)
+
+
+def _plain(plan: _RingPlan, tile, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether a tile is plain attention that SDPA's fused CPU kernel runs whole, with its log-sum-exp
+    (and its backward given the global ones): no scheme left (none, rotary after its rotation, FoX
+    after its key column), no mask beyond index causality, one head count and one head size."""
+    return (plan.pe is None and tile[4] != "mask" and plan.docs is None and plan.pad is None
+            and q.device.type == "cpu" and k.shape[1] == q.shape[1] and k.shape[-1] == v.shape[-1] == q.shape[-1])
 
 
 def _merge(out: torch.Tensor, lse: torch.Tensor, rows: tuple[int, int], o_t: torch.Tensor, lse_t: torch.Tensor) -> None:
@@ -370,11 +396,16 @@ class _RingAttention(torch.autograd.Function):
             src = (plan.rank - step) % plan.world
             passing = _Passing(shard, plan.group, plan.rank, plan.world) if step + 1 < plan.world else None
             for tile in plan.tiles[src]:
-                qa, qb, ka, kb, _ = tile
-                bias = _tile_bias(plan, src, tile, b, h, q.dtype)
-                bias.prepare()
-                o_t, lse_t = _forward(q[:, :, qa:qb], shard[0][:, :, ka:kb], shard[1][:, :, ka:kb], bias,
-                                      scale=plan.scale, block_q=BLOCK_Q, block_k=BLOCK_K)
+                qa, qb, ka, kb, mode = tile
+                qt, kt, vt = q[:, :, qa:qb], shard[0][:, :, ka:kb], shard[1][:, :, ka:kb]
+                if _plain(plan, tile, q, kt, vt):  # SDPA's fused CPU kernel, which returns the log-sum-exp
+                    o_t, lse_t = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                        qt, kt, vt, 0.0, mode == "causal", scale=plan.scale)
+                else:
+                    bias = _tile_bias(plan, src, tile, b, h, q.dtype)
+                    bias.prepare()
+                    o_t, lse_t = _forward(qt, kt, vt, bias, scale=plan.scale, block_q=BLOCK_Q, block_k=BLOCK_K)
+                    lse_t = lse_t + bias.lse_shift(lse_t.dtype)
                 _merge(out, lse, (qa, qb), o_t, lse_t.masked_fill(torch.isposinf(lse_t), float("-inf")))
             if passing is not None:
                 shard = passing.wait()
@@ -397,14 +428,22 @@ class _RingAttention(torch.autograd.Function):
             last = step + 1 == plan.world
             passing = None if last else _Passing(shard, plan.group, plan.rank, plan.world)
             for tile in plan.tiles[src]:
-                qa, qb, ka, kb, _ = tile
+                qa, qb, ka, kb, mode = tile
                 saved = (q[:, :, qa:qb], shard[0][:, :, ka:kb], shard[1][:, :, ka:kb], out[:, :, qa:qb],
                          lse[:, :, qa:qb], None, *params)
-                tile_ctx = types.SimpleNamespace(
-                    saved_tensors=saved, needs_input_grad=(True, True, True, False, False, *(True,) * len(params)),
-                    args={"bias": _tile_bias(plan, src, tile, b, h, q.dtype), "scale": plan.scale,
-                          "block_q": BLOCK_Q, "block_k": BLOCK_K})
-                gq, gk, gv, _, _, *gp = _BlockwiseAttention.backward(tile_ctx, dout[:, :, qa:qb])
+                if _plain(plan, tile, q, saved[1], saved[2]):  # the fused backward, given the global o and lse
+                    gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                        dout[:, :, qa:qb], *saved[:5], 0.0, mode == "causal", scale=plan.scale)
+                    gp = []
+                else:
+                    bias = _tile_bias(plan, src, tile, b, h, q.dtype)
+                    with torch.no_grad():
+                        bias.prepare()
+                    saved = (*saved[:4], saved[4] - bias.lse_shift(q.dtype), *saved[5:])  # the tile's frame
+                    tile_ctx = types.SimpleNamespace(
+                        saved_tensors=saved, needs_input_grad=(True, True, True, False, False, *(True,) * len(params)),
+                        args={"bias": bias, "scale": plan.scale, "block_q": BLOCK_Q, "block_k": BLOCK_K})
+                    gq, gk, gv, _, _, *gp = _BlockwiseAttention.backward(tile_ctx, dout[:, :, qa:qb])
                 dq[:, :, qa:qb] += gq
                 grads[0][:, :, ka:kb] += gk
                 grads[1][:, :, ka:kb] += gv
@@ -463,13 +502,15 @@ def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, s
             raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
         k, v = repeat_kv(k, v, h)
         q, k = _fox_augmented(q, k, _fox_state(pe, hidden, positions, all_positions, group), scale)
-        pe = None
+        dv = v.shape[-1]  # values padded to the head size D + 1 (the fused kernel wants one), cut after
+        return _ring(q, k, torch.nn.functional.pad(v, (0, 1)), None, positions=positions, all_positions=all_positions,
+                     docs=docs, pad=pad, hidden=None, causal=causal, scale=scale, group=group)[..., :dv]
     elif kind == "relative":
         k, v = repeat_kv(k, v, h)
     params = [p for p in pe.parameters() if p.requires_grad] if pe is not None and torch.is_grad_enabled() else []
     work = torch.promote_types(q.dtype, torch.float32)
     plan = _RingPlan(pe, positions, all_positions, docs, pad, causal, scale, group, dist.get_rank(group),
-                     dist.get_world_size(group), q.shape[2])
+                     dist.get_world_size(group), q.shape[2], trainable=bool(params))
     return _RingAttention.apply(q.to(work), k.to(work), v.to(work), plan, *params).to(q.dtype)
 
 
@@ -536,7 +577,7 @@ def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, ba
     if h % world or h_kv % world:
         raise ValueError(f"method='ulysses' splits the heads over the {world} ranks: q's H={h} and k/v's H_kv={h_kv} "
                          f"must both be multiples of {world}; use method='ring' (any number of heads)")
-    kind = "none" if pe is None else pe.kind
+    kind, dv = "none" if pe is None else pe.kind, v.shape[-1]
     if kind == "bias" and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
     order = torch.argsort(all_positions)  # rank order -> sequence order
@@ -552,13 +593,14 @@ def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, ba
         k, v = repeat_kv(k, v, n)
         c = pe.state(k, hidden, docs)[:, rank * n:(rank + 1) * n]  # (B or 1, H/P, L)
         q, k = _fox_augmented(q, k, c, scale)
+        v = torch.nn.functional.pad(v, (0, 1))  # one head size D + 1 for SDPA's fused kernel; cut after
         pe = None
     elif kind == "content":
         where = {"hidden": hidden}
     elif kind == "bias" and n != h:
         pe = _HeadSlice(pe, rank * n, n)
     out = attention(q, k, v, pe, causal=causal, scale=scale, backend=backend, document_ids=docs,
-                    attention_mask=pad, **where)  # (B, H/P, L, Dv)
+                    attention_mask=pad, **where)[..., :dv]  # (B, H/P, L, Dv)
     return _SwapShards.apply(out[:, :, all_positions], group, False)  # (B, H, Ll, Dv), this rank's rows
 
 
