@@ -37,7 +37,7 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
     config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2,
+                                      num_attention_heads=4, num_key_value_heads=4,
                                       max_position_embeddings=args.length)
     torch.manual_seed(0)  # the same initial model on every rank
     model = posenc.interop.patch(transformers.AutoModelForCausalLM.from_config(config), args.scheme,
