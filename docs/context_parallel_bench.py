@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
                     print(json.dumps(row), file=sink, flush=True)
     if args.model:
         for shape, kw in (("H=8, D=64, float32", {}),
-                          ("H=32, D=128, bfloat16 (a Llama-3-8B layer)", {"heads": 32, "head_dim": 128, "bytes_per": 2})):
+                          ("H=32, D=128, bfloat16 (a Llama-3-8B layer)",
+                           {"heads": 32, "head_dim": 128, "bytes_per": 2})):
             for gb in (4, 80, 141):
                 for method in ("allgather", "ring", "ulysses"):
                     fits = [w for w in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

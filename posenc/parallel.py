@@ -313,7 +313,8 @@ class _RingPlan:
     trainable: bool = False  # the scheme has parameters to train (no per-tile Toeplitz table)
 
     def __post_init__(self) -> None:
-        self.tiles = [_tiles(self.positions, self.keys(src, self.key_positions), self.causal) for src in range(self.world)]
+        self.tiles = [_tiles(self.positions, self.keys(src, self.key_positions), self.causal)
+                      for src in range(self.world)]
 
     def keys(self, src: int, t: torch.Tensor | None) -> torch.Tensor | None:
         """Rank ``src``'s part of a rank-ordered ``[..., P·Ll]``."""

@@ -26,7 +26,8 @@ LENGTH = 16  # a multiple of 2 * world_size for 2 and 4 ranks
 TOL = 1e-10  # float64: the sharded sums differ from the whole one in rounding only
 
 # one-axis schemes (context parallelism takes one position per token), content schemes included
-KINDS = [None, *(n for n in schemes_of_kind("none", "rotary", "bias", "relative", "content") if small_module(n).axes == 1)]
+KINDS = [None, *(n for n in schemes_of_kind("none", "rotary", "bias", "relative", "content")
+                 if small_module(n).axes == 1)]
 CASES = ("causal", "grouped", "documents", "bidirectional")
 
 

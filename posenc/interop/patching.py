@@ -334,10 +334,11 @@ def _sharded(module, pe, pe_arg, query, key, value, extra, position_ids, scaling
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
     if lq != lk or cap:
         raise ValueError(f"context_parallel={method!r} runs whole sequences without a cache, logit cap or sinks "
-                         f"(training, prefill); got {lq} queries over {lk} keys{' and ' + ', '.join(cap) if cap else ''}")
+                         f"(training, prefill); got {lq} queries over {lk} keys"
+                         f"{' and ' + ', '.join(cap) if cap else ''}")
     positions = _query_positions(module, pe, position_ids, b, lq, lk, query.device)  # (B, Lq)
     if positions.dim() != 2 or not bool((positions == positions[:1]).all()):
-        raise ValueError(f"context_parallel={method!r} takes position_ids [1, Ll] (or one row repeated over the batch): "
+        raise ValueError(f"context_parallel={method!r} takes position_ids [1, Ll] (one row for the batch): "
                          "this rank's global positions, posenc.shard_positions(L, world_size, rank)")
     return posenc.context_parallel_attention(query, key, value, pe_arg, positions=positions[0], causal=True,
                                              scale=scaling, method=method, hidden=extra.get("hidden"))
