@@ -13,8 +13,9 @@ what the step itself needs) and ``ms`` (the slowest rank's step). ``resource.set
 rank's address space (``--cap-gb``), so a point that needs more fails instead of swapping a shared
 machine; a failed point is written with its error.
 
-``--model`` prints the memory model of ``docs/numbers.md`` ("Context parallelism") next to each
-measured point, and its predictions for 1M tokens.
+``--fit FILE`` fits the memory model of ``docs/numbers.md`` ("Context parallelism") to the points
+of ``FILE``, prints it beside each point, the longest ``L`` per rank within 4 GB, and what 1M
+tokens needs.
 """
 
 from __future__ import annotations
@@ -89,24 +90,32 @@ def run_point(point: dict, cap_gb: float) -> dict:
             "step_mb": round(peak["peak_mb"] - peak["base_mb"], 1), "ms": round(max(r["ms"] for r in ranks))}
 
 
-def model_mb(length: int, world: int, method: str, *, heads: int = HEADS, head_dim: int = HEAD_DIM,
+def per_rank(length: int, world: int, method: str, *, heads: int = HEADS, head_dim: int = HEAD_DIM,
              bytes_per: int = FLOAT) -> float:
-    """The step's own memory per rank, in MB (docs/numbers.md, "Context parallelism"): ``S = H·D·bytes``
-    per token, ``Ll = L / P``; the blocks' scores (``posenc.blockwise``: ``H·256·512`` floats, a few
-    of them) are a constant ``C``.
+    """The model's variable, in MB: the keys and values a rank holds at once, ``S·L`` for allgather
+    (the whole sequence's) and ``S·L/P`` for ring and ulysses (a shard's worth, or ``H/P`` heads of
+    the whole sequence), with ``S = H·D·bytes`` per token."""
+    s = heads * head_dim * bytes_per / 2**20
+    return s * length if method == "allgather" else s * length / world
 
-    - allgather: ``5·S·L`` (the gathered keys and values, their sequence-order copies, one gradient
-      of them at a time) + ``4·S·Ll`` (output, its gradient, the query gradient, the all-reduce) + C
-    - ring: ``10·S·Ll`` (two k/v shards in flight, then k, v, dk, dv in flight and their arrivals,
-      out, dq) + C
-    - ulysses: ``12·S·Ll`` (q, k, v of ``H / P`` heads over ``L`` and their gradients, the output
-      and its all-to-all, before and after the reorder) + C
-    """
-    s = heads * head_dim * bytes_per / 2**20  # MB per token
-    local = length / world
-    blocks = 6 * heads * 256 * 512 * bytes_per / 2**20
-    per_method = {"allgather": 5 * s * length + 4 * s * local, "ring": 10 * s * local, "ulysses": 12 * s * local}
-    return per_method[method] + blocks
+
+def fit(rows: list[dict]) -> dict[str, tuple[float, float]]:
+    """Per method, ``step_mb ≈ c + a·per_rank(L, P)``: least squares over the measured points (the
+    constant ``c``: allocator arenas, gloo's buffers, first-call workspaces, a block of scores)."""
+    import numpy as np
+
+    coefficients = {}
+    for method in sorted({r["method"] for r in rows}):
+        pts = [r for r in rows if r["method"] == method]
+        x = np.array([[1.0, per_rank(r["length"], r["world"], method)] for r in pts])
+        (c, a), *_ = np.linalg.lstsq(x, np.array([r["step_mb"] for r in pts]), rcond=None)
+        coefficients[method] = (float(c), float(a))
+    return coefficients
+
+
+def model_mb(coefficients: dict, length: int, world: int, method: str, **sizes) -> float:
+    c, a = coefficients[method]
+    return c + a * per_rank(length, world, method, **sizes)
 
 
 def _unsupported(scheme: str, method: str) -> bool:
@@ -121,29 +130,52 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", nargs="+", default=["allgather", "ring", "ulysses"])
     p.add_argument("--cap-gb", type=float, default=8.0, help="address-space cap per rank (resource.setrlimit)")
     p.add_argument("--out", default="-", help="JSON lines (default: stdout)")
-    p.add_argument("--model", action="store_true", help="print the memory model beside each point, and 1M tokens")
+    p.add_argument("--fit", metavar="JSONL", help="fit the memory model to measured points and print it, the "
+                   "longest L per rank within 4 GB and 1M tokens; measures nothing")
     args = p.parse_args(argv)
+    if args.fit:
+        report(args.fit)
+        return
     sink = sys.stdout if args.out == "-" else open(args.out, "a")
     for length in args.lengths:
         for world in args.worlds:
             for scheme in args.schemes:
                 for method in args.methods:
-                    if _unsupported(scheme, method):
-                        continue
-                    row = run_point({"length": length, "world": world, "scheme": scheme, "method": method}, args.cap_gb)
-                    if args.model:
-                        row["model_mb"] = round(model_mb(length, world, method), 1)
-                    print(json.dumps(row), file=sink, flush=True)
-    if args.model:
-        for shape, kw in (("H=8, D=64, float32", {}),
-                          ("H=32, D=128, bfloat16 (a Llama-3-8B layer)",
-                           {"heads": 32, "head_dim": 128, "bytes_per": 2})):
-            for gb in (4, 80, 141):
-                for method in ("allgather", "ring", "ulysses"):
-                    fits = [w for w in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-                            if model_mb(1 << 20, w, method, **kw) <= gb * 1024]
-                    print(f"# 1M tokens, {shape}, one attention step within {gb} GB per rank, {method}: "
-                          f"{f'P >= {fits[0]}' if fits else 'no P <= 1024'}", file=sink)
+                    if not _unsupported(scheme, method):
+                        row = run_point({"length": length, "world": world, "scheme": scheme, "method": method},
+                                        args.cap_gb)
+                        print(json.dumps(row), file=sink, flush=True)
+
+
+def report(path: str, scheme: str = "alibi") -> None:
+    """The model fitted to ``scheme``'s points against each of them, then what it predicts."""
+    rows = [json.loads(line) for line in open(path) if line.startswith("{")]
+    rows = [r for r in rows if "step_mb" in r and r["scheme"] == scheme]
+    coefficients = fit(rows)
+    for method, (c, a) in coefficients.items():
+        print(f"{method}: step MB = {c:.0f} + {a:.2f} x {'S·L' if method == 'allgather' else 'S·L/P'} MB")
+    for r in sorted(rows, key=lambda r: (r["method"], r["length"], r["world"])):
+        m = model_mb(coefficients, r["length"], r["world"], r["method"])
+        print(f"  {r['method']:9} P={r['world']} L={r['length']}: measured {r['step_mb']:.0f} MB, model {m:.0f} MB")
+    base = min(r["base_mb"] for r in rows)  # the interpreter, torch and a shard's inputs
+    for method in coefficients:
+        for world in (1, 2, 4, 8):
+            def total(length):  # the interpreter and torch, this rank's q, k, v and dout, and the step
+                return base + 4 * per_rank(length, world, "ring") + model_mb(coefficients, length, world, method)
+            length = 2 * world
+            while total(2 * length) <= 4096 and length < 1 << 40:
+                length *= 2
+            print(f"within 4 GB per rank: {method:9} P={world}: L = {length} (a power of 2)")
+    for shape, sizes in (("H=8, D=64, float32", {}),
+                         ("H=32, D=128, bfloat16", {"heads": 32, "head_dim": 128, "bytes_per": 2})):
+        for gb in (80, 141):
+            for method in coefficients:
+                fits = [w for w in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+                        if model_mb(coefficients, 1 << 20, w, method, **sizes)
+                        + 4 * per_rank(1 << 20, w, "ring", **sizes) <= gb * 1024]
+                print(f"1M tokens, {shape}, one attention step within {gb} GB: {method} "
+                      f"{f'P >= {fits[0]}' if fits else 'no P <= 1024'}")
+
 
 if __name__ == "__main__":
     main()
