@@ -56,7 +56,7 @@ method that runs the scheme)::
     rope (rotary)                                  yes        yes   yes
     fope, pope (rotary, per-head parameters)       yes        yes   no
     alibi, t5, kerple, fire (bias)                 yes        yes   yes
-    shaw (relative)                                yes        yes   yes
+    shaw, dual_chunk (relative)                    yes        yes   yes
     transformer_xl, deberta (relative, per head)   yes        yes   no
     fox (content)                                  no         yes   yes
     stick_breaking, cope (content)                 no         no    yes
