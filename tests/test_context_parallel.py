@@ -198,8 +198,8 @@ def test_sharded_attention_equals_the_whole_sequence_forward_and_gradients(resul
 # what the table of posenc/parallel.py's docstring says runs (or is refused) on each method
 RUNS = {"ring": ["None", "nope", "nope_temperature", "alibi", "fire", "kerple", "t5", "rope", "fope", "pope",
                  "deberta", "shaw", "dual_chunk", "transformer_xl", "fox"],
-        "ulysses": ["None", "nope", "nope_temperature", "alibi", "fire", "kerple", "t5", "rope", "shaw", "dual_chunk", "cope",
-                    "stick_breaking", "fox"]}
+        "ulysses": ["None", "nope", "nope_temperature", "alibi", "fire", "kerple", "t5", "rope", "shaw", "dual_chunk",
+                    "cope", "stick_breaking", "fox"]}
 REFUSED = {"ring": ["stick_breaking", "cope", "path", "dape"],
            "ulysses": ["fope", "pope", "transformer_xl", "deberta", "path", "dape"]}
 
