@@ -75,6 +75,10 @@ def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
                   if getattr(default, k, None) is not None}
     else:
         kwargs = known(TEXT, default)
+    for sizes in (kwargs[k] for k in subs if k == "text_config" and k in kwargs) if "text_config" in subs else (kwargs,):
+        if "qk_rope_head_dim" in sizes:  # MLA: a rotary qk_rope_head_dim wide, keys of every query head
+            sizes.update({k: sizes[v] for k, v in (("head_dim", "qk_rope_head_dim"),
+                                                   ("num_key_value_heads", "num_attention_heads")) if k in sizes})
     config = config_class(**kwargs)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
