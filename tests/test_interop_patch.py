@@ -116,6 +116,33 @@ def test_gemma3_runs_its_two_bases_and_every_kind_through_posenc_attention():
     assert torch.equal(_generate(model, ids[:1]), _generate(model, ids[:1], use_cache=False))
 
 
+@pytest.mark.parametrize("model_type", ["mistral", "gemma2"])
+def test_sliding_window_layers_run_posencs_window(model_type, monkeypatch):
+    """A sliding-window layer's window is ``posenc.attention``'s ``window=`` (the model's 4D mask is
+    dropped where it holds only causality and the window): on 13 tokens, past a window of 4, the
+    model's own encoding gives the unpatched model's logits, padded or not, and its greedy tokens
+    through the cache."""
+    from posenc.interop.hf import hf_layer_specs
+
+    model = tiny(model_type, sliding_window=4)
+    ids = torch.randint(3, 97, (2, 13))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    calls = []
+    attention = posenc.attention
+    monkeypatch.setattr(posenc, "attention", lambda *a, **kw: calls.append(kw) or attention(*a, **kw))
+    with torch.no_grad():
+        want, want_padded = model(ids).logits, model(ids, attention_mask=mask).logits
+        tokens = _generate(model, ids, mask)
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+        windowed = [kw for kw in calls if kw.get("window") is not None]
+        assert windowed and all(kw["window"] == 4 and kw["attention_mask"] is None for kw in windowed)
+        got = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[:, 3:], want_padded[:, 3:], rtol=1e-5, atol=1e-5)
+    assert torch.equal(_generate(model, ids, mask), tokens)
+
+
 @pytest.mark.parametrize("model_type", sorted(CONFIGS))
 def test_from_hf_leaves_the_logits_unchanged(model_type):
     """``from_hf`` through the model's rotary module, and ``hf_layer_specs`` (one spec per layer, so

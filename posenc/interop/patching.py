@@ -19,7 +19,8 @@ branch: a model whose ``config.model_type`` has no row is refused with its class
   only): the model's rotary is neutralised (cos 1, sin 0: ``apply_rotary_pos_emb`` is then the
   identity), the attention function ``"posenc"`` is registered with transformers'
   ``AttentionInterface`` (and its mask function, ``sdpa_mask``, with ``AttentionMaskInterface``,
-  so padding and sliding windows reach it as a 4D bool mask), and each attention layer holds its
+  so padding reaches it as a 4D bool mask; a sliding-window layer's window is ``posenc.attention``'s
+  ``window=``, the mask dropped where it holds nothing else), and each attention layer holds its
   scheme as ``posenc_pe`` (the decoder holds each distinct module once, in ``posenc_modules``:
   their parameters train, and ``state_dict`` saves a shared table once). The
   function runs ``posenc.attention`` with grouped key/value heads as they are (never repeated),
@@ -280,7 +281,10 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     Lk, D]`` (grouped heads as they are) -> ``([B, Lq, H, D], None)`` through ``posenc.attention``
     with the layer's ``posenc_pe``, causal, the model's mask and scale, the keys' positions, and
     the family's softmax terms: Gemma 2's ``softcap`` and GPT-OSS's ``s_aux`` (its sinks) as
-    ``posenc.attention``'s ``softcap=`` and ``sinks=``."""
+    ``posenc.attention``'s ``softcap=`` and ``sinks=``. A sliding-window layer's ``sliding_window``
+    (Mistral, Gemma 2/3, Qwen 2, GPT-OSS, Cohere 2, ...) is ``posenc.attention``'s ``window=``, and
+    the model's 4D mask is dropped when it says nothing more (no padding): every backend then
+    skips the keys outside the window (``_window``, ``_beyond_window``)."""
     import posenc
 
     if dropout:
@@ -288,9 +292,9 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
                          f"(got dropout={dropout})")
     # Gemma 2's logit cap (its scaling is query_pre_attn_scalar^-1/2, passed as scaling) and
     # GPT-OSS's sinks (the layer's sinks parameter [H], passed as s_aux): posenc.attention's own
-    cap = {"softcap": kwargs["softcap"]} if kwargs.get("softcap") is not None else {}
+    terms = {"softcap": kwargs["softcap"]} if kwargs.get("softcap") is not None else {}
     if kwargs.get("s_aux") is not None:
-        cap["sinks"] = kwargs["s_aux"]
+        terms["sinks"] = kwargs["s_aux"]
     pe = module.posenc_pe  # None: no position in attention (NoPE, or an additive scheme on the embeddings)
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
     kind = "none" if pe is None else pe.kind
@@ -305,6 +309,10 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if mask is not None and mask.dim() == 4 and mask.shape[-1] != lk:  # a static cache's padded keys
         raise ValueError(f"posenc.interop: the attention mask covers {mask.shape[-1]} keys but the layer has {lk}; "
                          "static caches are not supported (use DynamicCache)")
+    window = _window(pe, kwargs.get("sliding_window"))
+    if window is not None:
+        terms["window"] = window
+        mask = _beyond_window(mask, lq, lk, window)
     pe_arg = None if getattr(pe, "name", None) == "nope" else pe
     part = module.__dict__.get("_posenc_rope_part")  # MLA (DeepSeek-V3): (rope width, interleaved)
     if part is not None:
@@ -318,9 +326,10 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
             pe_arg = None
     method = module.__dict__.get("_posenc_context_parallel")
     if method is not None:  # each rank holds its shard of the sequence (patch(..., context_parallel=))
-        out = _sharded(module, pe, pe_arg, query, key, value, extra, kwargs.get("position_ids"), scaling, cap, method)
+        out = _sharded(module, pe, pe_arg, query, key, value, extra, kwargs.get("position_ids"), scaling, terms,
+                       method)
         return out.transpose(1, 2).contiguous(), None
-    out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra, **cap)
+    out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra, **terms)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -342,6 +351,31 @@ def _sharded(module, pe, pe_arg, query, key, value, extra, position_ids, scaling
                          "this rank's global positions, posenc.shard_positions(L, world_size, rank)")
     return posenc.context_parallel_attention(query, key, value, pe_arg, positions=positions[0], causal=True,
                                              scale=scaling, method=method, hidden=extra.get("hidden"))
+
+
+def _window(pe: Any, sliding_window: Any) -> int | None:
+    """The layer's sliding window for ``posenc.attention``'s ``window=`` (transformers passes a
+    sliding layer's ``sliding_window`` to the attention function: query ``i`` sees keys ``j`` with
+    ``j > i - W``, posenc's ``window=W``); None for a full layer, or for a content scheme whose rows
+    take no window (stick-breaking), which keeps the window of the model's 4D mask alone."""
+    if sliding_window is None or isinstance(sliding_window, bool) or not isinstance(sliding_window, int):
+        return None
+    if getattr(pe, "kind", None) == "content" and not getattr(pe, "takes_window", True):
+        return None
+    return sliding_window
+
+
+def _beyond_window(mask: torch.Tensor | None, lq: int, lk: int, window: int) -> torch.Tensor | None:
+    """The model's 4D bool mask ``[B, 1, Lq, Lk]`` (True: attend), or None when it says no more than
+    causality and the window (no padding): posenc's ``causal=True, window=W`` then decide alone and
+    its backends skip the key blocks outside the window. A mask that differs from them (padding, a
+    window of another size) is kept and combined with them."""
+    if mask is None or mask.dtype != torch.bool or mask.dim() != 4:
+        return mask
+    d = torch.arange(lk, device=mask.device) - torch.arange(lq, device=mask.device).unsqueeze(1) - (lk - lq)  # (Lq, Lk)
+    if torch.equal(mask, ((d <= 0) & (d > -window)).expand_as(mask)):
+        return None
+    return mask
 
 
 def _add_to_embeddings(pe: nn.Module, embeddings: str):
