@@ -134,8 +134,14 @@ def _check_top_level_keys(config: Any) -> None:
                          "build posenc's 'alibi' scheme instead of from_hf")
 
 
-def _family(model_type: str) -> HFFamily | None:
-    return HF_FAMILIES.get(model_type)
+def _family(model_type: str, config: Any = None) -> HFFamily | None:
+    """The family's record: its row, or one found from the config's modeling module (MLA)."""
+    from posenc.interop.families import family_of_config
+
+    row = HF_FAMILIES.get(model_type)
+    if row is not None or model_type in FAMILIES:
+        return row
+    return family_of_config(model_type, config)
 
 
 def _legacy_layer_params(config: Any, params: Mapping[str, Any], family: HFFamily | None) -> dict[str, Any] | None:
@@ -194,7 +200,7 @@ def rope_layer_types(config: Any) -> list[str]:
     module keeps them (``["full_attention", "sliding_attention"]`` for Gemma 3; a type whose
     parameters are None is left out); ``[]`` when one RoPE serves every layer."""
     config, model_type = _text_config(config)
-    _, nested = _all_rope_parameters(config, _family(model_type))
+    _, nested = _all_rope_parameters(config, _family(model_type, config))
     return sorted(k for k, v in (nested or {}).items() if v is not None)
 
 
@@ -461,7 +467,7 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
             top-level rope/rotary key this function does not read (named in the message).
     """
     config, model_type = _text_config(config)
-    family = _family(model_type)
+    family = _family(model_type, config)
     row = FAMILIES.get(model_type)
     if row is not None and row.positions != "rope":
         raise ValueError(f"model type {model_type!r} has no RoPE (its own encoding: {row.positions}); "
@@ -523,7 +529,7 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
     from posenc.registry import build
 
     module = build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
-    family = _family(_text_config(config)[1])
+    family = _family(_text_config(config)[1], _text_config(config)[0])
     module.hf_table = family.table if family is not None else None
     if layout is None:  # the family's own reading: checked against its modeling module's rotary
         from posenc.interop.families.check import check_from_hf
@@ -566,7 +572,7 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
     Masks (Gemma 3's sliding windows, Llama 4's chunked attention) stay the model's.
     """
     text, model_type = _text_config(config)
-    family = _family(model_type)
+    family = _family(model_type, text)
     num_layers = check_int("num_hidden_layers", _get(text, "num_hidden_layers"), min=1)
     row = FAMILIES.get(model_type)
     if row is not None and row.own_spec is not None:  # no RoPE: GPT-2's learned table, BLOOM's ALiBi

@@ -184,7 +184,9 @@ def _fits_rotary_module(pe: nn.Module | None, own_specs: list[dict[str, Any]]) -
 
 def _interleaved(config: Any) -> bool:
     """Whether the model rotates pairs (2i, 2i+1) (its family's layout and interleave key)."""
-    row = FAMILIES.get(config.model_type)
+    from posenc.interop.families import family_of_config
+
+    row = family_of_config(config.model_type, config)
     if row is None:
         return False
     if row.interleave_key is not None:

@@ -42,6 +42,7 @@ causal LM the installed transformers registers.
 
 from __future__ import annotations
 
+from typing import Any
 
 from posenc.interop.families.record import _GEMMA3_THETAS, HF_TABLES, POSITIONS, Family  # noqa: E402,F401
 
@@ -100,3 +101,14 @@ def family_row(model_type: str | None) -> Family | None:
     if not isinstance(model_type, str):
         return None
     return FAMILIES.get(model_type)
+
+
+def family_of_config(model_type: str | None, config: Any = None) -> Family | None:
+    """The row of ``model_type``; without one, the record found from the config's modeling module
+    (multi-head latent attention: ``mla.mla_family``); else None (the common pattern)."""
+    row = family_row(model_type)
+    if row is not None or config is None:
+        return row
+    from posenc.interop.families.mla import mla_family
+
+    return mla_family(config)

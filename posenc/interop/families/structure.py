@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import nn
 
-from posenc.interop.families import COMMON, Family, family_row
+from posenc.interop.families import COMMON, Family, family_of_config
 
 _ATTENTION_NAMES = ("self_attn", "self_attention", "attention", "attn")  # tried first, in this order
 _TOWERS = ("vision", "visual", "audio", "image", "speech")  # a module path holding one of these is not the text model
@@ -92,7 +92,7 @@ def find(model: nn.Module) -> Parts:
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
     name = f"{type(model).__name__} (model_type {model_type!r})"
-    family = family_row(model_type) or COMMON
+    family = family_of_config(model_type, config) or COMMON
     text = _text(config) if config is not None else None
     n = getattr(text, "num_hidden_layers", None)
     path, layers = _find_layers(model, family, n if family.layers is None else None, name)
