@@ -148,14 +148,22 @@ def _entries(pe: Any, n: int) -> list[Any]:
 class _NeutralRotary(nn.Module):
     """The model's rotary with cos 1 and sin 0 (``apply_rotary_pos_emb`` becomes the identity), or
     for a complex table (Llama 4's ``freqs_cis``) 1 + 0i: positions are posenc's, applied in the
-    attention function."""
+    attention function. ``record``: the neutral rotary that keeps the call's positions, when this
+    one is one more of the decoder's (Granite SWA's ``rotary_embs``, one per base)."""
 
-    def __init__(self, original: nn.Module) -> None:
+    def __init__(self, original: nn.Module, record: nn.Module | None = None) -> None:
         super().__init__()
         self.original = original
+        self.__dict__["record"] = self if record is None else record
+
+    def __getattr__(self, name: str) -> Any:  # the original's attributes (Granite SWA reads .config)
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(super().__getattr__("original"), name)
 
     def forward(self, x, position_ids, *args, **kwargs):
-        self.__dict__["position_ids"] = position_ids  # this call's, for a family whose layers do not pass them on
+        self.record.__dict__["position_ids"] = position_ids  # this call's, for a family whose layers do not pass them on
         table = self.original(x, position_ids, *args, **kwargs)
         if isinstance(table, torch.Tensor):  # freqs_cis = cos + i·sin
             return torch.ones_like(table)
@@ -212,11 +220,15 @@ def _register() -> None:
 def _grow(module: nn.Module, name: str, new: torch.Tensor, lq: int, lk: int) -> torch.Tensor:
     """The per-layer record ``name`` of every key so far (``[B, Lk, ...]``): ``new`` (the queries')
     appended to what earlier calls kept (its newest ``Lk − Lq`` entries: a sliding-window layer's
-    cache drops the oldest keys), restarted when this call has no past keys."""
+    cache drops the oldest keys), restarted when this call has no past keys; a second call of the
+    layer in one step (DiffLlama calls the attention function twice) finds its keys already there."""
     if lk == lq:
         whole = new
     else:
         past = module.__dict__.get(name)
+        if (past is not None and past.shape[1] == lk and past.shape[0] == new.shape[0]
+                and torch.equal(past[:, lk - lq:], new)):
+            return past  # the layer's second call this step (DiffLlama's two attention maps): already appended
         if past is not None and past.shape[1] > lk - lq:  # a sliding-window cache keeps only the newest keys
             past = past[:, past.shape[1] - (lk - lq):]
         if past is None or past.shape[1] != lk - lq or past.shape[0] != new.shape[0]:
@@ -306,7 +318,7 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
         k_pos = _grow(module, "_posenc_key_positions", q_pos, lq, lk)  # (B, Lk[, A])
         extra = {"q_positions": q_pos, "k_positions": k_pos}
     if pe is not None and pe.reads_hidden:
-        extra["hidden"] = _grow(module, "_posenc_hidden", module.__dict__.pop("_posenc_input"), lq, lk)
+        extra["hidden"] = _grow(module, "_posenc_hidden", module.__dict__["_posenc_input"], lq, lk)
     mask = attention_mask
     if mask is not None and mask.dim() == 4 and mask.shape[-1] != lk:  # a static cache's padded keys
         raise ValueError(f"posenc.interop: the attention mask covers {mask.shape[-1]} keys but the layer has {lk}; "
@@ -566,7 +578,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         _start_from_own_table(modules, parts)
     own_on = any(getattr(base, name) for name in family.decoder_positions)  # Falcon's ALiBi: no rotary to replace
     if (rotary is not None and own is not None and all(m is first for m in modules) and not own_on
-            and context_parallel is None and _fits_rotary_module(first, own)):
+            and context_parallel is None and not _more_rotaries(base) and _fits_rotary_module(first, own)):
         from posenc.interop.hf import HFRotaryEmbedding
 
         row = FAMILIES.get(model.config.model_type)
@@ -592,6 +604,22 @@ class _Positions:
         self.position_ids = kwargs.get("position_ids")
 
 
+def _more_rotaries(decoder: nn.Module) -> list[tuple[nn.ModuleList, int]]:
+    """The decoder's rotaries beyond the one ``patch`` found, in ModuleLists of its own (Granite
+    SWA's ``rotary_embs``: one per base, the layer's chosen by its ``layer_rope_theta``)."""
+    return [(child, i) for child in decoder.children() if isinstance(child, nn.ModuleList)
+            for i, m in enumerate(child) if type(m).__name__.endswith("RotaryEmbedding")]
+
+
+def _neutralise_more_rotaries(decoder: nn.Module, neutral: nn.Module) -> list[tuple[nn.ModuleList, int, nn.Module]]:
+    """Every rotary of ``_more_rotaries`` neutralised (recording positions in ``neutral``); the originals."""
+    kept = []
+    for holder, i in _more_rotaries(decoder):
+        kept.append((holder, i, holder[i]))
+        holder[i] = _NeutralRotary(holder[i], record=neutral)
+    return kept
+
+
 def _through_attention(model: nn.Module, parts: Any, modules: list, original: dict, additive: list) -> None:
     """Every layer's scheme through the attention function: the model's rotary neutralised (its
     learned table zeroed), each attention layer holding its scheme."""
@@ -612,6 +640,7 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         _register()
         neutral = _NeutralRotary(original["rotary"])
         setattr(base, rotary, neutral)
+        original["more_rotaries"] = _neutralise_more_rotaries(base, neutral)
     else:
         _register()
         neutral = _Positions()
@@ -658,6 +687,8 @@ def unpatch(model: nn.Module) -> nn.Module:
     family, base, rotary, attentions = parts.family, parts.decoder, parts.rotary, parts.attentions
     if rotary is not None:
         setattr(base, rotary, original["rotary"])
+    for holder, i, module in original.get("more_rotaries", ()):
+        holder[i] = module
     if "table" in original:
         setattr(base, family.table_attr, original["table"])
     for hook in original.get("hooks", ()):

@@ -105,10 +105,11 @@ def family_row(model_type: str | None) -> Family | None:
 
 def family_of_config(model_type: str | None, config: Any = None) -> Family | None:
     """The row of ``model_type``; without one, the record found from the config's modeling module
-    (multi-head latent attention: ``mla.mla_family``); else None (the common pattern)."""
+    (``found.found_family``: multi-head latent attention, an apply that rotates pairs (2i, 2i+1));
+    else None (the common pattern)."""
     row = family_row(model_type)
     if row is not None or config is None:
         return row
-    from posenc.interop.families.mla import mla_family
+    from posenc.interop.families.found import found_family
 
-    return mla_family(config)
+    return found_family(config)
