@@ -147,6 +147,8 @@ def walk(model_type: str) -> str:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             model = tiny(model_type)
+    except _Late:
+        raise
     except Exception as err:  # noqa: BLE001 - transformers cannot build it tiny: the walk's limit, recorded
         return f"not built: {type(err).__name__}"
     ids, mask = _ids(seed=len(model_type))
@@ -211,15 +213,36 @@ def write_page(outcomes: dict[str, str]) -> None:
     PAGE.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+class _Late(Exception):
+    """A model type past ``LIMIT`` seconds in the whole walk (``__main__``)."""
+
+
+LIMIT = 240  # seconds per model type in the whole walk: BLT and Falcon-H1 build or decode far slower than the rest
+
+
+def _late(*_) -> None:
+    raise _Late()
+
+
 if __name__ == "__main__":  # python tests/test_hf_walk.py [model types]: walk and rewrite the page
+    import signal
+    import time
+
     chosen = sys.argv[1:] or causal_lm_types()
     found = read_page() if PAGE.exists() else {}
+    signal.signal(signal.SIGALRM, _late)
     for t in chosen:
+        start = time.perf_counter()
+        signal.alarm(LIMIT)
         try:
             found[t] = walk(t)
+        except _Late:
+            found[t] = f"timed out (over {LIMIT} s)"
         except AssertionError as err:
             found[t] = f"FAILS: {_reason(err)}"
         except Exception as err:  # noqa: BLE001 - a crash inside patch or the model: recorded to be fixed
             found[t] = f"CRASHES: {type(err).__name__}: {_reason(err)}"
-        print(t, found[t], flush=True)
+        finally:
+            signal.alarm(0)
+        print(f"{t}\t{time.perf_counter() - start:.1f}s\t{found[t]}", flush=True)
     write_page(found)

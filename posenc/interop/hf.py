@@ -594,6 +594,8 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
     if use_rope is None and nope_family:
         interval = check_int("no_rope_layer_interval", _get(text, "no_rope_layer_interval", 4), min=1)
         use_rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if use_rope is None and row is not None and row.nope_layers:  # Flint: no rotary on its full-attention layers
+        use_rope = [int(t not in row.nope_layers) for t in _layer_types(text, num_layers)]
     if use_rope is None:
         return [dict(rope) for _ in range(num_layers)]
     use_rope = list(use_rope)

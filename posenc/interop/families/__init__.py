@@ -71,6 +71,8 @@ def _families() -> dict[str, Family]:
         # GPT-J, CodeGen: (sin, cos) of half the rotated width, pairs (2i, 2i+1)
         **{t: Family("transformer.rotary_emb", table="sin_cos_half_width", layout="interleaved")
            for t in ("gptj", "codegen")},
+        # rotary on its sliding-window layers only (its attention: `if self.sliding_window is not None`)
+        "flint": Family(nope_layers=("full_attention",)),
         "gemma3_text": Family(layer_thetas=_GEMMA3_THETAS),
         "gemma3": Family("model.language_model.rotary_emb", layer_thetas=_GEMMA3_THETAS,
                          layers="model.language_model.layers"),

@@ -60,7 +60,8 @@ def _rotations(q: torch.Tensor, angles: torch.Tensor) -> dict[str, torch.Tensor]
 
 def apply_layout(apply: Any, width: int = 8) -> str | None:
     """The pairs ``apply(q, k, cos, sin)`` rotates when given transformers' ``rotate_half`` table
-    (``"half"`` or ``"interleaved"``), or None when it equals neither (or takes no such call)."""
+    (``"half"`` or ``"interleaved"``); ``"neither"`` when it rotates otherwise (NanoChat's
+    ``rotate_half`` turns the other way); None when it takes no such call."""
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(1, 1, 5, width, generator=gen, dtype=torch.float64)  # (B, H, L, D)
     angles = torch.rand(5, width // 2, generator=gen, dtype=torch.float64) * 3  # (L, D/2)
@@ -72,7 +73,7 @@ def apply_layout(apply: Any, width: int = 8) -> str | None:
     if not isinstance(got, torch.Tensor) or got.shape != q.shape:
         return None
     found = [name for name, want in _rotations(q, angles).items() if torch.allclose(got.double(), want, atol=1e-9)]
-    return found[0] if len(found) == 1 else None
+    return found[0] if len(found) == 1 else "neither"
 
 
 def _modeling(config_module: str) -> Any:

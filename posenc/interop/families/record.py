@@ -35,6 +35,7 @@ class Family:
     partial_rotary_factor: float = 1.0  # when the config gives none
     layer_thetas: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # legacy per-layer-type bases:
     # layer type -> (top-level config key, default), for config.json files without nested rope_parameters
+    nope_layers: tuple[str, ...] = ()  # layer types whose attention applies no rotary (Flint's full-attention layers)
     nope_temperature: bool = False  # default of attn_temperature_tuning in the layers no_rope_layers turns off
     # multimodal RoPE: (sections, sections_layout) transformers' text rotary class uses when the config
     # has no mrope_section (and whether it interleaves them)

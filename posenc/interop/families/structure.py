@@ -114,6 +114,13 @@ def find(model: nn.Module) -> Parts:
     if family is COMMON and rotary[1] is not None and apply_function(attentions[0]) is None:
         raise ValueError(f"posenc.interop.patch: {name}'s modeling module ({type(attentions[0]).__module__}) has no "
                          "apply_rotary_pos_emb (the function its attention rotates queries and keys with)")
+    if family.rotary is None and rotary[1] is not None and family.rope_part is None:  # no row: its apply probed
+        from posenc.interop.families.found import apply_layout
+
+        if apply_layout(apply_function(attentions[0])) == "neither":
+            raise ValueError(f"posenc.interop.patch: {name}'s apply_rotary_pos_emb, given transformers' rotate_half "
+                             "table cat(c, c), rotates neither pairs (i, i + d/2) nor (2i, 2i+1) by its angles "
+                             "(its own sign or order); posenc cannot reproduce its rotary")
     return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name))
 
 
