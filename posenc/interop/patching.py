@@ -263,7 +263,7 @@ def _query_positions(module: nn.Module, pe: Any, position_ids: torch.Tensor | No
     p = seen if seen is not None else position_ids
     if p is None:
         p = torch.arange(lk - lq, lk, device=device).unsqueeze(0)
-    p = p.to(device).long()
+    p = p.to(device).long().clamp(min=0)  # OPT's padding tokens at -1 (masked keys: any position does)
     axes = getattr(pe, "axes", 1)
     if p.dim() == 3:  # (A, B, L): multimodal RoPE's rows
         if axes > 1:
@@ -392,9 +392,11 @@ def _beyond_window(mask: torch.Tensor | None, lq: int, lk: int, window: int) -> 
     return mask
 
 
-def _add_to_embeddings(pe: nn.Module, embeddings: str):
+def _add_to_embeddings(pe: nn.Module, embeddings: str, from_mask: bool = False):
     """A forward pre-hook of the decoder: ``inputs_embeds = embed(input_ids) + pe(position_ids)`` (an
-    additive scheme, on the token embeddings before the first layer; positions continue the cache)."""
+    additive scheme, on the token embeddings before the first layer; positions continue the cache).
+    ``from_mask`` (OPT, BioGPT): without ``position_ids``, positions are counted from the attention
+    mask (``cumsum - 1``, padding at 0), as the family's own table counts them."""
 
     def hook(decoder: nn.Module, args: tuple, kwargs: dict):
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -406,6 +408,9 @@ def _add_to_embeddings(pe: nn.Module, embeddings: str):
             cache = kwargs.get("past_key_values", kwargs.get("cache"))
             past = 0 if cache is None else cache.get_seq_length()
             positions = torch.arange(past, past + embeds.shape[1], device=embeds.device).unsqueeze(0)
+            mask = kwargs.get("attention_mask")
+            if from_mask and isinstance(mask, torch.Tensor) and mask.dim() == 2:  # (B, past + L)
+                positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]
         if positions.dim() == 3:  # Qwen2-VL's [3, B, L] rows, or [4, B, L] with the text positions first
             positions = _one_row(positions[1:] if positions.shape[0] == 4 else positions, pe)
         kwargs = {**kwargs, "input_ids": None, "inputs_embeds": embeds + pe(positions.long()).to(embeds.dtype)}
@@ -502,7 +507,7 @@ def _probe_table(rotary: nn.Module, config: Any) -> Any:
 
 def _start_from_own_table(modules: list, parts: Any) -> None:
     """A ``learned`` module (built from a spec) of the size of the model's own table starts from it."""
-    table = getattr(parts.decoder, parts.family.table_attr).weight  # (N, C)
+    table = getattr(parts.decoder, parts.family.table_attr).weight[parts.family.table_offset:]  # (N, C)
     for m in {id(m): m for m in modules}.values():
         if getattr(m, "name", None) == "learned" and tuple(m.weight.shape) == tuple(table.shape):
             with torch.no_grad():
@@ -651,7 +656,8 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         original["table"] = getattr(base, family.table_attr)
         setattr(base, family.table_attr, ZeroTable(original["table"]))
     if additive:
-        hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, parts.embeddings), with_kwargs=True))
+        hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, parts.embeddings, family.mask_positions),
+                                                    with_kwargs=True))
     unique = list({id(m): m for m in modules}.values())
     base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
     original["own"] = [{name: getattr(attention, name) for name in family.own_positions} for attention in attentions]

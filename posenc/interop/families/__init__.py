@@ -85,7 +85,9 @@ def _families() -> dict[str, Family]:
         **{t: qwen_vl for t in ("qwen2_vl", "qwen2_5_vl")},
         **{t: qwen3_vl for t in ("qwen3_vl", "qwen3_vl_moe")},
         # no RoPE: a learned table (the table stops being added while patched) or ALiBi (off while patched)
-        "gpt2": gpt2._family(),
+        **{t: gpt2._family() for t in ("gpt2", "gpt_bigcode")},  # GPT-BigCode (StarCoder 1): GPT-2's layout
+        "opt": gpt2._offset_family(mask_positions=True),
+        "biogpt": gpt2._offset_family(mask_positions=False),
         "bloom": bloom._family(),
     }
 

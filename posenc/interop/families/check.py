@@ -177,7 +177,7 @@ def check_own(name: str, family: Any, decoder: nn.Module, attentions: list[nn.Mo
     spec = family.own_spec(config)
     if family.positions == "learned":
         table = getattr(decoder, family.table_attr)
-        want = (spec["max_positions"], spec["d_model"])
+        want = (spec["max_positions"] + family.table_offset, spec["d_model"])
         if tuple(table.weight.shape) != want:
             raise ValueError(f"posenc.interop: {name}'s position table {family.table_attr} is "
                              f"{list(table.weight.shape)}, not [max_positions, d_model] = {list(want)}")

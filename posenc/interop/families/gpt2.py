@@ -1,5 +1,7 @@
 """GPT-2: a learned absolute table (``transformer.wpe [n_positions, n_embd]``) added to the token
-embeddings, and attention layers that call transformers' attention interface with no rotary.
+embeddings, and attention layers that call transformers' attention interface with no rotary
+(GPT-BigCode the same; OPT and BioGPT with the table offset by 2 rows and positions counted from the
+attention mask: ``_offset_family``).
 
 While patched the table returns zeros (:class:`ZeroTable`: ``GPT2Model`` still adds it, now
 nothing), and the model's own table comes back on ``unpatch``. Its own encoding as a posenc spec
@@ -23,9 +25,12 @@ class ZeroTable(nn.Module):
         super().__init__()
         self.__dict__["original"] = original
 
-    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, positions: torch.Tensor, *args: Any, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """GPT-2's ``wpe(position_ids)``, or OPT's ``embed_positions(attention_mask, cache_length,
+        position_ids=...)``: zeros of the positions' shape."""
         w = self.original.weight
-        return w.new_zeros((*positions.shape, w.shape[1]))  # (..., C)
+        shape = (position_ids if position_ids is not None else positions).shape
+        return w.new_zeros((*shape, w.shape[1]))  # (..., C)
 
 
 def _get(config: Any, *names: str) -> int:
@@ -47,3 +52,13 @@ def _family():
 
     return Family(rotary=None, layers="transformer.h", attention="attn", embeddings="wte", positions="learned",
                   table_attr="wpe", own_spec=own_spec)
+
+
+def _offset_family(mask_positions: bool):
+    """OPT and BioGPT: a learned table ``embed_positions`` whose row ``p + 2`` holds position ``p``;
+    OPT counts positions from the attention mask (``cumsum - 1``) when none are given, BioGPT from
+    the cache; the decoder and its layers found from structure."""
+    from posenc.interop.families.record import Family
+
+    return Family(rotary=None, positions="learned", table_attr="embed_positions", table_offset=2,
+                  mask_positions=mask_positions, own_spec=own_spec)

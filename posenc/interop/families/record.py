@@ -67,6 +67,8 @@ class Family:
     decoder_positions: tuple[str, ...] = ()
     positions: str = "rope"  # the family's own encoding: one of POSITIONS
     table_attr: str | None = None  # "learned": the decoder's attribute holding the table (GPT-2's wpe)
+    table_offset: int = 0  # "learned": the table's row of position 0 (OPT and BioGPT: 2)
+    mask_positions: bool = False  # positions counted from the attention mask when none are given (OPT, BioGPT)
     # "learned"/"alibi": config -> the posenc spec of the family's own encoding on every layer
     own_spec: Callable[[Any], dict[str, Any]] | None = None
     # "alibi": module -> the model's slopes [H] (compared with posenc's before patching)
