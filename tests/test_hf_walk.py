@@ -11,7 +11,8 @@ then through ``posenc.interop.patch``:
 A model type's outcome is ``pass`` (every check), ``refused: <reason>`` (``patch`` raised a
 ValueError naming what it does not support: the same reason for every check), each check's
 (``own refused: <reason>; alibi pass; fox pass``) when they differ, ``not built``
-(transformers cannot build it tiny, or it is no decoder: the walk's limit, not posenc's). Anything
+(transformers cannot build it tiny from its config class alone, or the unmodified tiny model fails
+on the walk's tokens: the walk's limit, not posenc's). Anything
 else (different logits or tokens, a crash) fails the test. The outcomes are the table of
 docs/guide/hf_walk.md, which the test checks (``python tests/test_hf_walk.py`` rewrites it).
 
@@ -152,6 +153,11 @@ def walk(model_type: str) -> str:
     except Exception as err:  # noqa: BLE001 - transformers cannot build it tiny: the walk's limit, recorded
         return f"not built: {type(err).__name__}"
     ids, mask = _ids(seed=len(model_type))
+    try:
+        with torch.no_grad():
+            model(ids, attention_mask=mask)
+    except Exception as err:  # noqa: BLE001 - the unmodified model fails on the walk's input: the walk's limit
+        return f"not built: the unmodified model fails on the walk's tokens ({type(err).__name__})"
     try:
         posenc.interop.patching.family_of(model)  # its parts, found from its structure
     except ValueError as err:

@@ -502,7 +502,12 @@ def _probe_table(rotary: nn.Module, config: Any) -> Any:
     x = torch.zeros(1, 1, PROBE, head_dim)
     with torch.no_grad():
         args = (x, torch.arange(PROBE).unsqueeze(0)) + ((layer_type,) if layer_type is not None else ())
-        return rotary(*args)
+        try:
+            return rotary(*args)
+        except KeyError as err:  # DeepSeek-V4: its rotary keys its tables by rope kind, not by layer type
+            raise ValueError(f"posenc.interop: {type(rotary).__name__} takes no layer type {layer_type!r} (the first "
+                             f"of the config's layer_types: KeyError {err}); posenc cannot probe its rotary to check "
+                             "that cos 1, sin 0 switches it off") from None
 
 
 def _start_from_own_table(modules: list, parts: Any) -> None:
