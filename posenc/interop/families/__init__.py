@@ -48,7 +48,7 @@ from posenc.interop.families.record import _GEMMA3_THETAS, HF_TABLES, POSITIONS,
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bloom, falcon, gpt2
+    from posenc.interop.families import bloom, falcon, gpt2, mpt
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -89,6 +89,7 @@ def _families() -> dict[str, Family]:
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         "bloom": bloom._family(),
+        "mpt": mpt._family(),
     }
 
 
