@@ -46,7 +46,8 @@ TEXT = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64, num_atten
             first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=8,
             qk_rope_head_dim=8, v_head_dim=16, rotary_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=True,
             attention_dropout=0.0, hidden_dropout=0.0, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, dropout=0.0,
-            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+            attn_layer_period=2, attn_layer_offset=1)  # Jamba's attention in one of its 2 layers
 TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, intermediate_size=32, num_attention_heads=2,
              num_heads=2, out_hidden_size=64, patch_size=2, spatial_merge_size=1, temporal_patch_size=1, image_size=8)
 LENGTH, NEW = 19, 4  # tokens run; tokens generated
@@ -76,7 +77,11 @@ def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
                   if getattr(default, k, None) is not None}
     else:
         kwargs = known(TEXT, default)
+    text_default = getattr(default, "text_config", None) if "text_config" in subs else default
+    kinds = list(dict.fromkeys(getattr(text_default, "layer_types", None) or ()))
     for sizes in (kwargs[k] for k in subs if k == "text_config" and k in kwargs) if "text_config" in subs else (kwargs,):
+        if len(kinds) == 2:  # both kinds of layer the family alternates (Qwen 3.5's linear and full attention)
+            sizes["layer_types"] = kinds
         if "qk_rope_head_dim" in sizes:  # MLA: a rotary qk_rope_head_dim wide, keys of every query head
             sizes.update({k: sizes[v] for k, v in (("head_dim", "qk_rope_head_dim"),
                                                    ("num_key_value_heads", "num_attention_heads")) if k in sizes})

@@ -164,6 +164,7 @@ class _NeutralRotary(nn.Module):
 
     def forward(self, x, position_ids, *args, **kwargs):
         self.record.__dict__["position_ids"] = position_ids  # this call's, for a family whose layers do not pass them on
+        self.record.__dict__["step"] = self.record.__dict__.get("step", 0) + 1  # a new forward: _grow appends again
         table = self.original(x, position_ids, *args, **kwargs)
         if isinstance(table, torch.Tensor):  # freqs_cis = cos + i·sin
             return torch.ones_like(table)
@@ -221,13 +222,14 @@ def _grow(module: nn.Module, name: str, new: torch.Tensor, lq: int, lk: int) -> 
     """The per-layer record ``name`` of every key so far (``[B, Lk, ...]``): ``new`` (the queries')
     appended to what earlier calls kept (its newest ``Lk − Lq`` entries: a sliding-window layer's
     cache drops the oldest keys), restarted when this call has no past keys; a second call of the
-    layer in one step (DiffLlama calls the attention function twice) finds its keys already there."""
+    layer in one forward (DiffLlama calls the attention function twice; the neutral rotary counts the
+    forwards, ``step``) finds its keys already there."""
     if lk == lq:
         whole = new
     else:
         past = module.__dict__.get(name)
-        if (past is not None and past.shape[1] == lk and past.shape[0] == new.shape[0]
-                and torch.equal(past[:, lk - lq:], new)):
+        step = getattr(module.__dict__.get("_posenc_rotary"), "step", None)  # the decoder's forward calls so far
+        if step is not None and module.__dict__.get(name + "_step") == step and past is not None:
             return past  # the layer's second call this step (DiffLlama's two attention maps): already appended
         if past is not None and past.shape[1] > lk - lq:  # a sliding-window cache keeps only the newest keys
             past = past[:, past.shape[1] - (lk - lq):]
@@ -237,6 +239,7 @@ def _grow(module: nn.Module, name: str, new: torch.Tensor, lq: int, lk: int) -> 
                                "transformers' DynamicCache in order (no beam search, no static cache)")
         whole = torch.cat([past, new], dim=1)
     module.__dict__[name] = whole
+    module.__dict__[name + "_step"] = getattr(module.__dict__.get("_posenc_rotary"), "step", None)
     return whole
 
 
@@ -424,6 +427,24 @@ def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
     module.__dict__["_posenc_input"] = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
 
 
+def _on_attention_layers(pe: Any, layers: Sequence[int] | None, parts: Any) -> tuple[Any, Sequence[int] | None]:
+    """A hybrid (attention layers among state-space or linear-attention ones: Qwen 3.5, Jamba): a
+    per-layer list as long as the decoder's layers (``hf_layer_specs``) keeps its attention layers'
+    entries, and ``layers`` (the decoder's layer indices) become indices among the attention layers;
+    a layer without attention in ``layers`` is refused."""
+    if parts.num_layers == len(parts.attentions):
+        return pe, layers
+    if isinstance(pe, (list, tuple)) and len(pe) == parts.num_layers:
+        pe = [pe[i] for i in parts.layer_indices]
+    if layers is not None:
+        others = [i for i in layers if i not in parts.layer_indices]
+        if others:
+            raise ValueError(f"layers {others} of {parts.name} have no attention (it has attention in layers "
+                             f"{parts.layer_indices} only); posenc's schemes go on attention layers")
+        layers = [parts.layer_indices.index(i) for i in layers]
+    return pe, layers
+
+
 def _build_modules(pe: Any, model: nn.Module, family: Family, n: int, layers: Sequence[int] | None) -> list:
     """One module per layer: ``pe``'s (shared where the entry is shared, or an additive spec repeated),
     None for a layer not in ``layers``."""
@@ -567,9 +588,12 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     if getattr(model, "_posenc_original", None) is not None:
         unpatch(model)
     n = len(attentions)
+    pe, layers = _on_attention_layers(pe, layers, parts)
     modules = _build_modules(pe, model, family, n, layers)
     _check_terms(model, family, modules)
     own = _own_specs(model, parts, needed=any(m is None for m in modules))
+    if own is not None and len(own) == parts.num_layers != n:  # a hybrid: its attention layers' specs
+        own = [own[i] for i in parts.layer_indices]
     if any(m is None for m in modules):  # the model's own encoding, layer by layer (Gemma 3's two bases)
         import posenc
 
@@ -609,9 +633,11 @@ class _Positions:
     record them: GPT-2, BLOOM), read by the attention function as a neutral rotary's."""
 
     position_ids: torch.Tensor | None = None
+    step: int = 0  # the decoder's forward calls so far (``_grow``)
 
     def hook(self, decoder: nn.Module, args: tuple, kwargs: dict) -> None:
         self.position_ids = kwargs.get("position_ids")
+        self.step += 1
 
 
 def _more_rotaries(decoder: nn.Module) -> list[tuple[nn.ModuleList, int]]:
@@ -706,8 +732,9 @@ def unpatch(model: nn.Module) -> nn.Module:
         hook.remove()
     base._modules.pop("posenc_modules", None)
     for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
-        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_input", "_posenc_rotary",
-                     "_posenc_rope_part", "_posenc_attention", "_posenc_context_parallel", "forward"):  # forward: the family's, an instance attribute
+        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_key_positions_step",
+                     "_posenc_hidden_step", "_posenc_input", "_posenc_rotary", "_posenc_rope_part", "_posenc_attention",
+                     "_posenc_context_parallel", "forward"):  # forward: the family's, an instance attribute
             attention.__dict__.pop(name, None)
         for name, value in own.items():
             setattr(attention, name, value)

@@ -7,7 +7,9 @@ was not found (:func:`find`).
 The common pattern (transformers' Llama and the families generated from it):
 
 - a ``ModuleList`` of ``num_hidden_layers`` decoder layers (outside any vision tower), each with
-  one attention module (a child whose class name ends in ``Attention``);
+  one attention module (a child whose class name ends in ``Attention``), or some of them in a
+  hybrid (Qwen 3.5, Qwen3-Next, Jamba: their linear-attention or state-space layers have no
+  positions, and keep theirs untouched);
 - the attention's ``forward`` calls transformers' attention interface (``ALL_ATTENTION_FUNCTIONS``),
   so posenc's attention function can stand in for it;
 - for RoPE, a rotary module beside the layers (a child of their decoder whose class name ends in
@@ -42,6 +44,8 @@ class Parts:
     rotary: str | None
     attentions: list[nn.Module]
     embeddings: str
+    layer_indices: list[int]  # the index of each attention module's layer (a hybrid's other layers have none)
+    num_layers: int  # the decoder's layers, attention or not
 
 
 def _attr(obj: Any, path: str) -> Any:
@@ -71,10 +75,10 @@ def _find_layers(model: nn.Module, family: Family, n: int | None, name: str) -> 
         return family.layers, _attr(model, family.layers)
     lists = [(path, m) for path, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) > 0
              and (n is None or len(m) == n) and not any(t in path.lower() for t in _TOWERS)]
-    lists = [(p, m) for p, m in lists if _attention_of(m[0], family.attention) is not None]
+    lists = [(p, m) for p, m in lists if any(_attention_of(layer, family.attention) is not None for layer in m)]
     if not lists:
         raise ValueError(f"posenc.interop.patch cannot find the decoder layers of {name}: no ModuleList of "
-                         f"num_hidden_layers={n} layers whose first holds an attention module (a child named "
+                         f"num_hidden_layers={n} layers of which one holds an attention module (a child named "
                          f"{'/'.join(_ATTENTION_NAMES)} or a class ending in 'Attention')")
     return lists[0]
 
@@ -96,13 +100,12 @@ def find(model: nn.Module) -> Parts:
     text = _text(config) if config is not None else None
     n = getattr(text, "num_hidden_layers", None)
     path, layers = _find_layers(model, family, n if family.layers is None else None, name)
-    attentions = []
+    attentions, indices = [], []  # a hybrid's state-space or linear-attention layers hold none: no positions there
     for i, layer in enumerate(layers):
         found = _attention_of(layer, family.attention)
-        if found is None:
-            raise ValueError(f"posenc.interop.patch: layer {i} of {name} ({type(layer).__name__}) has no attention "
-                             "module (a hybrid of attention and state-space or recurrent layers is not supported)")
-        attentions.append(found[1])
+        if found is not None:
+            attentions.append(found[1])
+            indices.append(i)
     if family.forward is None:
         for attention in {type(a): a for a in attentions}.values():
             if not _calls_interface(attention):
@@ -121,7 +124,7 @@ def find(model: nn.Module) -> Parts:
             raise ValueError(f"posenc.interop.patch: {name}'s apply_rotary_pos_emb, given transformers' rotate_half "
                              "table cat(c, c), rotates neither pairs (i, i + d/2) nor (2i, 2i+1) by its angles "
                              "(its own sign or order); posenc cannot reproduce its rotary")
-    return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name))
+    return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name), indices, len(layers))
 
 
 def _find_rotary(model: nn.Module, family: Family, decoder: nn.Module, name: str) -> tuple[nn.Module, str | None]:
