@@ -1,7 +1,9 @@
 """A walk over the causal LMs the installed transformers registers (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``):
-each model type built tiny from its own config class (2 layers, hidden 64, 4 query and 2 key/value
-heads, a vocabulary of 128, sliding windows of 8 < the 19 tokens it runs), random weights, float32,
-then through ``posenc.interop.patch``:
+each model type built tiny from its own config class (2 layers, of both kinds when the family
+alternates two (``layer_types``: sliding and full, linear and full attention), hidden 64, 4 query
+and 2 key/value heads (MLA: a key head per query head, ``head_dim = qk_rope_head_dim``), a
+vocabulary of 128, sliding windows of 8 < the 19 tokens it runs), random weights, float32, then
+through ``posenc.interop.patch``:
 
 - ``own``: the model's own encoding (``hf_layer_specs(model.config)``) gives the unmodified model's
   logits (≤ 1e-5 relative) and its greedy tokens through the cache with a left-padded batch;
@@ -17,8 +19,9 @@ else (different logits or tokens, a crash) fails the test. The outcomes are the 
 docs/guide/hf_walk.md, which the test checks (``python tests/test_hf_walk.py`` rewrites it).
 
 The default run walks a sample (``SAMPLE``: every variant of the Family record, and the families
-without RoPE); the whole walk (every registered type: about 8 minutes of CPU on a shared 2-core
-machine, over make test's budget) runs with ``POSENC_HF_WALK=all``.
+without RoPE); the whole walk (every registered type: about 15 minutes on a shared 2-core machine, over make
+test's budget) runs with ``POSENC_HF_WALK=all``; ``python tests/test_hf_walk.py`` walks them all
+(each within ``LIMIT`` seconds) and rewrites the page.
 """
 
 from __future__ import annotations
@@ -53,7 +56,10 @@ TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, interme
 LENGTH, NEW = 19, 4  # tokens run; tokens generated
 # one model type per variant of the Family record, and the families without RoPE (the default run)
 SAMPLE = ("llama", "cohere2", "gpt_oss", "gemma2", "falcon", "gpt_neox", "llama4_text",
-          "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt2", "bloom", "gptj", "mamba")
+          "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt2", "bloom", "gptj", "mamba",
+          # found from the modeling module (pairs (2i, 2i+1); MLA; a rotation of its own, refused), more
+          # rotaries (one per base), two attention calls per layer, the offset learned table, MPT's ALiBi
+          "glm", "axk2", "nanochat", "granite_swa", "diffllama", "opt", "mpt")
 
 
 def causal_lm_types() -> list[str]:
