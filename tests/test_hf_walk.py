@@ -5,6 +5,9 @@ and 2 key/value heads (MLA: a key head per query head, ``head_dim = qk_rope_head
 vocabulary of 128, sliding windows of 8 < the 19 tokens it runs), random weights, float32, then
 through ``posenc.interop.patch``:
 
+- ``drop-in`` (models with RoPE): the documented ``HFRotaryEmbedding(posenc.from_hf(config))``
+  (``HFRotaryEmbedding.from_config``: one per layer type where the config has them) in place of
+  the model's rotary module gives its logits (≤ 1e-5 relative);
 - ``own``: the model's own encoding (``hf_layer_specs(model.config)``) gives the unmodified model's
   logits (≤ 1e-5 relative) and its greedy tokens through the cache with a left-padded batch;
 - ``alibi`` and ``fox``: one training step, then greedy generation through the cache equals
@@ -41,6 +44,7 @@ transformers = pytest.importorskip("transformers")
 
 import posenc.interop  # noqa: E402
 import posenc.interop.patching  # noqa: E402
+from posenc.interop.families.structure import find  # noqa: E402
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "hf_walk.md"
 TEXT = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -130,6 +134,24 @@ def _own(model, ids, mask) -> None:
     posenc.interop.unpatch(model)
 
 
+def _dropin(model, ids, mask) -> None:
+    """The documented drop-in: the model's rotary module replaced by ``HFRotaryEmbedding`` of
+    ``from_hf(config)`` (one per layer type where the config has them) gives the same logits."""
+    from posenc.interop.hf import HFRotaryEmbedding
+
+    parts = find(model)
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        theirs = getattr(parts.decoder, parts.rotary)
+        setattr(parts.decoder, parts.rotary, HFRotaryEmbedding.from_config(model.config))
+        try:
+            got = model(ids, attention_mask=mask).logits
+        finally:
+            setattr(parts.decoder, parts.rotary, theirs)
+    diff = _relative(got[:, 3:], want[:, 3:])
+    assert diff <= 1e-5, f"drop-in: logits differ by {diff:.3g} (relative)"
+
+
 def _scheme(model, ids, mask, spec: str) -> None:
     posenc.interop.patch(model, spec)
     model.train()
@@ -174,8 +196,11 @@ def walk(model_type: str) -> str:
     except ValueError as err:
         return f"refused: {_reason(err)}"
     results = {}
-    for check, run in (("own", lambda: _own(model, ids, mask)), ("alibi", lambda: _scheme(model, ids, mask, "alibi")),
-                       ("fox", lambda: _scheme(model, ids, mask, "fox"))):
+    checks = [("own", lambda: _own(model, ids, mask)), ("alibi", lambda: _scheme(model, ids, mask, "alibi")),
+              ("fox", lambda: _scheme(model, ids, mask, "fox"))]
+    if find(model).rotary is not None:  # RoPE: the documented drop-in first
+        checks.insert(0, ("drop-in", lambda: _dropin(model, ids, mask)))
+    for check, run in checks:
         try:
             run()
             results[check] = "pass"

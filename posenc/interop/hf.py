@@ -563,6 +563,8 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
       "attn_scale": ..., "floor_scale": ...}`` when ``attn_temperature_tuning`` is true (Llama 4's
       default), else ``{"scheme": "nope"}``.
 
+    - a family whose full-attention layers have no RoPE when it has sliding windows (Cohere 2,
+      Flint, EXAONE 4: ``Family.nope_layers``): ``{"scheme": "nope"}`` on those layers.
     - ``layer_rope_theta`` (Granite SWA): layer ``i`` gets the rope with base ``layer_rope_theta[i]``,
       ``{"scheme": "nope"}`` where it is 0.
     - a family without RoPE (its record's ``own_spec``): GPT-2's learned table as
@@ -594,8 +596,8 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
     if use_rope is None and nope_family:
         interval = check_int("no_rope_layer_interval", _get(text, "no_rope_layer_interval", 4), min=1)
         use_rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
-    if use_rope is None and row is not None and row.nope_layers:  # Flint: no rotary on its full-attention layers
-        use_rope = [int(t not in row.nope_layers) for t in _layer_types(text, num_layers)]
+    if use_rope is None and row is not None and row.nope_layers and _get(text, "sliding_window") is not None:
+        use_rope = [int(t not in row.nope_layers) for t in _layer_types(text, num_layers)]  # Cohere 2, Flint, EXAONE 4
     if use_rope is None:
         return [dict(rope) for _ in range(num_layers)]
     use_rope = list(use_rope)

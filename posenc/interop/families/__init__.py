@@ -56,6 +56,7 @@ def _families() -> dict[str, Family]:
     qwen3_vl = Family("model.language_model.rotary_emb", mrope=((24, 20, 20), "interleaved"),
                       layers="model.language_model.layers")
     cohere = Family(table="interleaved", layout="interleaved")
+    sliding_rope = Family(nope_layers=("full_attention",))  # RoPE on sliding layers only, NoPE on the full ones
     llama4 = dict(table="complex", layout="interleaved", nope_temperature=True, own_positions=("attn_temperature_tuning",))
     return {
         # the common pattern, kept as rows because the tests name them (patch needs no row for them)
@@ -67,12 +68,15 @@ def _families() -> dict[str, Family]:
         "gpt_oss": Family(table="half_width",
                           softmax_term=(None, "adds a learned sink per head to the softmax (s_aux)", "sinks")),
         # pairs (2i, 2i+1): cos/sin repeat_interleave'd, and their own rotate_half
-        **{t: cohere for t in ("cohere", "cohere2", "cohere2_moe")},
+        "cohere": cohere,
+        **{t: Family(table="interleaved", layout="interleaved", nope_layers=("full_attention",))
+           for t in ("cohere2", "cohere2_moe")},
         # GPT-J, CodeGen: (sin, cos) of half the rotated width, pairs (2i, 2i+1)
         **{t: Family("transformer.rotary_emb", table="sin_cos_half_width", layout="interleaved")
            for t in ("gptj", "codegen")},
-        # rotary on its sliding-window layers only (its attention: `if self.sliding_window is not None`)
-        "flint": Family(nope_layers=("full_attention",)),
+        # rotary on their sliding-window layers only when the model has sliding windows (their attention:
+        # `if self.sliding_window is not None`, EXAONE 4's "global NoPE for hybrid attention")
+        **{t: sliding_rope for t in ("flint", "exaone4", "exaone_moe", "kolibri1")},
         "gemma3_text": Family(layer_thetas=_GEMMA3_THETAS),
         "gemma3": Family("model.language_model.rotary_emb", layer_thetas=_GEMMA3_THETAS,
                          layers="model.language_model.layers"),
