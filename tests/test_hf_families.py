@@ -396,3 +396,17 @@ def test_the_rope_page_lists_every_family_row():
     table = page[page.index("### Families"):]
     for model_type, family in HF_FAMILIES.items():
         assert f"`{model_type}`" in table and f"`{family.rotary}`" in table, model_type
+
+
+@pytest.mark.parametrize("model_type, pairs", [("llama", "half"), ("glm", "interleaved"), ("ernie4_5", "interleaved"),
+                                                ("nanochat", "neither")])
+def test_the_pairs_an_apply_rotates_are_found_by_calling_it(model_type, pairs):
+    """``found.apply_layout`` calls the family's own ``apply_rotary_pos_emb`` with transformers'
+    ``rotate_half`` table: Llama rotates (i, i + d/2), GLM and ERNIE 4.5 (2i, 2i+1) from the same
+    table, NanoChat turns the other way (neither: refused by ``patch``)."""
+    import importlib
+
+    from posenc.interop.families.found import apply_layout
+
+    modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    assert apply_layout(modeling.apply_rotary_pos_emb) == pairs
