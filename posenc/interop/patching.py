@@ -6,8 +6,9 @@
     model(**batch).loss.backward()                # trains ALiBi's model; generate() decodes with the cache
     posenc.interop.unpatch(model)                 # the model's own RoPE again
 
-**How.** A family is a row of ``FAMILIES`` (where its rotary and attention layers live), never a
-branch: a model whose ``config.model_type`` has no row is refused with its class named.
+**How.** A model's parts are found from its structure and its modeling module
+(``posenc.interop.families``); a row of ``FAMILIES`` says only what differs from the common
+pattern, never a branch; a model that fits neither is refused with its class named.
 
 - A rotary scheme on every layer (``pe`` a ``rope``/``mrope`` module or SPEC) that rotates the
   pairs the model rotates over its rotary width: the model's rotary module is replaced by
@@ -547,15 +548,18 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     Args:
         model: a transformers causal LM whose decoder posenc finds from its structure
             (``posenc.interop.families``: Llama, Qwen2/3, Mistral, Phi-3, Gemma 1-3, GPT-NeoX, Falcon,
-            GPT-OSS, Llama 4, DeepSeek-V3, Qwen2-VL, Cohere 2, GPT-2, BLOOM and the other families
-            built like them; GPT-OSS, whose sinks need a softmax, takes every scheme but
-            stick-breaking); another is refused with its class named and what was not found.
+            GPT-OSS, Llama 4, DeepSeek-V3 and the MLA families, Qwen2-VL, Cohere 2, GLM, the hybrids
+            Qwen 3.5 and Qwen3-Next (on their attention layers), GPT-2, GPT-BigCode, OPT, BioGPT,
+            BLOOM, MPT and the other families built like them; GPT-OSS, whose sinks need a softmax,
+            takes every scheme but stick-breaking); another is refused with its class named and
+            what was not found.
         pe: a SPEC (``"alibi"``, ``"t5:num_buckets=64"``: sizes ``num_heads``, ``head_dim``,
             ``d_model`` from the model's config), a spec dict, a built module, or a per-layer
             pattern (a list of those, or ``{"scheme": "layers", "pattern": [...]}``) that repeats
             over the layers, as the benchmark's ``--scheme`` takes it.
         layers: the indices of the layers that get ``pe`` (default: every layer); the others keep
-            the model's own rotary, as ``posenc.from_hf(model.config)``.
+            the model's own rotary, as ``posenc.from_hf(model.config)``. In a hybrid they are the
+            decoder's layer indices, and each must hold an attention module.
         context_parallel: None, or a method of ``posenc.context_parallel_attention`` (``"allgather"``,
             ``"ring"``, ``"ulysses"``): under ``torch.distributed`` each rank calls the model on its
             shard of every sequence, ``input_ids[:, p]`` with ``position_ids=p[None]`` for ``p =

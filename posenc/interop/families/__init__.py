@@ -1,6 +1,9 @@
 """transformers families: what posenc needs to know about a model family, as ONE table of
 :class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
-(``falcon.py``, ``gpt2.py``, ``bloom.py``).
+(``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``bloom.py``, ``mpt.py``), the
+structure search (``structure.py``), the records read from a modeling module (``found.py``:
+which pairs its ``apply_rotary_pos_emb`` rotates, multi-head latent attention) and the checks
+before replacing (``check.py``).
 
 **Found from structure.** ``posenc.interop.patch`` needs no row for a model whose decoder follows
 transformers' common pattern (``structure.find``): a ``ModuleList`` of decoder layers, each with an
