@@ -79,7 +79,7 @@ def _families() -> dict[str, Family]:
            for t in ("gptj", "codegen")},
         # rotary on their sliding-window layers only when the model has sliding windows (their attention:
         # `if self.sliding_window is not None`, EXAONE 4's "global NoPE for hybrid attention")
-        **{t: sliding_rope for t in ("flint", "exaone4", "exaone_moe", "kolibri1")},
+        **{t: sliding_rope for t in ("flint", "exaone4", "exaone_moe", "kolibri1", "afmoe")},
         "gemma3_text": Family(layer_thetas=_GEMMA3_THETAS),
         "gemma3": Family("model.language_model.rotary_emb", layer_thetas=_GEMMA3_THETAS,
                          layers="model.language_model.layers"),

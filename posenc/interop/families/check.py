@@ -83,7 +83,12 @@ def compare(rotary: nn.Module, ours: nn.Module, rope: nn.Module, layer_type: str
     n = PROBE if limit is None else max(2, min(PROBE, int(limit)))
     positions = _positions(rope, n)
     width = int(rope.spec.get("head_dim") or 2)
-    theirs = _tables(_call(rotary, positions, layer_type, width))
+    try:
+        theirs = _tables(_call(rotary, positions, layer_type, width))
+    except KeyError as err:  # Laguna, Mellum: a rotary that holds fewer layer types than the config's rope parameters
+        raise ValueError(f"posenc.interop: the model's rotary ({type(rotary).__name__}) has no table for layer type "
+                         f"{layer_type!r} (KeyError {err}), which the config's rope parameters give; posenc cannot "
+                         "check its reading of them") from None
     return _describe(theirs, _tables(_call(ours, positions, layer_type, width)), rope)
 
 
