@@ -738,8 +738,6 @@ def unpatch(model: nn.Module) -> nn.Module:
     for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
         for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_key_positions_step",
                      "_posenc_hidden_step", "_posenc_input", "_posenc_rotary", "_posenc_rope_part", "_posenc_attention",
-        for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_key_positions_step",
-                     "_posenc_hidden_step", "_posenc_input", "_posenc_rotary", "_posenc_rope_part", "_posenc_attention",
                      "_posenc_context_parallel", "forward"):  # forward: the family's, an instance attribute
             attention.__dict__.pop(name, None)
         for name, value in own.items():
