@@ -30,8 +30,9 @@ def test_two_processes_match_one(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     a, b = load(one), load(two)
-    assert set(a) == set(b) and len(a) == 13  # same run keys (the world size is not part of a key)
-    # 13 = 9 + hybrid rope + the content tasks' models of rope and t5 + HiRoPE zero-shot on the rope model
+    assert set(a) == set(b) and len(a) == 14  # same run keys (the world size is not part of a key)
+    # 14 = 9 + hybrid rope + the content tasks' models of rope and t5 + HiRoPE and Dual Chunk Attention
+    # zero-shot on the rope model
     for key, ra in a.items():
         rb = b[key]
         assert rb["env"]["world_size"] == 2 and ra["env"]["world_size"] == 1

@@ -33,7 +33,7 @@ import torch
 
 from posenc._validate import check_choice, check_float, check_int
 from posenc.encodings._base import RotaryEncoding
-from posenc.limits import Dim
+from posenc.limits import Dim, check_memory
 from posenc.positions import INDEX_DTYPES
 from posenc.reference.dinov3 import NORMALIZE, dinov3, dinov3_coordinates as _coordinates, dinov3_inv_freq
 from posenc.registry import register
@@ -62,6 +62,7 @@ class DINOv3RoPE(RotaryEncoding):
         self.shift = None if shift is None else check_float("shift", shift, min=0.0, max=1e3)
         self.jitter = None if jitter is None else check_float("jitter", jitter, min=1.0, max=1e3)
         self.rescale = None if rescale is None else check_float("rescale", rescale, min=1.0, max=1e3)
+        check_memory("head_dim", self.head_dim, 2 * self.head_dim, bytes_per=8, what="its float64 frequencies")
         theta = torch.from_numpy(dinov3_inv_freq(self.head_dim, self.base))  # (D/4,) float64
         self.register_float64("inv_freq", torch.cat([theta, theta]))  # (D/2,): pair k's θ
         self.register_buffer("axis_of_pair", torch.arange(2).repeat_interleave(self.head_dim // 4), persistent=False)
