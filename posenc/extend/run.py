@@ -106,9 +106,13 @@ def key_of(item: dict[str, Any], setup: str) -> str:
 
 
 def _measure(model: Any, tokenizer: Any, item: dict[str, Any], tokens: list[int], grid: Grid) -> dict[str, Any]:
-    """One record body: the NLL of every token of a passage, or one passkey answer."""
+    """One record body: the NLL of every token of a passage, or one passkey answer (a length-dependent
+    method starts from its own length: ``reset_length``, as for an unrelated sequence)."""
     import torch
 
+    for module in model.modules():
+        if hasattr(module, "reset_length"):
+            module.reset_length()
     if item["kind"] == "ppl":
         nll = measure.token_nll(model, torch.tensor(tokens[:item["length"]]))
         return {"nll": [round(float(x), 4) for x in nll], "ppl": measure.ppl(nll),
@@ -116,7 +120,7 @@ def _measure(model: Any, tokenizer: Any, item: dict[str, Any], tokens: list[int]
     key = measure.passkey_key(item["trial"], item["depth"])
     ids = measure.passkey_ids(tokenizer, item["length"], item["depth"], key)
     text, found = measure.passkey_answer(model, tokenizer, ids)
-    return {"key": key, "answer": text, "correct": found == key}
+    return {"passkey": key, "answer": text, "correct": found == key}
 
 
 def run_grid(model: Any, tokenizer: Any, grid: Grid, store: Any, *, passages: list[list[int]], setup: str,
