@@ -16,6 +16,7 @@ is a unit there).
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,12 @@ def _passkey(correct: Callable[[str, int], dict], method: str, length: int) -> E
 def claims(nll: NLL, correct: Callable[[str, int], dict], *, context: int, lengths: list[int], passages: int,
            methods: list[str]) -> list[Verdict]:
     """Every claim this grid can test, decided together (Holm per paper)."""
+    return adjust(claim_list(nll, correct, context=context, lengths=lengths, passages=passages, methods=methods))
+
+
+def claim_list(nll: NLL, correct: Callable[[str, int], dict], *, context: int, lengths: list[int], passages: int,
+               methods: list[str]) -> list[Verdict]:
+    """Every claim this grid can test, each decided alone (``adjust`` decides them as a family)."""
     past = [n for n in lengths if n >= 2 * context]
     two, out = (past[0] if past else None), []
     if two is not None:
@@ -112,7 +119,23 @@ def claims(nll: NLL, correct: Callable[[str, int], dict], *, context: int, lengt
                                     f"{m} retrieves the passkey past the context more often than none ({n // context}×)",
                                     f"accuracy({m}) − accuracy(none) at {n}, per prompt", _passkey(correct, m, n),
                                     pool=PASSKEY_POOL, unit="Δaccuracy"))
-    return adjust(out)
+    return out
+
+
+def from_folder(out: Path) -> list[Verdict] | None:
+    """The claims (each decided alone) of the ``posenc extend`` run in ``out`` (None: no run there)."""
+    import json
+
+    from posenc.extrapolate.results import load
+
+    if not (out / "settings.json").is_file():
+        return None
+    settings = json.loads((out / "settings.json").read_text(encoding="utf-8"))
+    grid = settings["grid"]
+    records = [r for r in load(out / "results.jsonl").values() if r.get("setup") == settings["setup"]]
+    nll, correct = measured_by(records, grid["lengths"])
+    return claim_list(nll, correct, context=grid["context"], lengths=grid["lengths"],
+                      passages=len(settings["passages"]), methods=list(grid["methods"]))
 
 
 def measured_by(records: list[dict[str, Any]], lengths: list[int]) -> tuple[NLL, Callable[[str, int], dict]]:
