@@ -4,8 +4,6 @@ thousand bytes of text: the grid, kill-and-resume, the page, and each one-line e
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -138,9 +136,15 @@ def test_a_killed_run_resumes(tiny, tmp_path, monkeypatch):
     assert measured(records(tmp_path)) == measured(map(json.loads, lines))  # the same records, each once
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "posenc", "extend", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+def cli(capsys, *args: str) -> tuple[int, str]:
+    """``posenc extend ARGS`` in this process: its exit status and its stderr."""
+    from posenc.cli import main
+
+    try:
+        code = main(["extend", *args])
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    return code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -148,22 +152,20 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--to", "12x"], "--to must be an integer"),
     (["--to", "256", "--method", "rotary"], "invalid choice: 'rotary'"),
 ])
-def test_bad_flags_are_one_line(args, message):
-    done = cli(*args)
-    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+def test_bad_flags_are_one_line(capsys, args, message):
+    code, err = cli(capsys, *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_a_missing_model_a_short_text_and_a_length_that_does_not_fit(tiny, tmp_path):
-    missing = cli(str(tmp_path / "nowhere.gguf"), "--to", "256")
-    assert missing.returncode == 2 and "does not exist" in missing.stderr
-    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+def test_a_missing_model_a_short_text_and_a_length_that_does_not_fit(tiny, tmp_path, capsys):
+    code, err = cli(capsys, str(tmp_path / "nowhere.gguf"), "--to", "256")
+    assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1, err
     short = tmp_path / "short.txt"
     short.write_text("too short " * 10)
-    done = cli(str(tiny), "--to", "256", "--text", str(short), "--out", str(tmp_path / "o"))
-    assert done.returncode == 2 and "fewer than 256" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    huge = cli(str(tiny), "--to", str(1 << 31), "--text", str(short), "--out", str(tmp_path / "o"))
-    assert huge.returncode == 2 and "GiB are available" in huge.stderr, huge.stderr
+    code, err = cli(capsys, str(tiny), "--to", "256", "--text", str(short), "--out", str(tmp_path / "o"))
+    assert code == 2 and "fewer than 256" in err and len(err.strip().splitlines()) == 1, err
+    code, err = cli(capsys, str(tiny), "--to", str(1 << 31), "--text", str(short), "--out", str(tmp_path / "o"))
+    assert code == 2 and "GiB are available" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o" / "results.jsonl").exists()
 
 

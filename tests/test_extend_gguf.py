@@ -66,6 +66,11 @@ def write_gguf(model, path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
 def written(tmp_path_factory):
     from transformers import LlamaForCausalLM
 
@@ -76,13 +81,13 @@ def written(tmp_path_factory):
     return model, path
 
 
-def test_a_gguf_is_converted_once_and_equals_its_model(written, tmp_path):
+def test_a_gguf_is_converted_once_and_equals_its_model(written, cache):
     from posenc.extend import sources
 
     model, path = written
-    folder = sources.model_folder(path, tmp_path / "cache")
-    assert (folder / "config.json").is_file() and folder.parent == tmp_path / "cache"
-    assert sources.model_folder(path, tmp_path / "cache") == folder  # the second time: the cache
+    folder = sources.model_folder(path, cache)
+    assert (folder / "config.json").is_file() and folder.parent == cache
+    assert sources.model_folder(path, cache) == folder  # the second time: the cache
     loaded, tokenizer = sources.load(folder)
     line = "To be, or not to be"
     ids = torch.tensor([tokenizer(line, add_special_tokens=False)["input_ids"]])
@@ -91,11 +96,11 @@ def test_a_gguf_is_converted_once_and_equals_its_model(written, tmp_path):
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-5)
 
 
-def test_the_whole_path_on_a_gguf(written, tmp_path):
+def test_the_whole_path_on_a_gguf(written, cache, tmp_path):
     from posenc.extend import extend
 
     _, path = written
     (tmp_path / "text.txt").write_text(TEXT)
     page = extend(path, to=2 * CONTEXT, methods=["none", "yarn"], text=tmp_path / "text.txt", out=tmp_path / "o",
-                  cache=tmp_path / "cache", bucket=32, depths=(0.5,), log=lambda s: None, progress=False)
+                  cache=cache, passages=1, trials=0, bucket=32, log=lambda s: None, progress=False)
     assert page.is_file() and (tmp_path / "o" / "results.jsonl").stat().st_size > 0
