@@ -174,3 +174,23 @@ def test_unknown_method_in_the_api_names_the_choices(tiny):
 
     with pytest.raises(ValueError, match="--method must be one of none, linear"):
         extend(tiny, to=256, methods=["rotary"])
+
+
+def test_the_report_part_lists_the_claims_or_reads_a_run(tiny, tmp_path):
+    from posenc.extrapolate.page import Page
+    from posenc.extrapolate.parts import PARTS, owner
+    from posenc.extrapolate.profiles import get_profile
+
+    part = owner("pretrained")
+    assert part in PARTS
+    quick = get_profile("quick")
+    assert part.plan(quick, [], custom=False, corpus_sha="", log=print) == []  # quick does not pick it
+    section = part.section(Page(), [], quick)
+    assert {v.status for v in section.verdicts} == {"not measured"} and len(section.verdicts) == 6
+    assert all("posenc extend --to 16384" in v.measured for v in section.verdicts)
+    run(tiny, tmp_path, methods=["none", "linear", "ntk", "dynamic", "yarn"], trials=0)
+    read = part.section(Page(), [{"extend": str(tmp_path)}], quick)
+    ppl = [v for v in read.verdicts if v.unit == "ΔNLL"]
+    assert len(ppl) == 6 and all(v.seeds == 3 for v in ppl)  # 2×: degrades, ntk/linear, yarn/ntk, yarn/linear,
+    # dynamic within L₀, linear within L₀; the passkey claims (no prompts here) are not measured
+    assert {v.status for v in read.verdicts if v.unit != "ΔNLL"} == {"not measured"}
