@@ -104,8 +104,11 @@ def _measure_and_write(folder, grid, tokenizer, documents, tokens, windows, out:
     passages = [tokens[d][s:s + grid.to] for d, s in windows]
     setup = run.setup_id(folder, [name for name, _ in documents], grid)
     out.mkdir(parents=True, exist_ok=True)
+    from posenc.extend.methods import unavailable
+
     settings = {"model": str(folder), "text": [documents[d][0] for d, _ in windows], "setup": setup,
-                "grid": run.grid_dict(grid), "passages": [{"document": documents[d][0], "start": s} for d, s in windows]}
+                "grid": run.grid_dict(grid), "passages": [{"document": documents[d][0], "start": s} for d, s in windows],
+                "unavailable": {m: why for m in grid.methods if (why := unavailable(model.config, m)) is not None}}
     run.write_json(out / "settings.json", settings)
     params: dict = {}
     start = time.perf_counter()

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from posenc.extend.verdicts import claims, measured_by
+from posenc.extend.verdicts import claims, measured_by, runnable
 from posenc.extrapolate.page import Page, status, table
 
 e = html.escape
@@ -98,7 +98,7 @@ def write_page(out: Path, settings: dict[str, Any], records: list[dict[str, Any]
     """Writes ``out/index.html`` (and ``out/summary.json``: the tables) from the records; returns its path."""
     grid = settings["grid"]
     lengths, context, bucket = grid["lengths"], grid["context"], grid["bucket"]
-    methods = [m for m in grid["methods"] if any(r["method"] == m for r in records)]
+    methods = runnable(settings)
     passages = len(settings["passages"])
     nll, correct = measured_by(records, lengths)
     verdicts = claims(nll, correct, context=context, lengths=lengths, passages=passages, methods=methods)
@@ -138,8 +138,10 @@ def write_page(out: Path, settings: dict[str, Any], records: list[dict[str, Any]
                     "Passkey accuracy by length and depth, per method (exact match of a greedy answer).")
     page.add("<h2 id=methods>Methods and their parameters</h2>")
     params = {r["method"]: r["params"] for r in records}
-    page.add(table(["method", "posenc spec"], [[m, f"<code>{e(json.dumps(params[m]['scaling']))}</code>"]
-                                              for m in methods], text=True))
+    page.add(table(["method", "posenc spec"], [[m, f"<code>{e(json.dumps(params[m]['scaling']))}</code>"
+                                                if m in params else "not measured yet"] for m in methods], text=True))
+    for m, why in (settings.get("unavailable") or {}).items():
+        page.add(f"<p class=muted>{e(m)}: not run ({e(str(why))}).</p>")
     times = sorted({(r["length"], r["seconds"], r.get("threads")) for r in records if r["kind"] == "ppl"})
     page.add("<h2 id=time>Time per forward</h2>" + table(["length", "seconds", "threads"],
                                                          [[str(n), f"{s:.0f}", str(t)] for n, s, t in times]))
@@ -147,3 +149,13 @@ def write_page(out: Path, settings: dict[str, Any], records: list[dict[str, Any]
     path.write_text(page.html(f"posenc extend to {grid['to']}"), encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float), encoding="utf-8")
     return path
+
+
+def render(out: str | Path) -> Path:
+    """Redraws ``out/index.html`` from the records there (a run in progress, or stopped)."""
+    from posenc.extrapolate.results import load
+
+    out = Path(out)
+    settings = json.loads((out / "settings.json").read_text(encoding="utf-8"))
+    records = [r for r in load(out / "results.jsonl").values() if r.get("setup") == settings["setup"]]
+    return write_page(out, settings, records)

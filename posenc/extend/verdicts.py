@@ -135,7 +135,20 @@ def from_folder(out: Path) -> list[Verdict] | None:
     records = [r for r in load(out / "results.jsonl").values() if r.get("setup") == settings["setup"]]
     nll, correct = measured_by(records, grid["lengths"])
     return claim_list(nll, correct, context=grid["context"], lengths=grid["lengths"],
-                      passages=len(settings["passages"]), methods=list(grid["methods"]))
+                      passages=len(settings["passages"]), methods=runnable(settings))
+
+
+def runnable(settings: dict[str, Any]) -> list[str]:
+    """The grid's methods that can run on its model (``longrope`` needs the model's factors)."""
+    skipped = settings.get("unavailable")
+    if skipped is None:  # a settings file written before the field existed: read the model's config
+        from transformers import AutoConfig
+
+        from posenc.extend.methods import unavailable
+
+        config = AutoConfig.from_pretrained(settings["model"])
+        skipped = {m: True for m in settings["grid"]["methods"] if unavailable(config, m) is not None}
+    return [m for m in settings["grid"]["methods"] if m not in skipped]
 
 
 def measured_by(records: list[dict[str, Any]], lengths: list[int]) -> tuple[NLL, Callable[[str, int], dict]]:
