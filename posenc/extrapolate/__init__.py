@@ -21,11 +21,12 @@ procedure: seed-level tests pooled per part, Holm per paper, the detectable effe
 ``glance`` (the verdicts at a glance: table and forest plot), ``demos``, ``report`` (the page). Nothing here is imported by ``import posenc``.
 """
 
-PART_NAMES = ("lm", "scaling", "tasks", "image", "time")
+PART_NAMES = ("lm", "scaling", "tasks", "image", "time", "pretrained")
 """The parts a user picks (``--part``; a record's ``part``), in the order of the plan: ``lm``:
 language modelling per scheme; ``scaling``: RoPE scalings on the trained RoPE model; ``tasks``:
 algorithmic tasks and passkey retrieval per scheme; ``image``: digits classified at larger grids
-than trained (``posenc.extrapolate.vision``); ``time``: event order and gaps at other frame rates.
+than trained (``posenc.extrapolate.vision``); ``time``: event order and gaps at other frame rates;
+``pretrained``: RoPE scalings on a pretrained LLM (``posenc extend``; runs in the full profile only).
 The one list of their names (``posenc.extrapolate.parts.PARTS`` holds the parts themselves, with
 those that add rows to others: hybrid, structure); here, so that the command line reads it
 without importing torch."""

@@ -42,7 +42,9 @@ from posenc.extrapolate import PART_NAMES
 from posenc.extrapolate.tasks import ALGORITHMIC, CONTENT
 
 BENCH_VERSION = 2  # bump when the protocol changes, so old results are not reused
-PARTS = PART_NAMES  # every part a user picks (``posenc.extrapolate.PART_NAMES``): a profile's default
+# every part a user picks (``posenc.extrapolate.PART_NAMES``) but ``pretrained`` (hours of a pretrained LLM on a
+# CPU: the full profile and ``--part pretrained`` pick it): a profile's default
+PARTS = tuple(p for p in PART_NAMES if p != "pretrained")
 
 DEFAULT_SCHEMES = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire")
 def content_lm_rows(n_layer: int) -> tuple[str, ...]:
@@ -311,7 +313,7 @@ PROFILES: dict[str, Profile] = {
         bipe_rows=(), hirope=HiRoPESettings(), dual_chunk=True,
     ),
     "full": Profile(
-        name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES,
+        name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES, parts=PARTS + ("pretrained",),
         lm=LMSettings(model=GPTConfig(n_layer=4, n_head=4, n_embd=128),
                       train=TrainConfig(steps=2000, batch_size=16), train_length=64,
                       multipliers=(1, 1.5, 2, 4, 8, 16), heldout_tokens=65_536, corpus_bytes=4_000_000),

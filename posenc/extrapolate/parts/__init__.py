@@ -11,7 +11,8 @@ checks and its section of the page (the interface: ``posenc.extrapolate.part.Par
 - ``structure``: the claims of hierarchical and structured positions (BiPE, HiRoPE, Abacus, position
   coupling, randomized positions), whose rows are the lm, scaling and tasks parts';
 - ``image``: digits at larger grids (Heo et al.);
-- ``time``: positions in time across frame rates.
+- ``time``: positions in time across frame rates;
+- ``pretrained``: RoPE scalings on a pretrained LLM (``posenc extend``).
 
 Each part's module, class and name agree (``parts.lm.LM``, name ``"lm"``; ``parts.scaling.Scaling``,
 name ``"scaling"``); ``parts.text`` and ``parts.scalings`` are the former module names of the
@@ -24,11 +25,12 @@ from typing import Any
 
 from posenc import registry
 from posenc.extrapolate.part import Log, Part
-from posenc.extrapolate.parts import hybrid, image, lm, scaling, structure, tasks, time
+from posenc.extrapolate.parts import hybrid, image, lm, pretrained, scaling, structure, tasks, time
 from posenc.extrapolate.plan import Run
 from posenc.extrapolate.profiles import Profile
 
-PARTS: tuple[Part, ...] = (lm.PART, hybrid.PART, scaling.PART, tasks.PART, structure.PART, image.PART, time.PART)
+PARTS: tuple[Part, ...] = (lm.PART, hybrid.PART, scaling.PART, tasks.PART, structure.PART, image.PART, time.PART,
+                           pretrained.PART)
 
 
 def owner(name: str) -> Part:

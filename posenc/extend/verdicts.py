@@ -1,0 +1,179 @@
+"""The papers' claims on a pretrained model, tested with the report's procedure, the passage as the unit.
+
+A pretrained model has no seeds: what varies between replications is the text. Each claim's
+evidence (``posenc.extrapolate.verdicts.Evidence``) is its effect on each passage (paired: both
+sides on the same tokens), with the passage's own standard error from its 64-token blocks (HAC);
+``posenc.extrapolate.findings.adjust`` then pools the spread over the claims of one unit, corrects
+with Holm per paper and states each effect's interval and detectable effect. Passages come from
+different works of the text, so they are close to exchangeable, the condition under which the
+procedure's calibration (tests/test_extrapolate_stats.py: simulated units with no effect) holds.
+A verdict needs 3 passages (``MIN_SEEDS``).
+
+Effects are in nats per token (ΔNLL); the passkey's in accuracy (each prompt, a depth of a trial,
+is a unit there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posenc.extrapolate.findings import MARGIN, Verdict, adjust, seed_verdict
+from posenc.extrapolate.stats import hac_se
+from posenc.extrapolate.verdicts import Evidence
+
+BLOCK = 64  # tokens per block of a passage's standard error
+PPL_POOL, PASSKEY_POOL = "pretrained-ppl", "pretrained-passkey"
+NLL = Callable[[str, int, int], "np.ndarray | None"]  # (method, length, passage) -> per-token NLL or None
+
+
+def _blocks(x: np.ndarray) -> np.ndarray:
+    n = x.size // BLOCK
+    return x[:n * BLOCK].reshape(n, BLOCK).mean(axis=1) if n >= 2 else x
+
+
+def _paired(nll: NLL, a: str, b: str, length: int, passages: int, lo: int, hi: int) -> Evidence | None:
+    """Per passage: mean NLL of ``a`` minus ``b`` over tokens ``lo … hi`` of the ``length`` forward."""
+    effects, within = [], []
+    for p in range(passages):
+        x, y = nll(a, length, p), nll(b, length, p)
+        if x is None or y is None:
+            continue
+        d = x[lo:hi] - y[lo:hi]
+        effects.append(float(d.mean()))
+        within.append(hac_se(_blocks(d)))
+    return Evidence(tuple(effects), tuple(within)) if effects else None
+
+
+def _degrades(nll: NLL, length: int, context: int, passages: int) -> Evidence | None:
+    """Per passage, ``none``: mean NLL of the tokens past the context minus those within it."""
+    effects, within = [], []
+    for p in range(passages):
+        x = nll("none", length, p)
+        if x is None:
+            continue
+        past, inside = x[context - 1:], x[:context - 1]
+        effects.append(float(past.mean() - inside.mean()))
+        within.append(float(np.hypot(hac_se(_blocks(past)), hac_se(_blocks(inside)))))
+    return Evidence(tuple(effects), tuple(within)) if effects else None
+
+
+def _verdict(source: str, claim: str, measured: str, ev: Evidence | None, *, sign: int = 1, null: float = 0.0,
+             pool: str = PPL_POOL, unit: str = "ΔNLL") -> Verdict:
+    if ev is None:
+        return Verdict(source, claim, measured + "; not measured yet", "not measured", pool=pool)
+    ev = Evidence(ev.effects, ev.within, null=null, sign=sign)
+    v = seed_verdict(source, claim, measured, ev, unit=unit)
+    import dataclasses
+
+    return dataclasses.replace(v, pool=pool)
+
+
+def _passkey(correct: Callable[[str, int], dict], method: str, length: int) -> Evidence | None:
+    """Per prompt (depth, trial) at ``length``: correct(method) − correct(none)."""
+    mine, base = correct(method, length), correct("none", length)
+    units = sorted(set(mine) & set(base))
+    if not units:
+        return None
+    return Evidence(tuple(float(mine[u]) - float(base[u]) for u in units), tuple(0.0 for _ in units))
+
+
+def claims(nll: NLL, correct: Callable[[str, int], dict], *, context: int, lengths: list[int], passages: int,
+           methods: list[str]) -> list[Verdict]:
+    """Every claim this grid can test, decided together (Holm per paper)."""
+    return adjust(claim_list(nll, correct, context=context, lengths=lengths, passages=passages, methods=methods))
+
+
+def claim_list(nll: NLL, correct: Callable[[str, int], dict], *, context: int, lengths: list[int], passages: int,
+               methods: list[str]) -> list[Verdict]:
+    """Every claim this grid can test, each decided alone (``adjust`` decides them as a family)."""
+    past = [n for n in lengths if n >= 2 * context]
+    two, out = (past[0] if past else None), []
+    if two is not None:
+        out.append(_verdict("Press et al. 2022; Chen et al. 2023", "plain RoPE degrades past its context",
+                            f"none at {two}: NLL of tokens past {context} − tokens within", _degrades(nll, two, context,
+                                                                                                    passages)))
+        out.append(_verdict("bloc97 2023", "zero-shot NTK-aware beats zero-shot linear at 2×",
+                            f"NLL(linear) − NLL(ntk), all {two} tokens", _paired(nll, "linear", "ntk", two, passages, 0,
+                                                                                 two)))
+    for n in past:
+        k = n // context
+        for other in ("ntk", "linear"):
+            out.append(_verdict("Peng et al. 2023", f"YaRN beats {other} zero-shot at {k}×",
+                                f"NLL({other}) − NLL(yarn), all {n} tokens",
+                                _paired(nll, other, "yarn", n, passages, 0, n)))
+    out.append(_verdict("Peng et al. 2023", "dynamic scaling leaves perplexity within the original context unchanged",
+                        f"NLL(dynamic) − NLL(none) at {context}: below the margin ln 1.02",
+                        _paired(nll, "dynamic", "none", context, passages, 0, context), sign=-1, null=MARGIN))
+    top = lengths[-1]
+    out.append(_verdict("Chen et al. 2023", "linear interpolation raises perplexity within the original context",
+                        f"NLL(linear) − NLL(none), the first {context} tokens of {top}",
+                        _paired(nll, "linear", "none", top, passages, 0, min(context, top))))
+    for n in past:
+        for m in methods:
+            if m != "none":
+                out.append(_verdict("Mohtashami & Jaggi 2023; Peng et al. 2023",
+                                    f"{m} retrieves the passkey past the context more often than none ({n // context}×)",
+                                    f"accuracy({m}) − accuracy(none) at {n}, per prompt", _passkey(correct, m, n),
+                                    pool=PASSKEY_POOL, unit="Δaccuracy"))
+    return out
+
+
+def from_folder(out: Path) -> list[Verdict] | None:
+    """The claims (each decided alone) of the ``posenc extend`` run in ``out`` (None: no run there)."""
+    import json
+
+    from posenc.extrapolate.results import load
+
+    if not (out / "settings.json").is_file():
+        return None
+    settings = json.loads((out / "settings.json").read_text(encoding="utf-8"))
+    grid = settings["grid"]
+    records = [r for r in load(out / "results.jsonl").values() if r.get("setup") == settings["setup"]]
+    nll, correct = measured_by(records, grid["lengths"])
+    return claim_list(nll, correct, context=grid["context"], lengths=grid["lengths"],
+                      passages=len(settings["passages"]), methods=runnable(settings))
+
+
+def runnable(settings: dict[str, Any]) -> list[str]:
+    """The grid's methods that can run on its model (``longrope`` needs the model's factors)."""
+    skipped = settings.get("unavailable")
+    if skipped is None:  # a settings file written before the field existed: read the model's config
+        from transformers import AutoConfig
+
+        from posenc.extend.methods import unavailable
+
+        config = AutoConfig.from_pretrained(settings["model"])
+        skipped = {m: True for m in settings["grid"]["methods"] if unavailable(config, m) is not None}
+    return [m for m in settings["grid"]["methods"] if m not in skipped]
+
+
+def measured_by(records: list[dict[str, Any]], lengths: list[int]) -> tuple[NLL, Callable[[str, int], dict]]:
+    """The per-token NLL and passkey look-ups of ``records`` (a static method's shorter lengths are the
+    first tokens of its longest forward)."""
+    ppl: dict[tuple[str, int, int], np.ndarray] = {}
+    for r in records:
+        if r["kind"] == "ppl":
+            ppl[(r["method"], r["length"], r["passage"])] = np.asarray(r["nll"], dtype=np.float64)
+
+    def nll(method: str, length: int, passage: int) -> np.ndarray | None:
+        exact = ppl.get((method, length, passage))
+        if exact is not None:
+            return exact
+        if method in ("dynamic", "longrope"):
+            return None
+        longer = [n for (m, n, p) in ppl if m == method and p == passage and n > length]
+        return ppl[(method, min(longer), passage)][:length - 1] if longer else None
+
+    keys: dict[tuple[str, int], dict] = {}
+    for r in records:
+        if r["kind"] == "passkey":
+            keys.setdefault((r["method"], r["length"]), {})[(r["depth"], r["trial"])] = bool(r["correct"])
+
+    def correct(method: str, length: int) -> dict:
+        return keys.get((method, length), {})
+
+    return nll, correct
