@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from posenc.limits import available_bytes  # physical memory or the address-space limit, as posenc.build
+
 CHUNK = 1024  # rows of logits at once: 1024 × 49,152 float32 = 201 MB
 ANSWER_TOKENS = 8  # greedy tokens decoded for a passkey answer (a 5-digit key and a little more)
 INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -69,23 +71,12 @@ def forward_bytes(config: Any, length: int, *, chunk: int = CHUNK) -> int:
     return 4 * (params + layer + cache + 3 * chunk * vocab)
 
 
-def available_bytes() -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` (None where there is none)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def check_fits(config: Any, length: int) -> None:
     """Raises ValueError (before anything of ``length`` is allocated) when the estimated peak of a
-    forward exceeds the memory available."""
+    forward exceeds the memory this process can have (``posenc.limits.available_bytes``, the bound every
+    refusal of posenc uses, not the memory free at this moment, so the answer is the same every run)."""
     need, have = forward_bytes(config, length), available_bytes()
-    if have is not None and need > have:
+    if need > have:
         raise ValueError(f"--to {length}: a forward of {length} tokens needs about {need / 2**30:.1f} GiB, "
                          f"{have / 2**30:.1f} GiB are available; give a smaller --to")
 
