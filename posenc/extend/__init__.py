@@ -75,7 +75,7 @@ def extend(model: str | Path | None = None, *, to: int, methods: Sequence[str] =
     from posenc.extend import measure, run, sources
 
     sources.require("transformers", "transformers>=4.45")
-    folder = sources.model_folder(model, cache)
+    folder = sources.model_folder(model, cache, log)
     from transformers import AutoConfig, AutoTokenizer
 
     config = AutoConfig.from_pretrained(folder)

@@ -3,8 +3,9 @@
 transformers reads a ``.gguf`` (``from_pretrained(folder, gguf_file=...)``) in about 50 s of CPU
 for SmolLM2-135M: it parses the metadata three times (config, tokenizer, weights: ~33 s, most of it
 the 49k-token vocabulary) and rebuilds a GGUF-to-transformers tensor-name map from gguf-py's
-tables (~16 s). This reader parses the file once with gguf-py (``GGUFReader``, memory-mapped) and
-does, for the one case it handles, exactly what transformers' Llama path does:
+tables (~16 s). This reader parses the file once with gguf-py (``GGUFReader`` on a plain view of
+its memory map: ``open_gguf``) and does, for the one case it handles, exactly what transformers'
+Llama path does:
 
 - **Config**: the metadata keys of ``CONFIG_KEYS`` (transformers' ``GGUF_CONFIG_MAPPING`` for
   ``llama``, ``general`` and the tokenizer's special ids), ``tie_word_embeddings`` when the file has
@@ -19,13 +20,13 @@ does, for the one case it handles, exactly what transformers' Llama path does:
   the ``tokenizers`` library from the file's tokens and merges: a token spelled outside GPT-2's byte
   alphabet is respelled in it, ``<|endoftext|>`` (GPT-2's default unk/bos/eos, which transformers' builder
   adds, with a new id when the vocabulary lacks it) and the control tokens (type 3) are added as
-  special tokens, and GPT-2's
+  special tokens, the user-defined ones (type 4) as plain added tokens, and GPT-2's
   pre-tokenizer is used (``tokenizer.ggml.pre`` must be one of ``GPT2_PRE``: files whose merges were
   learned on another split are not handled).
 
 **Refusal.** Anything else (another architecture, a Llama GGUF named as Mistral, a metadata key of the
 architecture or a tensor this reader does not map, another tokenizer) raises ``Unsupported`` naming
-it, before any tensor is dequantised; ``posenc.extend.sources`` then converts through transformers and
+it, before anything is written; ``posenc.extend.sources`` then converts through transformers and
 says so. tests/test_extend_gguf.py checks on a GGUF written in the test that this reader gives
 bitwise the state dict, the config and the token ids of ``from_pretrained(gguf_file=...)``.
 """
@@ -79,7 +80,7 @@ TENSORS = {  # GGUF name (blk.N. stripped) -> transformers name (model.layers.N.
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-CONTROL = 3  # llama.cpp's token type of a control token (<|im_start|>, ...)
+CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types: a control token (<|im_start|>), an added one (<think>)
 GPT2_DEFAULT = "<|endoftext|>"  # GPT-2's unk/bos/eos, which transformers' GPT2Tokenizer adds (past the vocab if absent)
 
 
@@ -91,6 +92,26 @@ def _value(field: Any) -> Any:
     """A metadata field's value: a scalar, a string, or a list of them."""
     value = field.contents()
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def open_gguf(path: str | Path) -> Any:
+    """gguf-py's ``GGUFReader`` of ``path``, slicing a plain ``ndarray`` view of its memory map: each slice
+    of an ``np.memmap`` costs about 1.5 µs in ``__array_finalize__``, and the reader takes a million
+    of them for SmolLM2's 98k vocabulary and merge strings (6.5 s on the loaded 2-core machine, 1.4 s
+    so; the same bytes, tests/test_extend_gguf.py)."""
+    import numpy as np
+    from gguf import GGUFReader
+
+    class PlainReader(GGUFReader):
+        @property
+        def data(self) -> Any:
+            return self._plain
+
+        @data.setter
+        def data(self, mapped: Any) -> None:
+            self._plain = np.asarray(mapped)  # a view: the map stays open through .base
+
+    return PlainReader(str(path))
 
 
 def read_metadata(reader: Any) -> dict[str, Any]:
@@ -180,6 +201,9 @@ def tokenizer(meta: dict[str, Any]) -> Any:
     control = [AddedToken(t, normalized=False, special=True) for t, kind in zip(tokens, types)
                if kind == CONTROL and set(t) <= alphabet]
     backend.add_special_tokens([AddedToken(GPT2_DEFAULT, normalized=False, special=True)] + control)
+    known = backend.get_vocab(with_added_tokens=True)
+    backend.add_tokens([AddedToken(t, normalized=False, special=False) for t, kind in zip(tokens, types)
+                        if kind == USER_DEFINED and t in known])  # matched whole, as llama.cpp does
     settings = {name: meta[k] for k, name in TOKENIZER_KEYS.items() if k in meta}
     for name, key in SPECIAL_TOKENS.items():
         token_id = meta.get(f"tokenizer.ggml.{key}")
@@ -192,10 +216,9 @@ def convert(path: str | Path, folder: str | Path) -> None:
     config, ``model.safetensors`` in float32, tokenizer); raises ``Unsupported`` before writing anything
     for a file this reader does not handle."""
     import torch
-    from gguf import GGUFReader
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    reader = GGUFReader(str(path))
+    reader = open_gguf(path)
     meta = read_metadata(reader)
     config = AutoConfig.for_model(**config_dict(meta, [t.name for t in reader.tensors]))
     weights = state_dict(reader, config.to_dict())
