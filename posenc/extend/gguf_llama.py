@@ -90,9 +90,17 @@ class Unsupported(ValueError):
 
 
 def _value(field: Any) -> Any:
-    """A metadata field's value: a scalar, a string, or a list of them."""
-    value = field.contents()
-    return value.decode("utf-8") if isinstance(value, bytes) else value
+    """A metadata field's value as Python: a number, a bool, a string, or a list of them (from the
+    field's parts, as every gguf-py since 0.10 lays them out)."""
+    from gguf import GGUFValueType
+
+    kind = field.types[-1] if field.types else None
+    parts = [field.parts[i] for i in field.data]
+    if kind == GGUFValueType.STRING:
+        values = [bytes(part).decode("utf-8") for part in parts]
+    else:
+        values = [v for part in parts for v in part.tolist()]
+    return values if field.types and field.types[0] == GGUFValueType.ARRAY else values[0]
 
 
 def open_gguf(path: str | Path) -> Any:
