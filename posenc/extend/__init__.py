@@ -26,6 +26,7 @@ from pathlib import Path
 
 from posenc.extend.methods import METHODS, check_methods, context_of, factor_for
 from posenc.extend.sources import MissingPiece
+from posenc.extend import cost, gguf_llama  # noqa: F401  (documented names; light: their heavy imports are inside functions)
 
 DEPTHS = (0.1, 0.5, 0.9)
 MAX_TO = 1 << 31
@@ -75,7 +76,7 @@ def extend(model: str | Path | None = None, *, to: int, methods: Sequence[str] =
     from posenc.extend import measure, run, sources
 
     sources.require("transformers", "transformers>=4.45")
-    folder = sources.model_folder(model, cache)
+    folder = sources.model_folder(model, cache, log)
     from transformers import AutoConfig, AutoTokenizer
 
     config = AutoConfig.from_pretrained(folder)

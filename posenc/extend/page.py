@@ -110,9 +110,10 @@ def write_page(out: Path, settings: dict[str, Any], records: list[dict[str, Any]
              f"{peak / 2**30:.2f} GiB; context L₀ = {context}, factor {grid['factor']:g} for every method; "
              f"{passages} passages ({e(', '.join(p['document'] + '@' + str(p['start']) for p in settings['passages']))}).</p>")
     page.add("<h2 id=verdicts>Verdicts</h2>")
-    page.add("<p>Each claim's effect per passage (the unit: a pretrained model has no seeds), the report's test "
-             "(posenc.extrapolate.verdicts), Holm per paper; effect with its 95% interval, the detectable effect "
-             "(80% power), the adjusted p, the passages (or prompts) behind it.</p>")
+    page.add("<p>Each perplexity claim's effect per passage (the unit: a pretrained model has no seeds), the "
+             "report's test (posenc.extrapolate.verdicts) on the spread between its own passages, Holm per paper; "
+             "passkey claims by McNemar's exact test on the paired prompts. The effect with its 95% interval, the "
+             "detectable effect (80% power), the adjusted p, the passages (or prompts) behind it.</p>")
     page.add(table(["source", "claim", "measured", "verdict", "effect", "detectable", "p (Holm)", "units"],
                    verdict_rows(verdicts), text=True))
     summary: dict[str, Any] = {"verdicts": [[v.source, v.claim, v.status] for v in verdicts], "ppl": {}, "passkey": {}}

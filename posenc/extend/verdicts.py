@@ -3,14 +3,26 @@
 A pretrained model has no seeds: what varies between replications is the text. Each claim's
 evidence (``posenc.extrapolate.verdicts.Evidence``) is its effect on each passage (paired: both
 sides on the same tokens), with the passage's own standard error from its 64-token blocks (HAC);
-``posenc.extrapolate.findings.adjust`` then pools the spread over the claims of one unit, corrects
-with Holm per paper and states each effect's interval and detectable effect. Passages come from
-different works of the text, so they are close to exchangeable, the condition under which the
-procedure's calibration (tests/test_extrapolate_stats.py: simulated units with no effect) holds.
-A verdict needs 3 passages (``MIN_SEEDS``).
+``posenc.extrapolate.findings.adjust`` tests it on the spread between its passages and corrects with
+Holm per paper, stating each effect's interval and detectable effect. A verdict needs 3 passages
+(``MIN_SEEDS``).
 
-Effects are in nats per token (ΔNLL); the passkey's in accuracy (each prompt, a depth of a trial,
-is a unit there).
+**Each claim on its own passages, not pooled.** The report pools the seed spread of a part's claims
+(one dispersion factor: spread ∝ held-out noise), which fits seeds of similar training runs. Between
+passages of different works it does not hold: how much a method's effect varies from one work to
+another is not proportional to the token noise (a method can help one play and hurt another; plain
+RoPE's "past minus within" has no such term). Measured on simulated null grids with the grid's three
+passages (tests/test_extend_verdicts.py, 3000 grids each), pooling decided 7.5% and 9.4% of Peng et
+al.'s null families and 6.7% and 9.9% of bloc97's at α = 5% when the per-(method, passage) offsets had
+a spread of 0.1 and 0.3 nats; each claim on its own passages (Student's t with 2 degrees of freedom,
+exact for normal passage effects) stays at its rate. So every perplexity claim is its own pool.
+Passages come from different works of the text, so they are close to exchangeable, which the test
+needs.
+
+**Passkey**: each prompt (a depth of a trial) is a unit, the outcomes are paired right/wrong, and
+the claim is decided by McNemar's exact test with Holm over its family (``passkey_verdicts``).
+
+Effects are in nats per token (ΔNLL); the passkey's in accuracy.
 """
 
 from __future__ import annotations
@@ -22,11 +34,12 @@ from typing import Any
 import numpy as np
 
 from posenc.extrapolate.findings import MARGIN, Verdict, adjust, seed_verdict
-from posenc.extrapolate.stats import hac_se
-from posenc.extrapolate.verdicts import Evidence
+from posenc.extrapolate.stats import hac_se, mcnemar_exact
+from posenc.extrapolate.verdicts import ALPHA, MIN_SEEDS, NEEDS_SEEDS, UNCLEAR, Evidence, holm
 
 BLOCK = 64  # tokens per block of a passage's standard error
 PPL_POOL, PASSKEY_POOL = "pretrained-ppl", "pretrained-passkey"
+PASSKEY_SOURCE = "Mohtashami & Jaggi 2023; Peng et al. 2023"
 NLL = Callable[[str, int, int], "np.ndarray | None"]  # (method, length, passage) -> per-token NLL or None
 
 
@@ -62,7 +75,8 @@ def _degrades(nll: NLL, length: int, context: int, passages: int) -> Evidence | 
 
 
 def _verdict(source: str, claim: str, measured: str, ev: Evidence | None, *, sign: int = 1, null: float = 0.0,
-             pool: str = PPL_POOL, unit: str = "ΔNLL") -> Verdict:
+             unit: str = "ΔNLL") -> Verdict:
+    pool = f"{PPL_POOL}: {claim}"  # its own: not pooled with other claims (the module's docstring)
     if ev is None:
         return Verdict(source, claim, measured + "; not measured yet", "not measured", pool=pool)
     ev = Evidence(ev.effects, ev.within, null=null, sign=sign)
@@ -72,13 +86,47 @@ def _verdict(source: str, claim: str, measured: str, ev: Evidence | None, *, sig
     return dataclasses.replace(v, pool=pool)
 
 
-def _passkey(correct: Callable[[str, int], dict], method: str, length: int) -> Evidence | None:
-    """Per prompt (depth, trial) at ``length``: correct(method) − correct(none)."""
+def _passkey(correct: Callable[[str, int], dict], method: str, length: int) -> tuple[int, int, int] | None:
+    """McNemar's counts over the prompts (depth, trial) at ``length``: ``(b, c, n)``, ``b`` prompts only
+    ``method`` answered, ``c`` only ``none``, ``n`` prompts in all (None: none measured)."""
     mine, base = correct(method, length), correct("none", length)
     units = sorted(set(mine) & set(base))
     if not units:
         return None
-    return Evidence(tuple(float(mine[u]) - float(base[u]) for u in units), tuple(0.0 for _ in units))
+    b = sum(bool(mine[u]) and not base[u] for u in units)
+    c = sum(bool(base[u]) and not mine[u] for u in units)
+    return b, c, len(units)
+
+
+def passkey_verdicts(correct: Callable[[str, int], dict], methods: list[str], past: list[int],
+                     context: int) -> list[Verdict]:
+    """Each scaling against ``none`` past the context, decided by McNemar's exact test on the paired
+    prompts with Holm over the family (one source): a t-test on a handful of 0/±1 differences is not
+    calibrated (three prompts all +1 have no spread: p = 0; with every accuracy at one half it decided
+    10% of null families, tests/test_extend_verdicts.py). The verdicts carry no ``Evidence``, so
+    ``adjust`` leaves them as decided here."""
+    found = [(n, m, _passkey(correct, m, n)) for n in past for m in methods if m != "none"]
+    tested = [(i, counts) for i, (_, _, counts) in enumerate(found) if counts is not None and counts[2] >= MIN_SEEDS]
+    adjusted = dict(zip([i for i, _ in tested], holm([mcnemar_exact(b, c) for _, (b, c, _) in tested])))
+    out = []
+    for i, (n, m, counts) in enumerate(found):
+        claim = f"{m} retrieves the passkey past the context more often than none ({n // context}×)"
+        if counts is None:
+            out.append(Verdict(PASSKEY_SOURCE, claim, f"accuracy({m}) − accuracy(none) at {n}; not measured yet",
+                               "not measured", pool=PASSKEY_POOL))
+            continue
+        b, c, units = counts
+        measured = (f"exact match on {units} paired prompts at {n}: {m} alone right {b}, none alone right {c} "
+                    f"(difference {(b - c) / units:+.3f}; McNemar's exact p {mcnemar_exact(b, c):.2g})")
+        if i not in adjusted:
+            out.append(Verdict(PASSKEY_SOURCE, claim, measured + f"; a verdict needs {MIN_SEEDS} prompts",
+                               NEEDS_SEEDS, seeds=units, pool=PASSKEY_POOL, unit="Δaccuracy"))
+            continue
+        q = adjusted[i]
+        status = UNCLEAR if q >= ALPHA else ("agrees" if b > c else "disagrees")
+        out.append(Verdict(PASSKEY_SOURCE, claim, measured, status, p=mcnemar_exact(b, c), direction=(b > c) - (b < c),
+                           seeds=units, p_holm=q, pool=PASSKEY_POOL, unit="Δaccuracy", tests=len(tested)))
+    return out
 
 
 def claims(nll: NLL, correct: Callable[[str, int], dict], *, context: int, lengths: list[int], passages: int,
@@ -112,14 +160,7 @@ def claim_list(nll: NLL, correct: Callable[[str, int], dict], *, context: int, l
     out.append(_verdict("Chen et al. 2023", "linear interpolation raises perplexity within the original context",
                         f"NLL(linear) − NLL(none), the first {context} tokens of {top}",
                         _paired(nll, "linear", "none", top, passages, 0, min(context, top))))
-    for n in past:
-        for m in methods:
-            if m != "none":
-                out.append(_verdict("Mohtashami & Jaggi 2023; Peng et al. 2023",
-                                    f"{m} retrieves the passkey past the context more often than none ({n // context}×)",
-                                    f"accuracy({m}) − accuracy(none) at {n}, per prompt", _passkey(correct, m, n),
-                                    pool=PASSKEY_POOL, unit="Δaccuracy"))
-    return out
+    return out + passkey_verdicts(correct, methods, past, context)
 
 
 def from_folder(out: Path) -> list[Verdict] | None:
