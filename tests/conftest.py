@@ -13,6 +13,9 @@ Other test files import these by name; keep the names stable:
     attention_reference(q, k, v, pe, ...)      float64 ``posenc.attention`` of any kind
     attention_parameters(pe)                   the parameters attention reads (not bipe's ``intra``)
     schemes_of_kind(*kinds)                    registered scheme names of these kinds
+
+and one session fixture, ``smoke_results``: the smoke profile's results file, run once for the
+tests of the ``extrapolate`` xdist group (the driver's and the report's).
 """
 
 from __future__ import annotations
@@ -264,3 +267,16 @@ def attention_reference(q, k, v, pe=None, *, q_positions=None, k_positions=None,
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def smoke_results(tmp_path_factory):
+    """``posenc extrapolate --profile smoke`` (every part, serially): its results file. One run for
+    tests/test_extrapolate_driver.py and tests/test_extrapolate_report.py (whose report renders a copy):
+    their tests are in the xdist group ``extrapolate``, so one worker builds it once."""
+    from posenc.cli import main
+
+    path = tmp_path_factory.mktemp("smoke") / "results.jsonl"
+    assert main(["extrapolate", "--profile", "smoke", "--threads", "1", "--no-progress", "--jobs", "1",
+                 "--out", str(path)]) == 0
+    return path

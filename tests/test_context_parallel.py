@@ -175,7 +175,9 @@ def _refusals(group):
 def spawned(tmp_path_factory):
     """One spawn of 4 processes for the module: ``{world: [each rank's findings]}``."""
     where = tmp_path_factory.mktemp("cp")
-    mp.spawn(_worker, args=(str(where / "store"), str(where / "found")), nprocs=4, join=True)
+    # forked, not spawned: a spawned rank imports torch, posenc and this module again (about 2 s of CPU each)
+    mp.start_processes(_worker, args=(str(where / "store"), str(where / "found")), nprocs=4, join=True,
+                       start_method="fork")
     found = [json.loads((where / f"found.{r}").read_text()) for r in range(4)]
     return {2: [found[r]["2"] for r in range(4)], 4: [found[r]["4"] for r in range(4)]}
 

@@ -76,7 +76,9 @@ def _case(spec, method, ids, rank):
 @pytest.fixture(scope="module")
 def found(tmp_path_factory):
     where = tmp_path_factory.mktemp("cp_patch")
-    mp.spawn(_worker, args=(str(where / "store"), str(where / "found")), nprocs=WORLD, join=True)
+    # forked, not spawned: a spawned rank imports torch, transformers, posenc and this module again
+    mp.start_processes(_worker, args=(str(where / "store"), str(where / "found")), nprocs=WORLD, join=True,
+                       start_method="fork")
     return [json.loads((where / f"found.{r}").read_text()) for r in range(WORLD)]
 
 

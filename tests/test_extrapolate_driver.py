@@ -48,13 +48,6 @@ def _structure_runs() -> int:
     return len(SMOKE.bipe_rows) + 1 + len(SMOKE.addition.schemes) + len(SMOKE.randomized)
 
 
-@pytest.fixture(scope="session")
-def smoke_results(tmp_path_factory):
-    path = tmp_path_factory.mktemp("smoke") / "results.jsonl"
-    assert main(["extrapolate", *SERIAL, "--out", str(path)]) == 0
-    return path
-
-
 @pytest.mark.xdist_group("extrapolate")
 def test_smoke_writes_every_result_once(smoke_results):
     lines = smoke_results.read_bytes().splitlines()

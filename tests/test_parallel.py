@@ -136,4 +136,5 @@ def _near(got, wanted, tol, what):
 
 @pytest.mark.slow
 def test_attention_across_two_gloo_ranks_equals_the_unsharded_attention(tmp_path):
-    mp.spawn(_worker, args=(2, str(tmp_path / "store")), nprocs=2, join=True)
+    # forked, not spawned: a spawned rank imports torch, posenc and this module again (about 2 s of CPU each)
+    mp.start_processes(_worker, args=(2, str(tmp_path / "store")), nprocs=2, join=True, start_method="fork")

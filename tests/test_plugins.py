@@ -119,7 +119,7 @@ def test_the_page_compares_a_plugin_scheme_with_each_baseline_by_the_claims_proc
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("heavy")
-def test_smoke_runs_a_plugin_on_two_workers_reruns_it_when_edited_and_keeps_it_without(tmp_path):
+def test_smoke_runs_a_plugin_on_two_workers_reruns_it_when_edited_and_keeps_it_without(tmp_path, capsys):
     plugin = tmp_path / "my_scheme.py"
     shutil.copy(EXAMPLE, plugin)
     out = tmp_path / "report"
@@ -149,7 +149,7 @@ def test_smoke_runs_a_plugin_on_two_workers_reruns_it_when_edited_and_keeps_it_w
     assert [r["scheme"] for r in new] == ["my_alibi"] and new[0]["key"] != mine[0]["key"]
     assert {r["key"] for r in after if r["scheme"] != "my_alibi"} == builtin
 
-    kept = posenc("report", *SMOKE, "--no-run", "--out", str(out))  # without --plugin
+    kept = in_process("report", *SMOKE, "--no-run", "--out", str(out), capsys=capsys)  # without --plugin
     assert kept.returncode == 0, kept.stderr
     assert "kept 1 result(s)" in kept.stderr and "my_alibi" in kept.stderr
     assert f"{len(builtin)} runs, {len(builtin)} already in" in kept.stderr  # the same keys without the plugin
