@@ -1,8 +1,9 @@
 """``posenc.interop.patch(model, pe, context_parallel=...)``: a tiny Llama, each of 2 gloo ranks
 holding its shard of every sequence (position_ids from ``shard_positions``, the loss over its
 tokens), trains as one process on the whole sequence: the ranks' losses and parameter gradients
-sum to the whole sequence's (float64), for ALiBi and FoX (the guide's recipe) on ring and ulysses.
-One spawn for the module."""
+sum to the whole sequence's (float64), for ALiBi and FoX (the guide's recipe) on ring and ulysses;
+and the same for the benchmark's decoder (``posenc extrapolate --context-parallel``'s step). One
+spawn for the module."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.xdist_group("heavy")
 
 LENGTH, WORLD = 16, 2
 CASES = [("alibi", "ring"), ("fox:gate=full", "ring"), ("fox:gate=full", "ulysses"), ("alibi", "ulysses")]
+GPT_CASES = [("alibi", "ulysses"), ("fox:gate=full", "ulysses"), ("rope", "ring")]  # posenc extrapolate's decoder
 
 
 def _model(spec, method):
@@ -48,6 +50,8 @@ def _worker(rank: int, store: str, out: str) -> None:
         ids = torch.randint(0, 50, (2, LENGTH), generator=torch.Generator().manual_seed(1))
         for spec, method in CASES:
             found[f"{spec} {method}"] = _case(spec, method, ids, rank)
+        for spec, method in GPT_CASES:
+            found[f"gpt {spec} {method}"] = _gpt_case(spec, method, ids, rank)
     finally:
         dist.destroy_process_group()
     with open(f"{out}.{rank}", "w") as f:
@@ -73,6 +77,48 @@ def _case(spec, method, ids, rank):
     return {"worst": worst, "error": errors[worst], "params": len(grads), "expected": len(list(whole.parameters()))}
 
 
+def nll(logits, targets):
+    """``token_nll`` in float64 (the benchmark's casts to float32)."""
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+
+
+def _gpt_case(spec, method, ids, rank):
+    """The benchmark's decoder (``posenc extrapolate --context-parallel``'s training step): the shards
+    of a batch whose length does not divide by ``2·world`` (padded with unscored tokens), losses and
+    gradients summed over the ranks, against one process on the whole batch."""
+    from posenc.extrapolate.context_parallel import shard_batch, sum_gradients
+    from posenc.extrapolate.distributed import Dist
+    from posenc.extrapolate.model import GPTConfig, TinyGPT
+    from posenc.extrapolate.plan import resolve_scheme
+
+    cfg = GPTConfig(vocab_size=50, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2)
+    sized = resolve_scheme(spec, cfg, max_positions=LENGTH)[1]  # the benchmark's sizing of a SPEC
+
+    def model():
+        torch.manual_seed(0)
+        return TinyGPT(cfg, sized).double()
+
+    tokens = ids[:, :LENGTH - 2]  # (B, T + 1): T = 13 tokens scored, padded to 16
+    mask = torch.ones(2, tokens.shape[1] - 1, dtype=torch.bool)
+    mask[1, :4] = False  # a masked task loss
+    sharded = model()
+    inputs, targets, scored, positions = shard_batch(tokens, mask, Dist(rank, WORLD, context_parallel=method))
+    loss = (nll(sharded(inputs, positions, context_parallel=method), targets) * scored).sum()
+    loss.backward()
+    params = [p for p in sharded.parameters()]
+    sum_gradients(params, Dist(rank, WORLD, context_parallel=method))
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    whole = model()
+    expected = (nll(whole(tokens[:, :-1]), tokens[:, 1:]) * mask).sum()
+    expected.backward()
+    errors = {"loss": abs(float(total - expected)) / float(expected)}
+    for (n, p), mine in zip(whole.named_parameters(), params):
+        errors[n] = float((mine.grad - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-30))
+    worst = max(errors, key=errors.get)
+    return {"worst": worst, "error": errors[worst], "params": len(params), "expected": len(list(whole.parameters()))}
+
+
 @pytest.fixture(scope="module")
 def found(tmp_path_factory):
     where = tmp_path_factory.mktemp("cp_patch")
@@ -88,6 +134,15 @@ def test_a_patched_llama_on_two_ranks_trains_as_one_process(found, spec, method)
     for rank, f in enumerate(found):
         got = f[f"{spec} {method}"]
         assert got["params"] == got["expected"], got  # every parameter got its gradient
+        assert got["error"] < 1e-10, (rank, got)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, method", GPT_CASES)
+def test_the_benchmark_decoder_on_two_ranks_trains_as_one_process(found, spec, method):
+    for rank, f in enumerate(found):
+        got = f[f"gpt {spec} {method}"]
+        assert got["params"] == got["expected"], got
         assert got["error"] < 1e-10, (rank, got)
 
 
