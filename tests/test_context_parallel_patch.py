@@ -23,6 +23,10 @@ pytestmark = pytest.mark.xdist_group("heavy")
 
 LENGTH, WORLD = 16, 2
 CASES = [("alibi", "ring"), ("fox:gate=full", "ring"), ("fox:gate=full", "ulysses"), ("alibi", "ulysses")]
+PADDED = [("alibi", "ring"), ("fox:gate=full", "ulysses")]  # with a key padding mask (left padding and a hole)
+PAD = torch.ones(2, LENGTH, dtype=torch.long)
+PAD[1, :3] = 0
+PAD[0, 9] = 0
 GPT_CASES = [("alibi", "ulysses"), ("fox:gate=full", "ulysses"), ("rope", "ring")]  # posenc extrapolate's decoder
 
 
@@ -50,6 +54,8 @@ def _worker(rank: int, store: str, out: str) -> None:
         ids = torch.randint(0, 50, (2, LENGTH), generator=torch.Generator().manual_seed(1))
         for spec, method in CASES:
             found[f"{spec} {method}"] = _case(spec, method, ids, rank)
+        for spec, method in PADDED:
+            found[f"padded {spec} {method}"] = _case(spec, method, ids, rank, pad=PAD)
         for spec, method in GPT_CASES:
             found[f"gpt {spec} {method}"] = _gpt_case(spec, method, ids, rank)
     finally:
@@ -58,9 +64,19 @@ def _worker(rank: int, store: str, out: str) -> None:
         json.dump(found, f)
 
 
-def _case(spec, method, ids, rank):
+def _padded_loss(model, ids, positions, pad):
+    """``_loss`` with a key padding mask: the tokens whose input or next token is padding not scored."""
+    logits = model(input_ids=ids[:, positions], position_ids=positions[None], attention_mask=pad[:, positions]).logits
+    after = (positions + 1).clamp(max=LENGTH - 1)
+    keep = (positions < LENGTH - 1)[None] & pad[:, positions].bool() & pad[:, after].bool()  # (B, Ll)
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, after].flatten(), reduction="none")
+    return (nll.view(keep.shape) * keep).sum()
+
+
+def _case(spec, method, ids, rank, pad=None):
     sharded = _model(spec, method)
-    loss = _loss(sharded, ids, posenc.shard_positions(LENGTH, WORLD, rank))
+    shard = posenc.shard_positions(LENGTH, WORLD, rank)
+    loss = _loss(sharded, ids, shard) if pad is None else _padded_loss(sharded, ids, shard, pad)
     loss.backward()
     total = loss.detach().clone()
     dist.all_reduce(total)
@@ -68,7 +84,8 @@ def _case(spec, method, ids, rank):
     for g in grads.values():  # the ranks' gradients add up to one process's (DDP averages: scale the loss by P)
         dist.all_reduce(g)
     whole = _model(spec, None)
-    expected = _loss(whole, ids, torch.arange(LENGTH))
+    everywhere = torch.arange(LENGTH)
+    expected = _loss(whole, ids, everywhere) if pad is None else _padded_loss(whole, ids, everywhere, pad)
     expected.backward()
     errors = {"loss": abs(float(total - expected)) / float(expected)}
     for n, p in whole.named_parameters():
@@ -134,6 +151,15 @@ def test_a_patched_llama_on_two_ranks_trains_as_one_process(found, spec, method)
     for rank, f in enumerate(found):
         got = f[f"{spec} {method}"]
         assert got["params"] == got["expected"], got  # every parameter got its gradient
+        assert got["error"] < 1e-10, (rank, got)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, method", PADDED)
+def test_a_patched_llama_with_key_padding_on_two_ranks_trains_as_one_process(found, spec, method):
+    for rank, f in enumerate(found):
+        got = f[f"padded {spec} {method}"]
+        assert got["params"] == got["expected"], got
         assert got["error"] < 1e-10, (rank, got)
 
 
