@@ -68,7 +68,10 @@ schemes with per-head parameters other than bias schemes and FoX, because a rank
 of the heads, which they cannot select.
 
 ``document_ids`` and a key-padding ``attention_mask`` (each rank's tokens') and FoX's ``hidden`` are
-taken by ring and ulysses. The scheme sees the sequence indices as positions (with documents too:
+taken by ring and ulysses, and so are a KV cache (``k_positions``: keys at ``0..Lk−1``, queries the
+last ``Lq``), ``softcap``, ``sinks`` and ``window``: the ring caps each tile's scores, masks (or
+skips) what lies outside the window by global position and merges the sinks after the last tile;
+ulysses passes them to ``posenc.attention`` (a rank its heads' sinks). The scheme sees the sequence indices as positions (with documents too:
 translation-invariant schemes are unaffected by where a document starts).
 
 Notation used for tensor shapes: B batch, H heads, L whole length, Ll = L / world_size local

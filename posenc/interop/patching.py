@@ -588,9 +588,11 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
             ``"ring"``, ``"ulysses"``): under ``torch.distributed`` each rank calls the model on its
             shard of every sequence, ``input_ids[:, p]`` with ``position_ids=p[None]`` for ``p =
             posenc.shard_positions(L, world_size, rank)``, and every layer's attention spans the whole
-            sequence across the ranks of the default group. No padding mask and no cache; the loss is
-            the caller's, over the shard's tokens (``labels`` the next token of each global
-            position), and the ranks' parameter gradients sum to one process's on the whole sequence
+            sequence across the ranks of the default group. A 2D key padding ``attention_mask`` of
+            the shard's tokens (``mask[:, p]``) is taken, and a family's logit cap, sinks and sliding
+            window (ring and ulysses); no 4D mask and no cache. The loss is the caller's, over the
+            shard's tokens (``labels`` the next token of each global position), and the ranks'
+            parameter gradients sum to one process's on the whole sequence
             (docs/guide/context_parallel.md).
 
     Returns:
