@@ -68,7 +68,10 @@ schemes with per-head parameters other than bias schemes and FoX, because a rank
 of the heads, which they cannot select.
 
 ``document_ids`` and a key-padding ``attention_mask`` (each rank's tokens') and FoX's ``hidden`` are
-taken by ring and ulysses. The scheme sees the sequence indices as positions (with documents too:
+taken by ring and ulysses, and so are a KV cache (``k_positions``: keys at ``0..Lk−1``, queries the
+last ``Lq``), ``softcap``, ``sinks`` and ``window``: the ring caps each tile's scores, masks (or
+skips) what lies outside the window by global position and merges the sinks after the last tile;
+ulysses passes them to ``posenc.attention`` (a rank its heads' sinks). The scheme sees the sequence indices as positions (with documents too:
 translation-invariant schemes are unaffected by where a document starts).
 
 Notation used for tensor shapes: B batch, H heads, L whole length, Ll = L / world_size local
@@ -89,6 +92,7 @@ from posenc.encodings._base import BiasEncoding, check_tensor
 from posenc.masking import Visibility
 from posenc.limits import check_memory
 from posenc.reference.positions import INT64_MAX
+from posenc.scores import check_cap_and_sinks, merge_sinks, sinks_grad
 
 BALANCES = ("head_tail", "contiguous")
 METHODS = ("allgather", "ring", "ulysses")
@@ -217,8 +221,10 @@ def _unsupported(pe, method: str) -> str | None:
     return None
 
 
-def _check_method(pe, method: str, *, document_ids, attention_mask, hidden) -> None:
-    """Refuse, before any communication, what ``method`` does not run, with the reason and the alternative."""
+def _check_method(pe, method: str, *, document_ids, attention_mask, hidden, cached: bool = False,
+                  softcap=None, sinks=None, window=None) -> None:
+    """Refuse, before any communication, what ``method`` does not run, with the reason and the alternative
+    (``cached``: ``k_positions`` given, keys other than the queries' tokens)."""
     check_choice("method", method, METHODS)
     reason = _unsupported(pe, method)
     if reason is not None:
@@ -228,9 +234,24 @@ def _check_method(pe, method: str, *, document_ids, attention_mask, hidden) -> N
         raise ValueError(f"method={method!r} cannot run {pe.name!r} ({pe.kind}): {reason}; use {instead}")
     if method == "allgather":
         given = [n for n, t in (("document_ids", document_ids), ("attention_mask", attention_mask),
-                                ("hidden", hidden)) if t is not None]
+                                ("hidden", hidden), ("k_positions", True if cached else None), ("softcap", softcap),
+                                ("sinks", sinks), ("window", window)) if t is not None]
         if given:
             raise ValueError(f"method='allgather' takes no {', '.join(given)}; use method='ring' or 'ulysses'")
+    kind = "none" if pe is None else pe.kind
+    if cached and kind == "content":
+        raise ValueError(f"k_positions (keys of a cache) cannot run {pe.name!r} ({kind}): a content scheme counts its "
+                         "positions over the tokens of its queries and keys as one sequence; give the whole "
+                         "sequence's shards (k_positions=None), or posenc.attention with the cache on one device")
+    if cached and document_ids is not None:
+        raise ValueError("document_ids with k_positions: documents are given per token, and the keys of a cache are "
+                         "other tokens than the queries; mask the keys of other documents with attention_mask, or "
+                         "pass k_positions=None")
+    if kind == "content" and pe.name == "fox" and (softcap is not None or sinks is not None):
+        raise ValueError(f"method={method!r} runs fox as plain attention with its forget-gate term -c_j as one more "
+                         "key column and c_i dropped (one constant per row): a logit cap would cap that term and a "
+                         "sink would see the row shifted by c_i; softcap and sinks with fox: posenc.attention on one "
+                         "device")
     if hidden is not None and (pe is None or not pe.reads_hidden):
         raise ValueError(f"hidden= is read only by content schemes that declare it (fox with gate='full'); pe "
                          f"{None if pe is None else pe.name!r} does not: pass hidden=None")
@@ -309,11 +330,13 @@ class _RingPlan:
     group: object
     rank: int
     world: int
-    local: int
+    local: int  # keys per rank
     trainable: bool = False  # the scheme has parameters to train (no per-tile Toeplitz table)
+    softcap: float | None = None
+    window: int | None = None
 
     def __post_init__(self) -> None:
-        self.tiles = [_tiles(self.positions, self.keys(src, self.key_positions), self.causal)
+        self.tiles = [_tiles(self.positions, self.keys(src, self.key_positions), self.causal, self.window)
                       for src in range(self.world)]
 
     def keys(self, src: int, t: torch.Tensor | None) -> torch.Tensor | None:
@@ -321,18 +344,23 @@ class _RingPlan:
         return None if t is None else t[..., src * self.local:(src + 1) * self.local]
 
 
-def _tiles(q_positions: torch.Tensor, k_positions: torch.Tensor, causal: bool) -> list[tuple[int, int, int, int, str]]:
+def _tiles(q_positions: torch.Tensor, k_positions: torch.Tensor, causal: bool,
+           window: int | None = None) -> list[tuple[int, int, int, int, str]]:
     """``(qa, qb, ka, kb, mode)`` for each query run × key run that sees something: ``"all"`` (every
-    pair visible), ``"causal"`` (the same positions: the index-causal mask), ``"mask"`` (overlapping
-    runs: ``key <= query`` as a mask). Causal tiles whose keys all follow their queries are skipped."""
+    pair visible), ``"causal"`` (the same positions: the index-causal mask), ``"mask"`` (the rest:
+    ``key <= query`` and the window ``key > query − W`` (and ``key < query + W`` without causality)
+    as a mask). Tiles whose keys all follow their queries (causal), or all lie outside every query's
+    window, are skipped."""
     tiles = []
     for qa, qb in _runs(q_positions):
         q0, q1 = int(q_positions[qa]), int(q_positions[qb - 1])
         for ka, kb in _runs(k_positions):
             k0, k1 = int(k_positions[ka]), int(k_positions[kb - 1])
-            if causal and k0 > q1:
+            if (causal and k0 > q1) or (window is not None and (k1 <= q0 - window or (not causal and k0 >= q1 + window))):
                 continue
-            mode = "all" if not causal or k1 <= q0 else "causal" if (k0, k1) == (q0, q1) else "mask"
+            inside = window is None or (k0 > q1 - window and (causal or k1 < q0 + window))
+            mode = ("all" if inside and (not causal or k1 <= q0) else
+                    "causal" if window is None and (k0, k1) == (q0, q1) else "mask")
             tiles.append((qa, qb, ka, kb, mode))
     return tiles
 
@@ -342,7 +370,12 @@ def _tile_bias(plan: _RingPlan, src: int, tile, b: int, h: int, work) -> _TileBi
     diagonal tile, else documents, padding and overlapping causality as one mask)."""
     qa, qb, ka, kb, mode = tile
     qpos, kpos = plan.positions[qa:qb], plan.keys(src, plan.key_positions)[ka:kb]
-    allowed = (qpos[:, None] >= kpos[None, :]) if mode == "mask" else None  # (c, n)
+    allowed = None
+    if mode == "mask":  # causality and the window by global position
+        gap = qpos[:, None] - kpos[None, :]  # (c, n): query − key
+        allowed = gap >= 0 if plan.causal else torch.ones_like(gap, dtype=torch.bool)
+        if plan.window is not None:
+            allowed &= (gap < plan.window) if plan.causal else (gap.abs() < plan.window)
     if plan.docs is not None:
         same = plan.keys(plan.rank, plan.docs)[..., qa:qb, None] == plan.keys(src, plan.docs)[..., None, ka:kb]
         allowed = same if allowed is None else same & allowed  # (1 or B, c, n)
@@ -355,7 +388,7 @@ def _tile_bias(plan: _RingPlan, src: int, tile, b: int, h: int, work) -> _TileBi
         mask = allowed.view(-1, 1, qb - qa, kb - ka)  # (1 or B, 1, c, n)
     vis = Visibility.build(b=b, h=h, lq=qb - qa, lk=kb - ka, device=qpos.device, causal=mode == "causal",
                            attention_mask=mask)
-    return _TileBias(plan.pe, qpos, kpos, work, vis=vis, trainable=plan.trainable)
+    return _TileBias(plan.pe, qpos, kpos, work, vis=vis, trainable=plan.trainable, softcap=plan.softcap)
 
 
 def _plain(plan: _RingPlan, tile, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -363,7 +396,7 @@ def _plain(plan: _RingPlan, tile, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     (and its backward given the global ones): no scheme left (none, rotary after its rotation, FoX
     after its key column), no mask beyond index causality, one head count and one head size."""
     return (plan.pe is None and tile[4] != "mask" and plan.docs is None and plan.pad is None
-            and q.device.type == "cpu" and k.shape[1] == q.shape[1] and k.shape[-1] == v.shape[-1] == q.shape[-1])
+            and plan.softcap is None and q.device.type == "cpu" and k.shape[1] == q.shape[1] and k.shape[-1] == v.shape[-1] == q.shape[-1])
 
 
 def _merge(out: torch.Tensor, lse: torch.Tensor, rows: tuple[int, int], o_t: torch.Tensor, lse_t: torch.Tensor) -> None:
@@ -388,7 +421,7 @@ class _RingAttention(torch.autograd.Function):
     shard's gradients are back with their owner."""
 
     @staticmethod
-    def forward(ctx, q, k, v, plan: _RingPlan, *params):  # noqa: D102
+    def forward(ctx, q, k, v, sinks, plan: _RingPlan, *params):  # noqa: D102
         b, h, ll = q.shape[:3]
         out = q.new_zeros(b, h, ll, v.shape[-1])  # (B, H, Ll, Dv)
         lse = q.new_full((b, h, ll), float("-inf"))  # (B, H, Ll)
@@ -410,18 +443,21 @@ class _RingAttention(torch.autograd.Function):
                 _merge(out, lse, (qa, qb), o_t, lse_t.masked_fill(torch.isposinf(lse_t), float("-inf")))
             if passing is not None:
                 shard = passing.wait()
+        if sinks is not None:  # one more key of score sinks[h] and value 0, merged last (as posenc.blockwise)
+            out, lse = merge_sinks(out, lse, sinks)
         lse.masked_fill_(torch.isneginf(lse), float("inf"))  # a query that sees no key: p = 0 in the backward
-        ctx.save_for_backward(q, k, v, out, lse, *params)
+        ctx.save_for_backward(q, k, v, out, lse, sinks, *params)
         ctx.plan = plan
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):  # noqa: D102
-        q, k, v, out, lse, *params = ctx.saved_tensors
+        q, k, v, out, lse, sinks, *params = ctx.saved_tensors
         plan: _RingPlan = ctx.plan
         b, h = q.shape[:2]
         dout = dout.contiguous()
+        dsinks = None if sinks is None else sinks_grad(sinks, lse, (dout * out).sum(-1))  # this rank's rows' part
         dq, dparams = torch.zeros_like(q), [torch.zeros_like(p) for p in params]
         shard, grads = (k, v), (torch.zeros_like(k), torch.zeros_like(v))
         for step in range(plan.world):
@@ -455,7 +491,7 @@ class _RingAttention(torch.autograd.Function):
                 grads = _Passing(grads, plan.group, plan.rank, plan.world).wait()
             if passing is not None:
                 shard = passing.wait()
-        return dq, grads[0], grads[1], None, *dparams
+        return dq, grads[0], grads[1], dsinks, None, *dparams
 
 
 def _fox_state(pe, hidden: torch.Tensor | None, positions: torch.Tensor, all_positions: torch.Tensor,
@@ -480,23 +516,35 @@ def _fox_augmented(q: torch.Tensor, k: torch.Tensor, c: torch.Tensor, scale: flo
     return torch.cat((q, torch.ones_like(q[..., :1])), -1), torch.cat((k, column), -1)
 
 
-def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, scale, group) -> torch.Tensor:
+@dataclass(frozen=True)
+class _Extras:
+    """What a call adds to the scores beyond the scheme: a logit cap, sinks ``[H]``, a window."""
+
+    softcap: float | None = None
+    sinks: torch.Tensor | None = None
+    window: int | None = None
+
+
+def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, scale, group,
+          k_positions=None, all_k=None, extras: _Extras = _Extras()) -> torch.Tensor:
     """``method="ring"``: the scheme's step on this rank's shard (rotary: q and k rotated at their global
     positions before they travel; FoX: ``c`` carried as a key column; relative: keys per query head),
-    then ``_RingAttention``."""
+    then ``_RingAttention``. ``k_positions``, ``all_k``: the keys' own (a cache), else the queries'."""
     import torch.distributed as dist
 
     from posenc.scores import repeat_kv
 
     kind = "none" if pe is None else pe.kind
     h = q.shape[1]
+    k_positions = positions if k_positions is None else k_positions
+    all_k = all_positions if all_k is None else all_k
     if kind == "bias" and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
     if kind == "none":  # nope; nope_temperature's temperature per query position
         q, pe = q if pe is None else pe.temper_queries(q, positions), None
     elif kind == "rotary":  # one length for every rank (a length-dependent scaling), then keys first
-        pe.observe(torch.arange(all_positions.shape[0], device=q.device))
-        q, k = pe.rotate(q, k, positions, positions)
+        pe.observe(torch.arange(all_k.shape[0], device=q.device))
+        q, k = pe.rotate(q, k, positions, k_positions)
         pe = None
     elif kind == "content":  # FoX (the others are refused)
         if not causal:
@@ -505,14 +553,17 @@ def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, s
         q, k = _fox_augmented(q, k, _fox_state(pe, hidden, positions, all_positions, group), scale)
         dv = v.shape[-1]  # values padded to the head size D + 1 (the fused kernel wants one), cut after
         return _ring(q, k, torch.nn.functional.pad(v, (0, 1)), None, positions=positions, all_positions=all_positions,
-                     docs=docs, pad=pad, hidden=None, causal=causal, scale=scale, group=group)[..., :dv]
+                     docs=docs, pad=pad, hidden=None, causal=causal, scale=scale, group=group,
+                     extras=extras)[..., :dv]
     elif kind == "relative":
         k, v = repeat_kv(k, v, h)
     params = [p for p in pe.parameters() if p.requires_grad] if pe is not None and torch.is_grad_enabled() else []
     work = torch.promote_types(q.dtype, torch.float32)
-    plan = _RingPlan(pe, positions, all_positions, docs, pad, causal, scale, group, dist.get_rank(group),
-                     dist.get_world_size(group), q.shape[2], trainable=bool(params))
-    return _RingAttention.apply(q.to(work), k.to(work), v.to(work), plan, *params).to(q.dtype)
+    plan = _RingPlan(pe, positions, all_k, docs, pad, causal, scale, group, dist.get_rank(group),
+                     dist.get_world_size(group), k.shape[2], trainable=bool(params), softcap=extras.softcap,
+                     window=extras.window)
+    sinks = None if extras.sinks is None else extras.sinks.to(work)
+    return _RingAttention.apply(q.to(work), k.to(work), v.to(work), sinks, plan, *params).to(q.dtype)
 
 
 # -- ulysses ----------------------------------------------------------------------------------
@@ -565,9 +616,11 @@ class _HeadSlice(BiasEncoding):
         return bias
 
 
-def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, backend, group) -> torch.Tensor:
+def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, backend, group, all_k=None,
+             extras: _Extras = _Extras()) -> torch.Tensor:
     """``method="ulysses"``: sequence shards to head shards (``_SwapShards``), ``posenc.attention`` on
-    the whole sequence for this rank's ``H / P`` heads, and back."""
+    the whole sequence for this rank's ``H / P`` heads (its sinks' entries), and back. ``all_k``: the
+    keys' positions (a cache: the queries are the last ``Lq`` of ``0..Lk−1``), else the queries'."""
     import torch.distributed as dist
 
     from posenc.attn import attention
@@ -581,15 +634,18 @@ def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, ba
     kind, dv = "none" if pe is None else pe.kind, v.shape[-1]
     if kind == "bias" and pe.num_heads != h:
         raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads")
-    order = torch.argsort(all_positions)  # rank order -> sequence order
-    q, k, v = (_SwapShards.apply(t, group, True)[:, :, order] for t in (q, k, v))  # (B, H/P, L, ·)
-    n, length = h // world, all_positions.shape[0]
+    all_k = all_positions if all_k is None else all_k
+    order, k_order = torch.argsort(all_positions), torch.argsort(all_k)  # rank order -> sequence order
+    q = _SwapShards.apply(q, group, True)[:, :, order]  # (B, H/P, Lq, D)
+    k, v = (_SwapShards.apply(t, group, True)[:, :, k_order] for t in (k, v))  # (B, H_kv/P, Lk, ·)
+    n, length = h // world, all_k.shape[0]
+    first = length - all_positions.shape[0]  # the queries' first position (0 without a cache)
     docs = None if docs is None else docs[..., order]
-    pad = None if pad is None else pad[..., order]
+    pad = None if pad is None else pad[..., k_order]
     if hidden is not None:  # (B, L, d_model) in sequence order, its gradient summed back to each rank's rows
         hidden = _GatherSequence.apply(hidden.unsqueeze(1), group)[:, 0, order]
     everywhere = torch.arange(length, device=q.device)
-    where = {"q_positions": everywhere, "k_positions": everywhere}
+    where = {"q_positions": everywhere[first:], "k_positions": everywhere}
     if kind == "content" and pe.name == "fox":
         k, v = repeat_kv(k, v, n)
         c = pe.state(k, hidden, docs)[:, rank * n:(rank + 1) * n]  # (B or 1, H/P, L)
@@ -600,9 +656,11 @@ def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, ba
         where = {"hidden": hidden}
     elif kind == "bias" and n != h:
         pe = _HeadSlice(pe, rank * n, n)
+    sinks = None if extras.sinks is None else extras.sinks[rank * n:(rank + 1) * n]  # this rank's heads'
     out = attention(q, k, v, pe, causal=causal, scale=scale, backend=backend, document_ids=docs,
-                    attention_mask=pad, **where)[..., :dv]  # (B, H/P, L, Dv)
-    return _SwapShards.apply(out[:, :, all_positions], group, False)  # (B, H, Ll, Dv), this rank's rows
+                    attention_mask=pad, softcap=extras.softcap, sinks=sinks, window=extras.window,
+                    **where)[..., :dv]  # (B, H/P, Lq, Dv)
+    return _SwapShards.apply(out[:, :, all_positions - first], group, False)  # (B, H, Ll, Dv), this rank's rows
 
 
 # -- the entry point --------------------------------------------------------------------------
@@ -611,7 +669,9 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                                positions: torch.Tensor, causal: bool = False, scale: float | None = None,
                                backend: str = "auto", group=None, method: str = "allgather",
                                document_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                               hidden: torch.Tensor | None = None) -> torch.Tensor:
+                               hidden: torch.Tensor | None = None, k_positions: torch.Tensor | None = None,
+                               softcap: float | None = None, sinks: torch.Tensor | None = None,
+                               window: int | None = None) -> torch.Tensor:
     """``posenc.attention`` of one sequence sharded over the ranks of ``group`` (default: the world).
 
     Args:
@@ -634,6 +694,14 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
             rank's tokens; ring and ulysses. A query that sees no key returns zeros.
         hidden: ``[B, Ll, d_model]``, this rank's rows of the layer's input, for a content scheme that
             reads it (FoX with ``gate="full"``).
+        k_positions: ``[Llk]`` integer global positions of this rank's keys and values when they are
+            other tokens than its queries (a KV cache: prefill continuing a cached sequence, or
+            decoding): the ranks' ``k_positions`` together are ``0..Lk−1`` and their ``positions``
+            together the last ``Lq`` of them, each once; every rank has the same ``Llk``; ring and
+            ulysses, not content schemes nor ``document_ids`` (``attention_mask`` then pads the keys).
+        softcap, sinks, window: as for ``posenc.attention`` (a logit cap on the content score,
+            ``[H]`` sink logits, a sliding window by global position); ring and ulysses, and not FoX's
+            ``softcap`` or ``sinks`` (its ring/ulysses form drops ``c_i``, one constant per row).
 
     Returns:
         ``[B, H, Ll, Dv]``: the rows at ``positions`` of the unsharded attention.
@@ -649,17 +717,30 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         raise TypeError(f"positions must be an integer torch.Tensor [Ll], got "
                         f"{positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__}"
                         f"{' of shape ' + str(list(positions.shape)) if isinstance(positions, torch.Tensor) else ''}")
-    if not (q.shape[2] == k.shape[2] == v.shape[2] == positions.shape[0]):
-        raise ValueError(f"q, k, v and positions must share the local length Ll; got q {list(q.shape)}, "
-                         f"k {list(k.shape)}, v {list(v.shape)}, positions {list(positions.shape)}")
+    keys = positions if k_positions is None else k_positions
+    if k_positions is not None and (not isinstance(k_positions, torch.Tensor) or k_positions.dim() != 1
+                                    or k_positions.dtype.is_floating_point):
+        raise TypeError(f"k_positions must be an integer torch.Tensor [Llk] or None, got "
+                        f"{k_positions.dtype if isinstance(k_positions, torch.Tensor) else type(k_positions).__name__}"
+                        f"{' of shape ' + str(list(k_positions.shape)) if isinstance(k_positions, torch.Tensor) else ''}")
+    if not (q.shape[2] == positions.shape[0] and k.shape[2] == v.shape[2] == keys.shape[0]):
+        raise ValueError(f"q and positions must share the local length Ll, and k, v and "
+                         f"{'positions' if k_positions is None else 'k_positions'} theirs; got q {list(q.shape)}, "
+                         f"k {list(k.shape)}, v {list(v.shape)}, positions {list(positions.shape)}"
+                         f"{'' if k_positions is None else ', k_positions ' + str(list(k_positions.shape))}")
+    softcap, sinks = check_cap_and_sinks(softcap, sinks, q.shape[1])
+    if window is not None:
+        window = check_int("window", window, min=1)
     if getattr(pe, "axes", 1) != 1:
         raise ValueError(f"context_parallel_attention takes schemes with one position per token; {pe.name!r} "
                          f"has {pe.axes} axes (shard its [L, A] positions' rows and use posenc.attention per rank "
                          "with all-gathered keys instead)")
-    _check_method(pe, method, document_ids=document_ids, attention_mask=attention_mask, hidden=hidden)
+    _check_method(pe, method, document_ids=document_ids, attention_mask=attention_mask, hidden=hidden,
+                  cached=k_positions is not None, softcap=softcap, sinks=sinks, window=window)
     b, ll = q.shape[0], q.shape[2]
     docs = _local_rows("document_ids", document_ids, b, ll, integer=True)
-    pad = _local_rows("attention_mask", attention_mask, b, ll, integer=False)
+    pad = _local_rows("attention_mask", attention_mask, b, k.shape[2], integer=False)  # the keys'
+
     if hidden is not None:
         hidden = check_tensor("hidden", hidden, ndim=3)
         if hidden.shape[:2] != (b, ll):
@@ -668,22 +749,30 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         raise ValueError("context_parallel_attention needs an initialized torch.distributed process group "
                          "(torch.distributed.init_process_group)")
     positions = positions.to(q.device, torch.int64)
-    all_positions = _gather_positions(positions, group)  # (L,), rank order
-    length = all_positions.shape[0]
-    if not torch.equal(torch.sort(all_positions).values, torch.arange(length, device=q.device)):
-        raise ValueError(f"positions of all ranks together must be 0..{length - 1}, each once "
-                         "(use posenc.shard_positions)")
+    all_positions = _gather_positions(positions, group)  # (Lq,), rank order
+    k_positions = None if k_positions is None else k_positions.to(q.device, torch.int64)
+    all_k = all_positions if k_positions is None else _gather_positions(k_positions, group)  # (Lk,), rank order
+    length, lq = all_k.shape[0], all_positions.shape[0]
+    if not torch.equal(torch.sort(all_k).values, torch.arange(length, device=q.device)):
+        raise ValueError(f"{'positions' if k_positions is None else 'k_positions'} of all ranks together must be "
+                         f"0..{length - 1}, each once (use posenc.shard_positions)")
+    if k_positions is not None and not torch.equal(torch.sort(all_positions).values,
+                                                   torch.arange(length - lq, length, device=q.device)):
+        raise ValueError(f"with k_positions, the positions of all ranks' queries together must be the last {lq} of "
+                         f"the {length} keys' ({length - lq}..{length - 1}), each once: queries follow their cache")
     if scale is None:  # 1/√D of the head given, as posenc.attention (PoPE's rotated q, k are wider)
         scale = (None if pe is None else pe.default_scale) or 1.0 / math.sqrt(q.shape[-1])
     if method == "allgather":
         return _allgather(q, k, v, pe, positions=positions, all_positions=all_positions, causal=causal, scale=scale,
                           backend=backend, group=group)
     docs, pad = (None if t is None else _gather_rows(t.to(q.device), group) for t in (docs, pad))
+    extras = _Extras(softcap, sinks, window)
     if method == "ring":
         return _ring(q, k, v, pe, positions=positions, all_positions=all_positions, docs=docs, pad=pad,
-                     hidden=hidden, causal=causal, scale=scale, group=group)
+                     hidden=hidden, causal=causal, scale=scale, group=group, k_positions=k_positions, all_k=all_k,
+                     extras=extras)
     return _ulysses(q, k, v, pe, all_positions=all_positions, docs=docs, pad=pad, hidden=hidden, causal=causal,
-                    scale=scale, backend=backend, group=group)
+                    scale=scale, backend=backend, group=group, all_k=all_k, extras=extras)
 
 
 def _allgather(q, k, v, pe, *, positions, all_positions, causal, scale, backend, group) -> torch.Tensor:

@@ -28,10 +28,13 @@ TOL = 1e-10  # float64: the sharded sums differ from the whole one in rounding o
 # one-axis schemes (context parallelism takes one position per token), content schemes included
 KINDS = [None, *(n for n in schemes_of_kind("none", "rotary", "bias", "relative", "content")
                  if small_module(n).axes == 1)]
-CASES = ("causal", "grouped", "documents", "bidirectional")
-# on 4 ranks: documents with padding, causal (every tile mode, empty rows); the other cases differ from
-# their 2-rank runs by nothing more than the number of shards
-FOUR_RANKS = ("documents",)
+CASES = ("causal", "grouped", "documents", "bidirectional", "cached", "capped", "local")
+# on 4 ranks: documents with padding, causal (every tile mode, empty rows), and queries after a cache;
+# the other cases differ from their 2-rank runs by nothing more than the number of shards
+FOUR_RANKS = ("documents", "cached")
+CACHED = LENGTH // 2  # "cached": the queries are the last 8 of the 16 keys (prefill after a cache)
+# "capped": a logit cap, sinks and a causal window; "local": a window both ways, no causality
+EXTRAS = {"capped": {"softcap": 4.0, "window": 5}, "local": {"window": 3}}
 
 
 def _build(name):
@@ -47,22 +50,28 @@ def _inputs(name, case, world):
     q, grad = (torch.randn(2, 4, LENGTH, 8, generator=g, dtype=torch.float64) for _ in range(2))  # (B, H, L, D)
     k, v = (torch.randn(2, h_kv, LENGTH, 8, generator=g, dtype=torch.float64) for _ in range(2))
     hidden = torch.randn(2, LENGTH, 32, generator=g, dtype=torch.float64)  # (B, L, d_model)
+    sinks = torch.randn(4, generator=g, dtype=torch.float64)
     docs = pad = None
     if case == "documents":  # two packings, and left padding: batch 1's first query sees no key
         docs = torch.tensor([[0] * 5 + [1] * 7 + [2] * 4, [0] * 9 + [1] * 7])
         pad = torch.ones(2, LENGTH, dtype=torch.bool)
         pad[1, :3] = False
         pad[0, 7] = False
-    return q, k, v, grad, hidden, docs, pad
+    if case == "cached":  # the keys' padding; the queries (and their gradient) the last CACHED positions
+        pad = torch.ones(2, LENGTH, dtype=torch.bool)
+        pad[1, :3] = False
+        q, grad = q[:, :, -CACHED:], grad[:, :, -CACHED:]
+    extras = {**EXTRAS.get(case, {}), **({"sinks": sinks.requires_grad_(True)} if case == "capped" else {})}
+    return q, k, v, grad, hidden, docs, pad, extras
 
 
-def _expected(pe, q, k, v, hidden, docs, pad, causal):
+def _expected(pe, q, k, v, hidden, docs, pad, causal, extras):
     everywhere = torch.arange(LENGTH)
     content = pe is not None and pe.kind == "content"
-    where = {} if content else {"q_positions": everywhere, "k_positions": everywhere}
+    where = {} if content else {"q_positions": everywhere[LENGTH - q.shape[2]:], "k_positions": everywhere}
     return posenc.attention(q, k, v, pe, causal=causal, document_ids=docs, attention_mask=pad,
                             hidden=hidden if pe is not None and pe.reads_hidden else None, backend="materialize",
-                            **where)
+                            **where, **extras)
 
 
 def _case(name, case, method, group):
@@ -70,35 +79,41 @@ def _case(name, case, method, group):
     (FoPE's coefficient sets with 2 key heads) the sharded call must refuse too."""
     pe = _build(name)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    causal = case != "bidirectional"
-    q, k, v, grad, hidden, docs, pad = _inputs(name, case, world)
+    causal = case not in ("bidirectional", "local")
+    q, k, v, grad, hidden, docs, pad, extras = _inputs(name, case, world)
     reads = pe is not None and pe.reads_hidden
     full = [t.clone().requires_grad_(True) for t in (q, k, v, hidden)]
     params = [p for p in pe.parameters() if p.requires_grad] if pe is not None else []
+    params += [extras["sinks"]] if "sinks" in extras else []
     p = posenc.shard_positions(LENGTH, world, rank, balance="head_tail" if causal else "contiguous")
-    local = [t[:, :, p].clone().requires_grad_(True) for t in (q, k, v)] + [hidden[:, p].clone().requires_grad_(True)]
+    # the queries' positions: the keys' (p), or after a cache the last CACHED positions, sharded alike
+    qp = p if case != "cached" else posenc.shard_positions(CACHED, world, rank) + LENGTH - CACHED
+    local = [q[:, :, qp - (LENGTH - q.shape[2])].clone().requires_grad_(True)]
+    local += [t[:, :, p].clone().requires_grad_(True) for t in (k, v)] + [hidden[:, p].clone().requires_grad_(True)]
 
     def sharded():
         return posenc.context_parallel_attention(
-            *local[:3], pe, positions=p, causal=causal, method=method, group=group,
+            *local[:3], pe, positions=qp, causal=causal, method=method, group=group,
             document_ids=None if docs is None else docs[:, p], attention_mask=None if pad is None else pad[:, p],
-            hidden=local[3] if reads else None)
+            hidden=local[3] if reads else None, k_positions=p if case == "cached" else None, **extras)
 
     try:
-        expected = _expected(pe, *full[:3], full[3] if reads else None, docs, pad, causal)
+        expected = _expected(pe, *full[:3], full[3] if reads else None, docs, pad, causal, extras)
     except ValueError as error:
         with pytest.raises(ValueError, match=str(error)[:30]):
             sharded()
         return None
     out = sharded()
-    local_grads = torch.autograd.grad(out, local[:3] + local[3:] * reads + params, grad[:, :, p])
+    rows = qp - (LENGTH - q.shape[2])  # this rank's query rows of the whole
+    local_grads = torch.autograd.grad(out, local[:3] + local[3:] * reads + params, grad[:, :, rows])
     sharded_param_grads = [g.clone() for g in local_grads[3 + reads:]]
     for g in sharded_param_grads:  # each rank's loss is its rows' part: the parameters' gradients add up
         dist.all_reduce(g, group=group)
     full_grads = torch.autograd.grad(expected, full[:3] + full[3:] * reads + params, grad)
     names = [n for n, t in pe.named_parameters() if t.requires_grad] if pe is not None else []
-    pairs = [("out", out, expected[:, :, p])]
-    pairs += [(f"d{t}", got, want[:, :, p]) for t, got, want in zip("qkv", local_grads, full_grads)]
+    names += ["sinks"] if "sinks" in extras else []
+    pairs = [("out", out, expected[:, :, rows])]
+    pairs += [(f"d{t}", got, want[:, :, r]) for t, got, want, r in zip("qkv", local_grads, full_grads, (rows, p, p))]
     pairs += [("dhidden", local_grads[3], full_grads[3][:, p])] if reads else []
     pairs += [(f"d{n}", got, want) for n, got, want in zip(names, sharded_param_grads, full_grads[3 + reads:])]
     for what, got, want in pairs:
@@ -113,8 +128,12 @@ def _runs_on(name, case, method, world) -> bool:
     pe = _build(name)
     if _unsupported(pe, method) is not None:
         return False
-    if case == "bidirectional" and pe is not None and pe.kind == "content":
+    if case in ("bidirectional", "local") and pe is not None and pe.kind == "content":
         return False  # content schemes count positions from each query backwards
+    if case == "cached" and pe is not None and pe.kind == "content":
+        return False  # refused by name (_refusals): a content scheme reads queries and keys as one sequence
+    if case == "capped" and pe is not None and pe.name == "fox":
+        return False  # refused by name (_refusals): fox's ring/ulysses form drops c_i
     return not (method == "ulysses" and case == "grouped" and 2 % world)
 
 
@@ -130,6 +149,7 @@ def _worker(rank: int, store: str, out: str) -> None:
         _run(found[4], None, methods=("ring", "ulysses"), cases=FOUR_RANKS)
         found[2]["refusals"] = _refusals(pairs[rank // 2])
         found[4]["refusals"] = _refusals(None)
+        found[2]["extra refusals"] = _extra_refusals(pairs[rank // 2])
     finally:
         dist.destroy_process_group()
     with open(f"{out}.{rank}", "w") as f:
@@ -168,6 +188,24 @@ def _refusals(group):
         messages.append(None)
     except ValueError as error:
         messages.append(str(error))
+    return messages
+
+
+def _extra_refusals(group):
+    """The messages of a cache, a logit cap and a window where they are not taken."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    q = torch.randn(1, 4, LENGTH // world, 8)
+    p = posenc.shard_positions(LENGTH, world, rank)
+    fox = small_module("fox")
+    calls = [dict(pe=fox, method="ring", k_positions=p), dict(pe=fox, method="ulysses", softcap=3.0),
+             dict(pe=None, method="allgather", window=4)]
+    messages = []
+    for call in calls:
+        try:
+            posenc.context_parallel_attention(q, q, q, positions=p, causal=True, group=group, **call)
+            messages.append(None)
+        except ValueError as error:
+            messages.append(str(error))
     return messages
 
 
@@ -224,3 +262,12 @@ def test_each_method_runs_what_the_docs_say_and_refuses_the_rest_by_name(results
         assert "method='ulysses' cannot run 'path'" in path and "posenc.attention on one device" in path
         assert "method='allgather' cannot run 'fox'" in fox and "method='ring' or method='ulysses'" in fox
         assert f"H_kv=3 must both be multiples of {world}" in heads and "use method='ring'" in heads
+
+
+@pytest.mark.slow
+def test_a_cache_a_cap_and_a_window_are_refused_by_name_where_not_taken(spawned):
+    for messages in (f["extra refusals"] for f in spawned[2]):
+        cache, cap, window = messages
+        assert "k_positions (keys of a cache) cannot run 'fox'" in cache and "k_positions=None" in cache
+        assert "softcap and sinks with fox: posenc.attention on one device" in cap
+        assert "method='allgather' takes no window" in window and "use method='ring' or 'ulysses'" in window

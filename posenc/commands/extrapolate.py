@@ -13,6 +13,7 @@ from posenc.cli import CLIError, check_output_file, int_arg, parse_int, require_
 from posenc.extrapolate import PART_NAMES  # the --part choices (no torch)
 
 PROFILE_NAMES = ("smoke", "quick", "full")
+CONTEXT_PARALLEL = ("ring", "ulysses")  # posenc.extrapolate.context_parallel.METHODS (not imported: torch)
 ARCH_NAMES = ("transformer", "hybrid", "llama")  # posenc.extrapolate.model.ARCHS (not imported here: it imports torch)
 
 
@@ -168,12 +169,36 @@ def _run_kwargs(args: argparse.Namespace, profile, who: str) -> dict:
             "device": args.device, "progress": not args.no_progress}
 
 
+def _check_context_parallel(method: str, profile, schemes: list[str] | None) -> None:
+    """``--context-parallel`` needs torchrun with 2 processes or more, the benchmark's own decoder, and
+    schemes the method runs (``posenc.extrapolate.context_parallel.check_runs`` on the plan), checked
+    before any process group or file."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if not world.isdigit() or int(world) < 2:
+        raise CLIError(f"--context-parallel {method} splits each sequence over the processes of torchrun "
+                       f"(WORLD_SIZE={world}): run it as torchrun --nproc-per-node 2 (or more) -m posenc "
+                       "extrapolate ..., or leave the flag out")
+    if profile.arch != "transformer":
+        raise CLIError(f"--context-parallel {method} shards the benchmark's own decoder (--arch transformer), not "
+                       f"--arch {profile.arch}; for a transformers model use posenc.interop.patch(model, pe, "
+                       "context_parallel=...)")
+    from posenc.extrapolate.context_parallel import check_runs
+    from posenc.extrapolate.parts import plan
+    from posenc.extrapolate.plan import available_schemes
+
+    quiet = lambda message: None  # noqa: E731
+    names = list(schemes) if schemes else list(available_schemes(profile.schemes, quiet))
+    check_runs(profile, plan(profile, names, corpus_sha="", log=quiet), method, int(world))
+
+
 def cmd_extrapolate(args: argparse.Namespace) -> int:
     profile = _profile(args)
     kwargs = _run_kwargs(args, profile, "the benchmark")  # checked before --out's folder is created
     from posenc.extrapolate.driver import run
+    if args.context_parallel is not None:
+        _check_context_parallel(args.context_parallel, profile, kwargs["schemes"])
     out = _results_file(args.out or f"extrapolate-{profile.name}.jsonl")
-    records = run(profile, results=out, **kwargs)
+    records = run(profile, results=out, context_parallel=args.context_parallel, **kwargs)
     if records:
         print(f"{len(records)} results in {out}")
     return 0
@@ -220,6 +245,10 @@ def add_commands(sub) -> None:
                                    "second start with the same arguments resumes where the first stopped.")
     _common(p, default_profile="quick")
     p.add_argument("--out", metavar="FILE", default=None, help="results file (default: extrapolate-PROFILE.jsonl)")
+    p.add_argument("--context-parallel", choices=CONTEXT_PARALLEL, default=None,
+                   help="under torchrun (2 processes or more): each process trains on its shard of every sequence, "
+                        "attention spanning them by a ring of key/value shards or by heads (ulysses), instead of "
+                        "a slice of the batch (docs/guide/context_parallel.md)")
     p.set_defaults(func=cmd_extrapolate)
 
     r = sub.add_parser("report", help="run (or reuse) the benchmark and write the offline HTML report",

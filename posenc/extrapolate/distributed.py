@@ -5,6 +5,8 @@ Every rank draws the same global batch from the same seeded generator and keeps 
 gradients DDP averages equal those of one process on the whole batch. Evaluation windows are
 split across ranks and their sums all-reduced. Rank 0 alone reads, repairs and appends the
 results file. Without torchrun (``WORLD_SIZE`` unset) all of this reduces to one process.
+With ``context_parallel`` (``--context-parallel ring|ulysses``) the ranks hold sequence shards of
+the whole batch instead (``posenc.extrapolate.context_parallel``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
+from posenc._validate import check_choice
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -23,6 +27,7 @@ class Dist:
     world: int = 1
     local_world: int = 1
     device: torch.device = torch.device("cpu")
+    context_parallel: str | None = None  # "ring" or "ulysses": ranks hold sequence shards (extrapolate.context_parallel)
 
     @property
     def main(self) -> bool:
@@ -33,9 +38,16 @@ class Dist:
         return self.world > 1
 
 
-def setup(device: str | None = None) -> Dist:
-    """Joins the process group torchrun describes in the environment (or runs alone)."""
+def setup(device: str | None = None, context_parallel: str | None = None) -> Dist:
+    """Joins the process group torchrun describes in the environment (or runs alone).
+    ``context_parallel`` (``"ring"``, ``"ulysses"``) needs a world of 2 or more."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if context_parallel is not None:
+        check_choice("context_parallel", context_parallel, ("ring", "ulysses"))
+    if context_parallel is not None and world < 2:
+        raise ValueError(f"--context-parallel {context_parallel} splits each sequence over the processes of torchrun "
+                         f"(WORLD_SIZE={world}): run it under torchrun --nproc-per-node 2 or more, or leave the "
+                         "flag out")
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda"):
@@ -54,7 +66,7 @@ def setup(device: str | None = None) -> Dist:
         dev = torch.device("cpu")
     if not torch_dist.is_initialized():
         torch_dist.init_process_group(backend="nccl" if device == "cuda" else "gloo")
-    return Dist(rank=rank, world=world, local_world=local_world, device=dev)
+    return Dist(rank=rank, world=world, local_world=local_world, device=dev, context_parallel=context_parallel)
 
 
 def teardown(dist: Dist) -> None:

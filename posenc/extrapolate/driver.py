@@ -15,7 +15,9 @@ Parallelism, CPU: independent runs go to ``jobs`` worker processes of one torch 
 (``posenc.plugins``), since a spawned process inherits no registration. Small models gain
 little from intra-op threads, and several OpenMP
 threads on a busy machine can run many times slower than one. Under ``torchrun`` (or on a GPU)
-the runs go one at a time and each run's training is spread over the ranks with DDP.
+the runs go one at a time and each run's training is spread over the ranks with DDP, or, with
+``--context-parallel ring|ulysses``, each rank trains on its shard of every sequence
+(``posenc.extrapolate.context_parallel``).
 """
 
 from __future__ import annotations
@@ -191,15 +193,19 @@ def _jobs_and_threads(dist: Dist, jobs: int | str, threads: int | None) -> tuple
 def iter_runs(profile: Profile, *, results: str | os.PathLike, schemes: list[str | dict[str, Any]] | None = None,
               corpus: str | None = None, threads: int | None = None, jobs: int | str = 1,
               device: str | None = None, log: Log | None = None, progress: bool = True,
-              run_missing: bool = True) -> Iterator[dict[str, Any]]:
+              run_missing: bool = True, context_parallel: str | None = None) -> Iterator[dict[str, Any]]:
     """Runs every planned run that is not already in ``results`` and yields every record of the
     plan in plan order (finished ones from the file). Rank 0 alone writes the file and yields.
     With ``run_missing=False`` nothing is run: only the plan's finished records are yielded.
 
     ``jobs > 1`` (or ``"auto"``, what the command line uses) runs independent runs in spawned
     worker processes: a script that calls this needs the usual ``if __name__ == "__main__":``.
+
+    ``context_parallel`` (``"ring"``, ``"ulysses"``; under ``torchrun`` with 2 or more processes):
+    each rank trains on its shard of every sequence (``posenc.extrapolate.context_parallel``), what
+    the method cannot shard refused before any run.
     """
-    dist = setup(device)
+    dist = setup(device, context_parallel)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     say = log if dist.main else (lambda msg: None)
     try:
@@ -210,6 +216,8 @@ def iter_runs(profile: Profile, *, results: str | os.PathLike, schemes: list[str
             raise ValueError("no schemes to run")
         data, source, sha = _lm_data(profile, corpus)
         runs = plan(profile, names, corpus_sha=sha, log=say)
+        if context_parallel is not None:
+            _check_context_parallel(profile, runs, dist, say)
         results = Path(results)
         store = ResultStore(results).open() if dist.main else None
         try:
@@ -228,7 +236,21 @@ def iter_runs(profile: Profile, *, results: str | os.PathLike, schemes: list[str
         teardown(dist)
 
 
+def _check_context_parallel(profile: Profile, runs: list[Run], dist: Dist, say: Log) -> None:
+    """``check_runs`` of ``--context-parallel``, and a line on the runs that train as under DDP."""
+    from posenc.extrapolate.context_parallel import check_runs
+
+    shards = check_runs(profile, runs, dist.context_parallel, dist.world)
+    if len(shards) < len(runs):
+        say(f"--context-parallel {dist.context_parallel}: {len(runs) - len(shards)} of {len(runs)} runs train as "
+            "under DDP (hybrid ssm blocks, positions made from the tokens, the image and time parts: their "
+            "sequences are not split)")
+
+
 def _workers(dist: Dist, jobs: int, threads: int) -> str:
+    if dist.context_parallel is not None:
+        return (f"{dist.world} processes of {threads} thread{'s' * (threads > 1)}, {dist.device}, each holding a "
+                f"shard of every sequence ({dist.context_parallel})")
     if dist.active:
         return f"{dist.world} DDP processes of {threads} thread{'s' * (threads > 1)}, {dist.device}"
     if jobs > 1:

@@ -166,11 +166,20 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, pe: nn.Module | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, pe: nn.Module | None, *,
+                context_parallel: str | None = None) -> torch.Tensor:
+        """``context_parallel``: ``x`` is this rank's shard of each sequence, at global ``positions [L]``,
+        and attention spans the whole sequence over the ranks (``posenc.context_parallel_attention``
+        with that method)."""
         b, length, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)  # 3 x (B, L, C)
         q, k, v = (t.view(b, length, self.n_head, c // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
         use = pe if pe is not None and pe.attends else None  # additive, NoPE: nothing in attention
+        if context_parallel is not None:  # the block's input LN(x) for a content scheme that reads it
+            hidden = x if use is not None and use.reads_hidden else None
+            y = posenc.context_parallel_attention(q, k, v, use, positions=positions, causal=self.causal,
+                                                  method=context_parallel, hidden=hidden)  # (B, H, L, D)
+            return self.proj(y.transpose(1, 2).reshape(b, length, c))  # (B, L, C)
         # positions, or (a content scheme: counted from the tokens) the block's input LN(x) if it reads it
         given = use.attention_keywords(positions, x) if use is not None else {}
         # "chunked" bounds memory at long lengths and equals "materialize" when the map is small;
@@ -201,8 +210,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = _mlp(cfg)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, pe: nn.Module | None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), positions, pe)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, pe: nn.Module | None, *,
+                context_parallel: str | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), positions, pe, context_parallel=context_parallel)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -277,9 +287,19 @@ class TinyGPT(nn.Module):
         return self.pes[self._slot[layer] % len(self.pes)]
 
     # -- forward ----------------------------------------------------------------------------
-    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """``idx [B, L]`` token ids at ``positions [L]`` (default ``0..L-1``) -> logits ``[B, L, V]``."""
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None, *,
+                context_parallel: str | None = None) -> torch.Tensor:
+        """``idx [B, L]`` token ids at ``positions [L]`` (default ``0..L-1``) -> logits ``[B, L, V]``.
+
+        ``context_parallel`` (``"ring"``, ``"ulysses"``; under ``torch.distributed``): ``idx`` is this
+        rank's shard of every sequence, at its global ``positions`` (``posenc.shard_positions``), and
+        each attention block spans the whole sequences over the ranks; every block must be attention
+        (``arch="transformer"``) and the positions ``[L]`` given."""
         b, length = idx.shape
+        if context_parallel is not None and (self.arch != "transformer" or positions is None or positions.dim() != 1):
+            raise ValueError(f"context_parallel={context_parallel!r} shards the sequences of arch='transformer' at "
+                             f"given global positions [L]; got arch={self.arch!r} and positions "
+                             f"{None if positions is None else list(positions.shape)}")
         if positions is None and self.positions_fn is not None:
             positions = self.positions_fn(idx, self.training)  # (B, L) or (B, L, A): from the tokens
         if positions is None:
@@ -299,7 +319,7 @@ class TinyGPT(nn.Module):
             positions = _on_axes(one_axis, pe)
             if per_layer:
                 x = _embed(x, pe, positions)
-            x = block(x, positions, pe)
+            x = block(x, positions, pe, context_parallel=context_parallel)
         return self.lm_head(self.ln_f(x))  # (B, L, V)
 
     def num_params(self) -> int:

@@ -14,16 +14,18 @@ import time
 from typing import Any
 
 from posenc import environment, plugins
+from posenc.extrapolate.context_parallel import env_field
 from posenc.extrapolate.model import TinyGPT
 from posenc.extrapolate.part import Context, Part
 from posenc.extrapolate.plan import Run
 from posenc.extrapolate.train import train_seeds
 
 
-def _environment(ctx: Context) -> dict[str, Any]:
-    """The record's ``env``: ``posenc.environment.capture(device)`` and how this run was spread."""
+def _environment(ctx: Context, run: Run) -> dict[str, Any]:
+    """The record's ``env``: ``posenc.environment.capture(device)`` and how this run was spread
+    (with ``--context-parallel``: the method its training sharded sequences with, or None)."""
     return {**environment.capture(ctx.dist.device), "world_size": ctx.dist.world, "threads": ctx.threads,
-            "jobs": ctx.jobs}
+            "jobs": ctx.jobs, **env_field(ctx.dist, run)}
 
 
 def _bar(ctx: Context, total: int, desc: str):
@@ -85,7 +87,7 @@ def execute_seeds(ctx: Context, runs: list[Run], part: Part) -> list[dict[str, A
              "settings": run.settings,
              **({"plugin": origin} if (origin := plugins.record_field(run.spec)) else {}),
              "corpus": corpus, **body, "seconds": round(seconds, 2),
-             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx)}
+             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx, run)}
             for run, body in zip(runs, bodies)]
 
 

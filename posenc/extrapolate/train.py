@@ -7,7 +7,9 @@ kernel over every parameter instead of a dozen operations per tensor) and the cl
 steps), at less per-step cost on models this small (about 19 → 15 ms a quick LM step, measured
 under load, so read it as a ratio). The loss is the sum of the scored tokens'
 NLL divided by the scored-token count of the whole global batch, times the world size (DDP
-averages gradients over ranks), so 1 process and N processes take the same steps.
+averages gradients over ranks), so 1 process and N processes take the same steps. Under
+``--context-parallel`` each rank holds a shard of every sequence and the gradients are summed
+(``posenc.extrapolate.context_parallel``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+from posenc.extrapolate.context_parallel import shard_batch, sharded, sum_gradients
 from posenc.extrapolate.distributed import Dist, all_sum, wrap
 from posenc.extrapolate.model import token_nll
 from posenc.extrapolate.profiles import TrainConfig
@@ -53,10 +56,11 @@ def train(model: torch.nn.Module, cfg: TrainConfig, next_batch: BatchFn, *, dist
     """Trains ``model`` in place; returns the loss (mean NLL of the global batch) of every step."""
     steps = cfg.steps if steps is None else steps
     peak = cfg.lr if lr is None else lr
-    if cfg.batch_size < dist.world:
+    shards = sharded(model, dist)  # --context-parallel: sequence shards of the whole batch, no DDP
+    if cfg.batch_size < dist.world and not shards:
         raise ValueError(f"batch_size={cfg.batch_size} must be >= the number of processes ({dist.world})")
     model.train()
-    net = wrap(model, dist)
+    net = model if shards else wrap(model, dist)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = adamw(params, cfg, peak)
     schedule = TrainConfig(steps=steps, warmup=min(cfg.warmup, steps), batch_size=cfg.batch_size)
@@ -68,12 +72,18 @@ def train(model: torch.nn.Module, cfg: TrainConfig, next_batch: BatchFn, *, dist
         if mask is None:
             mask = torch.ones(tokens.shape[0], tokens.shape[1] - 1, dtype=torch.bool)
         count = int(mask.sum())
-        local = tokens[dist.rank::dist.world].to(dist.device)  # (b, T+1)
-        local_mask = mask[dist.rank::dist.world].to(dist.device)  # (b, T)
-        nll = token_nll(net(local[:, :-1]), local[:, 1:])  # (b, T)
+        if shards:  # every sequence of the batch, this rank's positions of it
+            inputs, targets, local_mask, positions = shard_batch(tokens, mask, dist)  # (B, Tl) x 3, (Tl,)
+            nll = token_nll(net(inputs, positions, context_parallel=dist.context_parallel), targets)  # (B, Tl)
+        else:
+            local = tokens[dist.rank::dist.world].to(dist.device)  # (b, T+1)
+            local_mask = mask[dist.rank::dist.world].to(dist.device)  # (b, T)
+            nll = token_nll(net(local[:, :-1]), local[:, 1:])  # (b, T)
         loss_sum = (nll * local_mask).sum()
         opt.zero_grad(set_to_none=True)
-        (loss_sum * (dist.world / count)).backward()
+        (loss_sum * ((1 if shards else dist.world) / count)).backward()
+        if shards:
+            sum_gradients(params, dist)
         clip_gradients(params, cfg.grad_clip)
         opt.step()
         loss = float(all_sum(loss_sum.detach(), dist)) / count

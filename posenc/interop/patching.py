@@ -351,24 +351,48 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     return out.transpose(1, 2).contiguous(), None
 
 
-def _sharded(module, pe, pe_arg, query, key, value, extra, position_ids, scaling, cap, method):
+class _ShardPadding:
+    """The ``attention_mask`` the decoder was called with under ``patch(..., context_parallel=)``: a 2D
+    key padding mask ``[B, Ll]`` of the rank's tokens, or None. The model's own 4D mask is made for
+    the shard alone (causality by local index; transformers reads a packing into the shard's jumping
+    position_ids), so ``_sharded`` takes the padding from here instead of from that mask."""
+
+    mask: torch.Tensor | None = None
+
+    def hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dim() != 2):
+            raise ValueError("patch(..., context_parallel=) takes a key padding attention_mask [B, Ll] of the shard's "
+                             f"tokens (1: a token, 0: padding), got "
+                             f"{list(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__}; "
+                             "a 4D mask (another visibility) is not taken: pack documents instead")
+        self.mask = mask
+
+
+def _sharded(module, pe, pe_arg, query, key, value, extra, position_ids, scaling, terms, method):
     """``posenc.context_parallel_attention`` of a rank's shard (``patch(..., context_parallel=method)``):
     the shard's global positions are the ``position_ids`` the model was called with (one row for
-    the batch; ``posenc.shard_positions``), causal over the whole sequence; the model's own mask,
-    made for the shard alone, is not used, so the model takes no padding mask here (pack instead)."""
+    the batch; ``posenc.shard_positions``), causal over the whole sequence, with the family's logit
+    cap, sinks and sliding window (``terms``) and the model's 2D key padding mask of the shard's
+    tokens (``_ShardPadding``); the model's own 4D mask, made for the shard alone, is not used."""
     import posenc
 
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
-    if lq != lk or cap:
-        raise ValueError(f"context_parallel={method!r} runs whole sequences without a cache, logit cap or sinks "
-                         f"(training, prefill); got {lq} queries over {lk} keys"
-                         f"{' and ' + ', '.join(cap) if cap else ''}")
+    if lq != lk:
+        raise ValueError(f"context_parallel={method!r} runs whole sequences without a cache (training, prefill); "
+                         f"got {lq} queries over {lk} keys")
     positions = _query_positions(module, pe, position_ids, b, lq, lk, query.device)  # (B, Lq)
     if positions.dim() != 2 or not bool((positions == positions[:1]).all()):
         raise ValueError(f"context_parallel={method!r} takes position_ids [1, Ll] (one row for the batch): "
                          "this rank's global positions, posenc.shard_positions(L, world_size, rank)")
+    padding = module.__dict__.get("_posenc_shard_padding")
+    pad = None if padding is None else padding.mask
+    if pad is not None and tuple(pad.shape) != (b, lq):
+        raise ValueError(f"context_parallel={method!r}: the attention_mask must be [B, Ll] = [{b}, {lq}], the shard's "
+                         f"tokens' padding, got {list(pad.shape)}")
     return posenc.context_parallel_attention(query, key, value, pe_arg, positions=positions[0], causal=True,
-                                             scale=scaling, method=method, hidden=extra.get("hidden"))
+                                             scale=scaling, method=method, hidden=extra.get("hidden"),
+                                             attention_mask=pad, **terms)
 
 
 def _window(pe: Any, sliding_window: Any) -> int | None:
@@ -564,9 +588,11 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
             ``"ring"``, ``"ulysses"``): under ``torch.distributed`` each rank calls the model on its
             shard of every sequence, ``input_ids[:, p]`` with ``position_ids=p[None]`` for ``p =
             posenc.shard_positions(L, world_size, rank)``, and every layer's attention spans the whole
-            sequence across the ranks of the default group. No padding mask and no cache; the loss is
-            the caller's, over the shard's tokens (``labels`` the next token of each global
-            position), and the ranks' parameter gradients sum to one process's on the whole sequence
+            sequence across the ranks of the default group. A 2D key padding ``attention_mask`` of
+            the shard's tokens (``mask[:, p]``) is taken, and a family's logit cap, sinks and sliding
+            window (ring and ulysses); no 4D mask and no cache. The loss is the caller's, over the
+            shard's tokens (``labels`` the next token of each global position), and the ranks'
+            parameter gradients sum to one process's on the whole sequence
             (docs/guide/context_parallel.md).
 
     Returns:
@@ -623,8 +649,12 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table))
     else:
         _through_attention(model, parts, modules, original, additive)
+        padding = _ShardPadding() if context_parallel is not None else None
+        if padding is not None:  # the model's 2D key padding mask of the shard, read by _sharded
+            original["hooks"].append(base.register_forward_pre_hook(padding.hook, with_kwargs=True))
         for attention in attentions:
             attention.__dict__["_posenc_context_parallel"] = context_parallel
+            attention.__dict__["_posenc_shard_padding"] = padding
     model._posenc_original = original
     unique = list({id(m): m for m in modules}.values())
     setattr(model.config, RECORD, {"modules": [m.spec for m in unique],
@@ -738,7 +768,7 @@ def unpatch(model: nn.Module) -> nn.Module:
     for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
         for name in ("posenc_pe", "_posenc_key_positions", "_posenc_hidden", "_posenc_key_positions_step",
                      "_posenc_hidden_step", "_posenc_input", "_posenc_rotary", "_posenc_rope_part", "_posenc_attention",
-                     "_posenc_context_parallel", "forward"):  # forward: the family's, an instance attribute
+                     "_posenc_context_parallel", "_posenc_shard_padding", "forward"):  # forward: the family's
             attention.__dict__.pop(name, None)
         for name, value in own.items():
             setattr(attention, name, value)
