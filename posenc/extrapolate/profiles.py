@@ -145,6 +145,22 @@ class TimeSettings:
 
 
 @dataclass(frozen=True)
+class VideoSettings:
+    """The time part's video protocol (``posenc.extrapolate.parts.time``): the three-axis schemes
+    (M-RoPE, VideoRoPE) read each frame as a grid of patches. Hashed into the video runs' keys only,
+    so the one-axis time runs keep theirs."""
+    grid: tuple[int, int] = (2, 2)  # patches per frame (rows, columns): T·4 tokens a clip
+    temporal_spacing: float = 2.0  # VideoRoPE's δ between frames (the paper's runs: 2)
+
+
+VIDEO = VideoSettings()
+VIDEO_SCHEMES = ("mrope", "videorope")
+"""The time part's video rows: M-RoPE (Qwen2-VL's chunked sections) and VideoRoPE, whose paper claims it
+extrapolates to longer videos better (``posenc.extrapolate.parts.time.video_verdicts``): the smoke and full
+profiles' (two models of four times the tokens of a time run do not fit make report's time; docs/numbers.md)."""
+
+
+@dataclass(frozen=True)
 class HiRoPESettings:
     """HiRoPE applied zero-shot to the trained ``rope`` model (no training): its pairs split between
     the token and the line (``posenc.extrapolate.structured.lines_and_tokens``)."""
@@ -261,7 +277,7 @@ PROFILES: dict[str, Profile] = {
                             test_fraction=0.05),
         time=TimeSettings(model=GPTConfig(vocab_size=2, n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
                           train=TrainConfig(steps=4, batch_size=8, warmup=1), test=((10.0, 4.0), (20.0, 8.0)),
-                          eval_examples=16),
+                          eval_examples=16, schemes=("nope", "sinusoidal", "rope", *VIDEO_SCHEMES)),
         description="seconds; exercises every code path, numbers mean nothing",
         hybrid=("nope", "rope"),
         content_tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2),
@@ -323,7 +339,8 @@ PROFILES: dict[str, Profile] = {
                            test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
         image=ImageSettings(train=TrainConfig(steps=600, batch_size=64, lr=3e-3, warmup=40),
                             test_grids=(8, 10, 12, 16, 24)),
-        time=TimeSettings(train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=40)),
+        time=TimeSettings(train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=40),
+                          schemes=("nope", "sinusoidal", "rope", *VIDEO_SCHEMES)),
         description="three seeds, d=128, 4 layers: hours on 2 CPU cores, minutes on a GPU",
         hybrid=("nope", "rope", "alibi", "sinusoidal"), hybrid_parts=("lm", "tasks"),
         lm_rows=(*CONTENT_LM_ROWS, *LENGTH_LM_ROWS),
