@@ -14,14 +14,15 @@ QUIET = {"corpus_sha": "0", "log": lambda msg: None}
 SMOKE = PROFILES["smoke"].time
 
 
-def test_a_video_carries_each_frame_at_one_patch_with_the_clip_labels():
+def test_a_video_flashes_each_frame_on_every_patch_with_the_clip_labels():
     x, y, times = T.time_batch(6, rate=10.0, seconds=2.0, s=SMOKE, g=torch.Generator().manual_seed(3))
     v, vy, vt = T.video_batch(6, rate=10.0, seconds=2.0, s=SMOKE, v=VIDEO, g=torch.Generator().manual_seed(3))
     patches = VIDEO.grid[0] * VIDEO.grid[1]
     assert v.shape == (6, len(times) * patches, SMOKE.frame_dim) and torch.equal(vy, y) and torch.equal(vt, times)
-    frames = v.view(6, len(times), patches, SMOKE.frame_dim)
-    hits = (frames == x[:, :, None]).all(-1)  # (n, T, P): the patch that holds the frame's vector
-    assert torch.equal(hits.sum(-1), torch.ones(6, len(times), dtype=torch.long))
+    noise = v.view(6, len(times), patches, SMOKE.frame_dim) - x[:, :, None]  # (n, T, P, F): the patches' own noise
+    # only noise of sd 0.5 is left: the frame's vector and its events' markers (3.0) are on every patch
+    assert 0.45 < float(noise.std()) < 0.55 and float(noise.abs().max()) < 2.5
+    assert not torch.equal(noise[:, :, 0], noise[:, :, 1])  # each patch's noise is its own
 
 
 def test_video_positions_are_each_schemes_layout_and_time_scales_the_frame_step():
@@ -75,3 +76,5 @@ def test_videorope_claim_is_not_measured_without_runs_and_decided_with_them():
     worse = T.video_verdicts(AccuracyTable(_records({"mrope": 0.8, "videorope": 0.5}), col), 10.0, 4.0)
     assert [v.status for v in better] == ["agrees"] and [v.status for v in worse] == ["disagrees"]
     assert better[0].source == T.VIDEOROPE and "videorope − mrope" in better[0].measured
+    flat = T.video_verdicts(AccuracyTable(_records({"mrope": 0.25, "videorope": 0.8}), col), 10.0, 4.0)
+    assert [v.status for v in flat] == ["not measured"] and "mrope" in flat[0].measured  # at chance as trained
