@@ -268,8 +268,8 @@ def _dinov3_section(page: Page, t: AccuracyTable, train: int, aug: str) -> list[
     """DINOv3's coordinates against Heo et al.'s variants (``#image-dinov3``); its verdicts (none without its rows)."""
     page.add('<div id="image-dinov3"><h3>DINOv3\'s coordinates against Heo et al.\'s variants</h3>')
     if not any(lab in t.labels for lab in (DINO, DINO_AUG)):
-        page.add("<p>No DINOv3 rows here: <code>posenc report --profile full --part image</code> runs them (or "
-                 "<code>--part image --scheme dinov3 --scheme dinov3:rescale=2</code>).</p></div>")
+        page.add("<p>No DINOv3 rows here: <code>posenc report --profile full --part image</code> runs them (the "
+                 "smoke and full profiles' variants; two more models do not fit the quick profile's time).</p></div>")
         return []
     verdicts = dinov3_verdicts(t, train, augment=aug)
     page.add("<p>DINOv3's RoPE (base 100) rotates by patch centres normalised to [−1, 1]: at its own coordinates "
