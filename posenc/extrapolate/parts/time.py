@@ -11,8 +11,9 @@ frames. The model and its training: ``posenc.extrapolate.vision``; the paired st
 
 **The video protocol** (a scheme with three axes, found from its structure: ``mrope``,
 ``videorope``, ``rope:axes=3``): each frame is a small grid of ``VIDEO.grid`` patches, each the
-frame's vector plus noise of its own, so a clip is ``T·h·w`` tokens with positions ``(t, r, c)``. The positions are the scheme's own: M-RoPE's (Qwen2-VL's ``(i, r, c)`` of frame
-``i``, ``posenc.mrope_positions``) or VideoRoPE's diagonal layout (``t = δ·i``, the grid centred on
+frame's vector plus noise of its own, so a clip is ``T·h·w`` tokens with positions ``(t, r, c)``.
+The positions are the scheme's own: M-RoPE's (Qwen2-VL's ``(i, r, c)`` of frame ``i``,
+``posenc.mrope_positions``) or VideoRoPE's diagonal layout (``t = δ·i``, the grid centred on
 ``(t, t, t)``, temporal spacing ``δ = VIDEO.temporal_spacing``, ``posenc.encodings.videorope``).
 "Time" positions scale the temporal step by ``train_rate / rate`` (frame ``i`` at ``i·step``, real),
 Qwen2.5-VL's alignment of temporal positions to absolute time without its floor. VideoRoPE's claim
