@@ -71,7 +71,8 @@ def test_dinov3_claims_are_not_measured_without_runs_and_decided_with_them():
     heo = {(C.AXIAL, "integer"): (0.9, 0.6), (C.MIXED, "integer"): (0.9, 0.7)}
     missing = C.dinov3_verdicts(table(heo), 8)
     assert [v.status for v in missing] == ["not measured"] * 4 and all(v.source == C.DINOV3 for v in missing)
-    good = C.dinov3_verdicts(table({**heo, (C.DINO, "rescaled"): (0.9, 0.5), (C.DINO_AUG, "rescaled"): (0.85, 0.95)}), 8)
+    dino = {(C.DINO, "rescaled"): (0.9, 0.5), (C.DINO_AUG, "rescaled"): (0.85, 0.95)}
+    good = C.dinov3_verdicts(table({**heo, **dino}), 8)
     assert [v.status for v in good] == ["agrees"] * 4
     bad = C.dinov3_verdicts(table({**heo, (C.DINO, "rescaled"): (0.9, 0.85), (C.DINO_AUG, "rescaled"): (0.9, 0.4)}), 8)
     assert [v.status for v in bad] == ["disagrees"] * 4

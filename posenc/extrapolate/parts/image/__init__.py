@@ -60,7 +60,8 @@ class Image(Part):
 
     def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
         verdicts = image_section(page, records)
-        return Section(verdicts, sources={DINOV3: DINOV3_SETTING} if any(v.source == DINOV3 for v in verdicts) else {})
+        cited = any(v.source == DINOV3 for v in verdicts)
+        return Section(verdicts, sources={DINOV3: DINOV3_SETTING} if cited else {})
 
 
 PART = Image()

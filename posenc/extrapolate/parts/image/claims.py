@@ -36,9 +36,9 @@ CONDITION = {"zoom": "zoom (the image resampled to the grid)",
              "canvas": "canvas (the digit at its trained size on a larger blank grid)"}
 COMPARISONS = ((MIXED, LEARNED), (AXIAL, LEARNED), (MIXED, AXIAL))
 DINOV3 = "Siméoni et al. 2025 (DINOv3)"
-DINOV3_SETTING = ("ViT-7B distilled to ViT-S…H+, patch 16, RoPE on patch centres normalised to [−1, 1] (base 100) with "
-                  "the coordinates augmented at training time (the released config: rescaled by a log-uniform factor in "
-                  "[1/2, 2]); trained at 256 px then adapted to 512–768 px, evaluated at up to 4096 px")
+DINOV3_SETTING = ("ViT-7B distilled to ViT-S…H+, patch 16, RoPE on patch centres normalised to [−1, 1] (base 100) "
+                  "with the coordinates augmented at training time (the released config: rescaled by a log-uniform "
+                  "factor in [1/2, 2]); trained at 256 px then adapted to 512–768 px, evaluated at up to 4096 px")
 DINO, DINO_AUG = "DINOv3 RoPE", "DINOv3 RoPE (rescale 2)"  # runs.IMAGE_VARIANTS
 
 

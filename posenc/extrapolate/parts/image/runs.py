@@ -226,7 +226,7 @@ def run_image(settings: ImageSettings, spec: dict[str, Any], how: str, seeds: li
     train_x, train_y, test_x, test_y = digits(s.test_fraction)
     coords = how == "coords"
     pos = coordinate_positions(s.grid, s.grid, "integer") if coords else image_positions(s.grid, s.grid, "integer")
-    drawn = coords and augments_coordinates(spec)  # DINOv3's augmentations: one draw per step, from the seed's generator
+    drawn = coords and augments_coordinates(spec)  # DINOv3's augmentations: a draw per step from the seed's generator
     x_train = resample(train_x, s.grid)  # (N, g, g)
     def batches(g: torch.Generator):
         draw = posenc.build(spec).train() if drawn else None
