@@ -282,7 +282,8 @@ def _video_note(records: list[dict[str, Any]], t: AccuracyTable, train_rate: flo
     text = (f'<div id="time-video"><h3>Video: VideoRoPE against M-RoPE</h3><p>The schemes with three axes read each '
             f"frame as a {h}×{w} grid of patches, each the frame's vector (its events flash the whole frame) plus "
             "noise of its own (the same clips for both). M-RoPE's positions are Qwen2-VL's "
-            "<code>(i, r, c)</code> of frame <i>i</i> (time on the highest frequencies); VideoRoPE's are its diagonal layout, <code>t = δ·i</code> and the grid centred on "
+            "<code>(i, r, c)</code> of frame <i>i</i> (time on the highest frequencies); VideoRoPE's are its "
+            "diagonal layout, <code>t = δ·i</code> and the grid centred on "
             f"<code>(t, t, t)</code>, δ = {video['temporal_spacing']:g}, time on the lowest frequencies. Positions in "
             "seconds scale the temporal step by the training rate over the clip's. "
             f"{e(VIDEOROPE)}: {e(VIDEOROPE_SETTING)}.</p>"
