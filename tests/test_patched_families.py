@@ -1,6 +1,6 @@
 """PoPE, FoPE and Dual Chunk Attention patched into transformers families beyond Llama (issue 38):
-Qwen2 with every scheme, Gemma (scaled embeddings, its own head size) with PoPE and FoPE, Mistral with
-Dual Chunk Attention (lean: a tiny model each), found from their structure by ``posenc.interop.patch``
+Qwen2 with every scheme, Gemma (scaled embeddings, its own head size) with PoPE, Mistral with Dual
+Chunk Attention (lean: a tiny model each), found from their structure by ``posenc.interop.patch``
 (no family table entry of their own for these schemes). The checks are the Llama ones
 (``tests/_patched_llama.py``, ``tests/test_dual_chunk.py``): the logits change, one step trains,
 and greedy ``generate()`` with the cache equals recomputing; Dual Chunk Attention leaves the
@@ -19,10 +19,9 @@ def test_pope_patched_trains_and_decodes_through_the_cache(family):
                         family=family)
 
 
-@pytest.mark.parametrize("family", ["qwen2", "gemma"])
-def test_fope_patched_trains_and_decodes_through_the_cache(family):
+def test_fope_patched_into_qwen2_trains_and_decodes_through_the_cache():
     check_patched_llama({"scheme": "fope", "num_heads": 2, "max_positions": 64, "learned": True, "init_gain": 1.0},
-                        trained="cos_coef", hidden_size=32, min_change=5e-5, family=family)
+                        trained="cos_coef", hidden_size=32, min_change=5e-5, family="qwen2")
 
 
 @pytest.mark.parametrize("family", ["qwen2", "mistral"])
