@@ -42,6 +42,8 @@ def test_three_axis_schemes_run_the_video_protocol_and_the_other_rows_keep_their
     runs = plan(smoke, list(smoke.schemes), **QUIET)
     video = [r for r in runs if r.variant == {"protocol": "video"}]
     assert [r.label for r in video] == list(VIDEO_SCHEMES) * len(smoke.seeds)
+    # the video model has the protocol's heads: M-RoPE's time takes Qwen2-VL's share of a wider head
+    assert {r.spec["head_dim"] for r in video} == {smoke.time.model.n_embd // VIDEO.n_head}
     axial3 = '{"scheme": "rope", "axes": 3, "axes_dims": [2, 2, 4]}'  # a three-axis scheme found from its structure
     user = plan(smoke, [axial3, "rope:axes=2", "rope"], **QUIET)
     assert [r.variant for r in user] == [{"protocol": "video"}, {"cannot": user[1].variant["cannot"]}, {}]

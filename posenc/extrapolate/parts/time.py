@@ -14,7 +14,8 @@ frames. The model and its training: ``posenc.extrapolate.vision``; the paired st
 frame's vector plus noise of its own, so a clip is ``T·h·w`` tokens with positions ``(t, r, c)``.
 The positions are the scheme's own: M-RoPE's (Qwen2-VL's ``(i, r, c)`` of frame ``i``,
 ``posenc.mrope_positions``) or VideoRoPE's diagonal layout (``t = δ·i``, the grid centred on
-``(t, t, t)``, temporal spacing ``δ = VIDEO.temporal_spacing``, ``posenc.encodings.videorope``).
+``(t, t, t)``, temporal spacing ``δ = VIDEO.temporal_spacing``, ``posenc.encodings.videorope``), in a
+model of ``VIDEO.n_head`` heads (one: M-RoPE's time then has Qwen2-VL's share of the pairs).
 "Time" positions scale the temporal step by ``train_rate / rate`` (frame ``i`` at ``i·step``, real),
 Qwen2.5-VL's alignment of temporal positions to absolute time without its floor. VideoRoPE's claim
 (Wei et al. 2025): beside M-RoPE it extrapolates to longer videos (``video_verdicts``).
@@ -22,6 +23,7 @@ Qwen2.5-VL's alignment of temporal positions to absolute time without its floor.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -114,6 +116,11 @@ def video_positions(scheme: str, frames: int, v: VideoSettings, step: float = 1.
     return pos
 
 
+def video_settings(s: TimeSettings, v: VideoSettings = VIDEO) -> TimeSettings:
+    """The time settings of a video run: the model with the video protocol's heads (``VideoSettings.n_head``)."""
+    return dataclasses.replace(s, model=dataclasses.replace(s.model, n_head=v.n_head))
+
+
 def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[str, dict[str, Any], str]]:
     """``(label, spec, "" or "cannot: REASON")`` of the time runs: the profile's schemes or the user's."""
     from posenc.spec import as_spec, label as spec_label
@@ -139,7 +146,11 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
             out.append((label, spec, f"cannot: {given['scheme']!r} has {pe.axes} axes; frames have one (time), "
                                      "video patches three (time, row, column)"))
             continue
-        out.append((label, spec, "video" if axes == VIDEO_AXES else ""))
+        if axes == VIDEO_AXES:  # sized for the video model's heads
+            spec = time_spec(given, video_settings(settings))
+            out.append((label if plain else spec_label(spec), spec, "video"))
+            continue
+        out.append((label, spec, ""))
     return out
 
 
@@ -150,6 +161,8 @@ def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mod
     if mode.startswith("cannot: "):
         return [{"cannot_run": mode[len("cannot: "):], "train_rate": s.train_rate, "eval": []} for _ in seeds]
     is_video = mode == "video"
+    if is_video:
+        s = video_settings(s, video)
 
     def clips(n: int, rate: float, seconds: float, g: torch.Generator):
         if is_video:
@@ -189,7 +202,8 @@ def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mod
                 "train_seconds": round(seconds, 2), "params": model.num_params(),
                 "train_rate": s.train_rate, "train_duration": s.train_seconds, "eval": rows}
         if is_video:
-            body["video"] = {"grid": list(video.grid), "temporal_spacing": video.temporal_spacing}
+            body["video"] = {"grid": list(video.grid), "temporal_spacing": video.temporal_spacing,
+                             "n_head": video.n_head}
         out.append(body)
     return out
 
@@ -284,7 +298,8 @@ def _video_note(records: list[dict[str, Any]], t: AccuracyTable, train_rate: flo
             "noise of its own (the same clips for both). M-RoPE's positions are Qwen2-VL's "
             "<code>(i, r, c)</code> of frame <i>i</i> (time on the highest frequencies); VideoRoPE's are its "
             "diagonal layout, <code>t = δ·i</code> and the grid centred on "
-            f"<code>(t, t, t)</code>, δ = {video['temporal_spacing']:g}, time on the lowest frequencies. Positions in "
+            f"<code>(t, t, t)</code>, δ = {video['temporal_spacing']:g}, time on the lowest frequencies; the model "
+            f"has {video.get('n_head', 4)} head(s). Positions in "
             "seconds scale the temporal step by the training rate over the clip's. "
             f"{e(VIDEOROPE)}: {e(VIDEOROPE_SETTING)}.</p>"
             + html_table(["the paper found", "measured here", "verdict"],
