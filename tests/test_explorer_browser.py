@@ -407,6 +407,40 @@ def test_grid_schemes_draw_each_patch_against_the_chosen_patch(page):
     assert _console_errors(d) == []
 
 
+def test_dinov3_grid_is_posenc_shows_at_its_patch_coordinates(page):
+    """DINOv3 on the grid map (issue 38): parameters drawn at random, the key numbers are ``posenc show
+    SPEC --grid --patch``'s and every drawn value analysis.grid_map's, at its coordinates in [−1, 1]."""
+    import numpy as np
+
+    rng = random.Random(38)
+    d = page
+    for _ in range(3):
+        dim, h, w = 4 * rng.randint(1, 16), rng.randint(1, 9), rng.randint(2, 9)
+        pr, pc = rng.randrange(h), rng.randrange(w)
+        spec = (f"dinov3:base={round(rng.uniform(2, 1e4), rng.randint(0, 3))},"
+                f"normalize={rng.choice(['separate', 'max', 'min'])},rescale={round(rng.uniform(1, 4), 2)}")
+        before = _renders(d)
+        d.execute_script("location.hash = arguments[0]", f"spec={quote(spec, safe='')}&length=64&dim={dim}&heads=1"
+                                                         f"&grid={h}x{w}&patch={pr},{pc}")
+        _wait_render(d, before)
+        assert d.find_element("id", "spec-error").text == "", spec
+        assert not d.find_element("id", "fig-grid").get_attribute("hidden")
+        assert _key_numbers(d) == _show_printed(spec, "--grid", f"{h}x{w}", "--patch", f"{pr},{pc}", "--length", "64",
+                                                "--dim", str(dim), "--heads", "1"), spec
+        full = _spec(spec, argparse.Namespace(dim=dim, heads=1, length=64))
+        page_values = d.execute_script(
+            "var x = posencExplorer, s = x.fullSpec(x.parseSpec(arguments[0]), {length: 64, dim: arguments[1], heads: 1});"
+            "return x.gridValues(s, arguments[2], arguments[3], arguments[4], arguments[5])", spec, dim, h, w, pr, pc)
+        want = analysis.grid_map(full, grid=(h, w), patch=(pr, pc), dim=dim, num_heads=1).values
+        np.testing.assert_allclose(np.reshape(page_values, (h, w)), want, rtol=1e-9, atol=1e-12)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d.execute_script("location.hash = arguments[0]", "spec=dinov3%3Ahead_dim%3D6&length=64&dim=8&heads=1")
+    error = WebDriverWait(d, 10).until(lambda x: x.find_element("id", "spec-error").text)  # the module's check
+    assert error.endswith("head_dim must be divisible by 4 (D/4 frequencies on each of 2 axes), got 6"), error
+    assert _console_errors(d) == []
+
+
 def _cope_sentence(d, text: str, marks: str) -> tuple[list[int], list[float], int]:
     """Types ``text`` into the CoPE panel (long ones set at once), chooses the marks; the page's positions."""
     import json

@@ -96,7 +96,11 @@ def test_report_sections_from_smoke_records(records):
     for label in ("none, integer", "learned grid (resized), rescaled", "RoPE-Mixed, integer", "RoPE-Mixed, rescaled",
                   "sinusoidal, time", "rope, index"):
         assert f"<td>{label}</td>" in text, label
-    assert {v.source for v in verdicts} == {image.HEO, time_part.CONTINUOUS}
+    # issue 38's rows on the smoke profile: DINOv3's coordinates beside Heo et al.'s variants, VideoRoPE against
+    # M-RoPE under the time part's video protocol
+    assert {v.source for v in verdicts} == {image.HEO, time_part.CONTINUOUS, image.DINOV3, time_part.VIDEOROPE}
+    assert 'id="time-video"' in text and "<td>videorope, time</td>" in text
+    assert 'id="image-dinov3"' in text and "<td>DINOv3 RoPE (rescale 2), rescaled</td>" in text
     assert all(v.status in ("agrees", "disagrees", "no clear difference", "needs seeds", "not measured")
                for v in verdicts)
     empty = Page()

@@ -43,11 +43,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-PAGE_SCHEMES = ("nope", "sinusoidal", "rope", "alibi", "kerple", "t5", "cope", "dual_chunk")
+PAGE_SCHEMES = ("nope", "sinusoidal", "rope", "dinov3", "alibi", "kerple", "t5", "cope", "dual_chunk")
 """The schemes the page draws: every deterministic one (learned ones drawn from seed 0), CoPE,
-whose contextual positions of a typed sentence (``CoPE.sentence_positions``) need no weights, and
+whose contextual positions of a typed sentence (``CoPE.sentence_positions``) need no weights,
 Dual Chunk Attention, a relative scheme whose term ``posenc show`` reads with q = k = 1 (its map
-shows the remapped positions: RoPE inside a chunk, the successive and inter-chunk positions past it)."""
+shows the remapped positions: RoPE inside a chunk, the successive and inter-chunk positions past it),
+and DINOv3's rotary on the grid map, at its patch coordinates in [−1, 1] (augmentations off, as
+``posenc show`` has them)."""
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")

@@ -123,7 +123,10 @@ class ImageSettings:
     grid: int = 8  # training grid: the digits' own 8×8 pixels, one token each
     test_grids: tuple[int, ...] = (8, 12, 16, 24)  # the test grids of every condition
     test_fraction: float = 0.3  # of the 1,797 digits, drawn once with a fixed seed
-    variants: tuple[str, ...] = ("none", "learned grid (resized)", "2D sinusoidal", "axial RoPE", "RoPE-Mixed")
+    # the smoke and full profiles' (the quick profile names its own): Heo et al.'s variants, then DINOv3's coordinates
+    # without and with its training-time rescaling (issue 38; two more models do not fit make report's time)
+    variants: tuple[str, ...] = ("none", "learned grid (resized)", "2D sinusoidal", "axial RoPE", "RoPE-Mixed",
+                                 "DINOv3 RoPE", "DINOv3 RoPE (rescale 2)")
     augments: tuple[str, ...] = ("none", "scale")  # training: as they are; at a random scale and offset
     scale_range: tuple[float, float] = (0.6, 1.8)  # scale augmentation: the side's scale, log-uniform (> 1: a crop)
     conditions: tuple[str, ...] = ("zoom", "canvas")  # test: resampled to the grid; at trained size on a larger one
@@ -142,6 +145,26 @@ class TimeSettings:
     frame_dim: int = 8
     eval_examples: int = 400  # per (rate, duration): the same examples for every scheme and seed
     schemes: tuple[str, ...] = ("nope", "sinusoidal", "rope")
+
+
+@dataclass(frozen=True)
+class VideoSettings:
+    """The time part's video protocol (``posenc.extrapolate.parts.time``): the three-axis schemes
+    (M-RoPE, VideoRoPE) read each frame as a grid of patches. Hashed into the video runs' keys only,
+    so the one-axis time runs keep theirs."""
+    grid: tuple[int, int] = (2, 2)  # patches per frame (rows, columns): T·4 tokens a clip
+    temporal_spacing: float = 2.0  # VideoRoPE's δ between frames (the paper's runs: 2)
+    # the video model's heads: one head of d_model dims (64 at the quick and full settings), so M-RoPE's chunked
+    # sections give time 8 of 32 pairs, as Qwen2-VL's 16 of 64; with 4 heads of 16 (2 of 8 pairs) M-RoPE stayed at
+    # chance after 200 and after 800 steps, with 1 head of 64 it reached 0.53 in 200 (one seed, measured)
+    n_head: int = 1
+
+
+VIDEO = VideoSettings()
+VIDEO_SCHEMES = ("mrope", "videorope")
+"""The time part's video rows: M-RoPE (Qwen2-VL's chunked sections) and VideoRoPE, whose paper claims it
+extrapolates to longer videos better (``posenc.extrapolate.parts.time.video_verdicts``): the smoke and full
+profiles' (two models of four times the tokens of a time run do not fit make report's time; docs/numbers.md)."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +284,7 @@ PROFILES: dict[str, Profile] = {
                             test_fraction=0.05),
         time=TimeSettings(model=GPTConfig(vocab_size=2, n_layer=1, n_head=2, n_embd=16, mlp_ratio=2),
                           train=TrainConfig(steps=4, batch_size=8, warmup=1), test=((10.0, 4.0), (20.0, 8.0)),
-                          eval_examples=16),
+                          eval_examples=16, schemes=("nope", "sinusoidal", "rope", *VIDEO_SCHEMES)),
         description="seconds; exercises every code path, numbers mean nothing",
         hybrid=("nope", "rope"),
         content_tasks=TaskSettings(model=GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, mlp_ratio=2),
@@ -323,7 +346,8 @@ PROFILES: dict[str, Profile] = {
                            test_sizes=(10, 13, 15, 20, 30, 40), eval_examples=300),
         image=ImageSettings(train=TrainConfig(steps=600, batch_size=64, lr=3e-3, warmup=40),
                             test_grids=(8, 10, 12, 16, 24)),
-        time=TimeSettings(train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=40)),
+        time=TimeSettings(train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=40),
+                          schemes=("nope", "sinusoidal", "rope", *VIDEO_SCHEMES)),
         description="three seeds, d=128, 4 layers: hours on 2 CPU cores, minutes on a GPU",
         hybrid=("nope", "rope", "alibi", "sinusoidal"), hybrid_parts=("lm", "tasks"),
         lm_rows=(*CONTENT_LM_ROWS, *LENGTH_LM_ROWS),

@@ -72,11 +72,11 @@ def fit_classifier(model: nn.Module, cfg: TrainConfig, next_batch) -> list[float
     return losses
 
 
-def fit_seeds(seeds: list[int], cfg: TrainConfig, make_model, make_batches):
-    """One classifier per seed, trained together (``fit_classifiers``): seed ``s`` draws its initial
-    weights after ``torch.manual_seed(s)`` (``make_model()``) and its batches from its own generator
-    (``make_batches(g) -> next_batch(step)``). Returns the models, their loss curves and each seed's
-    share of the training's wall seconds."""
+def fit_seeds(seeds: list[int], cfg: TrainConfig, make_model, make_batches, *, stacked: bool | None = None):
+    """One classifier per seed, trained together (``fit_classifiers``, ``stacked`` as there: False when
+    the seeds' positions differ): seed ``s`` draws its initial weights after ``torch.manual_seed(s)``
+    (``make_model()``) and its batches from its own generator (``make_batches(g) -> next_batch(step)``).
+    Returns the models, their loss curves and each seed's share of the training's wall seconds."""
     models, batches = [], []
     for seed in seeds:
         g = torch.Generator().manual_seed(seed)
@@ -84,7 +84,7 @@ def fit_seeds(seeds: list[int], cfg: TrainConfig, make_model, make_batches):
         models.append(make_model())
         batches.append(make_batches(g))
     t0 = time.perf_counter()
-    curves = fit_classifiers(models, cfg, batches)
+    curves = fit_classifiers(models, cfg, batches, stacked=stacked)
     return models, curves, (time.perf_counter() - t0) / max(len(seeds), 1)
 
 

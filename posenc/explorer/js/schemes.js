@@ -65,9 +65,11 @@ function gridModel(kind, axes, width, dims, base, rd) {
   };
   return m;
 }
-// analysis.grid_map: values[r][c] = the signal of patch (r, c) with the patch (pr, pc), row-major
+// analysis.grid_map: values[r][c] = the signal of patch (r, c) with the patch (pr, pc), row-major; a model with
+// its own placement (m.place: analysis.grid_positions_for's grid_positions, dinov3's coordinates) places the patches
 function gridValues(m, h, w, pr, pc) {
-  var pos = function (r, c) { var p = new Array(m.axes).fill(0); p[m.axes - 2] = r; p[m.axes - 1] = c; return p; };
+  var pos = m.place ? function (r, c) { return m.place(r, c, h, w); }
+                    : function (r, c) { var p = new Array(m.axes).fill(0); p[m.axes - 2] = r; p[m.axes - 1] = c; return p; };
   var me = pos(pr, pc), out = new Float64Array(h * w);
   for (var r = 0; r < h; r++) for (var c = 0; c < w; c++) out[r * w + c] = m.signal(pos(r, c), me);
   return out;
@@ -116,6 +118,32 @@ var SCHEMES = {
       if (ctx && p.has('factor') && isNum(p.get('factor'))) ext = pyRound(ctx * p.get('factor').v);
       var after = sc.byLength && ext ? freqAt(sc, ext) : sc.inv;
       return {before: before, after: after, context: ctx, extended: ext, type: sc.type};
+    };
+    return m;
+  },
+  dinov3: function (s) {  // Siméoni et al. 2025: φ = 2π·y·θ_j (first D/4 pairs), 2π·x·θ_j (next D/4), θ_j = base^(-4j/D),
+    // at patch centres (y, x) = 2·(i + 1/2)/n − 1 in [−1, 1] (posenc.reference.dinov3); augmentations are training-time only
+    var D = checkInt('head_dim', s.get('head_dim'), 4);
+    if (D % 4) fail('head_dim must be divisible by 4 (D/4 frequencies on each of 2 axes), got ' + D);
+    var base = checkFloat('base', s.get('base'), {min: 0, minOpen: true});
+    checkChoice('layout', s.get('layout'), ['half', 'interleaved']);
+    var normalize = checkChoice('normalize', s.get('normalize'), ['separate', 'max', 'min']);
+    [['shift', 0], ['jitter', 1], ['rescale', 1]].forEach(function (b) {
+      if (s.get(b[0]) !== null) checkFloat(b[0], s.get(b[0]), {min: b[1], max: 1e3});
+    });
+    var m = gridModel('rotary', 2, D, [D / 2, D / 2], base, D);  // per axis θ_i = base^(-2i/(D/2)) = base^(-4i/D)
+    var theta = m.invFreq, quarter = D / 4;
+    m.place = function (r, c, h, w) {  // dinov3_coordinates: (i + 0.5) / den, then 2·u − 1
+      var den = {separate: [h, w], max: [Math.max(h, w), Math.max(h, w)], min: [Math.min(h, w), Math.min(h, w)]}[normalize];
+      return [2 * ((r + 0.5) / den[0]) - 1, 2 * ((c + 0.5) / den[1]) - 1];
+    };
+    m.signal = function (p, q) {  // q = k = 1: q·k / D = (2/D) Σ_k cos(φ_k(p) − φ_k(q)), φ = 2π·(c·θ)
+      var sum = 0;
+      for (var i = 0; i < theta.length; i++) {
+        var a = i < quarter ? 0 : 1;
+        sum += Math.cos(2 * Math.PI * (p[a] * theta[i]) - 2 * Math.PI * (q[a] * theta[i]));
+      }
+      return 2 * sum / D;
     };
     return m;
   },

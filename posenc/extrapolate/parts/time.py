@@ -8,10 +8,22 @@ training rate, so one trained model is evaluated both ways). Time positions shou
 across frame rates where indices cannot: at twice the frame rate a one-second gap is twice as many
 frames. The model and its training: ``posenc.extrapolate.vision``; the paired statistics:
 ``posenc.extrapolate.accuracy``.
+
+**The video protocol** (a scheme with three axes, found from its structure: ``mrope``,
+``videorope``, ``rope:axes=3``): each frame is a small grid of ``VIDEO.grid`` patches, each the
+frame's vector plus noise of its own, so a clip is ``T·h·w`` tokens with positions ``(t, r, c)``.
+The positions are the scheme's own: M-RoPE's (Qwen2-VL's ``(i, r, c)`` of frame ``i``,
+``posenc.mrope_positions``) or VideoRoPE's diagonal layout (``t = δ·i``, the grid centred on
+``(t, t, t)``, temporal spacing ``δ = VIDEO.temporal_spacing``, ``posenc.encodings.videorope``), in a
+model of ``VIDEO.n_head`` heads (one: M-RoPE's time then has Qwen2-VL's share of the pairs).
+"Time" positions scale the temporal step by ``train_rate / rate`` (frame ``i`` at ``i·step``, real),
+Qwen2.5-VL's alignment of temporal positions to absolute time without its floor. VideoRoPE's claim
+(Wei et al. 2025): beside M-RoPE it extrapolates to longer videos (``video_verdicts``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -24,7 +36,7 @@ from posenc.extrapolate.page import Page, e, status
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run
-from posenc.extrapolate.profiles import Profile, TimeSettings, settings_hash
+from posenc.extrapolate.profiles import VIDEO, Profile, TimeSettings, VideoSettings, settings_hash
 from posenc.extrapolate.runs import Context
 from posenc.extrapolate.vision import SetTransformer, accuracy_row, fit_seeds, pattern_cannot, right_or_wrong
 from posenc.spec import fill_sizes
@@ -33,6 +45,10 @@ CONTINUOUS = "positions as continuous time"
 
 
 CHANCE_TIME = 0.25  # four labels: order × (gap over the threshold)
+VIDEOROPE = "Wei et al. 2025 (VideoRoPE)"
+VIDEOROPE_SETTING = ("Qwen2-VL-7B fine-tuned on 1.3M videos at up to 64k tokens with VideoRoPE or M-RoPE, evaluated on "
+                     "long-video understanding and retrieval (LongVideoBench, MLVU, V-NIAH-D) at longer contexts")
+VIDEO_AXES = 3  # (t, r, c): a scheme with three axes runs under the video protocol
 
 
 # -- runs --------------------------------------------------------------------------------------
@@ -66,6 +82,45 @@ def time_batch(n: int, *, rate: float, seconds: float, s: TimeSettings, g: torch
     return x, labels, torch.arange(frames, dtype=torch.float64) / rate
 
 
+def video_batch(n: int, *, rate: float, seconds: float, s: TimeSettings, v: VideoSettings, g: torch.Generator
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``time_batch``'s clips as videos: ``(tokens [n, T·h·w, F], labels [n], frame_times [T])``.
+
+    Each frame is an ``h × w`` grid of patches, every patch the frame's vector (its events: a
+    frame-wide flash) plus noise of its own; the tokens run frame by frame, row-major within a frame
+    (``grid_positions``'s order). With the events at one random patch instead, M-RoPE (two of eight
+    frequency pairs on time at head_dim 16) stayed at chance after the quick profile's 200 steps.
+    """
+    x, labels, times = time_batch(n, rate=rate, seconds=seconds, s=s, g=g)  # (n, T, F)
+    frames, patches = x.shape[1], v.grid[0] * v.grid[1]
+    video = x[:, :, None] + 0.5 * torch.randn(n, frames, patches, s.frame_dim, generator=g)  # (n, T, P, F)
+    return video.flatten(1, 2), labels, times  # (n, T·P, F)
+
+
+def video_positions(scheme: str, frames: int, v: VideoSettings, step: float = 1.0) -> torch.Tensor:
+    """``[T·h·w, 3]`` positions ``(t, r, c)`` of a clip of ``frames`` frames, frame ``i`` at time
+    ``i·step`` (``step`` 1: frame indices): VideoRoPE's diagonal layout with spacing ``δ·step``
+    (offset so that the grid, centred on the diagonal, stays non-negative), else M-RoPE's grid
+    ``(i·step, r, c)`` (int64 when ``step`` is 1)."""
+    h, w = v.grid
+    if scheme == "videorope":
+        from posenc.encodings.videorope import videorope_positions
+
+        return videorope_positions([{"video": [frames, h, w]}], offset=(max(h, w) - 1) // 2,
+                                   temporal_spacing=v.temporal_spacing * step)
+    pos = posenc.mrope_positions([{"video": [frames, h, w]}])  # (T·h·w, 3): (i, r, c)
+    if step == 1:
+        return pos
+    pos = pos.double()
+    pos[:, 0] *= step
+    return pos
+
+
+def video_settings(s: TimeSettings, v: VideoSettings = VIDEO) -> TimeSettings:
+    """The time settings of a video run: the model with the video protocol's heads (``VideoSettings.n_head``)."""
+    return dataclasses.replace(s, model=dataclasses.replace(s.model, n_head=v.n_head))
+
+
 def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[str, dict[str, Any], str]]:
     """``(label, spec, "" or "cannot: REASON")`` of the time runs: the profile's schemes or the user's."""
     from posenc.spec import as_spec, label as spec_label
@@ -86,23 +141,45 @@ def time_items(settings: TimeSettings, schemes: list[Any] | None) -> list[tuple[
             continue
         if not plain:
             label = spec_label(spec)
-        if getattr(pe, "axes", 1) != 1:
-            out.append((label, spec, f"cannot: {given['scheme']!r} has {pe.axes} axes; frames have one (time)"))
+        axes = getattr(pe, "axes", 1)
+        if axes not in (1, VIDEO_AXES):
+            out.append((label, spec, f"cannot: {given['scheme']!r} has {pe.axes} axes; frames have one (time), "
+                                     "video patches three (time, row, column)"))
+            continue
+        if axes == VIDEO_AXES:  # sized for the video model's heads
+            spec = time_spec(given, video_settings(settings))
+            out.append((label if plain else spec_label(spec), spec, "video"))
             continue
         out.append((label, spec, ""))
     return out
 
 
-def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mode: str = "") -> list[dict[str, Any]]:
-    """The bodies of one scheme's ``seeds``, trained together."""
+def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mode: str = "",
+             video: VideoSettings = VIDEO) -> list[dict[str, Any]]:
+    """The bodies of one scheme's ``seeds``, trained together; ``mode`` "video": the video protocol."""
     s = settings
     if mode.startswith("cannot: "):
         return [{"cannot_run": mode[len("cannot: "):], "train_rate": s.train_rate, "eval": []} for _ in seeds]
+    is_video = mode == "video"
+    if is_video:
+        s = video_settings(s, video)
+
+    def clips(n: int, rate: float, seconds: float, g: torch.Generator):
+        if is_video:
+            return video_batch(n, rate=rate, seconds=seconds, s=s, v=video, g=g)
+        return time_batch(n, rate=rate, seconds=seconds, s=s, g=g)
+
+    def positions(kind: str, times: torch.Tensor, rate: float) -> torch.Tensor:
+        """Frame indices, or seconds × the training rate: ``[T]``, or ``[T·h·w, 3]`` for a video."""
+        if is_video:
+            return video_positions(spec["scheme"], len(times), video, 1.0 if kind == "index" else s.train_rate / rate)
+        return torch.arange(len(times)) if kind == "index" else times * s.train_rate  # (T,)
+
     frames = int(round(s.train_seconds * s.train_rate))
-    pos = torch.arange(frames)  # at the training rate, frame indices = seconds × train_rate
+    pos = positions("index", torch.zeros(frames), s.train_rate)  # at the training rate, indices = seconds × rate
     def batches(g: torch.Generator):
         def next_batch(step: int):
-            x, y, _ = time_batch(s.train.batch_size, rate=s.train_rate, seconds=s.train_seconds, s=s, g=g)
+            x, y, _ = clips(s.train.batch_size, s.train_rate, s.train_seconds, g)
             return x, pos, y
         return next_batch
 
@@ -114,16 +191,20 @@ def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mod
         rows = []
         for rate, duration in s.test:
             ge = torch.Generator().manual_seed(100_000 + int(rate * 1000) + int(duration * 10))  # same for every run
-            x, y, times = time_batch(s.eval_examples, rate=rate, seconds=duration, s=s, g=ge)
+            x, y, times = clips(s.eval_examples, rate, duration, ge)
             for kind in ("index", "time"):
                 if kind == "time" and not real:
                     continue  # nope has no positions; table schemes take only integers
-                p = torch.arange(x.shape[1]) if kind == "index" else times * s.train_rate  # (T,)
+                p = positions(kind, times, rate)
                 rows.append(accuracy_row(right_or_wrong(model, x, y, p), rate=rate, seconds=duration,
-                                         frames=x.shape[1], positions=kind))
-        out.append({"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
-                    "train_seconds": round(seconds, 2), "params": model.num_params(),
-                    "train_rate": s.train_rate, "train_duration": s.train_seconds, "eval": rows})
+                                         frames=len(times), positions=kind))
+        body = {"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
+                "train_seconds": round(seconds, 2), "params": model.num_params(),
+                "train_rate": s.train_rate, "train_duration": s.train_seconds, "eval": rows}
+        if is_video:
+            body["video"] = {"grid": list(video.grid), "temporal_spacing": video.temporal_spacing,
+                             "n_head": video.n_head}
+        out.append(body)
     return out
 
 
@@ -176,6 +257,54 @@ def time_verdicts(t: AccuracyTable, train_rate: float, train_seconds: float) -> 
                          f"{', '.join(held)}, against {trained.accuracy:.2f} as trained")
             answers.append(text + ".")
     return out, answers
+
+
+def video_verdicts(t: AccuracyTable, train_rate: float, train_seconds: float) -> list[Verdict]:
+    """VideoRoPE's claim under the video protocol: at every test condition longer than training,
+    VideoRoPE beats M-RoPE (paired: the same clips; positions in seconds, which at the training rate
+    are the frame indices); "not measured" when either row is missing or is at chance as trained."""
+    longer = [(r, s) for r, s in dict.fromkeys((r, s) for r, s, _ in t.columns) if s > train_seconds]
+    if not longer:
+        return [Verdict(VIDEOROPE, "VideoRoPE beats M-RoPE on clips longer than trained",
+                        "not measured (no test clip longer than training)", "not measured")]
+    trained = [(lab, t.get(lab, (train_rate, train_seconds, "time"))) for lab in ("mrope", "videorope")]
+    chance = [f"{lab} {c.accuracy:.3f} ± {c.se:.3f}" for lab, c in trained
+              if c is not None and c.accuracy - CHANCE_TIME <= 2 * c.se]  # nothing learned: nothing to extrapolate
+    out = []
+    for r, s in longer:
+        claim = (f"at {_when(r, s)} (trained at {_when(train_rate, train_seconds)}), VideoRoPE beats M-RoPE "
+                 "(video protocol, positions in seconds)")
+        if chance:
+            out.append(Verdict(VIDEOROPE, claim, "not measured (at chance at the training condition: "
+                                                 f"{', '.join(chance)})", "not measured"))
+            continue
+        d = t.diff(("videorope", (r, s, "time")), ("mrope", (r, s, "time")))
+        out.append(paired_claim(VIDEOROPE, claim, d, f"videorope − mrope at {_when(r, s)}"))
+    return out
+
+
+def _video_note(records: list[dict[str, Any]], t: AccuracyTable, train_rate: float, train_seconds: float
+                ) -> tuple[str, list[Verdict]]:
+    """The video protocol's paragraph and VideoRoPE's verdicts (none when no video row ran)."""
+    video = next((r["video"] for r in records if "video" in r), None)
+    if video is None:
+        return ("<p>No video rows here: <code>posenc report --profile full --part time</code> runs M-RoPE and "
+                "VideoRoPE under the video protocol (or <code>--part time --scheme mrope --scheme videorope</code>)."
+                "</p>"), []
+    h, w = video["grid"]
+    verdicts = video_verdicts(t, train_rate, train_seconds)
+    text = (f'<div id="time-video"><h3>Video: VideoRoPE against M-RoPE</h3><p>The schemes with three axes read each '
+            f"frame as a {h}×{w} grid of patches, each the frame's vector (its events flash the whole frame) plus "
+            "noise of its own (the same clips for both). M-RoPE's positions are Qwen2-VL's "
+            "<code>(i, r, c)</code> of frame <i>i</i> (time on the highest frequencies); VideoRoPE's are its "
+            "diagonal layout, <code>t = δ·i</code> and the grid centred on "
+            f"<code>(t, t, t)</code>, δ = {video['temporal_spacing']:g}, time on the lowest frequencies; the model "
+            f"has {video.get('n_head', 4)} head(s). Positions in "
+            "seconds scale the temporal step by the training rate over the clip's. "
+            f"{e(VIDEOROPE)}: {e(VIDEOROPE_SETTING)}.</p>"
+            + html_table(["the paper found", "measured here", "verdict"],
+                         [[e(v.claim), e(v.measured), status(v.status)] for v in verdicts], text=True) + "</div>")
+    return text, verdicts
 
 
 def time_figure(t: AccuracyTable, conditions: list[tuple[float, float]]):
@@ -241,7 +370,9 @@ def time_section(page: Page, records: list[dict[str, Any]]) -> list[Verdict]:
     if verdicts:
         page.add(html_table(["the expectation", "measured here", "verdict"],
                             [[e(v.claim), e(v.measured), status(v.status)] for v in verdicts], text=True))
-    return verdicts
+    note, video = _video_note(records, t, rate, dur)
+    page.add(note)
+    return verdicts + video
 
 
 class Time(Part):
@@ -253,11 +384,18 @@ class Time(Part):
         self.note_own_model(profile, log)
         items = time_items(profile.time, schemes if custom else None)
         settings = settings_hash({"time": profile.time})
-        return [Run(self.name, seed, lab, sp, settings, {"cannot": mode} if mode else {}, profile.name)
+        video = settings_hash({"time": profile.time, "video": VIDEO})  # the video runs' (the others keep their keys)
+
+        def variant(mode: str) -> dict[str, Any]:
+            return {"protocol": "video"} if mode == "video" else {"cannot": mode} if mode else {}
+
+        return [Run(self.name, seed, lab, sp, video if mode == "video" else settings, variant(mode), profile.name)
                 for seed in profile.seeds_for(self.name) for lab, sp, mode in items]
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
-        return run_time(ctx.profile.time, runs[0].spec, [r.seed for r in runs], runs[0].variant.get("cannot", ""))
+        v = runs[0].variant
+        mode = "video" if v.get("protocol") == "video" else v.get("cannot", "")
+        return run_time(ctx.profile.time, runs[0].spec, [r.seed for r in runs], mode)
 
     def summary(self, record: dict[str, Any]) -> str:
         rows = record.get("eval", [])
@@ -266,7 +404,9 @@ class Time(Part):
                 f"{last['accuracy']:.2f} at rate {last['rate']:g}")
 
     def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
-        return Section(time_section(page, records))
+        verdicts = time_section(page, records)
+        return Section(verdicts, sources={VIDEOROPE: VIDEOROPE_SETTING} if any(
+            v.source == VIDEOROPE for v in verdicts) else {})
 
 
 PART = Time()

@@ -20,11 +20,11 @@ from typing import Any
 
 from posenc.extrapolate.page import Page
 from posenc.extrapolate.part import Log, Part, Section
-from posenc.extrapolate.parts.image.claims import (AXIAL, HEO, LEARNED, MIXED, conditions, image_section,
-                                                   image_verdicts, normalized, tables)
-from posenc.extrapolate.parts.image.runs import (AUGMENTS, CONDITIONS, IMAGE_VARIANTS, POSITIONS, canvas, digits,
-                                                 image_items, image_positions, image_spec, resample, run_image,
-                                                 scale_augment)
+from posenc.extrapolate.parts.image.claims import (AXIAL, DINOV3, DINOV3_SETTING, HEO, LEARNED, MIXED, conditions,
+                                                   dinov3_verdicts, image_section, image_verdicts, normalized, tables)
+from posenc.extrapolate.parts.image.runs import (AUGMENTS, CONDITIONS, IMAGE_VARIANTS, POSITIONS, canvas,
+                                                 coordinate_positions, digits, image_items, image_positions,
+                                                 image_spec, resample, run_image, scale_augment)
 from posenc.extrapolate.plan import Run
 from posenc.extrapolate.profiles import Profile, settings_hash
 from posenc.extrapolate.runs import Context
@@ -59,11 +59,14 @@ class Image(Part):
                 f"({last.get('condition', 'zoom')})")
 
     def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
-        return Section(image_section(page, records))
+        verdicts = image_section(page, records)
+        cited = any(v.source == DINOV3 for v in verdicts)
+        return Section(verdicts, sources={DINOV3: DINOV3_SETTING} if cited else {})
 
 
 PART = Image()
 
 __all__ = ["PART", "Image", "AUGMENTS", "CONDITIONS", "POSITIONS", "IMAGE_VARIANTS", "HEO", "LEARNED", "AXIAL",
-           "MIXED", "image_spec", "image_items", "digits", "resample", "canvas", "scale_augment", "image_positions",
-           "run_image", "normalized", "tables", "image_verdicts", "conditions", "image_section"]
+           "MIXED", "DINOV3", "image_spec", "image_items", "digits", "resample", "canvas", "scale_augment",
+           "image_positions", "coordinate_positions", "run_image", "normalized", "tables", "image_verdicts",
+           "dinov3_verdicts", "conditions", "image_section"]

@@ -35,6 +35,11 @@ TRAINING = {"none": "trained on the digits as they are", "scale": "trained with 
 CONDITION = {"zoom": "zoom (the image resampled to the grid)",
              "canvas": "canvas (the digit at its trained size on a larger blank grid)"}
 COMPARISONS = ((MIXED, LEARNED), (AXIAL, LEARNED), (MIXED, AXIAL))
+DINOV3 = "Siméoni et al. 2025 (DINOv3)"
+DINOV3_SETTING = ("ViT-7B distilled to ViT-S…H+, patch 16, RoPE on patch centres normalised to [−1, 1] (base 100) "
+                  "with the coordinates augmented at training time (the released config: rescaled by a log-uniform "
+                  "factor in [1/2, 2]); trained at 256 px then adapted to 512–768 px, evaluated at up to 4096 px")
+DINO, DINO_AUG = "DINOv3 RoPE", "DINOv3 RoPE (rescale 2)"  # runs.IMAGE_VARIANTS
 
 
 def normalized(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -97,21 +102,45 @@ def image_verdicts(t: AccuracyTable, train: int, *, augment: str = "none") -> li
         d = t.diff(_at(better, "zoom", "integer", at), _at(worse, "zoom", "integer", at))
         out.append(paired_claim(HEO, claim, d, f"{better} − {worse} at {at}"))
     for label in (MIXED, AXIAL):
-        claim = (f"{label} holds its accuracy from {train}×{train} to {at}×{at} (non-inferiority: drops by less "
-                 f"than {ACCURACY_MARGIN} accuracy){how}")
-        d = t.diff(_at(label, "zoom", "integer", at), _at(label, "zoom", "integer", train))
-        base = t.get(*_at(label, "zoom", "integer", train))
-        if d is None or base is None:
-            out.append(Verdict(HEO, claim, f"not measured ({label} missing)", "not measured"))
-            continue
-        if base.accuracy - CHANCE_IMAGE <= 2 * base.se:  # nothing learned: nothing to hold
-            out.append(Verdict(HEO, claim, f"not measured ({label} is at chance on the training grid: "
-                                           f"{base.accuracy:.3f} ± {base.se:.3f})", "not measured"))
-            continue
-        measured = (f"{label} at {at} − at {train}: Δaccuracy {d.mean:+.3f} ± {d.se:.3f} "
-                    f"(paired over {d.n} images, {d.seeds} seed(s))")
-        out.append(tested(HEO, claim, measured + f"; margin {ACCURACY_MARGIN}", d, expect_negative=False,
-                          null=-ACCURACY_MARGIN))
+        out.append(_holds(HEO, t, label, "integer", train, at, how))
+    return out
+
+
+def _holds(source: str, t: AccuracyTable, label: str, mode: str, train: int, at: int, how: str) -> Verdict:
+    """``label`` (at ``mode`` positions, zoom) holds its accuracy from ``train`` to ``at``: non-inferiority."""
+    claim = (f"{label} holds its accuracy from {train}×{train} to {at}×{at} (non-inferiority: drops by less "
+             f"than {ACCURACY_MARGIN} accuracy){how}")
+    d = t.diff(_at(label, "zoom", mode, at), _at(label, "zoom", mode, train))
+    base = t.get(*_at(label, "zoom", mode, train))
+    if d is None or base is None:
+        return Verdict(source, claim, f"not measured ({label} missing)", "not measured")
+    if base.accuracy - CHANCE_IMAGE <= 2 * base.se:  # nothing learned: nothing to hold
+        return Verdict(source, claim, f"not measured ({label} is at chance on the training grid: "
+                                      f"{base.accuracy:.3f} ± {base.se:.3f})", "not measured")
+    measured = (f"{label} at {at} − at {train}: Δaccuracy {d.mean:+.3f} ± {d.se:.3f} "
+                f"(paired over {d.n} images, {d.seeds} seed(s))")
+    return tested(source, claim, measured + f"; margin {ACCURACY_MARGIN}", d, expect_negative=False,
+                  null=-ACCURACY_MARGIN)
+
+
+def dinov3_verdicts(t: AccuracyTable, train: int, *, augment: str = "none") -> list[Verdict]:
+    """DINOv3's coordinates beside Heo et al.'s variants, under the same protocol (``t``: one training;
+    zoom; the grid nearest 2× training): with its coordinate augmentation, at its own coordinates
+    (normalised to the test grid, ``rescaled``), DINOv3's RoPE holds its accuracy, beats itself without
+    the augmentation, and beats axial RoPE and RoPE-Mixed at integer positions (Heo et al.'s protocol)."""
+    at = _probe(sorted({s for c, _, s in t.columns if c == "zoom"}), train)
+    if at is None:
+        return [Verdict(DINOV3, "DINOv3's RoPE holds accuracy at larger grids",
+                        "not measured (no grid larger than training)", "not measured")]
+    how = "" if augment == "none" else " (scale-augmented training, zoomed test images)"
+    own = f"{DINO_AUG} at its own coordinates (normalised to the grid)"
+    out = [_holds(DINOV3, t, DINO_AUG, "rescaled", train, at, how)]
+    for worse, mode, what in ((DINO, "rescaled", f"{DINO} (no coordinate augmentation)"),
+                              (AXIAL, "integer", f"{AXIAL} at integer positions"),
+                              (MIXED, "integer", f"{MIXED} at integer positions")):
+        claim = f"at higher resolution ({at}×{at} tokens, trained at {train}×{train}), {own} beats {what}{how}"
+        d = t.diff((DINO_AUG, ("zoom", "rescaled", at)), (worse, ("zoom", mode, at)))
+        out.append(paired_claim(DINOV3, claim, d, f"{DINO_AUG} − {worse} at {at}"))
     return out
 
 
@@ -232,6 +261,24 @@ def image_section(page: Page, records: list[dict[str, Any]]) -> list[Verdict]:
     if bad:
         page.add("<p><b>Where this run disagrees with Heo et al.:</b> "
                  + "; ".join(e(v.claim) for v in bad) + ".</p>")
+    return verdicts + _dinov3_section(page, t[aug], train, aug)
+
+
+def _dinov3_section(page: Page, t: AccuracyTable, train: int, aug: str) -> list[Verdict]:
+    """DINOv3's coordinates against Heo et al.'s variants (``#image-dinov3``); its verdicts (none without its rows)."""
+    page.add('<div id="image-dinov3"><h3>DINOv3\'s coordinates against Heo et al.\'s variants</h3>')
+    if not any(lab in t.labels for lab in (DINO, DINO_AUG)):
+        page.add("<p>No DINOv3 rows here: <code>posenc report --profile full --part image</code> runs them (the "
+                 "smoke and full profiles' variants; two more models do not fit the quick profile's time).</p></div>")
+        return []
+    verdicts = dinov3_verdicts(t, train, augment=aug)
+    page.add("<p>DINOv3's RoPE (base 100) rotates by patch centres normalised to [−1, 1]: at its own coordinates "
+             "(<b>rescaled</b> here) a larger grid spans the same range, finer; at <b>integer</b> positions the "
+             "training grid's spacing is kept and the coordinates reach past 1. The released model trains with the "
+             "coordinates multiplied by a log-uniform factor in [1/2, 2], drawn once per step "
+             f"(<code>dinov3:rescale=2</code>). {e(DINOV3)}: {e(DINOV3_SETTING)}.</p>"
+             + html_table(["the paper found", "measured here", "verdict"],
+                          [[e(v.claim), e(v.measured), status(v.status)] for v in verdicts], text=True) + "</div>")
     return verdicts
 
 
@@ -260,5 +307,5 @@ def _conditions_section(t: dict[str, AccuracyTable], train: int) -> str:
     return text + "</div>"
 
 
-__all__ = ["HEO", "LEARNED", "AXIAL", "MIXED", "normalized", "tables", "image_verdicts", "conditions",
-           "image_section"]
+__all__ = ["HEO", "LEARNED", "AXIAL", "MIXED", "DINOV3", "DINO", "DINO_AUG", "normalized", "tables", "image_verdicts",
+           "dinov3_verdicts", "conditions", "image_section"]

@@ -47,10 +47,15 @@ IMAGE_VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "2D sinusoidal": ({"scheme": "sinusoidal", "axes": 2}, "grid"),
     "axial RoPE": ({"scheme": "rope", "axes": 2}, "grid"),
     "RoPE-Mixed": ({"scheme": "rope_mixed", "axes": 2}, "grid"),
+    # DINOv3 (Siméoni et al. 2025): patch centres in [−1, 1], base 100; its released config trains with the
+    # coordinates rescaled by a log-uniform factor in [1/2, 2] per forward pass (transformers' pos_embed_rescale=2.0)
+    "DINOv3 RoPE": ({"scheme": "dinov3"}, "coords"),
+    "DINOv3 RoPE (rescale 2)": ({"scheme": "dinov3", "rescale": 2.0}, "coords"),
 }
 """label -> (spec without sizes, how test positions are made: ``grid`` the grid's positions, integer or
-rescaled (``position_modes``), ``resize`` the learned table). Before the image protocol
-a variant "2D sinusoidal (rescaled)" was its own run; its records still render."""
+rescaled (``position_modes``), ``resize`` the learned table, ``coords`` DINOv3's normalised
+coordinates (``coordinate_positions``), augmented at training time as the spec says). Before the
+image protocol a variant "2D sinusoidal (rescaled)" was its own run; its records still render."""
 AUGMENTS = ("none", "scale")
 CONDITIONS = ("zoom", "canvas")
 POSITIONS = ("integer", "rescaled")
@@ -107,7 +112,7 @@ def image_items(settings: ImageSettings, schemes: list[Any] | None) -> list[tupl
             out.append((label, spec, f"cannot: {name!r} takes one-axis positions; image patches need two "
                                      "(row, col)"))
             continue
-        out.append((label, spec, "resize" if table else "grid"))
+        out.append((label, spec, "resize" if table else "coords" if hasattr(pe, "coordinates") else "grid"))
     return out
 
 
@@ -146,12 +151,29 @@ def image_positions(size: int, grid: int, mode: str) -> torch.Tensor:
     return pos
 
 
+def coordinate_positions(size: int, grid: int, mode: str) -> torch.Tensor:
+    """``[size², 2]`` float64 DINOv3 coordinates ``(y, x)``, patch centres ``2·(p + ½)/n − 1``:
+    ``rescaled``, ``n = size`` (DINOv3's own: the test grid spans [−1, 1], interpolation);
+    ``integer``, ``n = grid`` (the training grid's spacing, so a larger grid reaches past 1:
+    extrapolation). On the training grid both are ``posenc.encodings.dinov3.dinov3_coordinates``."""
+    centres = (torch.arange(size, dtype=torch.float64) + 0.5) / (grid if mode == "integer" else size)  # (size,)
+    ys, xs = torch.meshgrid(centres, centres, indexing="ij")
+    return 2.0 * torch.stack([ys, xs], dim=-1).reshape(-1, 2) - 1.0  # (size², 2)
+
+
+def augments_coordinates(spec: dict[str, Any]) -> bool:
+    """Whether ``spec`` draws DINOv3's coordinate augmentations at training time (shift, jitter, rescale)."""
+    return any(spec.get(k) is not None for k in ("shift", "jitter", "rescale"))
+
+
 # -- the runs ------------------------------------------------------------------------------------
 
 def position_modes(pe: torch.nn.Module, how: str) -> tuple[str, ...]:
     """The position modes a variant is evaluated with (see the module docstring)."""
     if how == "resize":
         return ("rescaled",)
+    if how == "coords":  # DINOv3's coordinates: the training spacing, or normalised to the test grid
+        return POSITIONS
     if not getattr(pe, "real_positions", False):  # NoPE's included
         return ("integer",)
     return POSITIONS
@@ -202,17 +224,22 @@ def run_image(settings: ImageSettings, spec: dict[str, Any], how: str, seeds: li
         return [{"cannot_run": how[len("cannot: "):], "train_size": s.grid, "augment": augment, "eval": []}
                 for _ in seeds]
     train_x, train_y, test_x, test_y = digits(s.test_fraction)
-    pos = image_positions(s.grid, s.grid, "integer")
+    coords = how == "coords"
+    pos = coordinate_positions(s.grid, s.grid, "integer") if coords else image_positions(s.grid, s.grid, "integer")
+    drawn = coords and augments_coordinates(spec)  # DINOv3's augmentations: a draw per step from the seed's generator
     x_train = resample(train_x, s.grid)  # (N, g, g)
     def batches(g: torch.Generator):
+        draw = posenc.build(spec).train() if drawn else None
         def next_batch(step: int):
             idx = torch.randint(len(train_y), (s.train.batch_size,), generator=g)
             x = x_train[idx] if augment == "none" else scale_augment(x_train[idx], s.scale_range, g)
-            return x.flatten(1)[..., None], pos, train_y[idx]  # (B, g², 1)
+            p = draw.augment(pos, generator=g) if draw is not None else pos
+            return x.flatten(1)[..., None], p, train_y[idx]  # (B, g², 1)
         return next_batch
 
-    models, curves, seconds = fit_seeds(
-        seeds, s.train, lambda: SetTransformer(s.model, spec, in_dim=1, classes=NUM_CLASSES), batches)
+    models, curves, seconds = fit_seeds(  # drawn positions differ per seed: the stacked model shares one set
+        seeds, s.train, lambda: SetTransformer(s.model, spec, in_dim=1, classes=NUM_CLASSES), batches,
+        stacked=False if drawn else None)
     out = []
     for model, losses in zip(models, curves):
         rows = []
@@ -224,7 +251,8 @@ def run_image(settings: ImageSettings, spec: dict[str, Any], how: str, seeds: li
                 x = test_images(test_x, condition, size)
                 for mode in position_modes(model.pe, how):
                     pe = model.pe.resized([size, size]) if how == "resize" and size != s.grid else None
-                    positions = image_positions(size, s.grid, "integer" if how == "resize" else mode)  # resized table
+                    positions = (coordinate_positions(size, s.grid, mode) if coords else
+                                 image_positions(size, s.grid, "integer" if how == "resize" else mode))  # resized table
                     right = right_or_wrong(model, x, test_y, positions, pe)
                     rows.append(accuracy_row(right, condition=condition, positions=mode, size=size,
                                              tokens=size * size))
