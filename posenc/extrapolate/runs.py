@@ -21,11 +21,11 @@ from posenc.extrapolate.plan import Run
 from posenc.extrapolate.train import train_seeds
 
 
-def _environment(ctx: Context, run: Run) -> dict[str, Any]:
-    """The record's ``env``: ``posenc.environment.capture(device)`` and how this run was spread
-    (with ``--context-parallel``: the method its training sharded sequences with, or None)."""
+def _environment(ctx: Context, run: Run | None = None) -> dict[str, Any]:
+    """The record's ``env``: ``posenc.environment.capture(device)`` and how the runs were spread
+    (given a run, with ``--context-parallel``: the method its training sharded sequences with, or None)."""
     return {**environment.capture(ctx.dist.device), "world_size": ctx.dist.world, "threads": ctx.threads,
-            "jobs": ctx.jobs, **env_field(ctx.dist, run)}
+            "jobs": ctx.jobs, **({} if run is None else env_field(ctx.dist, run))}
 
 
 def _bar(ctx: Context, total: int, desc: str):
