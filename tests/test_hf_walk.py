@@ -57,10 +57,12 @@ TEXT = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64, num_atten
             attn_layer_period=2, attn_layer_offset=1)  # Jamba's attention in one of its 2 layers
 TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, intermediate_size=32, num_attention_heads=2,
              num_heads=2, out_hidden_size=64, patch_size=2, spatial_merge_size=1, temporal_patch_size=1, image_size=8)
+# what a family's config class needs beyond TEXT to build tiny with every kind of layer it alternates
+OVERRIDES = {"gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8)}  # one global, one local
 LENGTH, NEW = 19, 4  # tokens run; tokens generated
 # one model type per variant of the Family record, and the families without RoPE (the default run)
 SAMPLE = ("llama", "cohere2", "gpt_oss", "gemma2", "falcon", "gpt_neox", "llama4_text",
-          "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt2", "bloom", "gptj", "mamba",
+          "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt_neo", "bloom", "gptj", "mamba",
           # found from the modeling module (pairs (2i, 2i+1); MLA; a rotation of its own, refused), more
           # rotaries (one per base), two attention calls per layer, the offset learned table, MPT's ALiBi
           "glm", "axk2", "nanochat", "granite_swa", "diffllama", "opt", "mpt")
@@ -86,7 +88,7 @@ def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
         kwargs = {k: known(TEXT if k == "text_config" else TOWER, getattr(default, k)) for k in subs
                   if getattr(default, k, None) is not None}
     else:
-        kwargs = known(TEXT, default)
+        kwargs = {**known(TEXT, default), **OVERRIDES.get(model_type, {})}
     text_default = getattr(default, "text_config", None) if "text_config" in subs else default
     kinds = list(dict.fromkeys(getattr(text_default, "layer_types", None) or ()))
     for sizes in (kwargs[k] for k in subs if k == "text_config" and k in kwargs) if "text_config" in subs else (kwargs,):

@@ -1,6 +1,6 @@
 """transformers families: what posenc needs to know about a model family, as ONE table of
 :class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
-(``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``bloom.py``, ``mpt.py``), the
+(``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``; ``bloom.py``, ``mpt.py``), the
 structure search (``structure.py``), the records read from a modeling module (``found.py``:
 which pairs its ``apply_rotary_pos_emb`` rotates, multi-head latent attention) and the checks
 before replacing (``check.py``).
@@ -51,7 +51,7 @@ from posenc.interop.families.record import _GEMMA3_THETAS, HF_TABLES, POSITIONS,
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bloom, falcon, gpt2, mpt
+    from posenc.interop.families import bloom, falcon, gpt2, gpt_neo, mpt
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -93,6 +93,7 @@ def _families() -> dict[str, Family]:
         **{t: qwen3_vl for t in ("qwen3_vl", "qwen3_vl_moe")},
         # no RoPE: a learned table (the table stops being added while patched) or ALiBi (off while patched)
         **{t: gpt2._family() for t in ("gpt2", "gpt_bigcode")},  # GPT-BigCode (StarCoder 1): GPT-2's layout
+        "gpt_neo": gpt_neo._family(),  # GPT-2's table, an attention of its own with local (windowed) layers
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         "bloom": bloom._family(),

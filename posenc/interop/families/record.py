@@ -42,7 +42,7 @@ class Family:
     mrope: tuple[tuple[int, ...], str] | None = None
     # -- patch: where the layers are (None: found from structure) and how they compute attention
     layers: str | None = None  # attribute path of the decoder layers' ModuleList
-    attention: str | None = None  # attribute of a decoder layer holding its attention module
+    attention: str | None = None  # attribute (path) of a decoder layer holding its attention module
     rotary_only: str | None = None  # the reason, for a family whose attention posenc's cannot stand in for
     embeddings: str | None = None  # the decoder's token embedding (None: the model's get_input_embeddings())
     own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position

@@ -60,8 +60,12 @@ def _text(config: Any) -> Any:
 
 
 def _attention_of(layer: nn.Module, name: str | None) -> tuple[str, nn.Module] | None:
-    if name is not None:
-        return (name, getattr(layer, name)) if isinstance(getattr(layer, name, None), nn.Module) else None
+    if name is not None:  # a path: GPT-Neo's attn.attention
+        try:
+            child = _attr(layer, name)
+        except AttributeError:
+            return None
+        return (name, child) if isinstance(child, nn.Module) else None
     for attr in _ATTENTION_NAMES:
         child = getattr(layer, attr, None)
         if isinstance(child, nn.Module) and type(child).__name__.endswith("Attention"):
