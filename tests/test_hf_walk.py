@@ -58,7 +58,11 @@ TEXT = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64, num_atten
 TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, intermediate_size=32, num_attention_heads=2,
              num_heads=2, out_hidden_size=64, patch_size=2, spatial_merge_size=1, temporal_patch_size=1, image_size=8)
 # what a family's config class needs beyond TEXT to build tiny with every kind of layer it alternates
-OVERRIDES = {"gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8)}  # one global, one local
+OVERRIDES = {
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8),  # one global, one local layer
+    # its rotary_dim (TEXT's 8) and the factor its model reads agree, as in MiniMax-M3's checkpoints (64 of 128)
+    "minimax_m3_vl_text": dict(rope_parameters={"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5}),
+}
 LENGTH, NEW = 19, 4  # tokens run; tokens generated
 # one model type per variant of the Family record, and the families without RoPE (the default run)
 SAMPLE = ("llama", "cohere2", "gpt_oss", "gemma2", "falcon", "gpt_neox", "llama4_text",
