@@ -410,3 +410,19 @@ def test_the_pairs_an_apply_rotates_are_found_by_calling_it(model_type, pairs):
 
     modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
     assert apply_layout(modeling.apply_rotary_pos_emb) == pairs
+
+
+def test_drop_in_takes_rope_parameters_of_a_layer_type_the_model_has_none_of():
+    """Laguna's config gives rope parameters for sliding and full layers, its default layers are all
+    full, and its rotary holds tables only for the layer types its layers have: the drop-in reads
+    both (the sliding one never runs) and equals the model's rotary on its full layers."""
+    config = T.LagunaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    assert set(config.layer_types) == {"full_attention"} and "sliding_attention" in config.rope_parameters
+    from transformers.models.laguna.modeling_laguna import LagunaRotaryEmbedding
+
+    ours, theirs = HFRotaryEmbedding.from_config(config), LagunaRotaryEmbedding(config)
+    positions = torch.arange(LENGTH)[None]
+    for mine, their in zip(ours(torch.zeros(1), positions, "full_attention"),
+                           theirs(torch.zeros(1), positions, "full_attention")):
+        torch.testing.assert_close(mine, their, rtol=0, atol=2e-6)

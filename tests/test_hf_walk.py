@@ -95,6 +95,9 @@ def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
         kwargs = {**known(TEXT, default), **OVERRIDES.get(model_type, {})}
     text_default = getattr(default, "text_config", None) if "text_config" in subs else default
     kinds = list(dict.fromkeys(getattr(text_default, "layer_types", None) or ()))
+    rope = getattr(text_default, "rope_parameters", None)
+    if len(kinds) == 1 and isinstance(rope, dict) and kinds[0] in rope and len(rope) == 2:  # rope parameters for
+        kinds = list(rope)  # two kinds of layer, a default of one (Laguna, Mellum: sliding and full attention)
     for sizes in (kwargs[k] for k in subs if k == "text_config" and k in kwargs) if "text_config" in subs else (kwargs,):
         if len(kinds) == 2:  # both kinds of layer the family alternates (Qwen 3.5's linear and full attention)
             sizes["layer_types"] = kinds

@@ -168,6 +168,9 @@ def check_from_hf(config: Any, rope: nn.Module, layer_type: str | None, wrapper:
     sig = inspect.signature(rotary.forward).parameters
     if (layer_type is not None) != ("layer_type" in sig):
         return  # one table per layer type on one side only: from_config's business
+    present = getattr(text, "layer_types", None)
+    if layer_type is not None and present is not None and layer_type not in present:
+        return  # rope parameters for a kind of layer the model has none of (Laguna's sliding_attention): never run
     ours = HFRotaryEmbedding({layer_type: rope} if layer_type is not None else rope)
     diff = compare(rotary, ours, rope, layer_type, getattr(text, "max_position_embeddings", None))
     if diff is not None:
