@@ -72,6 +72,13 @@ def _family_configs(rng: random.Random) -> dict:
                              rope_parameters={"rope_type": "yarn", "rope_theta": _base(rng), "factor": 4.0,
                                               "original_max_position_embeddings": 16, "mscale": 1.0,
                                               "mscale_all_dim": rng.choice([0.5, 1.0])})),
+        # MLA with a complex freqs_cis on pairs (2i, 2i+1); dense layers only (no experts: faster)
+        "deepseek_v2": (T.DeepseekV2Config, T.DeepseekV2ForCausalLM,
+                        dict(small, num_hidden_layers=2, num_key_value_heads=4, qk_rope_head_dim=8, head_dim=8,
+                             qk_nope_head_dim=8, v_head_dim=16, kv_lora_rank=16, q_lora_rank=32, n_routed_experts=4,
+                             num_experts_per_tok=2, first_k_dense_replace=2, moe_intermediate_size=32, n_group=1,
+                             topk_group=1, rope_parameters={"rope_type": "yarn", "rope_theta": _base(rng),
+                                                            "factor": 4.0, "original_max_position_embeddings": 16})),
         "cohere": (T.CohereConfig, T.CohereForCausalLM, dict(small, num_hidden_layers=2, rope_theta=_base(rng))),
         "phi3": (T.Phi3Config, T.Phi3ForCausalLM,
                  dict(small, num_hidden_layers=2, pad_token_id=0, bos_token_id=1, eos_token_id=2,
@@ -426,3 +433,22 @@ def test_drop_in_takes_rope_parameters_of_a_layer_type_the_model_has_none_of():
     for mine, their in zip(ours(torch.zeros(1), positions, "full_attention"),
                            theirs(torch.zeros(1), positions, "full_attention")):
         torch.testing.assert_close(mine, their, rtol=0, atol=2e-6)
+
+
+def test_deepseek_v2_complex_table_through_patch_and_the_attention_function():
+    """DeepSeek-V2: MLA heads ``[nope, rope]`` whose rope part its complex ``freqs_cis`` rotates on
+    pairs (2i, 2i+1). Its own rope through ``patch`` leaves the logits unchanged, both through its
+    rotary module (one module on every layer) and through the attention function (one module per
+    layer: the rotary neutralised to 1 + 0i, which leaves the pairs in place); another base does not."""
+    model = tiny_model("deepseek_v2")
+    ids = _ids(length=13)
+    own = from_hf(model.config)
+    assert (own.spec["rotary_dim"], own.layout, own.hf_table) == (8, "interleaved", "complex")
+    wrong = posenc.build({**own.spec, "base": own.spec["base"] * 3})
+    with torch.no_grad():
+        want = model(ids).logits
+        for pe, same in ((own, True), ([own, posenc.build(own.spec)], True), ([wrong, wrong], False)):
+            posenc.interop.patch(model, pe)
+            diff = relative_difference(model(ids).logits, want)
+            posenc.interop.unpatch(model)
+            assert (diff <= 1e-5) == same, (pe, diff)

@@ -734,8 +734,10 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         attention.__dict__["_posenc_rotary"] = neutral
         attention.__dict__["_posenc_attention"] = posenc_attention  # a family's forward calls it (Falcon, BLOOM)
         if family.rope_part is not None:
+            # an interleaved apply with cos 1, sin 0 leaves the rope part de-interleaved (DeepSeek-V3's), a
+            # complex one with 1 + 0i leaves it as it was (DeepSeek-V2's view_as_complex pairs)
             attention.__dict__["_posenc_rope_part"] = (getattr(model.config, family.rope_part),
-                                                       _interleaved(model.config))
+                                                       _interleaved(model.config) and family.table != "complex")
         for name in family.own_positions:
             setattr(attention, name, False)
         if family.forward is not None:  # an instance attribute: nn.Module.__call__ (and its hooks) call it

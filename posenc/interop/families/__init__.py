@@ -89,6 +89,9 @@ def _families() -> dict[str, Family]:
         "llama4": Family("language_model.model.rotary_emb", **llama4),
         "deepseek_v3": Family(interleave_key="rope_interleave", head_dim=("qk_nope_head_dim", "qk_rope_head_dim"),
                               rope_part="qk_rope_head_dim"),
+        # MLA as DeepSeek-V3's, its rotary a complex freqs_cis applied to view_as_complex pairs (2i, 2i+1)
+        "deepseek_v2": Family(table="complex", layout="interleaved", head_dim=("qk_nope_head_dim", "qk_rope_head_dim"),
+                              rope_part="qk_rope_head_dim"),
         **{t: qwen_vl for t in ("qwen2_vl", "qwen2_5_vl")},
         **{t: qwen3_vl for t in ("qwen3_vl", "qwen3_vl_moe")},
         # no RoPE: a learned table (the table stops being added while patched) or ALiBi (off while patched)
