@@ -61,6 +61,7 @@ TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, interme
 OVERRIDES = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8),  # one global, one local layer
     # its rotary_dim (TEXT's 8) and the factor its model reads agree, as in MiniMax-M3's checkpoints (64 of 128)
+    "mimo_v2_flash": dict(head_dim=24),  # int(24 · 0.334) = 8 rotated dims (its checkpoints: 192 · 0.334 = 64); 16 gives 5
     "minimax_m3_vl_text": dict(rope_parameters={"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5}),
 }
 LENGTH, NEW = 19, 4  # tokens run; tokens generated
