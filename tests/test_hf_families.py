@@ -452,3 +452,13 @@ def test_deepseek_v2_complex_table_through_patch_and_the_attention_function():
             diff = relative_difference(model(ids).logits, want)
             posenc.interop.unpatch(model)
             assert (diff <= 1e-5) == same, (pe, diff)
+
+
+def test_a_config_without_a_modeling_module_is_read_from_the_model_transformers_builds_for_it():
+    """Sarvam-MLA's config has no modeling module of its own: transformers builds DeepSeek-V3's
+    model for it, whose multi-head latent attention (and its rope_interleave key) is found there."""
+    from posenc.interop.families.found import found_family
+
+    row = found_family(T.SarvamMLAConfig(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, qk_rope_head_dim=8,
+                                         qk_nope_head_dim=8, v_head_dim=16, kv_lora_rank=16, q_lora_rank=32))
+    assert row is not None and (row.rope_part, row.interleave_key) == ("qk_rope_head_dim", "rope_interleave")
