@@ -48,7 +48,8 @@ from posenc.interop.families.structure import find  # noqa: E402
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "hf_walk.md"
 TEXT = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=16, vocab_size=128, max_position_embeddings=256, sliding_window=8, attention_chunk_size=8,
+            head_dim=16, global_head_dim=32, vocab_size=128, max_position_embeddings=256, sliding_window=8,
+            attention_chunk_size=8,
             moe_intermediate_size=32, num_local_experts=4, num_experts=4, n_routed_experts=4, num_experts_per_tok=2,
             first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=8,
             qk_rope_head_dim=8, v_head_dim=16, rotary_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=True,
@@ -85,8 +86,14 @@ def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
     config_class = type(default)
     subs = getattr(config_class, "sub_configs", {}) or {}
 
+    def has(config, key: str) -> bool:
+        try:
+            return hasattr(config, key)
+        except Exception:  # noqa: BLE001 - a per-layer attribute (Gemma 4's head_dim) refuses a global read: it is there
+            return True
+
     def known(sizes: dict, config) -> dict:  # only the keys the config has (another would be read as set)
-        return {k: v for k, v in sizes.items() if hasattr(config, k)
+        return {k: v for k, v in sizes.items() if has(config, k)
                 and not isinstance(getattr(type(config), k, None), property)}  # a derived size (Falcon's head_dim)
 
     if "text_config" in subs:

@@ -371,6 +371,24 @@ def test_rotary_on_some_layers_keeps_the_models_own_elsewhere():
         assert not torch.allclose(model(ids).logits, want, atol=1e-3)
 
 
+def test_gemma4_layers_of_two_head_sizes_take_their_own_sizes_and_rope():
+    """Gemma 4's full-attention layers have a head of their own (``global_head_dim``, read per layer
+    from ``per_layer_config``: transformers refuses a global ``config.head_dim``) and p-RoPE; its
+    ``apply_rotary_pos_emb`` takes one tensor at a time. Its own encoding through the attention
+    function leaves the logits unchanged; one spec gives each layer a module of its own head size."""
+    from test_hf import tiny_gemma4_config
+
+    torch.manual_seed(0)
+    model = transformers.Gemma4ForCausalLM(tiny_gemma4_config(attn_implementation="eager")).eval()
+    ids = torch.randint(3, 97, (2, 13), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, posenc.interop.hf_layer_specs(model.config))
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+    posenc.interop.patch(model, "rope")  # patched again, from the model's own state
+    assert [layer.self_attn.posenc_pe.head_dim for layer in model.model.layers] == [16, 32]
+
+
 def test_a_shared_spec_is_one_module_and_parameters_train():
     model = tiny("llama")
     posenc.interop.patch(model, "t5")
