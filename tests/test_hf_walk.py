@@ -62,6 +62,11 @@ TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, interme
 OVERRIDES = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8),  # one global, one local layer
     # its rotary_dim (TEXT's 8) and the factor its model reads agree, as in MiniMax-M3's checkpoints (64 of 128)
+    "dots1": dict(n_shared_experts=1),  # its default (None) does not build
+    "lfm2_moe": dict(layer_types=["conv", "full_attention"]),  # its default (None) does not build
+    "cohere_compass_text": dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+    **{t: dict(indexer_budget=8, indexer_compress_ratio=2, indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16)
+       for t in ("qwen4_exp", "qwen4_exp_text")},  # its sparse attention's indexer: no defaults
     "mimo_v2_flash": dict(head_dim=24),  # int(24 · 0.334) = 8 rotated dims (its checkpoints: 192 · 0.334 = 64); 16 gives 5
     "minimax_m3_vl_text": dict(rope_parameters={"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5}),
 }
@@ -99,6 +104,7 @@ def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
     if "text_config" in subs:
         kwargs = {k: known(TEXT if k == "text_config" else TOWER, getattr(default, k)) for k in subs
                   if getattr(default, k, None) is not None}
+        kwargs["text_config"] = {**kwargs.get("text_config", {}), **OVERRIDES.get(model_type, {})}
     else:
         kwargs = {**known(TEXT, default), **OVERRIDES.get(model_type, {})}
     text_default = getattr(default, "text_config", None) if "text_config" in subs else default
@@ -107,8 +113,9 @@ def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
     if len(kinds) == 1 and isinstance(rope, dict) and kinds[0] in rope and len(rope) == 2:  # rope parameters for
         kinds = list(rope)  # two kinds of layer, a default of one (Laguna, Mellum: sliding and full attention)
     for sizes in (kwargs[k] for k in subs if k == "text_config" and k in kwargs) if "text_config" in subs else (kwargs,):
-        if len(kinds) == 2:  # both kinds of layer the family alternates (Qwen 3.5's linear and full attention)
-            sizes["layer_types"] = kinds
+        if len(kinds) == 2 and not isinstance(getattr(type(text_default), "layer_types", None), property):
+            sizes["layer_types"] = kinds  # both kinds of layer the family alternates (Qwen 3.5's linear and full
+            # attention; Jamba's derive from attn_layer_period and attn_layer_offset)
         if "qk_rope_head_dim" in sizes:  # MLA: a rotary qk_rope_head_dim wide, keys of every query head
             sizes.update({k: sizes[v] for k, v in (("head_dim", "qk_rope_head_dim"),
                                                    ("num_key_value_heads", "num_attention_heads")) if k in sizes})

@@ -527,3 +527,17 @@ def test_the_docs_family_table_is_the_table_patch_reads():
         for t in re.findall(r"`([a-z0-9_]+)`", types):
             seen[t] = "on every layer only" in what
     assert seen == {t: f.rotary_only is not None for t, f in FAMILIES.items()}
+
+
+def test_queries_take_the_last_positions_of_a_rotary_called_with_every_keys():
+    """Qwen4-Exp calls its rotary with every key's position (its indexer reads them all) and slices
+    the queries' off the end; a neutralised rotary records them all, and the queries take the last."""
+    from torch import nn
+
+    from posenc.interop.patching import _query_positions
+
+    layer, rotary = nn.Module(), nn.Module()
+    rotary.__dict__["position_ids"] = torch.arange(20)[None].expand(2, -1)
+    layer.__dict__["_posenc_rotary"] = rotary
+    assert _query_positions(layer, None, None, 2, 1, 20, torch.device("cpu")).tolist() == [[19], [19]]
+    assert _query_positions(layer, None, None, 2, 20, 20, torch.device("cpu")).tolist() == [list(range(20))] * 2

@@ -273,6 +273,8 @@ def _query_positions(module: nn.Module, pe: Any, position_ids: torch.Tensor | No
     if p is None:
         p = torch.arange(lk - lq, lk, device=device).unsqueeze(0)
     p = p.to(device).long().clamp(min=0)  # OPT's padding tokens at -1 (masked keys: any position does)
+    if p.shape[-1] > lq:  # the rotary called with every key's position (Qwen4-Exp's, for its indexer): the last Lq
+        p = p[..., p.shape[-1] - lq:]
     axes = getattr(pe, "axes", 1)
     if p.dim() == 3:  # (A, B, L): multimodal RoPE's rows
         if axes > 1:
