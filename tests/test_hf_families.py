@@ -462,3 +462,21 @@ def test_a_config_without_a_modeling_module_is_read_from_the_model_transformers_
     row = found_family(T.SarvamMLAConfig(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, qk_rope_head_dim=8,
                                          qk_nope_head_dim=8, v_head_dim=16, kv_lora_rank=16, q_lora_rank=32))
     assert row is not None and (row.rope_part, row.interleave_key) == ("qk_rope_head_dim", "rope_interleave")
+
+
+def test_jamba_attention_without_positions_is_nope_through_patch():
+    """Jamba's attention layers have no position encoding (its Mamba layers carry order): its own
+    encoding is ``nope`` (logits unchanged through ``patch``), and a scheme goes on its attention layer."""
+    config = T.JambaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1,
+                           num_experts=2, expert_layer_period=2, expert_layer_offset=1, use_mamba_kernels=False)
+    torch.manual_seed(0)
+    model = T.JambaForCausalLM(config).eval()
+    assert hf_layer_specs(config) == [{"scheme": "nope"}] * 2
+    ids = _ids(length=13)
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, hf_layer_specs(config))
+        assert relative_difference(model(ids).logits, want) <= 1e-5
+        posenc.interop.patch(model, "alibi")
+        assert relative_difference(model(ids).logits, want) > 1e-4

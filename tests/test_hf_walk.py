@@ -61,13 +61,13 @@ TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, interme
 # what a family's config class needs beyond TEXT to build tiny with every kind of layer it alternates
 OVERRIDES = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8),  # one global, one local layer
-    # its rotary_dim (TEXT's 8) and the factor its model reads agree, as in MiniMax-M3's checkpoints (64 of 128)
     "dots1": dict(n_shared_experts=1),  # its default (None) does not build
     "lfm2_moe": dict(layer_types=["conv", "full_attention"]),  # its default (None) does not build
     "cohere_compass_text": dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4}}),
     **{t: dict(indexer_budget=8, indexer_compress_ratio=2, indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16)
        for t in ("qwen4_exp", "qwen4_exp_text")},  # its sparse attention's indexer: no defaults
     "mimo_v2_flash": dict(head_dim=24),  # int(24 · 0.334) = 8 rotated dims (its checkpoints: 192 · 0.334 = 64); 16 gives 5
+    # its rotary_dim (TEXT's 8) and the factor its model reads agree, as in MiniMax-M3's checkpoints (64 of 128)
     "minimax_m3_vl_text": dict(rope_parameters={"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5}),
 }
 LENGTH, NEW = 19, 4  # tokens run; tokens generated

@@ -50,6 +50,11 @@ from typing import Any
 from posenc.interop.families.record import _GEMMA3_THETAS, HF_TABLES, POSITIONS, Family  # noqa: E402,F401
 
 
+def _no_positions(config: Any) -> dict[str, Any]:
+    """The own encoding of a family whose attention has no positions: posenc's ``nope``."""
+    return {"scheme": "nope"}
+
+
 def _families() -> dict[str, Family]:
     from posenc.interop.families import bloom, falcon, gpt2, gpt_neo, mpt
 
@@ -99,6 +104,8 @@ def _families() -> dict[str, Family]:
         "gpt_neo": gpt_neo._family(),  # GPT-2's table, an attention of its own with local (windowed) layers
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
+        # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)
+        "jamba": Family(rotary=None, positions="none", own_spec=_no_positions),
         "bloom": bloom._family(),
         "mpt": mpt._family(),
     }
