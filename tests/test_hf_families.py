@@ -480,3 +480,20 @@ def test_jamba_attention_without_positions_is_nope_through_patch():
         assert relative_difference(model(ids).logits, want) <= 1e-5
         posenc.interop.patch(model, "alibi")
         assert relative_difference(model(ids).logits, want) > 1e-4
+
+
+def test_openai_gpt_learned_table_and_its_own_attention_through_patch():
+    """GPT-1's attention computes itself (no cache, a padding mask ``[B, 1, 1, L]``): its learned
+    table through ``patch`` leaves the logits of a left-padded batch unchanged; ALiBi changes them."""
+    config = T.OpenAIGPTConfig(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64, attn_pdrop=0.0,
+                               resid_pdrop=0.0, embd_pdrop=0.0)
+    torch.manual_seed(0)
+    model = T.OpenAIGPTLMHeadModel(config).eval()
+    ids, mask = _ids(length=13), torch.ones(2, 13, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits[:, 3:]
+        posenc.interop.patch(model, hf_layer_specs(config))
+        assert relative_difference(model(ids, attention_mask=mask).logits[:, 3:], want) <= 1e-5
+        posenc.interop.patch(model, "alibi")
+        assert relative_difference(model(ids, attention_mask=mask).logits[:, 3:], want) > 1e-4

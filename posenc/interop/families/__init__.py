@@ -1,6 +1,6 @@
 """transformers families: what posenc needs to know about a model family, as ONE table of
 :class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
-(``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``; ``bloom.py``, ``mpt.py``), the
+(``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``, ``openai_gpt.py``; ``bloom.py``, ``mpt.py``), the
 structure search (``structure.py``), the records read from a modeling module (``found.py``:
 which pairs its ``apply_rotary_pos_emb`` rotates, multi-head latent attention) and the checks
 before replacing (``check.py``).
@@ -56,7 +56,7 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bloom, falcon, gpt2, gpt_neo, mpt
+    from posenc.interop.families import bloom, falcon, gpt2, gpt_neo, mpt, openai_gpt
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -101,6 +101,7 @@ def _families() -> dict[str, Family]:
         **{t: qwen3_vl for t in ("qwen3_vl", "qwen3_vl_moe")},
         # no RoPE: a learned table (the table stops being added while patched) or ALiBi (off while patched)
         **{t: gpt2._family() for t in ("gpt2", "gpt_bigcode")},  # GPT-BigCode (StarCoder 1): GPT-2's layout
+        "openai-gpt": openai_gpt._family(),  # GPT-1: a learned table, an attention of its own without a cache
         "gpt_neo": gpt_neo._family(),  # GPT-2's table, an attention of its own with local (windowed) layers
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
