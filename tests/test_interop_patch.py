@@ -524,7 +524,7 @@ def test_the_docs_family_table_is_the_table_patch_reads():
     seen = {}
     for row in rows:
         types, what = row.strip("|").split("|")[:2]
-        for t in re.findall(r"`([a-z0-9_]+)`", types):
+        for t in re.findall(r"`([a-z0-9_-]+)`", types):
             seen[t] = "on every layer only" in what
     assert seen == {t: f.rotary_only is not None for t, f in FAMILIES.items()}
 
