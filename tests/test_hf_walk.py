@@ -2,8 +2,9 @@
 each model type built tiny from its own config class (2 layers, of both kinds when the family
 alternates two (``layer_types``: sliding and full, linear and full attention), hidden 64, 4 query
 and 2 key/value heads (MLA: a key head per query head, ``head_dim = qk_rope_head_dim``), a
-vocabulary of 128, sliding windows of 8 < the 19 tokens it runs), random weights, float32, then
-through ``posenc.interop.patch``:
+vocabulary of 128, sliding windows of 8 < the 19 tokens it runs; ``OVERRIDES``: the values a
+family's config class lacks to build, or needs to build both kinds of layer), random weights,
+float32, then through ``posenc.interop.patch``:
 
 - ``drop-in`` (models with RoPE): the documented ``HFRotaryEmbedding(posenc.from_hf(config))``
   (``HFRotaryEmbedding.from_config``: one per layer type where the config has them) in place of
