@@ -552,3 +552,20 @@ def test_families_with_keys_from_hf_cannot_honour_are_refused_by_name(model_type
 
     with pytest.raises(ValueError, match=message):
         from_hf(CONFIG_MAPPING[model_type]())
+
+
+def test_minimax_m3_rotary_dim_is_read_where_it_agrees_with_the_factor_its_model_reads():
+    """MiniMax-M3's checkpoints give ``rotary_dim`` 64 and ``partial_rotary_factor`` 0.5 of a head of
+    128; its model reads the factor. Equal, the key is read (the table is its rotary's); unequal
+    (the config class's defaults: factor 1), refused (the test above)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.minimax_m3_vl.modeling_minimax_m3_vl import MiniMaxM3VLRotaryEmbedding
+
+    config = CONFIG_MAPPING["minimax_m3_vl_text"](
+        rope_parameters={"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5})
+    rope = from_hf(config)
+    assert (rope.spec["rotary_dim"], rope.spec["head_dim"]) == (64, 128)
+    positions = torch.arange(37)[None]
+    for mine, theirs in zip(HFRotaryEmbedding(rope)(torch.zeros(1), positions),
+                            MiniMaxM3VLRotaryEmbedding(config)(torch.zeros(1), positions)):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=2e-6)

@@ -72,6 +72,13 @@ def _family_configs(rng: random.Random) -> dict:
                              rope_parameters={"rope_type": "yarn", "rope_theta": _base(rng), "factor": 4.0,
                                               "original_max_position_embeddings": 16, "mscale": 1.0,
                                               "mscale_all_dim": rng.choice([0.5, 1.0])})),
+        # MLA with a complex freqs_cis on pairs (2i, 2i+1); dense layers only (no experts: faster)
+        "deepseek_v2": (T.DeepseekV2Config, T.DeepseekV2ForCausalLM,
+                        dict(small, num_hidden_layers=2, num_key_value_heads=4, qk_rope_head_dim=8, head_dim=8,
+                             qk_nope_head_dim=8, v_head_dim=16, kv_lora_rank=16, q_lora_rank=32, n_routed_experts=4,
+                             num_experts_per_tok=2, first_k_dense_replace=2, moe_intermediate_size=32, n_group=1,
+                             topk_group=1, rope_parameters={"rope_type": "yarn", "rope_theta": _base(rng),
+                                                            "factor": 4.0, "original_max_position_embeddings": 16})),
         "cohere": (T.CohereConfig, T.CohereForCausalLM, dict(small, num_hidden_layers=2, rope_theta=_base(rng))),
         "phi3": (T.Phi3Config, T.Phi3ForCausalLM,
                  dict(small, num_hidden_layers=2, pad_token_id=0, bos_token_id=1, eos_token_id=2,
@@ -410,3 +417,83 @@ def test_the_pairs_an_apply_rotates_are_found_by_calling_it(model_type, pairs):
 
     modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
     assert apply_layout(modeling.apply_rotary_pos_emb) == pairs
+
+
+def test_drop_in_takes_rope_parameters_of_a_layer_type_the_model_has_none_of():
+    """Laguna's config gives rope parameters for sliding and full layers, its default layers are all
+    full, and its rotary holds tables only for the layer types its layers have: the drop-in reads
+    both (the sliding one never runs) and equals the model's rotary on its full layers."""
+    config = T.LagunaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    assert set(config.layer_types) == {"full_attention"} and "sliding_attention" in config.rope_parameters
+    from transformers.models.laguna.modeling_laguna import LagunaRotaryEmbedding
+
+    ours, theirs = HFRotaryEmbedding.from_config(config), LagunaRotaryEmbedding(config)
+    positions = torch.arange(LENGTH)[None]
+    for mine, their in zip(ours(torch.zeros(1), positions, "full_attention"),
+                           theirs(torch.zeros(1), positions, "full_attention")):
+        torch.testing.assert_close(mine, their, rtol=0, atol=2e-6)
+
+
+def test_deepseek_v2_complex_table_through_patch_and_the_attention_function():
+    """DeepSeek-V2: MLA heads ``[nope, rope]`` whose rope part its complex ``freqs_cis`` rotates on
+    pairs (2i, 2i+1). Its own rope through ``patch``'s attention function (one module per layer: the
+    rotary neutralised to 1 + 0i, which leaves the pairs in place) leaves the logits unchanged;
+    another base does not (through its rotary module: the drop-in test above)."""
+    model = tiny_model("deepseek_v2")
+    ids = _ids(length=13)
+    own = from_hf(model.config)
+    assert (own.spec["rotary_dim"], own.layout, own.hf_table) == (8, "interleaved", "complex")
+    wrong = posenc.build({**own.spec, "base": own.spec["base"] * 3})
+    with torch.no_grad():
+        want = model(ids).logits
+        for pe, same in (([own, posenc.build(own.spec)], True), ([wrong, wrong], False)):
+            posenc.interop.patch(model, pe)
+            diff = relative_difference(model(ids).logits, want)
+            posenc.interop.unpatch(model)
+            assert (diff <= 1e-5) == same, (pe, diff)
+
+
+def test_a_config_without_a_modeling_module_is_read_from_the_model_transformers_builds_for_it():
+    """Sarvam-MLA's config has no modeling module of its own: transformers builds DeepSeek-V3's
+    model for it, whose multi-head latent attention (and its rope_interleave key) is found there."""
+    from posenc.interop.families.found import found_family
+
+    row = found_family(T.SarvamMLAConfig(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, qk_rope_head_dim=8,
+                                         qk_nope_head_dim=8, v_head_dim=16, kv_lora_rank=16, q_lora_rank=32))
+    assert row is not None and (row.rope_part, row.interleave_key) == ("qk_rope_head_dim", "rope_interleave")
+
+
+def test_jamba_attention_without_positions_is_nope_through_patch():
+    """Jamba's attention layers have no position encoding (its Mamba layers carry order): its own
+    encoding is ``nope`` (logits unchanged through ``patch``), and a scheme goes on its attention layer."""
+    config = T.JambaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1,
+                           num_experts=2, expert_layer_period=2, expert_layer_offset=1, use_mamba_kernels=False)
+    torch.manual_seed(0)
+    model = T.JambaForCausalLM(config).eval()
+    assert hf_layer_specs(config) == [{"scheme": "nope"}] * 2
+    ids = _ids(length=13)
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, hf_layer_specs(config))
+        assert relative_difference(model(ids).logits, want) <= 1e-5
+        posenc.interop.patch(model, "alibi")
+        assert relative_difference(model(ids).logits, want) > 1e-4
+
+
+def test_openai_gpt_learned_table_and_its_own_attention_through_patch():
+    """GPT-1's attention computes itself (no cache, a padding mask ``[B, 1, 1, L]``): its learned
+    table through ``patch`` leaves the logits of a left-padded batch unchanged; ALiBi changes them."""
+    config = T.OpenAIGPTConfig(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64, attn_pdrop=0.0,
+                               resid_pdrop=0.0, embd_pdrop=0.0)
+    torch.manual_seed(0)
+    model = T.OpenAIGPTLMHeadModel(config).eval()
+    ids, mask = _ids(length=13), torch.ones(2, 13, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits[:, 3:]
+        posenc.interop.patch(model, hf_layer_specs(config))
+        assert relative_difference(model(ids, attention_mask=mask).logits[:, 3:], want) <= 1e-5
+        posenc.interop.patch(model, "alibi")
+        assert relative_difference(model(ids, attention_mask=mask).logits[:, 3:], want) > 1e-4

@@ -2,8 +2,9 @@
 each model type built tiny from its own config class (2 layers, of both kinds when the family
 alternates two (``layer_types``: sliding and full, linear and full attention), hidden 64, 4 query
 and 2 key/value heads (MLA: a key head per query head, ``head_dim = qk_rope_head_dim``), a
-vocabulary of 128, sliding windows of 8 < the 19 tokens it runs), random weights, float32, then
-through ``posenc.interop.patch``:
+vocabulary of 128, sliding windows of 8 < the 19 tokens it runs; ``OVERRIDES``: the values a
+family's config class lacks to build, or needs to build both kinds of layer), random weights,
+float32, then through ``posenc.interop.patch``:
 
 - ``drop-in`` (models with RoPE): the documented ``HFRotaryEmbedding(posenc.from_hf(config))``
   (``HFRotaryEmbedding.from_config``: one per layer type where the config has them) in place of
@@ -48,7 +49,8 @@ from posenc.interop.families.structure import find  # noqa: E402
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "hf_walk.md"
 TEXT = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=16, vocab_size=128, max_position_embeddings=256, sliding_window=8, attention_chunk_size=8,
+            head_dim=16, global_head_dim=32, vocab_size=128, max_position_embeddings=256, sliding_window=8,
+            attention_chunk_size=8,
             moe_intermediate_size=32, num_local_experts=4, num_experts=4, n_routed_experts=4, num_experts_per_tok=2,
             first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=8,
             qk_rope_head_dim=8, v_head_dim=16, rotary_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=True,
@@ -57,10 +59,22 @@ TEXT = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64, num_atten
             attn_layer_period=2, attn_layer_offset=1)  # Jamba's attention in one of its 2 layers
 TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, intermediate_size=32, num_attention_heads=2,
              num_heads=2, out_hidden_size=64, patch_size=2, spatial_merge_size=1, temporal_patch_size=1, image_size=8)
+# what a family's config class needs beyond TEXT to build tiny with every kind of layer it alternates
+OVERRIDES = {
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8),  # one global, one local layer
+    "dots1": dict(n_shared_experts=1),  # its default (None) does not build
+    "lfm2_moe": dict(layer_types=["conv", "full_attention"]),  # its default (None) does not build
+    "cohere_compass_text": dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+    **{t: dict(indexer_budget=8, indexer_compress_ratio=2, indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16)
+       for t in ("qwen4_exp", "qwen4_exp_text")},  # its sparse attention's indexer: no defaults
+    "mimo_v2_flash": dict(head_dim=24),  # int(24 · 0.334) = 8 rotated dims (its checkpoints: 192 · 0.334 = 64); 16 gives 5
+    # its rotary_dim (TEXT's 8) and the factor its model reads agree, as in MiniMax-M3's checkpoints (64 of 128)
+    "minimax_m3_vl_text": dict(rope_parameters={"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5}),
+}
 LENGTH, NEW = 19, 4  # tokens run; tokens generated
 # one model type per variant of the Family record, and the families without RoPE (the default run)
 SAMPLE = ("llama", "cohere2", "gpt_oss", "gemma2", "falcon", "gpt_neox", "llama4_text",
-          "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt2", "bloom", "gptj", "mamba",
+          "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt_neo", "bloom", "gptj", "mamba",
           # found from the modeling module (pairs (2i, 2i+1); MLA; a rotation of its own, refused), more
           # rotaries (one per base), two attention calls per layer, the offset learned table, MPT's ALiBi
           "glm", "axk2", "nanochat", "granite_swa", "diffllama", "opt", "mpt")
@@ -78,20 +92,31 @@ def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
     config_class = type(default)
     subs = getattr(config_class, "sub_configs", {}) or {}
 
+    def has(config, key: str) -> bool:
+        try:
+            return hasattr(config, key)
+        except Exception:  # noqa: BLE001 - a per-layer attribute (Gemma 4's head_dim) refuses a global read: it is there
+            return True
+
     def known(sizes: dict, config) -> dict:  # only the keys the config has (another would be read as set)
-        return {k: v for k, v in sizes.items() if hasattr(config, k)
+        return {k: v for k, v in sizes.items() if has(config, k)
                 and not isinstance(getattr(type(config), k, None), property)}  # a derived size (Falcon's head_dim)
 
     if "text_config" in subs:
         kwargs = {k: known(TEXT if k == "text_config" else TOWER, getattr(default, k)) for k in subs
                   if getattr(default, k, None) is not None}
+        kwargs["text_config"] = {**kwargs.get("text_config", {}), **OVERRIDES.get(model_type, {})}
     else:
-        kwargs = known(TEXT, default)
+        kwargs = {**known(TEXT, default), **OVERRIDES.get(model_type, {})}
     text_default = getattr(default, "text_config", None) if "text_config" in subs else default
     kinds = list(dict.fromkeys(getattr(text_default, "layer_types", None) or ()))
+    rope = getattr(text_default, "rope_parameters", None)
+    if len(kinds) == 1 and isinstance(rope, dict) and kinds[0] in rope and len(rope) == 2:  # rope parameters for
+        kinds = list(rope)  # two kinds of layer, a default of one (Laguna, Mellum: sliding and full attention)
     for sizes in (kwargs[k] for k in subs if k == "text_config" and k in kwargs) if "text_config" in subs else (kwargs,):
-        if len(kinds) == 2:  # both kinds of layer the family alternates (Qwen 3.5's linear and full attention)
-            sizes["layer_types"] = kinds
+        if len(kinds) == 2 and not isinstance(getattr(type(text_default), "layer_types", None), property):
+            sizes["layer_types"] = kinds  # both kinds of layer the family alternates (Qwen 3.5's linear and full
+            # attention; Jamba's derive from attn_layer_period and attn_layer_offset)
         if "qk_rope_head_dim" in sizes:  # MLA: a rotary qk_rope_head_dim wide, keys of every query head
             sizes.update({k: sizes[v] for k, v in (("head_dim", "qk_rope_head_dim"),
                                                    ("num_key_value_heads", "num_attention_heads")) if k in sizes})

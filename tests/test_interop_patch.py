@@ -371,6 +371,24 @@ def test_rotary_on_some_layers_keeps_the_models_own_elsewhere():
         assert not torch.allclose(model(ids).logits, want, atol=1e-3)
 
 
+def test_gemma4_layers_of_two_head_sizes_take_their_own_sizes_and_rope():
+    """Gemma 4's full-attention layers have a head of their own (``global_head_dim``, read per layer
+    from ``per_layer_config``: transformers refuses a global ``config.head_dim``) and p-RoPE; its
+    ``apply_rotary_pos_emb`` takes one tensor at a time. Its own encoding through the attention
+    function leaves the logits unchanged; one spec gives each layer a module of its own head size."""
+    from test_hf import tiny_gemma4_config
+
+    torch.manual_seed(0)
+    model = transformers.Gemma4ForCausalLM(tiny_gemma4_config(attn_implementation="eager")).eval()
+    ids = torch.randint(3, 97, (2, 13), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, posenc.interop.hf_layer_specs(model.config))
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-5, atol=1e-5)
+    posenc.interop.patch(model, "rope")  # patched again, from the model's own state
+    assert [layer.self_attn.posenc_pe.head_dim for layer in model.model.layers] == [16, 32]
+
+
 def test_a_shared_spec_is_one_module_and_parameters_train():
     model = tiny("llama")
     posenc.interop.patch(model, "t5")
@@ -506,6 +524,20 @@ def test_the_docs_family_table_is_the_table_patch_reads():
     seen = {}
     for row in rows:
         types, what = row.strip("|").split("|")[:2]
-        for t in re.findall(r"`([a-z0-9_]+)`", types):
+        for t in re.findall(r"`([a-z0-9_-]+)`", types):
             seen[t] = "on every layer only" in what
     assert seen == {t: f.rotary_only is not None for t, f in FAMILIES.items()}
+
+
+def test_queries_take_the_last_positions_of_a_rotary_called_with_every_keys():
+    """Qwen4-Exp calls its rotary with every key's position (its indexer reads them all) and slices
+    the queries' off the end; a neutralised rotary records them all, and the queries take the last."""
+    from torch import nn
+
+    from posenc.interop.patching import _query_positions
+
+    layer, rotary = nn.Module(), nn.Module()
+    rotary.__dict__["position_ids"] = torch.arange(20)[None].expand(2, -1)
+    layer.__dict__["_posenc_rotary"] = rotary
+    assert _query_positions(layer, None, None, 2, 1, 20, torch.device("cpu")).tolist() == [[19], [19]]
+    assert _query_positions(layer, None, None, 2, 20, 20, torch.device("cpu")).tolist() == [list(range(20))] * 2

@@ -24,8 +24,9 @@ defines for it and the function that reads them), as transformers' ``ROPE_INIT_F
 ``partial_rotary_factor``). Values transformers only warns about (a factor below 1, LongRoPE
 lists of the wrong length, ...) raise ``ValueError`` here.
 
-**Keys families add**: GPT-J's and CodeGen's top-level ``rotary_dim`` (refused in another
-family's config, as MiniMax-M3's, whose model reads ``partial_rotary_factor`` instead); Gemma 4's
+**Keys families add**: GPT-J's and CodeGen's top-level ``rotary_dim`` (in another family's
+config, as MiniMax-M3's, whose model reads ``partial_rotary_factor`` instead, read only where it
+equals ``head_dim * partial_rotary_factor``, else refused); Gemma 4's
 ``per_layer_config`` (its full-attention layers' ``head_dim``, read per ``layer_type``); Granite
 SWA's ``layer_rope_theta`` (one base per layer: :func:`hf_layer_specs`). Refused with their
 reason: DeepSeek-V4's ``compress_rope_theta``, RoFormer's ``rotary_value``, Molmo 2's
@@ -424,7 +425,8 @@ def _rotary_width(config: Any, rp: Mapping[str, Any], family: HFFamily | None, h
     """The rotated dims: ``partial_rotary_factor`` (of the rope parameters, else top-level, else
     GPT-NeoX's ``rotary_pct``, else the family's default) times ``head_dim`` as transformers rounds
     it (``int(head_dim · p)``; ``2·int(p·head_dim // 2)`` for ``proportional``), or the top-level
-    ``rotary_dim`` of GPT-J and CodeGen (their models read it; refused in another family's config)."""
+    ``rotary_dim`` of GPT-J and CodeGen (their models read it; in another family's config, read when it
+    equals the factor's width (MiniMax-M3's model reads the factor), else refused)."""
     partial = rp.get("partial_rotary_factor")
     if partial is None:
         default = family.partial_rotary_factor if family is not None else 1.0
@@ -433,9 +435,12 @@ def _rotary_width(config: Any, rp: Mapping[str, Any], family: HFFamily | None, h
     rotary_dim = 2 * int(partial * head_dim // 2) if rope_type == "proportional" else int(head_dim * partial)
     given = _get(config, "rotary_dim")
     if given is not None and (family is None or family.table != "sin_cos_half_width"):
-        raise ValueError(f"config key 'rotary_dim' = {given} is read for GPT-J and CodeGen (model types gptj, "
-                         "codegen); in a config of another model type (MiniMax-M3's model reads partial_rotary_factor "
-                         "instead) posenc cannot tell which dims and pairs the model rotates, so it is refused")
+        if not (_has(config, "rope_parameters") and given == rotary_dim):  # MiniMax-M3's agreeing key: read
+            raise ValueError(f"config key 'rotary_dim' = {given} is read for GPT-J and CodeGen (model types gptj, "
+                             "codegen); in a config of another model type (MiniMax-M3's model reads "
+                             f"partial_rotary_factor instead: head_dim * partial_rotary_factor = {head_dim} * {partial} "
+                             f"= {rotary_dim}) posenc cannot tell which dims and pairs the model rotates unless the "
+                             "two agree, so it is refused")
     if given is not None:
         given = check_int("rotary_dim", given, min=1, max=head_dim)
         if _has(config, "rope_parameters") and given != rotary_dim:  # MiniMax-M3: its model reads the factor

@@ -106,8 +106,12 @@ def _text(config: Any) -> Any:
     return config if get is None else get()
 
 
-def _sizes(config: Any, family: Family) -> dict[str, int]:
+def _sizes(config: Any, family: Family, layer: int = 0) -> dict[str, int]:
+    """The sizes of decoder layer ``layer``: a heterogeneous config's (Gemma 4, dots3: sizes per layer
+    in ``per_layer_config``, whose global read transformers refuses) from that layer's view."""
     config = _text(config)
+    if getattr(config, "is_heterogeneous", False):
+        config = config.per_layer_config[layer]
     heads = config.num_attention_heads
     if family.head_dim:  # DeepSeek-V3: q/k heads of qk_nope_head_dim + qk_rope_head_dim
         head_dim = sum(getattr(config, key) for key in family.head_dim)
@@ -116,8 +120,9 @@ def _sizes(config: Any, family: Family) -> dict[str, int]:
     return {"num_heads": heads, "head_dim": head_dim, "d_model": config.hidden_size}
 
 
-def _module(pe: Any, config: Any, family: Family) -> nn.Module:
-    """One entry: a built module as it is; a SPEC or spec dict built with the model's sizes."""
+def _module(pe: Any, config: Any, family: Family, layer: int = 0) -> nn.Module:
+    """One entry: a built module as it is; a SPEC or spec dict built with the sizes of the model's
+    decoder layer ``layer``."""
     if isinstance(pe, nn.Module):
         if not hasattr(pe, "kind"):
             raise TypeError(f"pe must be a posenc module (with a kind), a SPEC or a spec dict, got {type(pe).__name__}")
@@ -125,7 +130,7 @@ def _module(pe: Any, config: Any, family: Family) -> nn.Module:
     import posenc
     from posenc.spec import fill_sizes
 
-    sizes = _sizes(config, family)
+    sizes = _sizes(config, family, layer)
     spec = fill_sizes(pe, dim=sizes["d_model"], num_heads=sizes["num_heads"], head_dim=sizes["head_dim"],
                       length=getattr(_text(config), "max_position_embeddings", None))
     return posenc.build(spec)
@@ -268,6 +273,8 @@ def _query_positions(module: nn.Module, pe: Any, position_ids: torch.Tensor | No
     if p is None:
         p = torch.arange(lk - lq, lk, device=device).unsqueeze(0)
     p = p.to(device).long().clamp(min=0)  # OPT's padding tokens at -1 (masked keys: any position does)
+    if p.shape[-1] > lq:  # the rotary called with every key's position (Qwen4-Exp's, for its indexer): the last Lq
+        p = p[..., p.shape[-1] - lq:]
     axes = getattr(pe, "axes", 1)
     if p.dim() == 3:  # (A, B, L): multimodal RoPE's rows
         if axes > 1:
@@ -470,18 +477,24 @@ def _on_attention_layers(pe: Any, layers: Sequence[int] | None, parts: Any) -> t
     return pe, layers
 
 
-def _build_modules(pe: Any, model: nn.Module, family: Family, n: int, layers: Sequence[int] | None) -> list:
-    """One module per layer: ``pe``'s (shared where the entry is shared, or an additive spec repeated),
-    None for a layer not in ``layers``."""
+def _build_modules(pe: Any, model: nn.Module, family: Family, n: int, layers: Sequence[int] | None,
+                   layer_indices: Sequence[int] | None = None) -> list:
+    """One module per layer: ``pe``'s (shared where the entry is shared and the layers' sizes are
+    equal, or an additive spec repeated), None for a layer not in ``layers``; ``layer_indices``: the
+    decoder layer of each attention layer (a hybrid's), whose sizes a spec takes."""
     chosen = list(range(n)) if layers is None else list(layers)
     for i in chosen:
         if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n:
             raise ValueError(f"layers must hold layer indices in 0..{n - 1}, got {i!r}")
     entries = _entries(pe, n) if layers is None else _entries(pe, len(chosen))
     modules: list[nn.Module | None] = [None] * n
-    built: dict[int, nn.Module] = {}  # one module per distinct entry object: a shared spec shares its module
+    built: dict[tuple, nn.Module] = {}  # one module per distinct entry object and sizes: a shared spec shares it
     for i, entry in zip(chosen, entries):
-        modules[i] = built.setdefault(id(entry), _module(entry, model.config, family))
+        layer = i if layer_indices is None else layer_indices[i]
+        key = (id(entry), *(() if isinstance(entry, nn.Module) else _sizes(model.config, family, layer).values()))
+        if key not in built:
+            built[key] = _module(entry, model.config, family, layer)
+        modules[i] = built[key]
     if all(getattr(m, "kind", None) == "additive" for m in modules) and len({json.dumps(m.spec, sort_keys=True)
                                                                            for m in modules}) == 1:
         modules = [modules[0]] * n  # one table on the embeddings: hf_layer_specs' n equal learned specs
@@ -544,7 +557,7 @@ def _probe_table(rotary: nn.Module, config: Any) -> Any:
     layer_type = None
     if "layer_type" in inspect.signature(rotary.forward).parameters:
         layer_type = (getattr(text, "layer_types", None) or [None])[0]
-    head_dim = _sizes(config, Family())["head_dim"]
+    head_dim = _sizes(config, Family(), 0)["head_dim"]  # the first layer's (of the first layer type)
     x = torch.zeros(1, 1, PROBE, head_dim)
     with torch.no_grad():
         args = (x, torch.arange(PROBE).unsqueeze(0)) + ((layer_type,) if layer_type is not None else ())
@@ -613,13 +626,13 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         from posenc.parallel import METHODS
 
         check_choice("context_parallel", context_parallel, METHODS)
+    if getattr(model, "_posenc_original", None) is not None:
+        unpatch(model)  # first: a neutralised rotary is found as the model's own only once it is back
     parts = find(model)
     family, base, rotary, attentions = parts.family, parts.decoder, parts.rotary, parts.attentions
-    if getattr(model, "_posenc_original", None) is not None:
-        unpatch(model)
     n = len(attentions)
     pe, layers = _on_attention_layers(pe, layers, parts)
-    modules = _build_modules(pe, model, family, n, layers)
+    modules = _build_modules(pe, model, family, n, layers, parts.layer_indices)
     _check_terms(model, family, modules)
     own = _own_specs(model, parts, needed=any(m is None for m in modules))
     if own is not None and len(own) == parts.num_layers != n:  # a hybrid: its attention layers' specs
@@ -704,7 +717,7 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
     hooks = original["hooks"]
     if rotary is not None:
         if model.config.model_type not in FAMILIES:  # found from structure alone (a row's apply is its tests')
-            sizes = _sizes(model.config, family)
+            sizes = _sizes(model.config, family, parts.layer_indices[0])
             check.check_neutral(parts.name, apply_function(attentions[0]), _probe_table(original["rotary"], model.config),
                                 sizes["num_heads"], sizes["head_dim"])
         _register()
@@ -734,8 +747,10 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         attention.__dict__["_posenc_rotary"] = neutral
         attention.__dict__["_posenc_attention"] = posenc_attention  # a family's forward calls it (Falcon, BLOOM)
         if family.rope_part is not None:
+            # an interleaved apply with cos 1, sin 0 leaves the rope part de-interleaved (DeepSeek-V3's), a
+            # complex one with 1 + 0i leaves it as it was (DeepSeek-V2's view_as_complex pairs)
             attention.__dict__["_posenc_rope_part"] = (getattr(model.config, family.rope_part),
-                                                       _interleaved(model.config))
+                                                       _interleaved(model.config) and family.table != "complex")
         for name in family.own_positions:
             setattr(attention, name, False)
         if family.forward is not None:  # an instance attribute: nn.Module.__call__ (and its hooks) call it

@@ -1,6 +1,6 @@
 """transformers families: what posenc needs to know about a model family, as ONE table of
 :class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
-(``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``bloom.py``, ``mpt.py``), the
+(``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``, ``openai_gpt.py``; ``bloom.py``, ``mpt.py``), the
 structure search (``structure.py``), the records read from a modeling module (``found.py``:
 which pairs its ``apply_rotary_pos_emb`` rotates, multi-head latent attention) and the checks
 before replacing (``check.py``).
@@ -50,8 +50,13 @@ from typing import Any
 from posenc.interop.families.record import _GEMMA3_THETAS, HF_TABLES, POSITIONS, Family  # noqa: E402,F401
 
 
+def _no_positions(config: Any) -> dict[str, Any]:
+    """The own encoding of a family whose attention has no positions: posenc's ``nope``."""
+    return {"scheme": "nope"}
+
+
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bloom, falcon, gpt2, mpt
+    from posenc.interop.families import bloom, falcon, gpt2, gpt_neo, mpt, openai_gpt
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -89,12 +94,19 @@ def _families() -> dict[str, Family]:
         "llama4": Family("language_model.model.rotary_emb", **llama4),
         "deepseek_v3": Family(interleave_key="rope_interleave", head_dim=("qk_nope_head_dim", "qk_rope_head_dim"),
                               rope_part="qk_rope_head_dim"),
+        # MLA as DeepSeek-V3's, its rotary a complex freqs_cis applied to view_as_complex pairs (2i, 2i+1)
+        "deepseek_v2": Family(table="complex", layout="interleaved", head_dim=("qk_nope_head_dim", "qk_rope_head_dim"),
+                              rope_part="qk_rope_head_dim"),
         **{t: qwen_vl for t in ("qwen2_vl", "qwen2_5_vl")},
         **{t: qwen3_vl for t in ("qwen3_vl", "qwen3_vl_moe")},
         # no RoPE: a learned table (the table stops being added while patched) or ALiBi (off while patched)
         **{t: gpt2._family() for t in ("gpt2", "gpt_bigcode")},  # GPT-BigCode (StarCoder 1): GPT-2's layout
+        "openai-gpt": openai_gpt._family(),  # GPT-1: a learned table, an attention of its own without a cache
+        "gpt_neo": gpt_neo._family(),  # GPT-2's table, an attention of its own with local (windowed) layers
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
+        # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)
+        "jamba": Family(rotary=None, positions="none", own_spec=_no_positions),
         "bloom": bloom._family(),
         "mpt": mpt._family(),
     }

@@ -114,7 +114,8 @@ def check_rotary(name: str, rotary: nn.Module, config: Any, from_hf: Any, rope_l
 
 
 def check_neutral(name: str, apply: Any, table: Any, num_heads: int, head_dim: int) -> None:
-    """``apply_rotary_pos_emb(q, k, cos 1, sin 0)`` returns ``q, k`` (the model's rotary then does
+    """``apply_rotary_pos_emb(q, k, cos 1, sin 0)`` (or ``(x, cos 1, sin 0)``, one tensor at a time:
+    Gemma 4's) returns ``q, k`` (the model's rotary then does
     nothing and posenc's attention gives the positions); ValueError naming the family if not."""
     tables = _tables(table)
     if len(tables) != 2 or apply is None:
@@ -125,7 +126,10 @@ def check_neutral(name: str, apply: Any, table: Any, num_heads: int, head_dim: i
         try:
             got = apply(q, q.clone(), cos, sin)
         except (RuntimeError, TypeError, ValueError, IndexError):
-            continue
+            try:  # an apply of one tensor at a time, apply(x, cos, sin) (Gemma 4's)
+                got = (apply(q, cos, sin), q)
+            except (RuntimeError, TypeError, ValueError, IndexError):
+                continue
         if isinstance(got, tuple) and len(got) >= 2 and all(isinstance(g, torch.Tensor) and g.shape == q.shape
                                                             and torch.equal(g, q) for g in got[:2]):
             return
@@ -168,6 +172,9 @@ def check_from_hf(config: Any, rope: nn.Module, layer_type: str | None, wrapper:
     sig = inspect.signature(rotary.forward).parameters
     if (layer_type is not None) != ("layer_type" in sig):
         return  # one table per layer type on one side only: from_config's business
+    present = getattr(text, "layer_types", None)
+    if layer_type is not None and present is not None and layer_type not in present:
+        return  # rope parameters for a kind of layer the model has none of (Laguna's sliding_attention): never run
     ours = HFRotaryEmbedding({layer_type: rope} if layer_type is not None else rope)
     diff = compare(rotary, ours, rope, layer_type, getattr(text, "max_position_embeddings", None))
     if diff is not None:

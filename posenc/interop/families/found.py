@@ -17,7 +17,9 @@ The pairs it rotates are read from the attention's own ``forward``: one that cal
 ``apply_rotary_pos_emb_interleave`` only if ``config.rope_interleave`` is set reads that key
 (DeepSeek-V3, AXK-1), one that calls it unconditionally rotates pairs (2i, 2i+1) (AXK-2,
 LongCat-Flash), one that calls only ``apply_rotary_pos_emb`` rotates (i, i + d/2) (MiniCPM 3). A
-model type with a row of ``FAMILIES`` keeps its row."""
+model type with a row of ``FAMILIES`` keeps its row. A config class without a modeling module of its
+own (Sarvam-MLA's) is read from the module of the causal LM transformers builds for its model type
+(``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``: DeepSeek-V3's)."""
 
 from __future__ import annotations
 
@@ -77,11 +79,23 @@ def apply_layout(apply: Any, width: int = 8) -> str | None:
 
 
 def _modeling(config_module: str) -> Any:
+    """The modeling module beside a config's module (``configuration_x`` -> ``modeling_x``); for a
+    config module ``"<configuration module>|<model type>"`` without one (Sarvam-MLA's config, whose
+    model is DeepSeek-V3's), the module of the causal LM transformers builds for the model type."""
+    config_module, _, model_type = config_module.partition("|")
     if not config_module.startswith("transformers.models.") or ".configuration_" not in config_module:
         return None
     try:
         return importlib.import_module(config_module.replace(".configuration_", ".modeling_"))
     except ImportError:
+        pass
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    try:
+        return importlib.import_module(getattr(transformers, name).__module__) if isinstance(name, str) else None
+    except (ImportError, AttributeError):
         return None
 
 
@@ -109,4 +123,4 @@ def found_family(config: Any) -> Family | None:
         return None
     text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
     mla = getattr(text, "qk_nope_head_dim", None) is not None and getattr(text, "qk_rope_head_dim", None) is not None
-    return _record(type(text).__module__, mla)
+    return _record(f"{type(text).__module__}|{getattr(text, 'model_type', '')}", mla)

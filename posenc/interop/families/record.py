@@ -14,9 +14,10 @@ twice, ``c0 c0 c1 c1 ...`` (Cohere); ``half_width``: ``cos, sin = c`` (GPT-OSS);
 complex tensor ``c + i·s`` (Llama 4's ``freqs_cis``), each ``[B, L, rotary_dim/2]``;
 ``sin_cos_half_width``: ``sin, cos = s, c`` in that order (GPT-J, CodeGen)."""
 
-POSITIONS = ("rope", "learned", "alibi")
+POSITIONS = ("rope", "learned", "alibi", "none")
 """A family's own position encoding: RoPE through a rotary module, a learned absolute table added
-to the token embeddings, ALiBi biases built by the decoder."""
+to the token embeddings, ALiBi biases built by the decoder, or none in its attention (Jamba: its
+Mamba layers carry order; ``hf_layer_specs`` gives its attention layers ``nope``)."""
 
 _GEMMA3_THETAS = {"sliding_attention": ("rope_local_base_freq", 10000.0), "full_attention": ("rope_theta", 1e6)}
 
@@ -42,7 +43,7 @@ class Family:
     mrope: tuple[tuple[int, ...], str] | None = None
     # -- patch: where the layers are (None: found from structure) and how they compute attention
     layers: str | None = None  # attribute path of the decoder layers' ModuleList
-    attention: str | None = None  # attribute of a decoder layer holding its attention module
+    attention: str | None = None  # attribute (path) of a decoder layer holding its attention module
     rotary_only: str | None = None  # the reason, for a family whose attention posenc's cannot stand in for
     embeddings: str | None = None  # the decoder's token embedding (None: the model's get_input_embeddings())
     own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position
@@ -69,7 +70,7 @@ class Family:
     table_attr: str | None = None  # "learned": the decoder's attribute holding the table (GPT-2's wpe)
     table_offset: int = 0  # "learned": the table's row of position 0 (OPT and BioGPT: 2)
     mask_positions: bool = False  # positions counted from the attention mask when none are given (OPT, BioGPT)
-    # "learned"/"alibi": config -> the posenc spec of the family's own encoding on every layer
+    # "learned"/"alibi"/"none": config -> the posenc spec of the family's own encoding on every layer
     own_spec: Callable[[Any], dict[str, Any]] | None = None
     # "alibi": module -> the model's slopes [H] (compared with posenc's before patching)
     slopes: Callable[[Any], Any] | None = None

@@ -60,8 +60,12 @@ def _text(config: Any) -> Any:
 
 
 def _attention_of(layer: nn.Module, name: str | None) -> tuple[str, nn.Module] | None:
-    if name is not None:
-        return (name, getattr(layer, name)) if isinstance(getattr(layer, name, None), nn.Module) else None
+    if name is not None:  # a path: GPT-Neo's attn.attention
+        try:
+            child = _attr(layer, name)
+        except AttributeError:
+            return None
+        return (name, child) if isinstance(child, nn.Module) else None
     for attr in _ATTENTION_NAMES:
         child = getattr(layer, attr, None)
         if isinstance(child, nn.Module) and type(child).__name__.endswith("Attention"):
@@ -91,11 +95,27 @@ def _calls_interface(attention: nn.Module) -> bool:
     return "ALL_ATTENTION_FUNCTIONS" in source
 
 
+PER_LAYER = ("head_dim", "sliding_window")
+"""Sizes ``patch`` reads per decoder layer from a heterogeneous config (``per_layer_config``:
+Gemma 4's full-attention head); another that differs between layers (dots3's per-layer MLA sizes and
+head counts) is refused by name."""
+
+
+def _check_per_layer(config: Any, name: str) -> None:
+    spec = getattr(_text(config), "_heterogeneity_spec", None) if config is not None else None
+    varying = sorted(set(getattr(spec, "per_layer_attributes", None) or ()) - set(PER_LAYER))
+    if varying:
+        raise ValueError(f"posenc.interop.patch: {name}'s layers differ in {', '.join(varying)} (transformers' "
+                         f"per_layer_config); posenc reads one value of each for the whole model (per layer only "
+                         f"{', '.join(PER_LAYER)})")
+
+
 def find(model: nn.Module) -> Parts:
     """``model``'s :class:`Parts`; ValueError naming its class and what was not found."""
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
     name = f"{type(model).__name__} (model_type {model_type!r})"
+    _check_per_layer(config, name)
     family = family_of_config(model_type, config) or COMMON
     text = _text(config) if config is not None else None
     n = getattr(text, "num_hidden_layers", None)
