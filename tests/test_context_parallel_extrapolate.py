@@ -5,17 +5,11 @@ does not run, are refused in one line (exit 2) before anything is created."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from posenc.cli import main
-from posenc.extrapolate.results import load
+from test_extrapolate_distributed import one_and_two_processes
 
-REPO = Path(__file__).resolve().parents[1]
 # ALiBi (a bias scored per ring tile) and FoX with its full gate (its state made global, the layer input read)
 ARGS = ["extrapolate", "--profile", "smoke", "--threads", "1", "--jobs", "1", "--no-progress",
         "--scheme", "alibi", "--scheme", "fox:gate=full", "--part", "lm"]
@@ -24,14 +18,7 @@ ARGS = ["extrapolate", "--profile", "smoke", "--threads", "1", "--jobs", "1", "-
 @pytest.mark.slow
 @pytest.mark.xdist_group("heavy")
 def test_sequence_shards_on_two_processes_train_as_one_process(tmp_path):
-    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
-    assert main([*ARGS, "--out", str(one)]) == 0
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "posenc", *ARGS, "--out", str(two), "--context-parallel", "ring"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = load(one), load(two)
+    a, b = one_and_two_processes(ARGS, tmp_path, "--context-parallel", "ring")
     assert set(a) == set(b) and len(a) == 2  # the same run keys (the method is not part of a key)
     for key, ra in a.items():
         rb = b[key]

@@ -148,30 +148,28 @@ def found(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("spec, method", CASES)
 def test_a_patched_llama_on_two_ranks_trains_as_one_process(found, spec, method):
-    for rank, f in enumerate(found):
-        got = f[f"{spec} {method}"]
-        assert got["params"] == got["expected"], got  # every parameter got its gradient
-        assert got["error"] < 1e-10, (rank, got)
+    _every_rank_as_one_process(found, f"{spec} {method}")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec, method", PADDED)
 def test_a_patched_llama_with_key_padding_on_two_ranks_trains_as_one_process(found, spec, method):
-    for rank, f in enumerate(found):
-        got = f[f"padded {spec} {method}"]
-        assert got["params"] == got["expected"], got
-        assert got["error"] < 1e-10, (rank, got)
+    _every_rank_as_one_process(found, f"padded {spec} {method}")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec, method", GPT_CASES)
 def test_the_benchmark_decoder_on_two_ranks_trains_as_one_process(found, spec, method):
-    for rank, f in enumerate(found):
-        got = f[f"gpt {spec} {method}"]
-        assert got["params"] == got["expected"], got
-        assert got["error"] < 1e-10, (rank, got)
+    _every_rank_as_one_process(found, f"gpt {spec} {method}")
 
 
 def test_context_parallel_takes_a_method_name():
     with pytest.raises(ValueError, match="context_parallel must be one of"):
         posenc.interop.patch(torch.nn.Linear(1, 1), "alibi", context_parallel="zigzag")  # checked first
+
+
+def _every_rank_as_one_process(found, case: str) -> None:
+    for rank, f in enumerate(found):
+        got = f[case]
+        assert got["params"] == got["expected"], got  # every parameter got its gradient
+        assert got["error"] < 1e-10, (rank, got)

@@ -19,17 +19,23 @@ ARGS = ["extrapolate", "--profile", "smoke", "--threads", "1", "--jobs", "1", "-
         "--part", "lm", "--part", "scaling", "--part", "tasks"]  # the parts DDP spreads (image/time run whole)
 
 
+def one_and_two_processes(args: list[str], tmp_path: Path, *two_only: str) -> tuple[dict, dict]:
+    """``posenc ARGS`` in this process, then under ``torchrun --nproc-per-node 2`` (with ``two_only``
+    added): each run's records by key."""
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    assert main([*args, "--out", str(one)]) == 0
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "posenc", *args, "--out", str(two), *two_only],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return load(one), load(two)
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("heavy")
 def test_two_processes_match_one(tmp_path):
-    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
-    assert main([*ARGS, "--out", str(one)]) == 0
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "posenc", *ARGS, "--out", str(two)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = load(one), load(two)
+    a, b = one_and_two_processes(ARGS, tmp_path)
     assert set(a) == set(b) and len(a) == 14  # same run keys (the world size is not part of a key)
     # 14 = 9 + hybrid rope + the content tasks' models of rope and t5 + HiRoPE and Dual Chunk Attention
     # zero-shot on the rope model
