@@ -92,6 +92,13 @@ go from one to the other; "interleaved" (timm's default, EVA-02) is the same pai
   ``factor`` transformers' ``proportional`` reads), one axis. Reference:
   ``posenc.reference.proportional_rope_inv_freq``.
 
+**Direction** (``direction=``): each pair turns by ``+p·θ_i`` (``"counterclockwise"``, RoFormer's
+``R(pθ)``: every RoPE but one) or by ``−p·θ_i`` (``"clockwise"``: NanoChat, whose ``rotate_half``
+returns ``(x2, −x1)``, so ``(x1, x2) → (x1 cos + x2 sin, x2 cos − x1 sin)``). The scores then
+depend on ``−(m − n)`` instead of ``m − n``: a different model, not a relabelling. The tables are
+``angles_cos_sin``'s with the sign of sin changed (``posenc.rotary.DIRECTIONS``), so every
+rotation path (plain, fused, Triton, backward) turns the same way from one definition.
+
 **Real positions** (floating point) are rotated by their exact angles, without the table.
 
 **xPos** scales queries and keys differently, so its calls need ``role="query"`` or
@@ -108,7 +115,7 @@ import torch
 from posenc import reference as ref
 from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.registry import register
-from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary_unchecked, check_out
+from posenc.rotary import DIRECTIONS, LAYOUTS, angles_cos_sin, apply_rotary_unchecked, check_out
 from posenc.encodings._base import RotaryEncoding
 from posenc.limits import Axes, Dim, check_memory
 
@@ -148,7 +155,8 @@ class RoPE(RotaryEncoding):
 
     def __init__(self, *, head_dim: Dim, base: float = 10000.0, rotary_dim: Dim | None = None,
                  layout: str = "half", scaling: dict[str, Any] | None = None, axes: Axes = 1,
-                 axes_dims: list[Dim] | None = None, partial_rotary: str = "neox") -> None:
+                 axes_dims: list[Dim] | None = None, partial_rotary: str = "neox",
+                 direction: str = "counterclockwise") -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", check_int("head_dim", head_dim, min=2))
         check_memory("head_dim", self.head_dim, 2 * self.head_dim, bytes_per=8, what="its float64 frequencies")
@@ -172,6 +180,7 @@ class RoPE(RotaryEncoding):
             raise ValueError(f"scaling applies to one-axis rope; axial rope (axes={self.axes}) takes scaling=None, "
                              f"got scaling={scaling!r}")
         self.partial_rotary = check_choice("partial_rotary", partial_rotary, PARTIAL_ROTARY)
+        self.direction = check_choice("direction", direction, DIRECTIONS)
         if self.partial_rotary == "proportional":
             base_freq, exact = self._proportional_frequencies(scaling)
         else:
@@ -308,17 +317,20 @@ class RoPE(RotaryEncoding):
         axis_of_pair = self.axis_of_pair
         if (key is None or torch.compiler.is_compiling() or positions.numel() == 0
                 or positions.is_floating_point()):  # real positions have no table row
-            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo)
+            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo,
+                                  direction=self.direction)
         top = int(positions.item() if positions.numel() == 1 else positions.max())
         width = freq.shape[0]
         if (top + 1) * width > TABLE_MAX_ELEMENTS:
-            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo)
+            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo,
+                                  direction=self.direction)
         key = (key, device, dtype, scale)
         table = self._tables.get(key)
         if table is None or table[0].shape[0] <= top:
             n = max(TABLE_MIN_POSITIONS, 1 << top.bit_length())  # a power of two > top
             n = max(top + 1, min(n, TABLE_MAX_ELEMENTS // width))
-            table = angles_cos_sin(torch.arange(n, device=device), freq, dtype, scale, inv_freq_lo=lo)  # (n, R) each
+            table = angles_cos_sin(torch.arange(n, device=device), freq, dtype, scale, inv_freq_lo=lo,
+                                   direction=self.direction)  # (n, R) each
             self._tables[key] = table
         if axis_of_pair is None:
             if views and positions.numel() == 1 and positions.dim() == 1:  # a decoding step: the table's row, no gather
@@ -399,9 +411,11 @@ class RoPE(RotaryEncoding):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
         pos = np.asarray(positions)
         if self.axes_dims is not None:
-            return ref.rope_axial(x, positions, self.axes_dims, self.base, layout=self.layout)
+            return ref.rope_axial(x, positions, self.axes_dims, self.base, layout=self.layout,
+                                  direction=self.direction)
         freq = self.scaling.exact_at(int(pos.max()) + 1 if pos.size else 0)
-        out = ref.rope(x, positions, freq, layout=self.layout, attention_factor=self.attention_factor)
+        out = ref.rope(x, positions, freq, layout=self.layout, attention_factor=self.attention_factor,
+                       direction=self.direction)
         if self.scaling.decay is not None:
             check_choice("role", role, ("query", "key"))
             sign = 1.0 if role == "query" else -1.0

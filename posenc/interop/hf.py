@@ -73,11 +73,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from posenc._validate import check_float, check_int
+from posenc._validate import check_choice, check_float, check_int
 from posenc.interop.hf_families import (  # noqa: F401  (HF_FAMILIES, HF_TABLES, HFFamily: public here too)
     _GEMMA3_THETAS, FAMILIES, HF_FAMILIES, HF_TABLES, HFFamily,
 )
 from posenc.positions import text_positions
+from posenc.rotary import DIRECTIONS
 
 # rope-parameter keys every rope type may carry (each type's own are its row of HF_ROPE_TYPES)
 _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
@@ -500,6 +501,8 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
     rotary_dim = _rotary_width(config, rp, family, head_dim, rope_type)
     spec = {"scheme": "rope", "head_dim": head_dim, "base": float(base), "rotary_dim": rotary_dim, "layout": layout,
             **read}
+    if family is not None and family.direction != "counterclockwise":  # NanoChat: its apply turns clockwise
+        spec["direction"] = family.direction
     multimodal = _mrope_sections(rp, model_type)
     if multimodal is not None:
         if "partial_rotary" in spec:
@@ -524,6 +527,10 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
 
     The module's ``hf_table`` names the table the family's rotary module returns (one of
     ``HF_TABLES``; None for a model type not in ``HF_FAMILIES``): ``HFRotaryEmbedding`` returns it.
+    Its ``hf_apply_direction`` is the way the family's ``apply_rotary_pos_emb`` turns pairs by that
+    table's angles (``Family.direction``): NanoChat's turns them clockwise, so its rope is
+    ``direction="clockwise"`` and ``HFRotaryEmbedding`` hands NanoChat's apply the table its own
+    rotary returns.
 
     A transformers config object (not a dict) is checked: the rotary class of its own modeling
     module, built from it, is compared at a few positions with ``HFRotaryEmbedding(module)``
@@ -536,6 +543,7 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
     module = build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
     family = _family(_text_config(config)[1], _text_config(config)[0])
     module.hf_table = family.table if family is not None else None
+    module.hf_apply_direction = family.direction if family is not None else None
     if layout is None:  # the family's own reading: checked against its modeling module's rotary
         from posenc.interop.families.check import check_from_hf
 
@@ -641,6 +649,13 @@ class HFRotaryEmbedding(nn.Module):
     (Llama 4). A module from :func:`from_hf` carries its family's table (``rope.hf_table``), so
     ``HFRotaryEmbedding(from_hf(config))`` fits that family's model.
 
+    ``apply_direction``: the way the model's ``apply_rotary_pos_emb`` turns each pair by the table's
+    angles (``posenc.rotary.DIRECTIONS``): ``"counterclockwise"`` (transformers' ``rotate_half``)
+    or ``"clockwise"`` (NanoChat's), so the table holds the rope's angles, negated for a clockwise
+    apply, and the model turns each pair by the rope's own angle (its ``direction=`` included).
+    Default: the module's family's (``rope.hf_apply_direction`` from :func:`from_hf`), else
+    counterclockwise.
+
     ``rope`` is one module, or a mapping layer type -> module (Gemma 3): then ``forward`` needs
     ``layer_type``, as transformers' ``Gemma3RotaryEmbedding.forward(x, position_ids, layer_type)``.
     :meth:`from_config` builds either from a config.
@@ -664,7 +679,8 @@ class HFRotaryEmbedding(nn.Module):
         model.model.language_model.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))  # Qwen2-VL
     """
 
-    def __init__(self, rope: nn.Module | Mapping[str, nn.Module], *, table: str | None = None) -> None:
+    def __init__(self, rope: nn.Module | Mapping[str, nn.Module], *, table: str | None = None,
+                 apply_direction: str | None = None) -> None:
         super().__init__()
         ropes = dict(rope) if isinstance(rope, Mapping) else {None: rope}
         if not ropes:
@@ -683,7 +699,10 @@ class HFRotaryEmbedding(nn.Module):
             raise ValueError(f"table must be one of {', '.join(map(repr, HF_TABLES))}; got {table!r}")
         if table == "complex" and any(m.name != "rope" for m in ropes.values()):
             raise ValueError("table 'complex' (Llama 4's freqs_cis) takes a 1D 'rope' module")
+        if apply_direction is None:
+            apply_direction = getattr(first, "hf_apply_direction", None) or "counterclockwise"
         self.table = table
+        self.apply_direction = check_choice("apply_direction", apply_direction, DIRECTIONS)
         if None in ropes:
             self.rope = first
             self.layer_types: list[str] = []
@@ -757,6 +776,8 @@ class HFRotaryEmbedding(nn.Module):
         cos, sin = rope.cos_sin(positions, torch.float64)  # (B, L, R/2) float64
         factor = rope.attention_factor
         cos, sin = cos * factor, sin * factor
+        if self.apply_direction == "clockwise":  # the model's apply turns by minus the table's angles
+            sin = -sin
         if self.table == "complex":
             dtype = torch.complex128 if x.dtype == torch.float64 else torch.complex64
             return torch.complex(cos, sin).to(device=x.device, dtype=dtype)  # (B, L, R/2) freqs_cis

@@ -659,7 +659,8 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         from posenc.interop.hf import HFRotaryEmbedding
 
         row = FAMILIES.get(model.config.model_type)
-        setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table))
+        setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table,
+                                                apply_direction=family.direction))  # NanoChat's apply: clockwise
     else:
         _through_attention(model, parts, modules, original, additive)
         padding = _ShardPadding() if context_parallel is not None else None

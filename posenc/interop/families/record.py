@@ -33,6 +33,10 @@ class Family:
     table: str = "rotate_half"  # what that module returns: one of HF_TABLES
     layout: str = "half"  # the pairs its attention rotates ("half": (i, i + d/2); "interleaved": (2i, 2i+1))
     interleave_key: str | None = None  # a boolean config key that switches the layout to interleaved (default true)
+    # the way its apply_rotary_pos_emb turns each pair by its rotary's angles (posenc.rotary.DIRECTIONS):
+    # "counterclockwise" (transformers' rotate_half), "clockwise" (NanoChat's rotate_half returns (x2, -x1)):
+    # from_hf gives rope's direction= of it, HFRotaryEmbedding turns its table back for that apply
+    direction: str = "counterclockwise"
     partial_rotary_factor: float = 1.0  # when the config gives none
     layer_thetas: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # legacy per-layer-type bases:
     # layer type -> (top-level config key, default), for config.json files without nested rope_parameters
