@@ -23,6 +23,19 @@ _GEMMA3_THETAS = {"sliding_attention": ("rope_local_base_freq", 10000.0), "full_
 
 
 @dataclass(frozen=True)
+class QueryTemperature:
+    """A query temperature of a family's attention, outside its rotary, switched on by a rope
+    parameter (Ministral 3's ``llama_4_scaling_beta``): ``spec(rope_parameters)`` gives ``rope``'s
+    ``query_temperature`` of it (``hf_layer_specs``); ``model_scale(attention, positions [1, L])``
+    is the model's own ``τ [L]`` (its modeling module's function), compared with posenc's before
+    ``patch`` switches it off (``key`` set to 0 in the attention layers' view of their config)."""
+
+    key: str
+    spec: Callable[[Mapping[str, Any]], dict[str, Any]]
+    model_scale: Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True)
 class Family:
     """What differs in a transformers family from the common pattern (every field's default is the
     pattern: a Llama-style decoder found from its structure)."""
@@ -53,6 +66,7 @@ class Family:
     own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position
     # effect of its own outside the rotary (Llama 4's NoPE query temperature): off while patched, the
     # layer's posenc scheme (``nope_temperature`` from ``hf_layer_specs``) computes it instead
+    query_temperature: QueryTemperature | None = None  # Ministral 3's (families/ministral3.py)
     head_dim: tuple[str, ...] = ()  # config keys whose sum is the query/key head size, when not head_dim
     rope_part: str | None = None  # config key of the rotary width at the end of each q/k head (MLA: [nope, rope])
     # a term of the family's softmax that posenc.attention computes (softcap=, sinks=) and a content
