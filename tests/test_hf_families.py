@@ -518,3 +518,32 @@ def test_openai_gpt_learned_table_and_its_own_attention_through_patch():
         assert relative_difference(model(ids, attention_mask=mask).logits[:, 3:], want) <= 1e-5
         posenc.interop.patch(model, "alibi")
         assert relative_difference(model(ids, attention_mask=mask).logits[:, 3:], want) > 1e-4
+
+
+def test_ministral3_temperature_is_off_while_patched_and_back_after_unpatch():
+    """``patch`` switches Ministral 3's own query temperature off in its attention layers' view of
+    the config (β 0; the model's config keeps β, as ``save_pretrained`` writes it) and ``unpatch``
+    gives the layers their config back: the unmodified model's logits again."""
+    import posenc.interop
+
+    rp = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 4,
+          "llama_4_scaling_beta": 0.5}
+    config = T.Ministral3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_attention_heads=2,
+                                num_key_value_heads=1, head_dim=16, num_hidden_layers=1, max_position_embeddings=64,
+                                rope_parameters=rp)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = T.Ministral3ForCausalLM(config).eval()
+    ids = _ids(length=13)
+    attention = model.model.layers[0].self_attn
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, "nope")
+        assert attention.config.rope_parameters["llama_4_scaling_beta"] == 0.0
+        assert model.config.rope_parameters["llama_4_scaling_beta"] == 0.5
+        nope = model(ids).logits
+        posenc.interop.unpatch(model)
+        assert attention.config is model.config
+        got = model(ids).logits
+    assert relative_difference(nope, want) > 1e-3
+    assert relative_difference(got, want) == 0.0

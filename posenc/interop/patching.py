@@ -165,6 +165,9 @@ class _ConfigView:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_config"], name)
 
+    def __setattr__(self, name: str, value: Any) -> None:  # set_attn_implementation while patched: the model's
+        setattr(self.__dict__["_config"], name, value)
+
 
 class _NeutralRotary(nn.Module):
     """The model's rotary with cos 1 and sin 0 (``apply_rotary_pos_emb`` becomes the identity), or
