@@ -174,13 +174,25 @@ def angles(positions: torch.Tensor, inv_freq: torch.Tensor, axis_of_pair: torch.
     return torch.remainder(total + torch.pi, 2 * torch.pi) - torch.pi
 
 
+DIRECTIONS = ("counterclockwise", "clockwise")
+"""The way a rotation turns each pair ``(a, b)`` by its angle ``φ``: ``"counterclockwise"``,
+``(a cos φ − b sin φ, b cos φ + a sin φ)`` (RoFormer's ``R(φ)``, every RoPE but NanoChat's), or
+``"clockwise"``, ``R(−φ)`` (NanoChat's ``rotate_half``, ``(x2, −x1)``): the same cos and the
+other sign of sin, since ``cos(−φ) = cos φ`` and ``sin(−φ) = −sin φ`` exactly."""
+
+
 def angles_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype = torch.float32,
                    scale: float = 1.0, axis_of_pair: torch.Tensor | None = None, *,
-                   inv_freq_lo: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   inv_freq_lo: torch.Tensor | None = None,
+                   direction: str = "counterclockwise") -> tuple[torch.Tensor, torch.Tensor]:
     """``cos(angle)·scale`` and ``sin(angle)·scale`` of ``angles(positions, inv_freq, axis_of_pair,
-    inv_freq_lo=inv_freq_lo)``, computed in float64 and cast to ``dtype``: ``[..., L, R]`` each."""
+    inv_freq_lo=inv_freq_lo)``, computed in float64 and cast to ``dtype``: ``[..., L, R]`` each.
+    ``direction="clockwise"`` (``DIRECTIONS``) turns by the negated angles: sin changes sign, so
+    every rotation that takes these tables (``apply_rotary``, its kernels) turns the other way."""
     a = angles(positions, inv_freq, axis_of_pair, inv_freq_lo=inv_freq_lo)
     cos, sin = torch.cos(a), torch.sin(a)
+    if direction == "clockwise":
+        sin = -sin
     if scale != 1.0:
         cos, sin = cos * scale, sin * scale
     return cos.to(dtype), sin.to(dtype)

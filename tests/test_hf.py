@@ -545,7 +545,6 @@ def test_granite_swa_bases_per_layer_in_hf_layer_specs():
     ("deepseek_v4", "'compress_rope_theta' is refused"),
     ("roformer", "'rotary_value' is refused"),
     ("minimax_m3_vl_text", "'rotary_dim' = 64 is read for GPT-J and CodeGen"),
-    ("ministral3", "rope parameter 'llama_4_scaling_beta' is refused"),
 ])
 def test_families_with_keys_from_hf_cannot_honour_are_refused_by_name(model_type, message):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING

@@ -405,18 +405,39 @@ def test_the_rope_page_lists_every_family_row():
         assert f"`{model_type}`" in table and f"`{family.rotary}`" in table, model_type
 
 
-@pytest.mark.parametrize("model_type, pairs", [("llama", "half"), ("glm", "interleaved"), ("ernie4_5", "interleaved"),
-                                                ("nanochat", "neither")])
-def test_the_pairs_an_apply_rotates_are_found_by_calling_it(model_type, pairs):
-    """``found.apply_layout`` calls the family's own ``apply_rotary_pos_emb`` with transformers'
+@pytest.mark.parametrize("model_type, pairs, direction", [
+    ("llama", "half", "counterclockwise"), ("glm", "interleaved", "counterclockwise"),
+    ("ernie4_5", "interleaved", "counterclockwise"), ("nanochat", "half", "clockwise")])
+def test_the_pairs_an_apply_rotates_are_found_by_calling_it(model_type, pairs, direction):
+    """``found.apply_rotation`` calls the family's own ``apply_rotary_pos_emb`` with transformers'
     ``rotate_half`` table: Llama rotates (i, i + d/2), GLM and ERNIE 4.5 (2i, 2i+1) from the same
-    table, NanoChat turns the other way (neither: refused by ``patch``)."""
+    table, NanoChat (i, i + d/2) the other way, clockwise (its ``rotate_half`` returns (x2, -x1))."""
     import importlib
 
-    from posenc.interop.families.found import apply_layout
+    from posenc.interop.families.found import apply_layout, apply_rotation
 
     modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
     assert apply_layout(modeling.apply_rotary_pos_emb) == pairs
+    assert apply_rotation(modeling.apply_rotary_pos_emb) == (pairs, direction)
+
+
+def test_nanochat_clockwise_apply_turns_each_rope_its_own_way():
+    """NanoChat's apply given ``HFRotaryEmbedding``'s table turns q by the rope's own angle: its own
+    reading (``from_hf``: ``direction="clockwise"``, the table NanoChat's rotary returns) and a
+    counterclockwise ``rope`` (the table turned back for a clockwise apply, ``apply_direction``)."""
+    from transformers.models.nanochat import modeling_nanochat as nanochat
+
+    config = T.NanoChatConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1)
+    own = from_hf(config)
+    assert own.spec["direction"] == "clockwise" and own.hf_apply_direction == "clockwise"
+    q, p = torch.randn(1, 4, 9, 16, dtype=torch.float64), torch.arange(9)[None]
+    theirs = nanochat.NanoChatRotaryEmbedding(config)(q.float(), p)
+    ours = HFRotaryEmbedding(own)(q.float(), p)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(ours, theirs))
+    ccw = posenc.build({"scheme": "rope", "head_dim": 16}).double()
+    for rope in (own.double(), ccw):
+        cos, sin = HFRotaryEmbedding(rope, apply_direction="clockwise")(q, p)
+        assert torch.allclose(nanochat.apply_rotary_pos_emb(q, q, cos, sin)[0], rope(q, p[0]), atol=1e-12)
 
 
 def test_drop_in_takes_rope_parameters_of_a_layer_type_the_model_has_none_of():
@@ -497,3 +518,32 @@ def test_openai_gpt_learned_table_and_its_own_attention_through_patch():
         assert relative_difference(model(ids, attention_mask=mask).logits[:, 3:], want) <= 1e-5
         posenc.interop.patch(model, "alibi")
         assert relative_difference(model(ids, attention_mask=mask).logits[:, 3:], want) > 1e-4
+
+
+def test_ministral3_temperature_is_off_while_patched_and_back_after_unpatch():
+    """``patch`` switches Ministral 3's own query temperature off in its attention layers' view of
+    the config (β 0; the model's config keeps β, as ``save_pretrained`` writes it) and ``unpatch``
+    gives the layers their config back: the unmodified model's logits again."""
+    import posenc.interop
+
+    rp = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 4,
+          "llama_4_scaling_beta": 0.5}
+    config = T.Ministral3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_attention_heads=2,
+                                num_key_value_heads=1, head_dim=16, num_hidden_layers=1, max_position_embeddings=64,
+                                rope_parameters=rp)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = T.Ministral3ForCausalLM(config).eval()
+    ids = _ids(length=13)
+    attention = model.model.layers[0].self_attn
+    with torch.no_grad():
+        want = model(ids).logits
+        posenc.interop.patch(model, "nope")
+        assert attention.config.rope_parameters["llama_4_scaling_beta"] == 0.0
+        assert model.config.rope_parameters["llama_4_scaling_beta"] == 0.5
+        nope = model(ids).logits
+        posenc.interop.unpatch(model)
+        assert attention.config is model.config
+        got = model(ids).logits
+    assert relative_difference(nope, want) > 1e-3
+    assert relative_difference(got, want) == 0.0

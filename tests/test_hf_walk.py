@@ -70,14 +70,18 @@ OVERRIDES = {
     "mimo_v2_flash": dict(head_dim=24),  # int(24 · 0.334) = 8 rotated dims (its checkpoints: 192 · 0.334 = 64); 16 gives 5
     # its rotary_dim (TEXT's 8) and the factor its model reads agree, as in MiniMax-M3's checkpoints (64 of 128)
     "minimax_m3_vl_text": dict(rope_parameters={"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5}),
+    # its query temperature steps every 4 positions (its default, every 16384, is 1 at the walk's 23)
+    "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "beta_fast": 32.0,
+                                        "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                        "original_max_position_embeddings": 4, "llama_4_scaling_beta": 0.1}),
 }
 LENGTH, NEW = 19, 4  # tokens run; tokens generated
 # one model type per variant of the Family record, and the families without RoPE (the default run)
 SAMPLE = ("llama", "cohere2", "gpt_oss", "gemma2", "falcon", "gpt_neox", "llama4_text",
           "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt_neo", "bloom", "gptj", "mamba",
-          # found from the modeling module (pairs (2i, 2i+1); MLA; a rotation of its own, refused), more
-          # rotaries (one per base), two attention calls per layer, the offset learned table, MPT's ALiBi
-          "glm", "axk2", "nanochat", "granite_swa", "diffllama", "opt", "mpt")
+          # found from the modeling module (pairs (2i, 2i+1); MLA; a clockwise rotation), more rotaries (one
+          # per base), two attention calls per layer, the offset learned table, MPT's ALiBi, a query temperature
+          "glm", "axk2", "nanochat", "granite_swa", "diffllama", "opt", "mpt", "ministral3")
 
 
 def causal_lm_types() -> list[str]:

@@ -23,6 +23,25 @@ from posenc.encodings._base import PositionalEncoding, check_batch, check_tensor
 from posenc.registry import register
 
 
+def temperature_scale(p: torch.Tensor, attn_scale: float, floor_scale: float, position_offset: int) -> torch.Tensor:
+    """``τ(p) = 1 + attn_scale · log(1 + ⌊(p + position_offset) / floor_scale⌋)`` of checked integer
+    positions, float64 (``posenc.reference.query_temperature_scale``): Llama 4's NoPE layers count
+    ``p + 1`` (``position_offset=1``), Ministral 3's ``p`` (0, ``rope``'s ``query_temperature``). The
+    floor is an integer division when ``floor_scale`` is a whole number (exact at any position)."""
+    if float(floor_scale).is_integer() and floor_scale < 2**62:
+        steps = torch.div(p + position_offset, int(floor_scale), rounding_mode="floor").to(torch.float64)
+    else:
+        steps = torch.floor((p.to(torch.float64) + float(position_offset)) / floor_scale)
+    return 1.0 + attn_scale * torch.log1p(steps)
+
+
+def temper(x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Queries ``x [B, H, L, D]`` times ``tau`` (``[L]`` or ``[B, L]``), in float32 at least, cast back."""
+    work = torch.promote_types(x.dtype, torch.float32)
+    tau = tau.to(device=x.device, dtype=work).unsqueeze(-1).unsqueeze(-3)  # (1, L, 1) or (B, 1, L, 1)
+    return (x.to(work) * tau).to(x.dtype)
+
+
 @register("nope_temperature", kind="none")
 class NoPETemperature(PositionalEncoding):
     """NoPE with Llama 4's query temperature 1 + attn_scale·log1p(⌊(p+1)/floor_scale⌋) (Meta 2025)."""
@@ -35,11 +54,7 @@ class NoPETemperature(PositionalEncoding):
     def query_scale(self, positions: torch.Tensor) -> torch.Tensor:
         """``τ(p)``: integer positions ``[L]`` or ``[B, L]`` -> float64 of the same shape."""
         p = self.check_positions("positions", positions).to(self.device)
-        if self.floor_scale.is_integer() and self.floor_scale < 2**62:
-            steps = torch.div(p + 1, int(self.floor_scale), rounding_mode="floor").to(torch.float64)
-        else:
-            steps = torch.floor((p.to(torch.float64) + 1.0) / self.floor_scale)
-        return 1.0 + self.attn_scale * torch.log1p(steps)
+        return temperature_scale(p, self.attn_scale, self.floor_scale, 1)
 
     def temper_queries(self, q: torch.Tensor, q_positions: torch.Tensor) -> torch.Tensor:
         """``posenc.attention``'s hook (``PositionalEncoding.temper_queries``): the queries times ``τ``."""
@@ -55,10 +70,7 @@ class NoPETemperature(PositionalEncoding):
         x = check_tensor("x", x, ndim=4)
         positions = self.check_positions("positions", positions)
         check_batch("positions", positions, x.shape[0], x.shape[2], heads=x.shape[1])
-        work = torch.promote_types(x.dtype, torch.float32)
-        tau = self.query_scale(positions).to(device=x.device, dtype=work)  # (L,) or (B, L)
-        tau = tau.unsqueeze(-1).unsqueeze(-3)  # (1, L, 1) or (B, 1, L, 1): over heads and dims
-        return (x.to(work) * tau).to(x.dtype)
+        return temper(x, self.query_scale(positions))  # τ (L,) or (B, L) over heads and dims
 
     def reference(self, x, positions):
         return ref.nope_temperature(_numpy(x), _numpy(positions), attn_scale=self.attn_scale,

@@ -92,6 +92,21 @@ go from one to the other; "interleaved" (timm's default, EVA-02) is the same pai
   ``factor`` transformers' ``proportional`` reads), one axis. Reference:
   ``posenc.reference.proportional_rope_inv_freq``.
 
+**Direction** (``direction=``): each pair turns by ``+p·θ_i`` (``"counterclockwise"``, RoFormer's
+``R(pθ)``: every RoPE but one) or by ``−p·θ_i`` (``"clockwise"``: NanoChat, whose ``rotate_half``
+returns ``(x2, −x1)``, so ``(x1, x2) → (x1 cos + x2 sin, x2 cos − x1 sin)``). The scores then
+depend on ``−(m − n)`` instead of ``m − n``: a different model, not a relabelling. The tables are
+``angles_cos_sin``'s with the sign of sin changed (``posenc.rotary.DIRECTIONS``), so every
+rotation path (plain, fused, Triton, backward) turns the same way from one definition.
+
+**Query temperature** (``query_temperature=``; Ministral 3's ``llama_4_scaling_beta``): the
+queries, after rotation, are multiplied by ``τ(p) = 1 + attn_scale · log(1 + ⌊(p +
+position_offset) / floor_scale⌋)`` (float64 from integer positions, as ``nope_temperature``'s,
+``posenc.reference.query_temperature_scale``); keys are untouched, so a call needs
+``role="query"`` or ``role="key"`` (``posenc.attention`` passes it). Ministral 3:
+``{"attn_scale": β, "floor_scale": original_max_position_embeddings, "position_offset": 0}``;
+Llama 4's NoPE layers count ``p + 1`` (``position_offset=1``, the ``nope_temperature`` scheme).
+
 **Real positions** (floating point) are rotated by their exact angles, without the table.
 
 **xPos** scales queries and keys differently, so its calls need ``role="query"`` or
@@ -108,8 +123,9 @@ import torch
 from posenc import reference as ref
 from posenc._validate import check_choice, check_even, check_float, check_int
 from posenc.registry import register
-from posenc.rotary import LAYOUTS, angles_cos_sin, apply_rotary_unchecked, check_out
+from posenc.rotary import DIRECTIONS, LAYOUTS, angles_cos_sin, apply_rotary_unchecked, check_out
 from posenc.encodings._base import RotaryEncoding
+from posenc.encodings.nope_temperature import temper, temperature_scale
 from posenc.limits import Axes, Dim, check_memory
 
 ROLES = RotaryEncoding.ROLES
@@ -140,6 +156,27 @@ def check_axes_dims(axes_dims: Any, axes: int, rotary_dim: int | None, head_dim:
     return dims
 
 
+TEMPERATURE_KEYS = ("attn_scale", "floor_scale", "position_offset")
+
+
+def check_query_temperature(value: Any) -> dict[str, Any] | None:
+    """``query_temperature``: None, or ``{"attn_scale": ≥ 0, "floor_scale": > 0, "position_offset":
+    int ≥ 0}`` (every key), the query temperature ``τ(p) = 1 + attn_scale · log(1 + ⌊(p +
+    position_offset) / floor_scale⌋)``."""
+    if value is None:
+        return None
+    example = "e.g. {'attn_scale': 0.1, 'floor_scale': 16384, 'position_offset': 0} (Ministral 3's)"
+    if not isinstance(value, dict):
+        raise TypeError(f"query_temperature must be None or a dict, {example}; got {value!r} ({type(value).__name__})")
+    if sorted(value) != sorted(TEMPERATURE_KEYS):
+        raise ValueError(f"query_temperature must have exactly the keys {', '.join(TEMPERATURE_KEYS)}, {example}; "
+                         f"got keys {sorted(value)}")
+    return {"attn_scale": check_float("query_temperature['attn_scale']", value["attn_scale"], min=0.0),
+            "floor_scale": check_float("query_temperature['floor_scale']", value["floor_scale"], min=0.0,
+                                       min_open=True),
+            "position_offset": check_int("query_temperature['position_offset']", value["position_offset"], min=0)}
+
+
 @register("rope", kind="rotary")
 class RoPE(RotaryEncoding):
     """Rotary embedding of RoFormer / Llama, with optional long-context scaling; axial with ``axes``."""
@@ -148,7 +185,8 @@ class RoPE(RotaryEncoding):
 
     def __init__(self, *, head_dim: Dim, base: float = 10000.0, rotary_dim: Dim | None = None,
                  layout: str = "half", scaling: dict[str, Any] | None = None, axes: Axes = 1,
-                 axes_dims: list[Dim] | None = None, partial_rotary: str = "neox") -> None:
+                 axes_dims: list[Dim] | None = None, partial_rotary: str = "neox",
+                 direction: str = "counterclockwise", query_temperature: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", check_int("head_dim", head_dim, min=2))
         check_memory("head_dim", self.head_dim, 2 * self.head_dim, bytes_per=8, what="its float64 frequencies")
@@ -172,6 +210,8 @@ class RoPE(RotaryEncoding):
             raise ValueError(f"scaling applies to one-axis rope; axial rope (axes={self.axes}) takes scaling=None, "
                              f"got scaling={scaling!r}")
         self.partial_rotary = check_choice("partial_rotary", partial_rotary, PARTIAL_ROTARY)
+        self.direction = check_choice("direction", direction, DIRECTIONS)
+        self.query_temperature = check_query_temperature(query_temperature)
         if self.partial_rotary == "proportional":
             base_freq, exact = self._proportional_frequencies(scaling)
         else:
@@ -308,17 +348,20 @@ class RoPE(RotaryEncoding):
         axis_of_pair = self.axis_of_pair
         if (key is None or torch.compiler.is_compiling() or positions.numel() == 0
                 or positions.is_floating_point()):  # real positions have no table row
-            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo)
+            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo,
+                                  direction=self.direction)
         top = int(positions.item() if positions.numel() == 1 else positions.max())
         width = freq.shape[0]
         if (top + 1) * width > TABLE_MAX_ELEMENTS:
-            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo)
+            return angles_cos_sin(positions, freq, dtype, scale, axis_of_pair, inv_freq_lo=lo,
+                                  direction=self.direction)
         key = (key, device, dtype, scale)
         table = self._tables.get(key)
         if table is None or table[0].shape[0] <= top:
             n = max(TABLE_MIN_POSITIONS, 1 << top.bit_length())  # a power of two > top
             n = max(top + 1, min(n, TABLE_MAX_ELEMENTS // width))
-            table = angles_cos_sin(torch.arange(n, device=device), freq, dtype, scale, inv_freq_lo=lo)  # (n, R) each
+            table = angles_cos_sin(torch.arange(n, device=device), freq, dtype, scale, inv_freq_lo=lo,
+                                   direction=self.direction)  # (n, R) each
             self._tables[key] = table
         if axis_of_pair is None:
             if views and positions.numel() == 1 and positions.dim() == 1:  # a decoding step: the table's row, no gather
@@ -345,15 +388,38 @@ class RoPE(RotaryEncoding):
         sign = 1.0 if role == "query" else -1.0
         return torch.exp(sign * positions.to(torch.float64).unsqueeze(-1) * self._decay.to(positions.device))
 
+    def query_scale(self, positions: torch.Tensor) -> torch.Tensor:
+        """The query temperature ``τ(p)`` (``query_temperature``; 1 without one): integer positions
+        ``[L]`` or ``[B, L]`` -> float64 of the same shape."""
+        p = self.check_positions("positions", positions).to(self.device)
+        if self.query_temperature is None:
+            return torch.ones(p.shape, dtype=torch.float64, device=p.device)
+        t = self.query_temperature
+        return temperature_scale(p, t["attn_scale"], t["floor_scale"], t["position_offset"])
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:
         """Rotates ``x [B, H, L, D]`` at ``positions [L]`` or ``[B, L]``; same shape and dtype.
 
         The rotated dims are multiplied by ``attention_factor``, so rotating both q and k
         reproduces transformers, whose cos and sin carry the factor. ``role`` ("query" or
-        "key") matters only for xPos, where it is required. ``out``: as in ``posenc.apply_rotary``, a
+        "key") matters only for xPos and a ``query_temperature``, where it is required (the
+        queries, after rotation, are multiplied by ``τ``). ``out``: as in ``posenc.apply_rotary``, a
         preallocated result (no allocation), or ``x`` itself to rotate in place.
         """
+        if self.query_temperature is None:
+            return self._rotate_call(x, positions, role, out)
+        if role is None:
+            raise ValueError("a query_temperature scales the queries only: pass role='query' or role='key'")
+        rotated = self._rotate_call(x, positions, role, out)
+        if role != "query":
+            return rotated
+        tempered = temper(rotated, self.query_scale(positions))  # (B, H, L, D) times τ (L,) or (B, L)
+        return tempered if out is None else out.copy_(tempered)
+
+    def _rotate_call(self, x: torch.Tensor, positions: torch.Tensor, role: str | None,
+                     out: torch.Tensor | None) -> torch.Tensor:
+        """``forward``'s rotation (the module's scaling, xPos, axes), before any query temperature."""
         x, positions = self.check_call(x, positions, role)
         if self.scaling.decay is None:
             cos, sin = self._cos_sin(positions, x.dtype, self.attention_factor, x.device)
@@ -399,9 +465,11 @@ class RoPE(RotaryEncoding):
         """Float64 NumPy result of a full pass: length-dependent scalings use ``L = max(positions) + 1``."""
         pos = np.asarray(positions)
         if self.axes_dims is not None:
-            return ref.rope_axial(x, positions, self.axes_dims, self.base, layout=self.layout)
+            return ref.rope_axial(x, positions, self.axes_dims, self.base, layout=self.layout,
+                                  direction=self.direction)
         freq = self.scaling.exact_at(int(pos.max()) + 1 if pos.size else 0)
-        out = ref.rope(x, positions, freq, layout=self.layout, attention_factor=self.attention_factor)
+        out = ref.rope(x, positions, freq, layout=self.layout, attention_factor=self.attention_factor,
+                       direction=self.direction)
         if self.scaling.decay is not None:
             check_choice("role", role, ("query", "key"))
             sign = 1.0 if role == "query" else -1.0
@@ -411,4 +479,9 @@ class RoPE(RotaryEncoding):
             a, b = ref.rotate_pairs_index(self.rotary_dim, self.layout)
             out[..., a] *= scale
             out[..., b] *= scale
+        if self.query_temperature is not None:
+            check_choice("role", role, ("query", "key"))
+            if role == "query":
+                tau = ref.query_temperature_scale(pos, **self.query_temperature, scheme="rope")  # (L,) or (B, L)
+                out = out * tau.reshape(tau.shape[:-1] + (1,) * (out.ndim - tau.ndim - 1) + tau.shape[-1:] + (1,))
         return out

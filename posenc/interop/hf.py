@@ -28,9 +28,13 @@ lists of the wrong length, ...) raise ``ValueError`` here.
 config, as MiniMax-M3's, whose model reads ``partial_rotary_factor`` instead, read only where it
 equals ``head_dim * partial_rotary_factor``, else refused); Gemma 4's
 ``per_layer_config`` (its full-attention layers' ``head_dim``, read per ``layer_type``); Granite
-SWA's ``layer_rope_theta`` (one base per layer: :func:`hf_layer_specs`). Refused with their
-reason: DeepSeek-V4's ``compress_rope_theta``, RoFormer's ``rotary_value``, Molmo 2's
-``rope_scaling_layers``, Ministral 3's ``llama_4_scaling_beta``.
+SWA's ``layer_rope_theta`` (one base per layer: :func:`hf_layer_specs`); Ministral 3's
+``llama_4_scaling_beta`` (a query temperature of its attention, outside the rotary:
+``Family.query_temperature``, read by :func:`hf_layer_specs` as ``rope``'s ``query_temperature``;
+``from_hf`` gives the rotary alone, and the copy of ``max_position_embeddings`` its rope parameters
+carry is read where it equals the config's). Refused with their reason: DeepSeek-V4's
+``compress_rope_theta``, RoFormer's ``rotary_value``, Molmo 2's ``rope_scaling_layers``,
+``llama_4_scaling_beta`` in a family whose attention does not read it.
 
 **Multimodal RoPE** (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): a config whose rope parameters carry
 ``mrope_section`` gives an ``mrope`` module, with ``sections_layout="interleaved"`` when
@@ -73,11 +77,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from posenc._validate import check_float, check_int
+from posenc._validate import check_choice, check_float, check_int
 from posenc.interop.hf_families import (  # noqa: F401  (HF_FAMILIES, HF_TABLES, HFFamily: public here too)
     _GEMMA3_THETAS, FAMILIES, HF_FAMILIES, HF_TABLES, HFFamily,
 )
 from posenc.positions import text_positions
+from posenc.rotary import DIRECTIONS
 
 # rope-parameter keys every rope type may carry (each type's own are its row of HF_ROPE_TYPES)
 _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
@@ -92,8 +97,8 @@ _REFUSED_KEYS = {
     "rotary_value": "RoFormer's rotation of the values too (when true); its position module has no rotary "
                     "interface to replace either",
     "rope_scaling_layers": "Molmo 2's scaling of some layers only",
-    "llama_4_scaling_beta": "Ministral 3's query temperature by position (Llama 4's), an effect outside the rotary "
-                            "that the rotary module cannot carry",  # a rope parameter
+    "llama_4_scaling_beta": "Ministral 3's query temperature by position, which this family's attention does not "
+                            "read (a family's record reads it: Family.query_temperature)",  # a rope parameter
 }
 _ALIASES = {"su": "longrope", "mrope": "default"}  # early Phi-3's LongRoPE; Qwen2-VL's legacy "type"
 MROPE_DEFAULTS = {t: (list(f.mrope[0]), f.mrope[1]) for t, f in FAMILIES.items() if f.mrope is not None}
@@ -408,6 +413,43 @@ def _hf_rope_type(rp: Mapping[str, Any]) -> tuple[str, HFRopeType]:
     return name, row
 
 
+def _rotary_parameters(rp: Mapping[str, Any], config: Any, family: HFFamily | None) -> dict[str, Any]:
+    """``rp`` without what configures the attention rather than the rotary: the family's query
+    temperature key (``Family.query_temperature``, Ministral 3's ``llama_4_scaling_beta``, read by
+    :func:`hf_layer_specs`) and a copy of the config's ``max_position_embeddings`` (Ministral 3's rope
+    parameters repeat it; transformers' rotary reads the top-level one: another value is refused)."""
+    rp = dict(rp)
+    temperature = family.query_temperature if family is not None else None
+    if temperature is not None:
+        rp.pop(temperature.key, None)
+    if "max_position_embeddings" in rp and temperature is not None:
+        copy, top = rp.pop("max_position_embeddings"), _get(config, "max_position_embeddings")
+        if copy is not None and copy != top:
+            raise ValueError(f"rope parameter 'max_position_embeddings' ({copy}) is not the config's "
+                             f"max_position_embeddings ({top}); transformers' rotary reads the top-level one, so "
+                             "posenc would ignore it: the config is refused")
+    return rp
+
+
+def _query_temperature(config: Any, layer_type: str | None) -> dict[str, Any] | None:
+    """``rope``'s ``query_temperature`` of the family's attention (``Family.query_temperature``:
+    Ministral 3's ``llama_4_scaling_beta``), or None."""
+    config, model_type = _text_config(config)
+    family = _family(model_type, config)
+    temperature = family.query_temperature if family is not None else None
+    if temperature is None:
+        return None
+    rp = _rope_parameters(config, layer_type, family)
+    return None if rp.get(temperature.key) is None else temperature.spec(rp)
+
+
+def _layer_rope_spec(config: Any, layer_type: str | None = None, layout: str | None = None) -> dict[str, Any]:
+    """The rope of a decoder layer: :func:`hf_rope_spec`, with the family's query temperature."""
+    spec = hf_rope_spec(config, layer_type=layer_type, layout=layout)
+    temperature = _query_temperature(config, layer_type)
+    return spec if temperature is None else {**spec, "query_temperature": temperature}
+
+
 def _head_dim(config: Any, overrides: Mapping[str, Any]) -> int:
     """The rotary head width: a layer type's own ``head_dim`` (Gemma 4's ``per_layer_config``),
     MLA's ``qk_rope_head_dim`` (transformers sets ``head_dim`` to it), ``head_dim``, or
@@ -478,7 +520,7 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
         raise ValueError(f"model type {model_type!r} has no RoPE (its own encoding: {row.positions}); "
                          "hf_layer_specs(config) gives it as posenc specs")
     _check_top_level_keys(config)
-    rp = _rope_parameters(config, layer_type, family)
+    rp = _rotary_parameters(_rope_parameters(config, layer_type, family), config, family)
     rope_type, row = _hf_rope_type(rp)
     if layout is None:
         layout = family.layout if family is not None else "half"
@@ -500,6 +542,8 @@ def hf_rope_spec(config: Any, *, layer_type: str | None = None, layout: str | No
     rotary_dim = _rotary_width(config, rp, family, head_dim, rope_type)
     spec = {"scheme": "rope", "head_dim": head_dim, "base": float(base), "rotary_dim": rotary_dim, "layout": layout,
             **read}
+    if family is not None and family.direction != "counterclockwise":  # NanoChat: its apply turns clockwise
+        spec["direction"] = family.direction
     multimodal = _mrope_sections(rp, model_type)
     if multimodal is not None:
         if "partial_rotary" in spec:
@@ -524,6 +568,10 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
 
     The module's ``hf_table`` names the table the family's rotary module returns (one of
     ``HF_TABLES``; None for a model type not in ``HF_FAMILIES``): ``HFRotaryEmbedding`` returns it.
+    Its ``hf_apply_direction`` is the way the family's ``apply_rotary_pos_emb`` turns pairs by that
+    table's angles (``Family.direction``): NanoChat's turns them clockwise, so its rope is
+    ``direction="clockwise"`` and ``HFRotaryEmbedding`` hands NanoChat's apply the table its own
+    rotary returns.
 
     A transformers config object (not a dict) is checked: the rotary class of its own modeling
     module, built from it, is compared at a few positions with ``HFRotaryEmbedding(module)``
@@ -536,6 +584,7 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
     module = build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
     family = _family(_text_config(config)[1], _text_config(config)[0])
     module.hf_table = family.table if family is not None else None
+    module.hf_apply_direction = family.direction if family is not None else None
     if layout is None:  # the family's own reading: checked against its modeling module's rotary
         from posenc.interop.families.check import check_from_hf
 
@@ -572,6 +621,10 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
       Flint, EXAONE 4: ``Family.nope_layers``): ``{"scheme": "nope"}`` on those layers.
     - ``layer_rope_theta`` (Granite SWA): layer ``i`` gets the rope with base ``layer_rope_theta[i]``,
       ``{"scheme": "nope"}`` where it is 0.
+    - a query temperature of the family's attention (``Family.query_temperature``): Ministral 3's
+      ``llama_4_scaling_beta`` β gives every rope layer ``query_temperature={"attn_scale": β,
+      "floor_scale": original_max_position_embeddings, "position_offset": 0}`` (its queries times
+      ``1 + β·log(1 + ⌊p / L₀⌋)``); :func:`from_hf` gives the rotary alone.
     - a family without RoPE (its record's ``own_spec``): GPT-2's learned table as
       ``{"scheme": "learned", "d_model": ..., "max_positions": ...}`` (``patch`` starts it from the
       model's table), BLOOM's ALiBi as ``{"scheme": "alibi", "num_heads": ...}``.
@@ -586,7 +639,7 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
         return [row.own_spec(text) for _ in range(num_layers)]
     types = rope_layer_types(config)
     if types:
-        by_type = {t: hf_rope_spec(config, layer_type=t, layout=layout) for t in types}
+        by_type = {t: _layer_rope_spec(config, t, layout) for t in types}
         return [dict(by_type.get(t, {"scheme": "nope"})) for t in _layer_types(text, num_layers)]
     bases = _get(text, "layer_rope_theta")
     if bases is not None:  # Granite SWA: layer i's base, 0 for no RoPE
@@ -594,8 +647,8 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
             raise ValueError(f"layer_rope_theta has {len(bases)} entries; the config has num_hidden_layers={num_layers}")
         one = {k: v for k, v in (text.items() if isinstance(text, Mapping) else text.to_dict().items())
                if k != "layer_rope_theta"}
-        return [{**hf_rope_spec(one, layout=layout), "base": float(b)} if b else {"scheme": "nope"} for b in bases]
-    rope = hf_rope_spec(config, layout=layout)
+        return [{**_layer_rope_spec(one, layout=layout), "base": float(b)} if b else {"scheme": "nope"} for b in bases]
+    rope = _layer_rope_spec(config, layout=layout)
     use_rope = _get(text, "no_rope_layers")
     nope_family = family is not None and family.nope_temperature
     if use_rope is None and nope_family:
@@ -641,6 +694,13 @@ class HFRotaryEmbedding(nn.Module):
     (Llama 4). A module from :func:`from_hf` carries its family's table (``rope.hf_table``), so
     ``HFRotaryEmbedding(from_hf(config))`` fits that family's model.
 
+    ``apply_direction``: the way the model's ``apply_rotary_pos_emb`` turns each pair by the table's
+    angles (``posenc.rotary.DIRECTIONS``): ``"counterclockwise"`` (transformers' ``rotate_half``)
+    or ``"clockwise"`` (NanoChat's), so the table holds the rope's angles, negated for a clockwise
+    apply, and the model turns each pair by the rope's own angle (its ``direction=`` included).
+    Default: the module's family's (``rope.hf_apply_direction`` from :func:`from_hf`), else
+    counterclockwise.
+
     ``rope`` is one module, or a mapping layer type -> module (Gemma 3): then ``forward`` needs
     ``layer_type``, as transformers' ``Gemma3RotaryEmbedding.forward(x, position_ids, layer_type)``.
     :meth:`from_config` builds either from a config.
@@ -664,7 +724,8 @@ class HFRotaryEmbedding(nn.Module):
         model.model.language_model.rotary_emb = HFRotaryEmbedding(posenc.from_hf(model.config))  # Qwen2-VL
     """
 
-    def __init__(self, rope: nn.Module | Mapping[str, nn.Module], *, table: str | None = None) -> None:
+    def __init__(self, rope: nn.Module | Mapping[str, nn.Module], *, table: str | None = None,
+                 apply_direction: str | None = None) -> None:
         super().__init__()
         ropes = dict(rope) if isinstance(rope, Mapping) else {None: rope}
         if not ropes:
@@ -676,6 +737,10 @@ class HFRotaryEmbedding(nn.Module):
             if module.scaling.decay is not None:
                 raise ValueError("xpos scales queries and keys differently; transformers' rotary interface "
                                  "(one cos/sin for both) cannot express it")
+            if getattr(module, "query_temperature", None) is not None:
+                raise ValueError("a rope with a query_temperature scales the queries only; transformers' rotary "
+                                 "interface (one cos/sin for q and k) cannot express it (Ministral 3's attention "
+                                 "applies its own: from_hf(config) gives its rotary alone)")
         first = next(iter(ropes.values()))
         if table is None:
             table = getattr(first, "hf_table", None) or ("rotate_half" if first.layout == "half" else "interleaved")
@@ -683,7 +748,10 @@ class HFRotaryEmbedding(nn.Module):
             raise ValueError(f"table must be one of {', '.join(map(repr, HF_TABLES))}; got {table!r}")
         if table == "complex" and any(m.name != "rope" for m in ropes.values()):
             raise ValueError("table 'complex' (Llama 4's freqs_cis) takes a 1D 'rope' module")
+        if apply_direction is None:
+            apply_direction = getattr(first, "hf_apply_direction", None) or "counterclockwise"
         self.table = table
+        self.apply_direction = check_choice("apply_direction", apply_direction, DIRECTIONS)
         if None in ropes:
             self.rope = first
             self.layer_types: list[str] = []
@@ -757,6 +825,8 @@ class HFRotaryEmbedding(nn.Module):
         cos, sin = rope.cos_sin(positions, torch.float64)  # (B, L, R/2) float64
         factor = rope.attention_factor
         cos, sin = cos * factor, sin * factor
+        if self.apply_direction == "clockwise":  # the model's apply turns by minus the table's angles
+            sin = -sin
         if self.table == "complex":
             dtype = torch.complex128 if x.dtype == torch.float64 else torch.complex64
             return torch.complex(cos, sin).to(device=x.device, dtype=dtype)  # (B, L, R/2) freqs_cis

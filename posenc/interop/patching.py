@@ -38,9 +38,11 @@ pattern, never a branch; a model that fits neither is refused with its class nam
   transformers' ``DynamicCache`` equals recomputing the whole sequence. Beam search (which
   reorders the cache) and static caches (keys padded to a maximum length) are not supported.
 - A position effect of the model's own outside its rotary (Llama 4's query temperature in its
-  NoPE layers, ``Family.own_positions``) is switched off while patched: each layer runs the scheme
+  NoPE layers, ``Family.own_positions``; Ministral 3's on every layer, ``Family.query_temperature``,
+  checked against posenc's reading first and switched off by its rope parameter at 0 in each
+  attention layer's view of the config) is switched off while patched: each layer runs the scheme
   it is given, and ``hf_layer_specs`` gives Llama 4's NoPE layers posenc's ``nope_temperature``
-  (logits unchanged). Its positions are ``position_ids`` (a left-padded row counts from its first
+  and Ministral 3's layers ``rope`` with its ``query_temperature`` (logits unchanged). Its positions are ``position_ids`` (a left-padded row counts from its first
   token), where transformers' own counts from the start of the padded batch.
 - Vision-language models (Qwen2-VL, Qwen2.5-VL): the text model's layers take the scheme, its
   vision tower keeps its attention implementation. Positions are those the model's rotary is
@@ -151,6 +153,22 @@ def _entries(pe: Any, n: int) -> list[Any]:
     return [pe] * n
 
 
+class _ConfigView:
+    """An attention layer's config while patched: the model's (read live: its attention
+    implementation), with the given attributes replaced (Ministral 3's ``rope_parameters`` with
+    ``llama_4_scaling_beta`` 0, so its own query temperature is 1 and the layer's scheme gives it)."""
+
+    def __init__(self, config: Any, **replaced: Any) -> None:
+        self.__dict__["_config"] = config
+        self.__dict__.update(replaced)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_config"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:  # set_attn_implementation while patched: the model's
+        setattr(self.__dict__["_config"], name, value)
+
+
 class _NeutralRotary(nn.Module):
     """The model's rotary with cos 1 and sin 0 (``apply_rotary_pos_emb`` becomes the identity), or
     for a complex table (Llama 4's ``freqs_cis``) 1 + 0i: positions are posenc's, applied in the
@@ -185,6 +203,8 @@ def _fits_rotary_module(pe: nn.Module | None, own_specs: list[dict[str, Any]]) -
     (``"rope"`` with ``layout="half"`` on Llama 4, which rotates pairs (2i, 2i+1)) runs through the
     attention function, where posenc applies it."""
     if getattr(pe, "kind", None) != "rotary" or getattr(pe, "name", None) not in ("rope", "mrope"):
+        return False
+    if getattr(pe, "query_temperature", None) is not None:  # the queries' own scale: posenc's attention applies it
         return False
     own = next((s for s in own_specs if s["scheme"] in ("rope", "mrope")), None)
     if own is None or pe.spec.get("axes", 1) != 1:
@@ -544,6 +564,8 @@ def _own_specs(model: nn.Module, parts: Any, needed: bool) -> list[dict[str, Any
                            HFRotaryEmbedding)
     elif parts.family.own_spec is not None:
         check.check_own(parts.name, parts.family, parts.decoder, parts.attentions, model.config)
+    if parts.family.query_temperature is not None:  # Ministral 3's: the model's τ against posenc's reading
+        check.check_temperature(parts.name, parts.family, parts.attentions[0], specs)
     return specs
 
 
@@ -659,7 +681,8 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         from posenc.interop.hf import HFRotaryEmbedding
 
         row = FAMILIES.get(model.config.model_type)
-        setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table))
+        setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table,
+                                                apply_direction=family.direction))  # NanoChat's apply: clockwise
     else:
         _through_attention(model, parts, modules, original, additive)
         padding = _ShardPadding() if context_parallel is not None else None
@@ -739,6 +762,11 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
     unique = list({id(m): m for m in modules}.values())
     base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
     original["own"] = [{name: getattr(attention, name) for name in family.own_positions} for attention in attentions]
+    if family.query_temperature is not None:  # Ministral 3's temperature off (its key 0), the layer's scheme's instead
+        original["configs"] = [attention.config for attention in attentions]
+        for attention in attentions:
+            rp = {**attention.config.rope_parameters, family.query_temperature.key: 0.0}
+            attention.config = _ConfigView(attention.config, rope_parameters=rp)
     original["decoder"] = {name: getattr(base, name) for name in family.decoder_positions}
     for name in family.decoder_positions:
         setattr(base, name, False)
@@ -789,6 +817,8 @@ def unpatch(model: nn.Module) -> nn.Module:
             setattr(attention, name, value)
     for name, value in original.get("decoder", {}).items():
         setattr(base, name, value)
+    for attention, config in zip(attentions, original.get("configs", ())):
+        attention.config = config
     if _implementations(model.config) != original["attn"]:
         attn = original["attn"]
         model.set_attn_implementation(attn if len(attn) > 1 else attn[""])

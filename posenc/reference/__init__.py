@@ -51,9 +51,9 @@ from posenc.reference.deberta import (deberta, deberta_attention, deberta_bucket
                                       deberta_span)
 
 __all__ += ["deberta", "deberta_attention", "deberta_bucket", "deberta_index", "deberta_project", "deberta_span"]
-from posenc.reference.nope_temperature import nope_temperature, nope_temperature_scale
+from posenc.reference.nope_temperature import nope_temperature, nope_temperature_scale, query_temperature_scale
 
-__all__ += ["nope_temperature", "nope_temperature_scale"]
+__all__ += ["nope_temperature", "nope_temperature_scale", "query_temperature_scale"]
 from posenc.reference.attention import causal_mask, log_sigmoid, masked_attention, visibility_mask
 from posenc.reference.fox import fox, fox_log_gates
 from posenc.reference.cope import cope, cope_positions

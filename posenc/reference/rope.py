@@ -83,7 +83,8 @@ def rotate_pairs_index(rotary_dim: int, layout: str) -> tuple[np.ndarray, np.nda
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def rope_axial(x, positions, axes_dims, base: float = 10000.0, *, layout: str = "half") -> np.ndarray:
+def rope_axial(x, positions, axes_dims, base: float = 10000.0, *, layout: str = "half",
+               direction: str = "counterclockwise") -> np.ndarray:
     """Axial RoPE (FLUX, EVA-02): ``positions [..., L, A]``; axis ``a`` applies a 1D ``rope`` of
     ``rotary_dim = axes_dims[a]`` (its own spectrum ``base^(−2i/axes_dims[a])``) to its contiguous
     slice of ``x``; dims past ``sum(axes_dims)`` pass through."""
@@ -93,19 +94,23 @@ def rope_axial(x, positions, axes_dims, base: float = 10000.0, *, layout: str = 
     out, start = x.copy(), 0
     for a, d in enumerate(dims):
         out[..., start:start + d] = rope(x[..., start:start + d], pos[..., a], rope_inv_freq_exact(d, base),
-                                           layout=layout)
+                                           layout=layout, direction=direction)
         start += d
     return out
 
 
-def rope(x, positions, inv_freq, *, layout: str = "half", attention_factor: float = 1.0) -> np.ndarray:
+def rope(x, positions, inv_freq, *, layout: str = "half", attention_factor: float = 1.0,
+         direction: str = "counterclockwise") -> np.ndarray:
     """Rotates ``x [B, H, L, D]`` (or ``[..., L, D]``) at ``positions [L]`` or ``[B, L]``.
 
     ``rotary_dim = 2 * len(inv_freq)``; the rotated dimensions are multiplied by
     ``attention_factor`` (1 unless a scaling method says otherwise). ``inv_freq``: float64 θ, or
-    exact θ (``rope_inv_freq_exact``, an object array).
+    exact θ (``rope_inv_freq_exact``, an object array). ``direction``: each pair ``(a, b)`` turns
+    by ``φ = p·θ`` counterclockwise, ``(a cos φ − b sin φ, b cos φ + a sin φ)`` (RoFormer), or
+    ``"clockwise"``, by ``−φ`` (NanoChat: ``(a cos φ + b sin φ, b cos φ − a sin φ)``).
     """
     check_choice("layout", layout, ("half", "interleaved"))
+    check_choice("direction", direction, ("counterclockwise", "clockwise"))
     x = np.asarray(x, dtype=np.float64)
     inv_freq = np.asarray(inv_freq)
     if inv_freq.dtype != object:
@@ -122,6 +127,8 @@ def rope(x, positions, inv_freq, *, layout: str = "half", attention_factor: floa
         raise ValueError(f"positions has batch {angles.shape[0]} but x has batch {x.shape[0]}")
     if angles.ndim == 3 and x.ndim == 4:
         angles = angles[:, None]  # (B, 1, L, rd/2)
+    if direction == "clockwise":
+        angles = -angles
     cos, sin = np.cos(angles), np.sin(angles)
     a, b = rotate_pairs_index(2 * len(inv_freq), layout)
     out = x.copy()

@@ -1,6 +1,7 @@
 """transformers families: what posenc needs to know about a model family, as ONE table of
 :class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
-(``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``, ``openai_gpt.py``; ``bloom.py``, ``mpt.py``), the
+(``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``, ``openai_gpt.py``; ``bloom.py``, ``mpt.py``;
+``ministral3.py``), the
 structure search (``structure.py``), the records read from a modeling module (``found.py``:
 which pairs its ``apply_rotary_pos_emb`` rotates, multi-head latent attention) and the checks
 before replacing (``check.py``).
@@ -23,7 +24,8 @@ field of the family's record:
   and their layout transformers' rotary class falls back to);
 - multi-head latent attention (``head_dim``, ``rope_part``), a softmax term (``softmax_term``),
   an attention that bypasses the interface (``forward``: Falcon, BLOOM), position effects of the
-  model's own outside its rotary (``own_positions``, ``decoder_positions``);
+  model's own outside its rotary (``own_positions``, ``decoder_positions``, ``query_temperature``:
+  Ministral 3's query temperature, read from a rope parameter);
 - the model's own encoding when it has no RoPE (``positions``: ``"learned"`` with the decoder's
   table ``table_attr``, GPT-2; ``"alibi"``, BLOOM).
 
@@ -56,7 +58,7 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bloom, falcon, gpt2, gpt_neo, mpt, openai_gpt
+    from posenc.interop.families import bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -90,6 +92,8 @@ def _families() -> dict[str, Family]:
                          layers="model.language_model.layers"),
         "gpt_neox": Family("gpt_neox.rotary_emb", partial_rotary_factor=0.25, embeddings="embed_in"),
         "falcon": falcon._family(),
+        # a query temperature by position on every layer, outside the rotary (llama_4_scaling_beta)
+        "ministral3": ministral3._family(),
         "llama4_text": Family(**llama4),
         "llama4": Family("language_model.model.rotary_emb", **llama4),
         "deepseek_v3": Family(interleave_key="rope_interleave", head_dim=("qk_nope_head_dim", "qk_rope_head_dim"),

@@ -201,3 +201,25 @@ def check_own(name: str, family: Any, decoder: nn.Module, attentions: list[nn.Mo
         if theirs.shape != ours.shape or not torch.allclose(theirs, ours, rtol=1e-6, atol=0):
             raise ValueError(f"posenc.interop: {name}'s ALiBi slopes {theirs.tolist()} are not posenc's "
                              f"{ours.tolist()}; refused rather than run a different model")
+
+
+def check_temperature(name: str, family: Any, attention: nn.Module, specs: list[dict[str, Any]]) -> None:
+    """The model's own query temperature (``family.query_temperature.model_scale``: Ministral 3's
+    ``get_llama_4_attn_scale``) against the ``τ`` of posenc's reading (the ``query_temperature`` of
+    ``hf_layer_specs``), at the positions around its first steps; ValueError naming the family if
+    they differ (checked before ``patch`` switches the model's off)."""
+    from posenc.encodings.nope_temperature import temperature_scale
+
+    t = next((s["query_temperature"] for s in specs if s.get("query_temperature")), None)
+    if t is None:
+        raise ValueError(f"posenc.interop: {name}'s attention scales its queries by position "
+                         f"({family.query_temperature.key}), which posenc's reading of its config does not give")
+    step = int(t["floor_scale"])
+    p = torch.tensor(sorted({q for k in range(4) for q in (k * step - 1, k * step, k * step + 1) if q >= 0}))
+    with torch.no_grad():
+        theirs = family.query_temperature.model_scale(attention, p.unsqueeze(0)).double()  # (L,)
+    ours = temperature_scale(p, t["attn_scale"], t["floor_scale"], t["position_offset"])
+    if theirs.shape != ours.shape or not torch.allclose(theirs, ours, rtol=1e-6, atol=0):
+        raise ValueError(f"posenc.interop: {name}'s query temperature at positions {p.tolist()} is "
+                         f"{theirs.tolist()}, posenc's reading of its config {ours.tolist()} ({t}); refused rather "
+                         "than run a different model")

@@ -1,12 +1,14 @@
 """A family's record found from its modeling module, for a model type without a row of ``FAMILIES``:
 what its ``apply_rotary_pos_emb`` rotates, and multi-head latent attention.
 
-**The pairs its apply rotates.** Most families take transformers' ``rotate_half`` table
-``cat(c, c)`` and rotate pairs (i, i + d/2); some take the same table and rotate pairs (2i, 2i+1)
-(GLM-style, ERNIE 4.5: ``cos[..., :d/2].repeat_interleave(2)``). The table alone cannot tell them
-apart, so :func:`apply_layout` calls the modeling module's ``apply_rotary_pos_emb`` on a probe and
-compares it with both rotations; the one it equals is the record's ``layout`` (neither: no record,
-and ``patch``'s own checks refuse the model by name).
+**The pairs its apply rotates, and which way.** Most families take transformers' ``rotate_half``
+table ``cat(c, c)`` and rotate pairs (i, i + d/2); some take the same table and rotate pairs (2i, 2i+1)
+(GLM-style, ERNIE 4.5: ``cos[..., :d/2].repeat_interleave(2)``); NanoChat's ``rotate_half`` returns
+``(x2, -x1)``, so its apply turns each pair clockwise, by minus the table's angle. The table alone
+cannot tell them apart, so :func:`apply_rotation` calls the modeling module's
+``apply_rotary_pos_emb`` on a probe and compares it with the four rotations (two layouts, two
+directions); the one it equals is the record's ``layout`` and ``direction`` (none of them: no
+record, and ``patch``'s own checks refuse the model by name).
 
 **Multi-head latent attention** (MLA: DeepSeek-V2/V3 and the families built like it: AXK, GLM-4
 MoE Lite, Youtu, LongCat-Flash, MiniCPM 3, ...): a config with
@@ -50,20 +52,24 @@ def _attention_source(config_module: str) -> str | None:
     return None
 
 
-def _rotations(q: torch.Tensor, angles: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``q [1, 1, L, D]`` rotated by ``angles [L, D/2]`` on pairs (i, i + d/2) and on (2i, 2i+1)."""
-    cos, sin = angles.cos(), angles.sin()
-    a, b = q[..., : q.shape[-1] // 2], q[..., q.shape[-1] // 2:]
-    half = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
-    x, y = q[..., 0::2], q[..., 1::2]
-    interleaved = torch.stack([x * cos - y * sin, y * cos + x * sin], dim=-1).flatten(-2)
-    return {"half": half, "interleaved": interleaved}
+def _rotations(q: torch.Tensor, angles: torch.Tensor) -> dict[tuple[str, str], torch.Tensor]:
+    """``q [1, 1, L, D]`` rotated by ``angles [L, D/2]`` on pairs (i, i + d/2) and on (2i, 2i+1),
+    each counterclockwise (by the angles) and clockwise (by their negatives)."""
+    found = {}
+    for direction, sign in (("counterclockwise", 1.0), ("clockwise", -1.0)):
+        cos, sin = angles.cos(), sign * angles.sin()
+        a, b = q[..., : q.shape[-1] // 2], q[..., q.shape[-1] // 2:]
+        found["half", direction] = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+        x, y = q[..., 0::2], q[..., 1::2]
+        found["interleaved", direction] = torch.stack([x * cos - y * sin, y * cos + x * sin], dim=-1).flatten(-2)
+    return found
 
 
-def apply_layout(apply: Any, width: int = 8) -> str | None:
-    """The pairs ``apply(q, k, cos, sin)`` rotates when given transformers' ``rotate_half`` table
-    (``"half"`` or ``"interleaved"``); ``"neither"`` when it rotates otherwise (NanoChat's
-    ``rotate_half`` turns the other way); None when it takes no such call."""
+def apply_rotation(apply: Any, width: int = 8) -> tuple[str, str] | None:
+    """``(layout, direction)``: the pairs ``apply(q, k, cos, sin)`` rotates when given
+    transformers' ``rotate_half`` table (``"half"`` or ``"interleaved"``) and the way it turns them
+    by the table's angles (``"counterclockwise"``, or ``"clockwise"``: NanoChat's ``rotate_half``
+    returns ``(x2, -x1)``); ``("neither", "")`` when it rotates otherwise; None when it takes no such call."""
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(1, 1, 5, width, generator=gen, dtype=torch.float64)  # (B, H, L, D)
     angles = torch.rand(5, width // 2, generator=gen, dtype=torch.float64) * 3  # (L, D/2)
@@ -75,7 +81,13 @@ def apply_layout(apply: Any, width: int = 8) -> str | None:
     if not isinstance(got, torch.Tensor) or got.shape != q.shape:
         return None
     found = [name for name, want in _rotations(q, angles).items() if torch.allclose(got.double(), want, atol=1e-9)]
-    return found[0] if len(found) == 1 else "neither"
+    return found[0] if len(found) == 1 else ("neither", "")
+
+
+def apply_layout(apply: Any, width: int = 8) -> str | None:
+    """The pairs of :func:`apply_rotation` (``"half"``, ``"interleaved"`` or ``"neither"``), or None."""
+    found = apply_rotation(apply, width)
+    return None if found is None else found[0]
 
 
 def _modeling(config_module: str) -> Any:
@@ -103,8 +115,10 @@ def _modeling(config_module: str) -> Any:
 def _record(config_module: str, mla: bool) -> Family | None:
     if not mla:
         apply = getattr(_modeling(config_module), "apply_rotary_pos_emb", None)
-        layout = apply_layout(apply) if callable(apply) else None
-        return Family(rotary=None, layout=layout) if layout == "interleaved" else None
+        found = apply_rotation(apply) if callable(apply) else None
+        if found is None or found[0] == "neither" or found == ("half", "counterclockwise"):
+            return None  # no record: the common pattern, or a rotation structure.find refuses by name
+        return Family(rotary=None, layout=found[0], direction=found[1])
     source = _attention_source(config_module)
     if source is None:
         return None

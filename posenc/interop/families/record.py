@@ -23,6 +23,19 @@ _GEMMA3_THETAS = {"sliding_attention": ("rope_local_base_freq", 10000.0), "full_
 
 
 @dataclass(frozen=True)
+class QueryTemperature:
+    """A query temperature of a family's attention, outside its rotary, switched on by a rope
+    parameter (Ministral 3's ``llama_4_scaling_beta``): ``spec(rope_parameters)`` gives ``rope``'s
+    ``query_temperature`` of it (``hf_layer_specs``); ``model_scale(attention, positions [1, L])``
+    is the model's own ``τ [L]`` (its modeling module's function), compared with posenc's before
+    ``patch`` switches it off (``key`` set to 0 in the attention layers' view of their config)."""
+
+    key: str
+    spec: Callable[[Mapping[str, Any]], dict[str, Any]]
+    model_scale: Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True)
 class Family:
     """What differs in a transformers family from the common pattern (every field's default is the
     pattern: a Llama-style decoder found from its structure)."""
@@ -33,6 +46,10 @@ class Family:
     table: str = "rotate_half"  # what that module returns: one of HF_TABLES
     layout: str = "half"  # the pairs its attention rotates ("half": (i, i + d/2); "interleaved": (2i, 2i+1))
     interleave_key: str | None = None  # a boolean config key that switches the layout to interleaved (default true)
+    # the way its apply_rotary_pos_emb turns each pair by its rotary's angles (posenc.rotary.DIRECTIONS):
+    # "counterclockwise" (transformers' rotate_half), "clockwise" (NanoChat's rotate_half returns (x2, -x1)):
+    # from_hf gives rope's direction= of it, HFRotaryEmbedding turns its table back for that apply
+    direction: str = "counterclockwise"
     partial_rotary_factor: float = 1.0  # when the config gives none
     layer_thetas: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # legacy per-layer-type bases:
     # layer type -> (top-level config key, default), for config.json files without nested rope_parameters
@@ -49,6 +66,7 @@ class Family:
     own_positions: tuple[str, ...] = ()  # boolean attributes of an attention layer that switch on a position
     # effect of its own outside the rotary (Llama 4's NoPE query temperature): off while patched, the
     # layer's posenc scheme (``nope_temperature`` from ``hf_layer_specs``) computes it instead
+    query_temperature: QueryTemperature | None = None  # Ministral 3's (families/ministral3.py)
     head_dim: tuple[str, ...] = ()  # config keys whose sum is the query/key head size, when not head_dim
     rope_part: str | None = None  # config key of the rotary width at the end of each q/k head (MLA: [nope, rope])
     # a term of the family's softmax that posenc.attention computes (softcap=, sinks=) and a content

@@ -143,7 +143,7 @@ def find(model: nn.Module) -> Parts:
         if apply_layout(apply_function(attentions[0])) == "neither":
             raise ValueError(f"posenc.interop.patch: {name}'s apply_rotary_pos_emb, given transformers' rotate_half "
                              "table cat(c, c), rotates neither pairs (i, i + d/2) nor (2i, 2i+1) by its angles "
-                             "(its own sign or order); posenc cannot reproduce its rotary")
+                             "or their negatives (its own order); posenc cannot reproduce its rotary")
     return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name), indices, len(layers))
 
 
