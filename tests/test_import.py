@@ -75,3 +75,17 @@ def test_every_public_name_resolves(name):
 def test_unknown_attribute_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'rope'"):
         posenc.rope  # noqa: B018
+
+
+def test_a_documented_submodule_runs_with_python_m_without_a_warning():
+    """``python -m posenc.extend.cost`` (docs/guide/extend.md): the package imports its documented
+    submodules on first access, so runpy finds none of them imported before it runs one."""
+    out = _run("""
+        import json, sys
+        import posenc.extend
+        before = "posenc.extend.cost" in sys.modules
+        cost = posenc.extend.cost
+        print(json.dumps({"before": before, "after": "posenc.extend.cost" in sys.modules,
+                          "same": cost is sys.modules["posenc.extend.cost"]}))
+    """)
+    assert out == {"before": False, "after": True, "same": True}

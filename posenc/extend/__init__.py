@@ -26,11 +26,21 @@ from pathlib import Path
 
 from posenc.extend.methods import METHODS, check_methods, context_of, factor_for
 from posenc.extend.sources import MissingPiece
-from posenc.extend import cost, gguf_llama  # noqa: F401  (documented names; light: their heavy imports are inside functions)
 
 DEPTHS = (0.1, 0.5, 0.9)
 MAX_TO = 1 << 31
 
+_SUBMODULES = ("cost", "gguf_llama")
+"""Documented submodules imported on first access (``posenc.extend.cost``), not with the package: an
+eager import made ``python -m posenc.extend.cost`` warn that the module was already in ``sys.modules``."""
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"posenc.extend.{name}")
+    raise AttributeError(f"module 'posenc.extend' has no attribute {name!r}")
 
 def _check(to: int, passages: int, depths: Sequence[float], trials: int, bucket: int, threads: int | None) -> None:
     """Every argument checked before anything is loaded (ValueError/TypeError naming the argument)."""
