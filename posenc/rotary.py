@@ -83,9 +83,11 @@ def _reduce_two_pi(hi: torch.Tensor, lo: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def reduced_multiples(inv_freq: torch.Tensor, inv_freq_lo: torch.Tensor | None = None,
-                      *, pair: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``r_j = (2^(21j)·θ) mod 2π`` in about ``[−π, π]``: ``[..., R]`` float64 θ -> ``[LEVELS, ..., R]``;
-    with ``pair=True``, ``(hi, lo)``: each ``r_j`` as a double-double (what ``angles`` uses).
+                      *, pair: bool = False, levels: int = _LEVELS) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``r_j = (2^(21j)·θ) mod 2π`` in about ``[−π, π]``: ``[..., R]`` float64 θ -> ``[levels, ..., R]``
+    (``j < levels``, all ``LEVELS`` by default; ``angles`` asks for one below position 2^21, each
+    level the same numbers as with more); with ``pair=True``, ``(hi, lo)``: each ``r_j`` as a
+    double-double (what ``angles`` uses).
 
     The torch form of ``posenc.reference.positions.reduced_multiples``: θ (plus ``inv_freq_lo``, the
     low half of a double-double θ) is reduced mod 2π as a double-double, then each level is the
@@ -96,13 +98,17 @@ def reduced_multiples(inv_freq: torch.Tensor, inv_freq_lo: torch.Tensor | None =
     theta = inv_freq.to(torch.float64)
     with torch.no_grad():
         lo = torch.zeros_like(theta) if inv_freq_lo is None else inv_freq_lo.to(torch.float64).expand_as(theta)
-        hi, lo = _reduce_two_pi(*_two_sum(theta.detach(), lo))
+        hi, lo = _two_sum(theta.detach(), lo)
+        if not torch.compiler.is_compiling() and hi.numel() and bool(hi.abs().max() < math.pi):
+            hi, lo = _two_sum(hi, lo)  # |θ| < π (every RoPE's θ ≤ 1): n = 0, the reduction's own result
+        else:
+            hi, lo = _reduce_two_pi(hi, lo)
         his, los = [hi], [lo]
-        for _ in range(1, _LEVELS):
+        for _ in range(1, levels):
             hi, lo = _reduce_two_pi(hi * float(1 << _CHUNK), lo * float(1 << _CHUNK))
             his.append(hi)
             los.append(lo)
-    scales = theta.new_tensor([float(1 << (_CHUNK * j)) for j in range(_LEVELS)])
+    scales = theta.new_tensor([float(1 << (_CHUNK * j)) for j in range(levels)])
     scales = scales.view(-1, *([1] * theta.dim()))  # (LEVELS, 1, ...)
     slope = theta.unsqueeze(0) * scales  # (LEVELS, ..., R): carries the gradient 2^(21j)
     hi = torch.stack(his) + (slope - slope.detach())
@@ -155,7 +161,7 @@ def angles(positions: torch.Tensor, inv_freq: torch.Tensor, axis_of_pair: torch.
     elif not torch.compiler.is_compiling():
         levels = 1
     if reduced is None:
-        r_hi, r_lo = reduced_multiples(inv_freq, inv_freq_lo, pair=True)
+        r_hi, r_lo = reduced_multiples(inv_freq, inv_freq_lo, pair=True, levels=levels)
     else:
         r_hi, r_lo = reduced if isinstance(reduced, tuple) else (reduced, torch.zeros_like(reduced))
     c = _chunks(per_pair, levels)

@@ -194,6 +194,26 @@ def test_rope_mixed_angles_are_exact_for_the_frequencies_it_holds():
             assert max(np.abs(cos[h].numpy() - tc).max(), np.abs(sin[h].numpy() - ts).max()) <= 1e-6
 
 
+def test_frequencies_past_pi_are_reduced_before_they_multiply_a_position():
+    """Learned frequencies may leave ``[−π, π]`` (RoPE's θ never does, so ``reduced_multiples`` skips
+    the reduction for those): values up to ±40 at positions below 2^21 (one level) and past it."""
+    m = posenc.build({"scheme": "rope_mixed", "head_dim": 8, "num_heads": 2})
+    with torch.no_grad():
+        m.freqs.copy_(torch.tensor([3.5, -3.2, 10.25, -40.0, 0.5, 3.1, -7.75, 31.0]).repeat(2).view(m.freqs.shape))
+    f = m.freqs.detach().double().numpy()  # (A, H, R)
+    for pos in (torch.tensor([[0, 1], [3, 7], [(1 << 21) - 1, 12345]]),
+                torch.tensor([[1 << 21, 5], [(1 << 40) + 3, (1 << 33) + 1]])):
+        with torch.no_grad():
+            cos, sin = m.cos_sin(pos, torch.float64)  # (H, L, R)
+        with mpmath.workdps(DIGITS):
+            for h in range(f.shape[1]):
+                truth = [[sum(mpmath.mpf(int(p[a])) * mpmath.mpf(float(f[a, h, i])) for a in range(f.shape[0]))
+                          for i in range(f.shape[-1])] for p in pos.tolist()]
+                tc = np.array([[float(mpmath.cos(t)) for t in row] for row in truth])
+                ts = np.array([[float(mpmath.sin(t)) for t in row] for row in truth])
+                assert max(np.abs(cos[h].numpy() - tc).max(), np.abs(sin[h].numpy() - ts).max()) <= 1e-9, pos
+
+
 @pytest.mark.parametrize("spec, shape", [
     ({"scheme": "rope", "head_dim": 8}, (1,)),
     ({"scheme": "rope", "head_dim": 8, "axes": 2}, (1, 2)),
