@@ -706,8 +706,35 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     Returns:
         ``[B, H, Ll, Dv]``: the rows at ``positions`` of the unsharded attention.
     """
-    import torch.distributed as dist
+    q, k, v, docs, pad, hidden, softcap, sinks, window = _checked_local_inputs(
+        q, k, v, pe, positions=positions, k_positions=k_positions, method=method, document_ids=document_ids,
+        attention_mask=attention_mask, hidden=hidden, softcap=softcap, sinks=sinks, window=window)
+    positions, all_positions, k_positions, all_k = _gathered_positions(positions, k_positions, group, q.device)
+    if scale is None:  # 1/√D of the head given, as posenc.attention (PoPE's rotated q, k are wider)
+        scale = (None if pe is None else pe.default_scale) or 1.0 / math.sqrt(q.shape[-1])
+    if method == "allgather":
+        return _allgather(q, k, v, pe, positions=positions, all_positions=all_positions, causal=causal, scale=scale,
+                          backend=backend, group=group)
+    docs, pad = (None if t is None else _gather_rows(t.to(q.device), group) for t in (docs, pad))
+    extras = _Extras(softcap, sinks, window)
+    if method == "ring":
+        return _ring(q, k, v, pe, positions=positions, all_positions=all_positions, docs=docs, pad=pad,
+                     hidden=hidden, causal=causal, scale=scale, group=group, k_positions=k_positions, all_k=all_k,
+                     extras=extras)
+    return _ulysses(q, k, v, pe, all_positions=all_positions, docs=docs, pad=pad, hidden=hidden, causal=causal,
+                    scale=scale, backend=backend, group=group, all_k=all_k, extras=extras)
 
+
+def _checked_local_inputs(q, k, v, pe, *, positions, k_positions, method, document_ids, attention_mask, hidden,
+                          softcap, sinks, window) -> tuple:
+    """This rank's inputs of ``context_parallel_attention`` checked, before anything is gathered from
+    the other ranks: the shards' shapes, the positions' types and lengths, the extras, the scheme's axes,
+    what ``method`` runs (``_check_method``), the documents, padding and ``hidden`` rows.
+
+    Returns:
+        ``(q, k, v, docs, pad, hidden, softcap, sinks, window)``, checked: ``docs`` ``[B or 1, Ll]``
+        and ``pad`` ``[B or 1, Llk]`` (``_local_rows``) or None, ``hidden`` ``[B, Ll, d_model]`` or None.
+    """
     q = check_tensor("q", q, ndim=4)
     if q.shape[-1] == 0:
         raise ValueError(f"q and k must have a head dimension D >= 1, got q of shape {list(q.shape)}")
@@ -740,39 +767,41 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     b, ll = q.shape[0], q.shape[2]
     docs = _local_rows("document_ids", document_ids, b, ll, integer=True)
     pad = _local_rows("attention_mask", attention_mask, b, k.shape[2], integer=False)  # the keys'
-
     if hidden is not None:
         hidden = check_tensor("hidden", hidden, ndim=3)
         if hidden.shape[:2] != (b, ll):
             raise ValueError(f"hidden must be [B, Ll, d_model] with B={b}, Ll={ll}, got {list(hidden.shape)}")
+    return q, k, v, docs, pad, hidden, softcap, sinks, window
+
+
+def _gathered_positions(positions: torch.Tensor, k_positions: torch.Tensor | None, group,
+                        device: torch.device) -> tuple:
+    """All ranks' query (and key) positions gathered in rank order and checked to be the sequence's
+    (queries ``0..L−1``, or with ``k_positions`` keys ``0..Lk−1`` and queries their last ``Lq``).
+
+    Returns:
+        ``(positions, all_positions, k_positions, all_k)``: this rank's ``[Ll]`` and all ranks' ``[Lq]``
+        query positions, this rank's ``[Llk]`` key positions (or None) and all ranks' ``[Lk]``, int64 on
+        ``device``.
+    """
+    import torch.distributed as dist
+
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("context_parallel_attention needs an initialized torch.distributed process group "
                          "(torch.distributed.init_process_group)")
-    positions = positions.to(q.device, torch.int64)
+    positions = positions.to(device, torch.int64)
     all_positions = _gather_positions(positions, group)  # (Lq,), rank order
-    k_positions = None if k_positions is None else k_positions.to(q.device, torch.int64)
+    k_positions = None if k_positions is None else k_positions.to(device, torch.int64)
     all_k = all_positions if k_positions is None else _gather_positions(k_positions, group)  # (Lk,), rank order
     length, lq = all_k.shape[0], all_positions.shape[0]
-    if not torch.equal(torch.sort(all_k).values, torch.arange(length, device=q.device)):
+    if not torch.equal(torch.sort(all_k).values, torch.arange(length, device=device)):
         raise ValueError(f"{'positions' if k_positions is None else 'k_positions'} of all ranks together must be "
                          f"0..{length - 1}, each once (use posenc.shard_positions)")
     if k_positions is not None and not torch.equal(torch.sort(all_positions).values,
-                                                   torch.arange(length - lq, length, device=q.device)):
+                                                   torch.arange(length - lq, length, device=device)):
         raise ValueError(f"with k_positions, the positions of all ranks' queries together must be the last {lq} of "
                          f"the {length} keys' ({length - lq}..{length - 1}), each once: queries follow their cache")
-    if scale is None:  # 1/√D of the head given, as posenc.attention (PoPE's rotated q, k are wider)
-        scale = (None if pe is None else pe.default_scale) or 1.0 / math.sqrt(q.shape[-1])
-    if method == "allgather":
-        return _allgather(q, k, v, pe, positions=positions, all_positions=all_positions, causal=causal, scale=scale,
-                          backend=backend, group=group)
-    docs, pad = (None if t is None else _gather_rows(t.to(q.device), group) for t in (docs, pad))
-    extras = _Extras(softcap, sinks, window)
-    if method == "ring":
-        return _ring(q, k, v, pe, positions=positions, all_positions=all_positions, docs=docs, pad=pad,
-                     hidden=hidden, causal=causal, scale=scale, group=group, k_positions=k_positions, all_k=all_k,
-                     extras=extras)
-    return _ulysses(q, k, v, pe, all_positions=all_positions, docs=docs, pad=pad, hidden=hidden, causal=causal,
-                    scale=scale, backend=backend, group=group, all_k=all_k, extras=extras)
+    return positions, all_positions, k_positions, all_k
 
 
 def _allgather(q, k, v, pe, *, positions, all_positions, causal, scale, backend, group) -> torch.Tensor:

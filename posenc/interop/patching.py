@@ -656,6 +656,29 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     pe, layers = _on_attention_layers(pe, layers, parts)
     modules = _build_modules(pe, model, family, n, layers, parts.layer_indices)
     _check_terms(model, family, modules)
+    own = _with_own_encodings(model, parts, modules)
+    original = {"rotary": None if rotary is None else getattr(base, rotary), "attn": _implementations(model.config),
+                "hooks": [], "parts": parts}
+    first = modules[0]
+    additive = [m for m in modules if getattr(m, "kind", None) == "additive"]
+    if additive and (len(additive) != n or any(m is not first for m in modules)):
+        raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
+                         "layer, alone (not in a per-layer pattern or with layers=)")
+    if family.positions == "learned":
+        _start_from_own_table(modules, parts)
+    _install(model, parts, modules, own, original, additive, context_parallel)
+    model._posenc_original = original
+    unique = list({id(m): m for m in modules}.values())
+    setattr(model.config, RECORD, {"modules": [m.spec for m in unique],
+                                   "layers": [next(i for i, u in enumerate(unique) if u is m) for m in modules]})
+    return model
+
+
+def _with_own_encodings(model: nn.Module, parts: Any, modules: list) -> list[dict[str, Any]] | None:
+    """The model's own encoding's specs per attention layer (``_own_specs``; a hybrid's for its
+    attention layers only), and each layer of ``modules`` that keeps it (None) given it, in place:
+    one module per distinct spec (Gemma 3's two bases)."""
+    n = len(parts.attentions)
     own = _own_specs(model, parts, needed=any(m is None for m in modules))
     if own is not None and len(own) == parts.num_layers != n:  # a hybrid: its attention layers' specs
         own = [own[i] for i in parts.layer_indices]
@@ -666,15 +689,17 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         for i, spec in enumerate(own):
             if modules[i] is None:
                 modules[i] = built_own.setdefault(json.dumps(spec, sort_keys=True), posenc.build(spec))
-    original = {"rotary": None if rotary is None else getattr(base, rotary), "attn": _implementations(model.config),
-                "hooks": [], "parts": parts}
+    return own
+
+
+def _install(model: nn.Module, parts: Any, modules: list, own: list[dict[str, Any]] | None, original: dict,
+             additive: list, context_parallel: str | None) -> None:
+    """Puts ``modules`` (one per attention layer) into the model: as its rotary module (an
+    ``HFRotaryEmbedding``) where one scheme that fits it replaces the model's own rotary on every
+    layer, or else through the attention function (``_through_attention``), with ``context_parallel``
+    and the shard's key padding hook recorded on each attention module."""
+    family, base, rotary, attentions = parts.family, parts.decoder, parts.rotary, parts.attentions
     first = modules[0]
-    additive = [m for m in modules if getattr(m, "kind", None) == "additive"]
-    if additive and (len(additive) != n or any(m is not first for m in modules)):
-        raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
-                         "layer, alone (not in a per-layer pattern or with layers=)")
-    if family.positions == "learned":
-        _start_from_own_table(modules, parts)
     own_on = any(getattr(base, name) for name in family.decoder_positions)  # Falcon's ALiBi: no rotary to replace
     if (rotary is not None and own is not None and all(m is first for m in modules) and not own_on
             and context_parallel is None and not _more_rotaries(base) and _fits_rotary_module(first, own)):
@@ -691,11 +716,6 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         for attention in attentions:
             attention.__dict__["_posenc_context_parallel"] = context_parallel
             attention.__dict__["_posenc_shard_padding"] = padding
-    model._posenc_original = original
-    unique = list({id(m): m for m in modules}.values())
-    setattr(model.config, RECORD, {"modules": [m.spec for m in unique],
-                                   "layers": [next(i for i, u in enumerate(unique) if u is m) for m in modules]})
-    return model
 
 
 class _Positions:
