@@ -8,7 +8,11 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 # uv installs everything but torch: from its cache it takes 3 s where pip took 47 s for the same
 # `pip freeze` (pip's install of torch stays: it is the one that takes the CPU wheel on this disk).
+# Neither compiles bytecode at install (pip spent 16-20 s compiling torch's 2,284 modules); Python
+# writes the .pyc of what a run imports the first time it imports it (725 modules for `import torch`),
+# so a machine that sets PYTHONDONTWRITEBYTECODE would recompile the venv's modules in every process.
 UV     := $(VENV)/bin/uv pip install --quiet --python $(PY) -c constraints.txt
+unexport PYTHONDONTWRITEBYTECODE
 STAMP  := $(VENV)/.installed
 PROFILE ?= quick
 OUT    ?= report
@@ -25,7 +29,7 @@ SHARE := $(VENV)/share/posenc
 
 $(REPORT_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet -c constraints.txt torch==2.13.0 uv==0.13.9
+	$(PIP) install --quiet --no-compile -c constraints.txt torch==2.13.0 uv==0.13.9
 	$(UV) -e '.[extrapolate]'
 	touch $(REPORT_STAMP)
 
