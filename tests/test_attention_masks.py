@@ -222,6 +222,7 @@ def test_a_query_that_sees_no_key_gives_zeros_and_zero_gradients(name, backend, 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # on the worker that has paid inductor's start (imports, ISA probes)
 def test_flex_takes_padding_and_grouped_heads():
     """FlexAttention (forward, compiled on the CPU): a padding mask and grouped heads, against the
     float64 reference in float32's rounding."""

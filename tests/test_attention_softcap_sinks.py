@@ -217,6 +217,7 @@ def test_flex_refuses_sinks():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # on the worker that has paid inductor's start (imports, ISA probes)
 @pytest.mark.filterwarnings("error::posenc.attn.FlexFallbackWarning")
 @pytest.mark.parametrize("padded", [False, True], ids=["no mask", "key padding"])
 def test_flex_caps_in_its_score_mod(padded):

@@ -23,6 +23,7 @@ def tiny(monkeypatch):
     monkeypatch.setitem(PROFILES, "quick", TINY)
 
 
+@pytest.mark.xdist_group("compile")  # its flex child finds the ISA probes and headers the compile group built
 def test_bench_prints_tables_and_writes_json(tiny, tmp_path, capsys):
     path = tmp_path / "out" / "bench.json"
     assert main(["bench", "--quick", "--threads", "1", "--json", str(path)]) == 0

@@ -216,6 +216,7 @@ def test_a_scheme_that_does_not_declare_them_refuses_them():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # on the worker that has paid inductor's start (imports, ISA probes)
 def test_fox_on_flex_takes_the_cap_and_refuses_sinks():
     """FoX's FlexAttention path (forward, compiled on the CPU): the cap in its score_mod, then the
     gates' ``c_i − c_j``, equals the reference; sinks are refused there, and ``auto`` with sinks

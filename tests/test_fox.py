@@ -80,6 +80,7 @@ def test_bad_gate_and_missing_width():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("compile")  # on the worker that has paid inductor's start (imports, ISA probes)
 def test_flex_score_mod_reads_c_of_q_minus_c_of_kv():
     """FlexAttention (one compile), packed documents, queries the last 200 of 300 keys: equal to
     the materialized path within float32 rounding. A non-finite ``hidden`` in the first document
