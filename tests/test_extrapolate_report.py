@@ -222,3 +222,35 @@ def test_the_glance_table_and_forest_on_the_issues_three_seed_numbers():
     assert "no test" in html and html.count("<tr>") == len(out) + 1  # the header row, one per claim
     svg = forest_svg(out)
     assert svg.startswith('<svg id="forest"') and svg.count("<circle") == 6 and "http" not in svg
+
+
+def test_the_demonstrations_are_drawn_once_per_process(monkeypatch):
+    """A second report adds the section the first one drew (it depends on posenc alone); a section
+    that drew with an error is shown and drawn again by the next report."""
+    from posenc.extrapolate import demos
+    from posenc.extrapolate.page import Page
+
+    drawn = []
+
+    def draw(page, error=None):
+        drawn.append(len(drawn))
+        page.add(f"<p>drawing {len(drawn)}</p>")
+        page.figures[f"figure{len(drawn)}.png"] = b"png"
+        if error:
+            page.errors.append(error)
+
+    monkeypatch.setattr(demos, "_DRAWN", [])
+    monkeypatch.setattr(demos, "_draw", draw)
+    first, second = Page(), Page()
+    demos.demonstrations(first)
+    demos.demonstrations(second)
+    assert len(drawn) == 1 and second.parts == first.parts == ["<p>drawing 1</p>"]
+    assert second.figures == first.figures == {"figure1.png": b"png"} and not second.errors
+
+    monkeypatch.setattr(demos, "_DRAWN", [])
+    monkeypatch.setattr(demos, "_draw", lambda page: draw(page, "rope_decay: RuntimeError: no display"))
+    failed, again = Page(), Page()
+    demos.demonstrations(failed)
+    demos.demonstrations(again)
+    assert len(drawn) == 3 and failed.errors == again.errors == ["rope_decay: RuntimeError: no display"]
+    assert again.parts == ["<p>drawing 3</p>"]
