@@ -13,6 +13,7 @@ Other test files import these by name; keep the names stable:
     attention_reference(q, k, v, pe, ...)      float64 ``posenc.attention`` of any kind
     attention_parameters(pe)                   the parameters attention reads (not bipe's ``intra``)
     schemes_of_kind(*kinds)                    registered scheme names of these kinds
+    in_fork(fn, *args)                         ``fn(*args)`` in a forked child: (status, result, stdout, stderr)
 
 and one session fixture, ``smoke_results``: the smoke profile's results file, run once for the
 tests of the ``extrapolate`` xdist group (the driver's and the report's).
@@ -21,6 +22,10 @@ tests of the ``extrapolate`` xdist group (the driver's and the report's).
 from __future__ import annotations
 
 import os
+import pickle
+import sys
+import tempfile
+import traceback
 
 
 def _share_of_the_cpus() -> int | None:
@@ -262,6 +267,56 @@ def attention_reference(q, k, v, pe=None, *, q_positions=None, k_positions=None,
     elif kind != "none":
         raise AssertionError(f"attention does not take kind {kind!r}")
     return ref.attention(qn, kn, vn, bias=bias, causal=causal, scale=scale)
+
+
+def _one_thread() -> None:
+    """torch in this process on one thread, inductor's compiling too (``in_fork``'s child)."""
+    torch.set_num_threads(1)
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    if "torch._inductor.config" in sys.modules:
+        from torch._inductor import config
+
+        config.compile_threads = 1
+
+
+def in_fork(fn, *args) -> tuple[int, object, str, str]:
+    """``fn(*args)`` in a child forked from this process: a process of its own (its peak memory,
+    its limits, the schemes it registers stay there) without a new interpreter's start, which
+    imports torch and posenc again (1.5 s of CPU, and inductor's 3 s where it compiles).
+
+    The child runs torch on one thread and compiles with inductor in that thread: the threads of
+    an OpenMP pool, or of inductor's compile pool, that the parent started (outside xdist, where a
+    worker has one CPU) are not there after a fork, and whatever waited on them would wait forever.
+
+    Returns the child's exit status (0 when ``fn`` returned, a ``SystemExit``'s code, 1 after any
+    other exception, whose traceback is on its standard error), what ``fn`` returned (None unless it
+    returned), and its standard output and error, which go to files of their own."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as kept:
+        pid = os.fork()
+        if pid == 0:  # the child: it never returns into the test session
+            status = 1
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
+                _one_thread()
+                pickle.dump(fn(*args), kept)
+                kept.flush()
+                status = 0
+            except SystemExit as stop:
+                status = stop.code if isinstance(stop.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        _, wait_status = os.waitpid(pid, 0)
+        status = os.waitstatus_to_exitcode(wait_status)
+        for f in (out, err, kept):
+            f.seek(0)
+        result = pickle.load(kept) if status == 0 else None
+        return status, result, out.read().decode(errors="replace"), err.read().decode(errors="replace")
 
 
 @pytest.fixture(autouse=True)

@@ -20,14 +20,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import in_fork
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "docs" / "plugin_example.py"
 SMOKE = ["--profile", "smoke", "--part", "lm", "--threads", "1", "--no-progress"]
 
 
 def posenc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "posenc", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=500, env={**os.environ, **(env or {})})
+    """``posenc ARGS`` (``posenc.cli.main``) in a process of its own forked from this one
+    (``conftest.in_fork``), in the repository, with ``env`` added to its environment and its
+    ``PYTHONPATH`` put on ``sys.path``: a plugin it loads is registered there only. The benchmark
+    workers it starts are new interpreters still (spawned), which load the plugin themselves."""
+    def command():
+        from posenc.cli import main
+
+        os.chdir(REPO)
+        os.environ.update(env or {})
+        sys.path[:0] = [p for p in (env or {}).get("PYTHONPATH", "").split(os.pathsep) if p]
+        return main(list(args))
+
+    status, code, out, err = in_fork(command)
+    return subprocess.CompletedProcess(["posenc", *args], code if status == 0 else status, out, err)
 
 
 def in_process(*args: str, capsys) -> subprocess.CompletedProcess:
