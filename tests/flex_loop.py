@@ -1,10 +1,13 @@
-"""posenc.attention used as a training or decoding loop uses it, in one fresh process (run by
-test_flex.py as ``python tests/flex_loop.py CAP_BYTES``; prints one JSON line).
+"""posenc.attention used as a training or decoding loop uses it, in a process of its own: ``loop()``
+runs in a child that test_flex.py forks from its worker (``conftest.in_fork``), and ``python
+tests/flex_loop.py`` runs it alone (printing one JSON line).
 
 No dynamo reset anywhere: first many calls with distinct lengths, dtypes, schemes and backends
 (each checked against the float64 reference), then one long FlexAttention call whose peak memory
-(VmHWM) is measured. The address space is capped at CAP_BYTES, so a path that builds the whole
-``[B, H, Lq, Lk]`` score tensor dies instead of swapping the machine.
+(VmHWM) is measured. The address space is capped at what the process holds when the loop starts
+plus ``HEADROOM``, so a path that builds the whole ``[B, H, Lq, Lk]`` score tensor dies instead of
+swapping the machine. The process's compiled flex cases are forgotten first (``posenc.attn._FLEX``):
+the loop's cases compile in it as in a new process.
 """
 
 from __future__ import annotations
@@ -20,19 +23,26 @@ sys.path.insert(0, HERE)
 
 LONG = 6144  # the long call: 4 heads x 6144^2 float32 scores are 604 MB if anything materializes them
 HEADS, DIM = 4, 8  # conftest's SMALL sizes
+HEADROOM = 4 << 30  # address space beyond what the process holds (a new one held ~2 GB of a 6 GB cap)
 
 
 def vm_hwm() -> int:
     """Peak resident memory of this process so far, in bytes."""
+    return _status("VmHWM")
+
+
+def _status(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def main() -> None:
-    cap = int(sys.argv[1])
+def loop() -> dict:
+    """The loop in this process (a child of its own: it caps the address space and sets one
+    thread); what ``python tests/flex_loop.py`` prints."""
+    cap = _status("VmSize") + HEADROOM
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     import numpy as np
     import torch
@@ -41,6 +51,8 @@ def main() -> None:
     import posenc.attn
     from conftest import attention_reference, small_module, tolerance
 
+    torch.set_num_threads(1)
+    posenc.attn._FLEX.clear()
     torch.manual_seed(0)
     fallbacks: list[str] = []
     errors: list[dict] = []
@@ -91,9 +103,8 @@ def main() -> None:
                             .abs().max()) for a, b in zip(cu, cu[1:]))
             errors.append({"what": f"documents {lengths} flex", "err": err, "tol": tolerance(torch.float32, 16)})
         budget = [str(w.message) for w in caught[late:] if w.category.__name__ == "FlexFallbackWarning"]
-    print(json.dumps({"before": before, "peak": peak, "errors": errors, "fallbacks": fallbacks,
-                      "budget_fallbacks": budget}))
+    return {"before": before, "peak": peak, "errors": errors, "fallbacks": fallbacks, "budget_fallbacks": budget}
 
 
 if __name__ == "__main__":
-    main()
+    print(json.dumps(loop()))

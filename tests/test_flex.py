@@ -5,12 +5,7 @@ q and k of length-dependent ropes, Shaw's Dv, empty inputs, modules built under 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,11 +15,9 @@ import posenc
 import posenc.scores
 import posenc.attn
 from posenc import reference as ref
-from conftest import assert_close, attention_reference, schemes_of_kind, small_module, tolerance
+from conftest import assert_close, attention_reference, in_fork, schemes_of_kind, small_module, tolerance
 
-HERE = Path(__file__).resolve().parent
 APPLIED = schemes_of_kind("none", "rotary", "bias", "relative")
-CAP = 6 << 30  # address-space cap of the loop process; torch + inductor reserve ~2 GB of it
 
 
 def _qkv(lq, lk, *, batch=1, heads=4, dim=8, dtype=torch.float32, seed=0):
@@ -33,15 +26,18 @@ def _qkv(lq, lk, *, batch=1, heads=4, dim=8, dtype=torch.float32, seed=0):
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
-# -- 1 and 6: a loop in one fresh process, no dynamo reset ------------------------------------
+# -- 1 and 6: a loop in a process of its own, no dynamo reset ---------------------------------
 
 @pytest.fixture(scope="module")
 def loop():
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
-    run = subprocess.run([sys.executable, str(HERE / "flex_loop.py"), str(CAP)], capture_output=True,
-                         text=True, env=env, timeout=1800)
-    assert run.returncode == 0, run.stderr[-4000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    """``flex_loop.loop()`` in a process of its own forked from this worker (``conftest.in_fork``):
+    its peak memory, address-space cap and compiled flex cases are its own, while torch, posenc
+    and inductor are imported already (a new interpreter spent about 5 s of CPU starting them)."""
+    import flex_loop
+
+    status, result, _, err = in_fork(flex_loop.loop)
+    assert status == 0, err[-4000:]
+    return result
 
 
 @pytest.mark.slow
