@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import tempfile
+import time
 import traceback
 
 import numpy as np
@@ -250,7 +252,7 @@ def _one_thread() -> None:
         config.compile_threads = 1
 
 
-def in_fork(fn, *args) -> tuple[int, object, str, str]:
+def in_fork(fn, *args, timeout: float = 900.0) -> tuple[int, object, str, str]:
     """``fn(*args)`` in a child forked from this process: a process of its own (its peak memory,
     its limits, the schemes it registers stay there) without a new interpreter's start, which
     imports torch and posenc again (1.5 s of CPU, and inductor's 3 s where it compiles).
@@ -261,7 +263,8 @@ def in_fork(fn, *args) -> tuple[int, object, str, str]:
 
     Returns the child's exit status (0 when ``fn`` returned, a ``SystemExit``'s code, 1 after any
     other exception, whose traceback is on its standard error), what ``fn`` returned (None unless it
-    returned), and its standard output and error, which go to files of their own."""
+    returned), and its standard output and error, which go to files of their own. A child still
+    running after ``timeout`` seconds is killed (status -9, and its standard error says so)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as kept:
         pid = os.fork()
         if pid == 0:  # the child: it never returns into the test session
@@ -282,8 +285,14 @@ def in_fork(fn, *args) -> tuple[int, object, str, str]:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(status)
-        _, wait_status = os.waitpid(pid, 0)
-        status = os.waitstatus_to_exitcode(wait_status)
+        deadline = time.monotonic() + timeout
+        while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not done[0]:
+            os.kill(pid, signal.SIGKILL)
+            done = os.waitpid(pid, 0)
+            err.write(f"\nin_fork: killed after {timeout:g} s\n".encode())
+        status = os.waitstatus_to_exitcode(done[1])
         for f in (out, err, kept):
             f.seek(0)
         result = pickle.load(kept) if status == 0 else None
