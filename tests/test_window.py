@@ -102,6 +102,7 @@ def test_window_matches_the_reference_forward_and_gradients(backend, name, case)
     assert_directional_gradients({"q": q, "k": k, "v": v}, loss, seed=5)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # eager on purpose, below
 @pytest.mark.parametrize("name, window, docs, padding", [("alibi", 60, [0] * 100 + [1] * 70 + [2] * 30, True),
                                                          (None, 100, None, False)], ids=("alibi", "nope"))
 def test_window_on_flex(monkeypatch, name, window, docs, padding):
