@@ -124,7 +124,7 @@ def small_spec(name: str, **overrides) -> dict:
     missing = [k for k in scheme.required if k not in spec]
     if missing:
         raise LookupError(f"small_spec: no small value for required parameter(s) {missing} of scheme "
-                          f"{name!r}; add one to SMALL in tests/conftest.py")
+                          f"{name!r}; add one to SMALL in tests/helpers.py")
     return spec
 
 

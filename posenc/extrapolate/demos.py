@@ -18,17 +18,16 @@ def demonstrations(page: Page) -> None:
     results, so a process that renders several reports (the tests, a notebook) draws them once: the
     section is kept after its first rendering without an error and added again as it was (eight
     figures, about 2 s of matplotlib on the 2-core machine)."""
-    if not _DRAWN:
+    if _DRAWN:
+        drawn = _DRAWN[0]
+    else:
         drawn = Page()
         _draw(drawn)
-        if drawn.errors:  # a failure is shown, and tried again by the next report
-            page.parts += drawn.parts
-            page.figures.update(drawn.figures)
-            page.errors += drawn.errors
-            return
-        _DRAWN.append(drawn)
-    page.parts += _DRAWN[0].parts
-    page.figures.update(_DRAWN[0].figures)
+        if not drawn.errors:  # a failure is shown, and tried again by the next report
+            _DRAWN.append(drawn)
+    page.parts += drawn.parts
+    page.figures.update(drawn.figures)
+    page.errors += drawn.errors
 
 
 def _draw(page: Page) -> None:
