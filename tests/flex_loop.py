@@ -79,6 +79,7 @@ def loop() -> dict:
             pe = others[name]
             out = posenc.attention(q, k, v, pe, causal=bool(i % 2), backend=backend)
             check(out, q, k, v, pe, f"{name} {backend} L={length} {dtype}", causal=bool(i % 2))
+        compiles = _compiles(next(fn for key, fn in posenc.attn._FLEX.items() if key[0] == "alibi"))
         before = vm_hwm()
         q, k, v = (torch.randn(1, HEADS, LONG, DIM) for _ in range(3))
         out = posenc.attention(q, k, v, alibi, causal=True, backend="flex")  # (auto takes blockwise on the CPU)
@@ -103,7 +104,15 @@ def loop() -> dict:
                             .abs().max()) for a, b in zip(cu, cu[1:]))
             errors.append({"what": f"documents {lengths} flex", "err": err, "tol": tolerance(torch.float32, 16)})
         budget = [str(w.message) for w in caught[late:] if w.category.__name__ == "FlexFallbackWarning"]
-    return {"before": before, "peak": peak, "errors": errors, "fallbacks": fallbacks, "budget_fallbacks": budget}
+    return {"before": before, "peak": peak, "errors": errors, "fallbacks": fallbacks, "budget_fallbacks": budget,
+            "alibi_compiles": compiles}
+
+
+def _compiles(compiled) -> int:
+    """How many graphs dynamo holds for one flex case (``posenc.attn._FLEX``'s value): its compiles."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return len(_debug_get_cache_entry_list(compiled._torchdynamo_orig_callable.__code__))
 
 
 if __name__ == "__main__":
