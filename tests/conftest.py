@@ -63,9 +63,9 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _seed():
-    import torch
+    import helpers
 
-    torch.manual_seed(0)
+    helpers.manual_seed(0)
 
 
 @pytest.fixture(scope="session")
