@@ -62,7 +62,9 @@ at 0 in each document.
 
 **FlexAttention policy.** The flex backend compiles ``flex_attention`` once per structural case
 (scheme, causal, documents, device) with dynamic lengths, each case with its own recompile
-budget (``FLEX_RECOMPILES``), so a loop over many lengths never recompiles per length. Scores and the bias added to
+budget (``FLEX_RECOMPILES``), so a loop over many lengths never recompiles per length (queries
+are made contiguous first: a decoding step's queries, rows of a longer tensor, would otherwise
+compile their case once more for their strides). Scores and the bias added to
 them are float32 whatever the input dtype (inputs are upcast; the output takes the input dtype
 again), as on the other backends. Dynamo, past its recompile limit, would run ``flex_attention``
 eagerly, which builds the whole ``[B, H, Lq, Lk]`` score tensor; posenc never lets that happen:
