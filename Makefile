@@ -17,7 +17,7 @@ STAMP  := $(VENV)/.installed
 PROFILE ?= quick
 OUT    ?= report
 
-.PHONY: all test report docs figures bench chromium clean pretrained-data extend
+.PHONY: all test report docs figures bench chromium pyodide clean pretrained-data extend
 
 all: test
 
@@ -76,14 +76,21 @@ chromium:
 	  echo "installing Debian's chromium and chromium-driver for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-test: $(STAMP) chromium
+# Pyodide's core from the npm registry, pinned (docs/_hooks/pyodide_core.py: its version, the tarball's
+# integrity and the SHA-256 of the five files the site ships), into $(SHARE)/pyodide-VERSION/: the
+# Python cells of "Why positions" run on it in the browser, and the docs build copies it into the
+# site (never a CDN). Needs npm; does nothing when the checked files are there.
+pyodide:
+	$(PYTHON) docs/_hooks/pyodide_core.py install
+
+test: $(STAMP) chromium pyodide
 	$(PY) -m pytest -n 2 --dist loadgroup -q
 
 report: $(REPORT_STAMP)
 	$(VENV)/bin/posenc report --profile $(PROFILE) --out $(OUT)
 
 # The documentation site, offline (mkdocs.yml): site/index.html opens from file://.
-docs: $(STAMP)
+docs: $(STAMP) pyodide
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # Regenerates the images the README shows.

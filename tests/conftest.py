@@ -79,3 +79,13 @@ def smoke_results(tmp_path_factory):
     assert main(["extrapolate", "--profile", "smoke", "--threads", "1", "--no-progress", "--jobs", "1",
                  "--out", str(path)]) == 0
     return path
+
+
+@pytest.fixture(scope="session")
+def docs_site(tmp_path_factory):
+    """The documentation site, built once as ``make docs`` builds it (``mkdocs build --strict``): for
+    tests/test_docs_site.py and tests/test_cells_browser.py, both in the xdist group ``docs_site``, so
+    one worker builds it once (a build takes 18 s of CPU)."""
+    from test_docs_site import _build
+
+    return _build(tmp_path_factory.mktemp("site") / "site")

@@ -40,8 +40,8 @@ def _build(out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    return _build(tmp_path_factory.mktemp("site") / "site")
+def site(docs_site):
+    return docs_site  # built once for this module and tests/test_cells_browser.py (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,9 @@
 - ``<!-- generated: modules PACKAGE -->`` becomes one mkdocstrings block per public module of a
   package (``posenc.reference``: one file per scheme);
 - ``<!-- generated: figure NAME -->`` on "Why positions" becomes the image ``figures/NAME.png``
-  and its caption, drawn from the page's own examples when the site is built (``concepts.py``).
+  and its caption, drawn from the page's own examples when the site is built (``concepts.py``);
+- ``<!-- generated: cell NAME -->`` becomes the Python cell ``docs/cells/NAME.py``, which the reader
+  edits and runs in the browser on Pyodide, copied into the site from its pinned install (``cells.py``).
 
 Every image of the site links to its full-size file, so a screenshot shrunk to the page's column
 opens legibly in one click.
@@ -21,6 +23,7 @@ import os
 import re
 from pathlib import Path
 
+import cells  # docs/_hooks/cells.py
 import concepts  # docs/_hooks/concepts.py: mkdocs puts this folder on sys.path while it loads a hook
 
 MARKER = re.compile(r"<!-- generated: (cli|api [\w.]+|modules [\w.]+|figure \w+) -->")
@@ -79,8 +82,12 @@ def _expand(match: re.Match) -> str:
 
 
 def on_files(files, config, **kwargs):
-    """Adds the figures of "Why positions" to the site, drawn from its examples now."""
+    """Adds the figures of "Why positions" to the site, drawn from its examples now, and Pyodide's
+    files for its cells (checked against their pinned SHA-256 first: a mismatch fails the build)."""
     from mkdocs.structure.files import File
+
+    for dest, src in cells.site_files().items():
+        files.append(File.generated(config, dest, abs_src_path=str(src)))
 
     page = Path(config.docs_dir) / concepts.PAGE
     folder = os.path.dirname(concepts.PAGE)
@@ -93,6 +100,7 @@ def on_page_markdown(markdown: str, **kwargs) -> str:
     return MARKER.sub(_expand, markdown)
 
 
-def on_page_content(html: str, **kwargs) -> str:
-    """Every image alone in its paragraph becomes a link to its full-size file."""
+def on_page_content(html: str, page, **kwargs) -> str:
+    """Every image alone in its paragraph becomes a link to its full-size file; cells are expanded."""
+    html = cells.page_html(html, page.file.url)
     return IMAGE.sub(lambda m: f'<p><a class="full-size" href="{m.group(2)}" title="full size">{m.group(1)}</a></p>', html)
