@@ -79,8 +79,11 @@ chromium:
 # Pyodide's core from the npm registry, pinned (docs/_hooks/pyodide_core.py: its version, the tarball's
 # integrity and the SHA-256 of the five files the site ships), into $(SHARE)/pyodide-VERSION/: the
 # Python cells of "Why positions" run on it in the browser, and the docs build copies it into the
-# site (never a CDN). Needs npm; does nothing when the checked files are there.
+# site (never a CDN). Installs Debian's npm if there is none; does nothing when the checked files are there.
 pyodide:
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing Debian's npm to fetch Pyodide for the docs' Python cells"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
 	$(PYTHON) docs/_hooks/pyodide_core.py install
 
 test: $(STAMP) chromium pyodide

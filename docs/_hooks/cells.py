@@ -40,7 +40,7 @@ def cell_html(name: str) -> str:
     if not path.is_file():
         raise KeyError(f"no cell {name!r}; the cells are {', '.join(cell_names())} (docs/cells/NAME.py)")
     source = path.read_text(encoding="utf-8")
-    rows = source.count("\n") + 1
+    rows = source.count("\n") + 1  # and a line for a horizontal scrollbar
     return (f'<div class="pycell" id="cell-{name}" data-cell="{name}">'
             f'<textarea class="pycell-code" id="cell-{name}-code" rows="{rows}" spellcheck="false" wrap="off" '
             f'autocomplete="off" aria-label="Python cell {name}">{html.escape(source)}</textarea>'
