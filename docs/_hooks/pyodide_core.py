@@ -7,7 +7,7 @@ five files the page loads are unpacked into ``.venv/share/posenc/pyodide-VERSION
 SHA-256 of ``FILES``. A mismatch fails the step, and the docs build checks the files again before
 it copies them into the site (``site/assets/pyodide/``): the page never fetches Pyodide from a CDN.
 
-The files, 13.4 MB unpacked (6.5 MB as the npm tarball): ``pyodide.js`` (the loader, a classic
+The files, 13.5 MB unpacked (6.5 MB as the npm tarball): ``pyodide.js`` (the loader, a classic
 script), ``pyodide.asm.mjs`` and ``pyodide.asm.wasm`` (CPython compiled to WebAssembly),
 ``python_stdlib.zip`` (the standard library) and ``pyodide-lock.json`` (the index of Pyodide's
 packages, read at start; the cells load none: no numpy, only the standard library's ``math``).
