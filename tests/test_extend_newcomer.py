@@ -106,13 +106,7 @@ def test_the_page_says_what_its_tables_hold(short, tiny):  # noqa: F811
     assert "perplexity, passage 2" in html and "3 passages of 160 tokens" in html
 
 
-def test_plurals_and_plain_tick_labels(tiny, tmp_path):  # noqa: F811
-    out = tmp_path / "one"
-    run(tiny, out, methods=["none"], to=SHORT, passages=1)
-    html = (out / "index.html").read_text()
-    assert "1 measurement (none)" in html and "1 passage of 160 tokens" in html
-    assert "1 passages" not in html and "1 measurements" not in html
-    assert "measured on 1 passage: a verdict needs 3 (--passages 3)" in html
+def test_plain_tick_labels():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,7 +143,7 @@ def test_an_interrupted_run_writes_its_page_and_the_line_that_resumes(tiny, tmp_
 
     def token_nll(*a, **k):
         calls.append(1)
-        if len(calls) == 3:  # the third forward: stopped in it, two records kept
+        if len(calls) == 2:  # the second forward: stopped in it, one record kept
             if how == "sigterm":
                 os.kill(os.getpid(), signal.SIGTERM)
             else:
@@ -158,21 +152,26 @@ def test_an_interrupted_run_writes_its_page_and_the_line_that_resumes(tiny, tmp_
 
     monkeypatch.setattr(measure, "token_nll", token_nll)
     out = tmp_path / "o"
-    args = [str(tiny), "--to", str(SHORT), "--method", "none", "--method", "dynamic", "--trials", "0",
-            "--text", str(tiny.parent / "text.txt"), "--out", str(out), "--quiet"]
+    args = [str(tiny), "--to", str(SHORT), "--method", "none", "--method", "dynamic", "--trials", "0", "--passages",
+            "1", "--text", str(tiny.parent / "text.txt"), "--out", str(out), "--quiet"]
     got, err = cli(capsys, *args)
     assert got == code and len(err.strip().splitlines()) == 1, err
-    assert f"2 measurements kept in {out / 'results.jsonl'}" in err and f"the page of them in {out / 'index.html'}" in err
-    assert len(records(out)) == 2 and "2 measurements" in (out / "index.html").read_text()
+    assert f"1 measurement kept in {out / 'results.jsonl'}" in err and f"the page of them in {out / 'index.html'}" in err
+    assert len(records(out)) == 1 and "1 measurement (none; not measured yet: dynamic)" in (out / "index.html").read_text()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or how == "ctrl-c"
     resume = err.split("to resume: ", 1)[1].strip()
     words = shlex.split(resume)
-    assert words[:2] == ["posenc", "extend"]
+    def pairs(ws):  # the flags with their values, in any order
+        return sorted(zip(ws[1::2], ws[2::2]))
+
+    assert words[:3] == ["posenc", "extend", str(tiny)] and pairs(words[2:]) == pairs(args[:-1]), words  # the same
+    if how == "ctrl-c":
+        return
     calls.clear()
     monkeypatch.setattr(measure, "token_nll", lambda *a, **k: calls.append(1) or real(*a, **k))
     got, err = cli(capsys, *words[2:], "--quiet")
     assert got == 0, err
-    assert len(calls) == 9 - 2 and len(records(out)) == 9  # none at 160, dynamic at 128 and 160, 3 passages
+    assert len(calls) == 3 - 1 and len(records(out)) == 3  # none at 160, dynamic at 128 and 160
 
 
 def test_progress_moves_within_a_forward_and_log_lines_go_above_the_bar(tiny, tmp_path, capsys):  # noqa: F811
@@ -188,23 +187,13 @@ def test_progress_moves_within_a_forward_and_log_lines_go_above_the_bar(tiny, tm
     assert len(steps) == 2 + 3  # two layers' passes, three chunks of the loss
     assert abs(sum(steps) - 100) < 1e-9 and max(steps) < 100 / 2
     capsys.readouterr()
-    run(tiny, tmp_path / "o", methods=["none"], passages=2, progress=True,
+    out = tmp_path / "o"
+    run(tiny, out, methods=["none"], passages=1, progress=True,
         log=lambda line: print(line, file=sys.stderr))  # the bar's stream: as when both share a terminal
     err = capsys.readouterr().err
-    for line in ("none L=160    passage 0", "none L=160    passage 1"):
-        found = re.search(r"(.) *" + line, err, re.S)
-        assert found and found.group(1) in "\r\n", repr(err[max(0, found.start() - 80):found.end()])  # not after the bar
-
-
-def test_the_guide_runs_from_a_fresh_clone_and_the_index_lists_every_extra():
-    """The guide's shell commands name ``.venv/bin/posenc`` (what a fresh clone has after ``make``), and
-    docs/index.md's install list names every extra of pyproject.toml."""
-    import tomllib
-
-    guide = (ROOT / "docs" / "guide" / "extend.md").read_text()
-    blocks = re.findall(r"```bash\n(.*?)```", guide, re.S)
-    commands = [line for block in blocks for line in block.splitlines() if line.strip()]
-    assert commands and not [c for c in commands if re.match(r"\s*(posenc|python) ", c)], commands
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    index = (ROOT / "docs" / "index.md").read_text()
-    assert [x for x in extras if f"pip install '.[{x}]'" not in index] == []
+    found = re.search(r"(.) *none L=160    passage 0", err, re.S)
+    assert found and found.group(1) in "\r\n", repr(err[max(0, found.start() - 80):found.end()])  # not after the bar
+    html = (out / "index.html").read_text()  # and singulars where there is one
+    assert "1 measurement (none)" in html and "1 passage of 160 tokens" in html
+    assert "1 passages" not in html and "1 measurements" not in html
+    assert "measured on 1 passage: a verdict needs 3 (--passages 3)" in html

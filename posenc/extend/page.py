@@ -134,7 +134,10 @@ def write_page(out: Path, settings: dict[str, Any], records: list[dict[str, Any]
     seconds = sum(r.get("seconds", 0.0) for r in records)
     peak = max((r.get("vm_hwm") or 0 for r in records), default=0)
     where = ", ".join(p["document"] + "@" + str(p["start"]) for p in settings["passages"])
-    page.add(f"<p>{plural(len(records), 'measurement')} ({', '.join(methods) or 'none yet'}), "
+    have = [m for m in methods if any(r["method"] == m for r in records)]
+    yet = [m for m in methods if m not in have]
+    page.add(f"<p>{plural(len(records), 'measurement')} ({', '.join(have) or 'none yet'}"
+             f"{'; not measured yet: ' + ', '.join(yet) if yet else ''}), "
              f"{seconds / 60:.1f} min of forwards, peak memory (VmHWM) {peak / 2**30:.2f} GiB; context L₀ = {context}, "
              f"factor {grid['factor']:g} for every method; {plural(passages, 'passage')} of {grid['to']} tokens "
              f"({e(where)}).</p>")

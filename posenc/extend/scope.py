@@ -31,6 +31,12 @@ def program() -> str:
     return sys.argv[0] if sys.argv and Path(sys.argv[0]).name == "posenc" else "posenc"
 
 
+def python() -> str:
+    """The Python beside ``program()`` (``.venv/bin/python``), else ``python``."""
+    prog = Path(program())
+    return str(prog.with_name("python")) if prog.parent != Path(".") or "/" in program() else "python"
+
+
 def command(args: dict[str, Any], **changes: Any) -> str:
     """The ``posenc extend`` command of ``args`` (the run's own arguments, ``settings["args"]``) with
     ``changes``."""
@@ -61,7 +67,7 @@ def _cost(counts: dict[int, int], measured: list[tuple[int, float]]) -> str:
     seconds = seconds_for(counts, measured)
     if seconds is None:
         longest = max(counts, default=0)
-        return (f"{_forwards_text(counts)} (time one here: python -m posenc.extend.cost --length {longest})"
+        return (f"{_forwards_text(counts)} (time one here: {python()} -m posenc.extend.cost --length {longest})"
                 if counts else "nothing new")
     minutes = seconds / 60
     took = f"about {minutes:.0f} minutes" if minutes >= 1.5 else f"about {max(seconds, 1):.0f} s"
