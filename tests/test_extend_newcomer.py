@@ -114,7 +114,7 @@ def test_plain_tick_labels():
 
     from posenc.extend.page import _curves
 
-    fig = _curves({"none": [36.0, 40.0, 52.0]}, ["0", "48", "96"], SHORT, CONTEXT, 48, "t")
+    fig = _curves({"none": [36.0, 40.0, 52.0]}, ["0", "48", "96"], SHORT, CONTEXT, 48)
     fig.canvas.draw()
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.yaxis.get_ticklabels(minor=True) + ax.yaxis.get_ticklabels()]
@@ -197,3 +197,17 @@ def test_progress_moves_within_a_forward_and_log_lines_go_above_the_bar(tiny, tm
     assert "1 measurement (none)" in html and "1 passage of 160 tokens" in html
     assert "1 passages" not in html and "1 measurements" not in html
     assert "measured on 1 passage: a verdict needs 3 (--passages 3)" in html
+
+
+def test_the_guide_runs_from_a_fresh_clone_and_the_index_lists_every_extra():
+    """The guide's shell commands name ``.venv/bin/posenc`` (what a fresh clone has after ``make``), and
+    docs/index.md's install list names every extra of pyproject.toml."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    guide = (ROOT / "docs" / "guide" / "extend.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", guide, re.S)
+    commands = [line for block in blocks for line in block.splitlines() if line.strip()]
+    assert commands and not [c for c in commands if re.match(r"\s*(posenc|python) ", c)], commands
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    index = (ROOT / "docs" / "index.md").read_text()
+    assert [x for x in extras if f"pip install '.[{x}]'" not in index] == []
