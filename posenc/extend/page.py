@@ -111,7 +111,7 @@ def verdict_rows(verdicts) -> list[list[str]]:
         effect = "—" if t is None else f"{t.effect:+.4f} [{t.interval()[0]:+.4f}, {t.interval()[1]:+.4f}]"
         mde = "—" if v.mde is None else f"{v.mde:.4f}"
         rows.append([e(v.source), e(v.claim), e(v.measured), status(v.status), effect + (f" {e(v.unit)}" if t else ""),
-                     mde, "—" if v.p_holm is None else f"{v.p_holm:.3g}", str(v.seeds)])
+                     mde, "—" if v.p_holm is None else f"{v.p_holm:.3g}", str(v.seeds) if v.seeds else "—"])
     return rows
 
 

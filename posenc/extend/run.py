@@ -141,6 +141,7 @@ class Progress:
 
     def start(self, item: dict[str, Any]) -> None:
         self.item_done, self.item_length = 0.0, item["length"]
+        self.base = self.bar.n if self.bar is not None else 0  # whole tokens before this measurement
         if self.bar is not None:
             where = f"passage {item['passage']}" if item["kind"] == "ppl" else f"passkey depth {item['depth']:g}"
             self.bar.set_postfix_str(f"{item['method']} L={item['length']} {where}", refresh=False)
@@ -151,8 +152,8 @@ class Progress:
             self.bar.update(tokens)
 
     def finish(self, length: int) -> None:
-        if self.bar is not None:
-            self.bar.update(length - self.item_done)
+        if self.bar is not None:  # to the whole count: the steps' float sum never overshoots the total
+            self.bar.update(self.base + length - self.bar.n)
         self.item_done = float(length)
 
     def say(self, log: Log, line: str) -> None:
