@@ -30,7 +30,7 @@ from posenc.extend.sources import MissingPiece
 DEPTHS = (0.1, 0.5, 0.9)
 MAX_TO = 1 << 31
 
-_SUBMODULES = ("cost", "gguf_llama")
+_SUBMODULES = ("cost", "gguf_header", "gguf_llama", "page", "scope")
 """Documented submodules imported on first access (``posenc.extend.cost``), not with the package: an
 eager import made ``python -m posenc.extend.cost`` warn that the module was already in ``sys.modules``."""
 
