@@ -6,6 +6,7 @@ file it does not handle converted by transformers, saying so; then the whole pat
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -208,4 +209,77 @@ def test_a_gguf_the_reader_does_not_handle_is_converted_by_transformers_saying_s
     lines: list[str] = []
     folder = sources.model_folder(path, tmp_path / "cache", log=lines.append)
     assert (folder / "model.safetensors").is_file()
-    assert len(lines) == 1 and "does not handle other.gguf" in lines[0] and "transformers" in lines[0]
+    # what it converts, where, and its size; the reader's refusal by name; what it wrote
+    assert len(lines) == 3 and str(folder) in lines[0], lines
+    assert re.match(r"converting other\.gguf \(\d+ kB\) once into a float32 safetensors copy of about \d+ kB", lines[0])
+    assert "does not handle other.gguf" in lines[1] and "transformers" in lines[1]
+    assert lines[2].startswith(f"wrote {folder} (")
+
+
+def damaged_copies(path: Path, folder: Path) -> dict[str, tuple[Path, str]]:
+    """Copies of the GGUF ``path``, each damaged one way: ``{what: (file, what the refusal says)}``."""
+    import struct
+
+    data = path.read_bytes()
+    size = len(data)
+    cases = {
+        "tensor count": (8, "the header counts 1099511627776 tensors"),
+        "key/value count": (16, "the header counts 1099511627776 key/value pairs"),
+        "first key's length": (24, "claims 1099511627776 bytes, past the end of the file"),
+    }
+    out = {}
+    for what, (offset, message) in cases.items():
+        copy = folder / f"{what.replace(' ', '_').replace('/', '_')}.gguf"
+        copy.write_bytes(data[:offset] + struct.pack("<Q", 1 << 40) + data[offset + 8:])
+        out[what] = (copy, message)
+    copy = folder / "truncated.gguf"  # the tensors cut: the header whole, the data short
+    copy.write_bytes(data[:size * 2 // 3])
+    out["truncated"] = (copy, "past the end of the file")
+    copy = folder / "one_tensor_more.gguf"  # a tensor count that fits the file but not its header
+    tensors = struct.unpack_from("<Q", data, 8)[0]
+    copy.write_bytes(data[:8] + struct.pack("<Q", tensors + 3) + data[16:])
+    out["one tensor more"] = (copy, "dimensions (GGUF allows 1 to 4)")  # the tensor data read as a record
+    return out
+
+
+def test_a_damaged_gguf_is_refused_in_one_line_naming_the_file(written, tmp_path, capsys):
+    """Each damaged copy: exit 2, one line naming the file and what is wrong, nothing converted, and no
+    allocation larger than the file on the way (tracemalloc's peak)."""
+    import tracemalloc
+
+    from test_extend import cli
+
+    from posenc.extend import gguf_header, sources
+
+    for what, (path, message) in damaged_copies(written[1], tmp_path).items():
+        code, err = cli(capsys, str(path), "--to", "256", "--out", str(tmp_path / "o"))
+        assert code == 2 and len(err.strip().splitlines()) == 1, (what, err)
+        assert f"{path}: damaged GGUF file" in err and message in err, (what, err)
+        tracemalloc.start()
+        with pytest.raises(gguf_header.Damaged):
+            sources.model_folder(path, tmp_path / "cache", log=lambda s: None)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < path.stat().st_size, (what, peak)
+    assert not any((tmp_path / "cache").glob("*")) and not (tmp_path / "o").exists()
+
+
+def test_the_header_check_passes_a_whole_file_of_another_architecture_to_its_refusal(tmp_path):
+    """The check judges sizes, not architectures: a whole GGUF of another architecture passes it and is
+    refused by the Llama reader by name, as before."""
+    import gguf
+
+    from posenc.extend import gguf_header, gguf_llama
+
+    path = tmp_path / "gpt2.gguf"
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    w.add_name("tiny gpt2")
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    header = gguf_header.check(path)
+    assert header.tensors == 1 and header.float32_bytes == 4 * 32
+    with pytest.raises(gguf_llama.Unsupported, match="general.architecture 'gpt2'"):
+        gguf_llama.convert(path, tmp_path / "out")

@@ -9,15 +9,20 @@ from posenc.cli import CLIError, int_arg, require_extra
 
 def cmd_extend(args: argparse.Namespace) -> int:
     require_extra("pretrained", "posenc extend")
-    from posenc.extend import METHODS, extend
+    import sys
+
+    from posenc.extend import METHODS, Stopped, extend
     from posenc.extend.sources import MissingPiece
 
     try:
         page = extend(args.model, to=args.to, methods=args.method or list(METHODS), text=args.text, out=args.out,
                       threads=args.threads, passages=args.passages, trials=args.trials, bucket=args.bucket,
-                      progress=not args.quiet, log=print)
+                      progress=not args.quiet, log=lambda line: print(line, flush=True))
     except MissingPiece as e:
         raise CLIError(str(e)) from None
+    except Stopped as e:  # Ctrl-C or SIGTERM: the page of what was measured is written; one line, 128 + signal
+        print(f"posenc extend: {e}", file=sys.stderr)
+        return 128 + e.signal
     print(f"wrote {page}")
     return 0
 

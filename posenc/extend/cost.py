@@ -30,6 +30,31 @@ from typing import Any
 SEED = 35  # of the fixed token ids
 
 
+def forwards(to: int, context: int, methods: Sequence[str], *, passages: int = 3, trials: int = 1,
+             depths: Sequence[float] = (0.1, 0.5, 0.9)) -> dict[int, int]:
+    """``{length: forwards}`` of the grid ``posenc extend --to TO`` runs with ``methods`` (the perplexity
+    forwards of ``posenc.extend.run.ppl_todo`` and a passkey prompt per length, depth and trial)."""
+    from posenc.extend import run
+    from posenc.extend.methods import factor_for
+
+    grid = run.Grid(to, context, factor_for(to, context), tuple(methods), passages, tuple(depths), trials)
+    counts: dict[int, int] = {}
+    for item in run.ppl_todo(grid, list(methods), passages) + run.passkey_todo(grid, list(methods)):
+        counts[item["length"]] = counts.get(item["length"], 0) + 1
+    return dict(sorted(counts.items(), reverse=True))
+
+
+def seconds_for(counts: dict[int, int], measured: Sequence[tuple[int, float]]) -> float | None:
+    """The time of ``counts`` forwards on this machine, scaled from the longest forwards ``measured``
+    (``(length, seconds)``, a run's own records: their median) as ``L²`` (attention's term dominates past
+    8k: docs/guide/extend.md); None without a measurement."""
+    if not measured:
+        return None
+    longest = max(n for n, _ in measured)
+    per = sorted(s for n, s in measured if n == longest)[len([1 for n, _ in measured if n == longest]) // 2]
+    return sum(k * per * (n / longest) ** 2 for n, k in counts.items())
+
+
 def one_forward(model: str | Path | None, length: int, *, method: str = "yarn", threads: int | None = None,
                 cache: str | Path | None = None) -> dict[str, Any]:
     """One forward of ``length`` tokens in this process: ``{"length", "method", "factor", "seconds",

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -33,12 +35,18 @@ NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = "\nWhat is the pass key? The pass key is"
 
 
-def token_nll(model: Any, ids: Any, *, chunk: int = CHUNK) -> np.ndarray:
-    """``(L − 1,)`` float64: ``−log p(ids[t] | ids[:t])`` for ``t = 1 … L−1``, the loss in chunks."""
+LAYERS_SHARE = 0.9  # of a forward's progress: the decoder's layers (the rest: the loss in chunks)
+
+
+def token_nll(model: Any, ids: Any, *, chunk: int = CHUNK, step: Callable[[float], None] | None = None) -> np.ndarray:
+    """``(L − 1,)`` float64: ``−log p(ids[t] | ids[:t])`` for ``t = 1 … L−1``, the loss in chunks.
+
+    ``step(tokens)``: progress within the forward, called after each decoder layer's pass
+    (``LAYERS_SHARE · L / layers`` tokens) and each chunk of the loss (the rest), summing to ``L``."""
     import torch
 
     decoder, head = model.get_decoder(), model.get_output_embeddings()
-    with torch.inference_mode():
+    with torch.inference_mode(), layer_progress(decoder, step, LAYERS_SHARE):
         hidden = decoder(input_ids=ids[None], use_cache=False).last_hidden_state[0]  # (L, d)
         out = np.empty(ids.numel() - 1, dtype=np.float64)
         for start in range(0, ids.numel() - 1, chunk):
@@ -46,7 +54,29 @@ def token_nll(model: Any, ids: Any, *, chunk: int = CHUNK) -> np.ndarray:
             logits = head(hidden[start:stop]).float()  # (c, V)
             nll = torch.nn.functional.cross_entropy(logits, ids[start + 1:stop + 1], reduction="none")
             out[start:stop] = nll.double().numpy()
+            if step is not None:
+                step((1 - LAYERS_SHARE) * ids.numel() * (stop - start) / (ids.numel() - 1))
     return out
+
+
+@contextmanager
+def layer_progress(decoder: Any, step: Callable[[float], None] | None, share: float = 1.0):
+    """Calls ``step(share · tokens / layers)`` after each pass of one of ``decoder.layers`` (tokens: the
+    pass's sequence length), so a forward of minutes shows its progress layer by layer."""
+    layers = list(getattr(decoder, "layers", None) or []) if step is not None else []
+    hooks = [layer.register_forward_hook(lambda mod, args, kwargs, outp: step(share * _tokens(args, kwargs) / len(layers)),
+                                         with_kwargs=True) for layer in layers]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def _tokens(args: tuple, kwargs: dict) -> int:
+    """The sequence length of a decoder layer's call (its hidden states ``(B, L, d)``)."""
+    x = args[0] if args else kwargs.get("hidden_states")
+    return int(x.shape[1]) if getattr(x, "ndim", 0) >= 2 else 0
 
 
 def bucket_means(nll: np.ndarray, bucket: int) -> list[float]:

@@ -63,6 +63,29 @@ def unavailable(config: Any, method: str) -> str | None:
     return None
 
 
+def check_arms(config: Any, to: int, methods: list[str]) -> list[str]:
+    """The methods that run on this model (``unavailable`` ones left out); ValueError (before anything of
+    ``to`` is allocated) when ``to`` does not extend the model's context (factor 1: every method is the
+    model unchanged) or when every method that runs is the same model (one spec)."""
+    context = context_of(config)
+    if to <= context:
+        raise ValueError(f"--to {to} does not extend the model's context of {context} tokens (the factor would be "
+                         f"1 and every method the model unchanged); give --to {context + 1} or more (--to "
+                         f"{2 * context}: twice the context, what the claims about extension need)")
+    runs = [m for m in methods if unavailable(config, m) is None]
+    if not runs:
+        why = "; ".join(f"{m}: {unavailable(config, m)}" for m in methods)
+        raise ValueError(f"--method {' '.join(methods)}: none of them runs on this model ({why}); give another "
+                         f"of {', '.join(m for m in METHODS if m not in methods)}")
+    import json
+
+    specs = {json.dumps(method_spec(config, m, factor_for(to, context)), sort_keys=True) for m in runs}
+    if len(runs) > 1 and len(specs) == 1:
+        raise ValueError(f"--method {' '.join(runs)}: at --to {to} every one of them is the same model; give methods "
+                         "that differ")
+    return runs
+
+
 def method_spec(config: Any, method: str, factor: float) -> dict[str, Any]:
     """The posenc ``rope`` spec of ``method`` on this model (its parameters are the record's ``params``)."""
     from posenc.interop.hf import hf_rope_spec

@@ -105,22 +105,67 @@ def key_of(item: dict[str, Any], setup: str) -> str:
     return setup + ":" + ":".join(str(item[k]) for k in sorted(item))
 
 
-def _measure(model: Any, tokenizer: Any, item: dict[str, Any], tokens: list[int], grid: Grid) -> dict[str, Any]:
+def _measure(model: Any, tokenizer: Any, item: dict[str, Any], tokens: list[int], grid: Grid,
+             step: Callable[[float], None] | None = None) -> dict[str, Any]:
     """One record body: the NLL of every token of a passage, or one passkey answer (a length-dependent
-    method starts from its own length: ``reset_length``, as for an unrelated sequence)."""
+    method starts from its own length: ``reset_length``, as for an unrelated sequence). ``step``: progress
+    within the forward (``measure.token_nll``)."""
     import torch
 
     for module in model.modules():
         if hasattr(module, "reset_length"):
             module.reset_length()
     if item["kind"] == "ppl":
-        nll = measure.token_nll(model, torch.tensor(tokens[:item["length"]]))
+        nll = measure.token_nll(model, torch.tensor(tokens[:item["length"]]), step=step)
         return {"nll": [round(float(x), 4) for x in nll], "ppl": measure.ppl(nll),
                 "buckets": measure.bucket_means(nll, grid.bucket)}
     key = measure.passkey_key(item["trial"], item["depth"])
     ids = measure.passkey_ids(tokenizer, item["length"], item["depth"], key)
-    text, found = measure.passkey_answer(model, tokenizer, ids)
+    with measure.layer_progress(model.get_decoder(), step):
+        text, found = measure.passkey_answer(model, tokenizer, ids)
     return {"passkey": key, "answer": text, "correct": found == key}
+
+
+class Progress:
+    """The bar of a run: tokens, advanced within each forward (its layers' passes and the loss's chunks)
+    and made whole when the measurement ends; ``say`` writes a log line above the bar, never onto it
+    (tqdm's ``external_write_mode`` clears the bar, the line is written, the bar redrawn)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        if enabled and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="tok", unit_scale=True, desc="extend", dynamic_ncols=True)
+        self.item_done, self.item_length = 0.0, 0
+
+    def start(self, item: dict[str, Any]) -> None:
+        self.item_done, self.item_length = 0.0, item["length"]
+        self.base = self.bar.n if self.bar is not None else 0  # whole tokens before this measurement
+        if self.bar is not None:
+            where = f"passage {item['passage']}" if item["kind"] == "ppl" else f"passkey depth {item['depth']:g}"
+            self.bar.set_postfix_str(f"{item['method']} L={item['length']} {where}", refresh=False)
+
+    def step(self, tokens: float) -> None:
+        if self.bar is not None and self.item_done + tokens <= self.item_length:
+            self.item_done += tokens
+            self.bar.update(tokens)
+
+    def finish(self, length: int) -> None:
+        if self.bar is not None:  # to the whole count: the steps' float sum never overshoots the total
+            self.bar.update(self.base + length - self.bar.n)
+        self.item_done = float(length)
+
+    def say(self, log: Log, line: str) -> None:
+        if self.bar is None:
+            log(line)
+            return
+        with self.bar.external_write_mode():
+            log(line)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def run_grid(model: Any, tokenizer: Any, grid: Grid, store: Any, *, passages: list[list[int]], setup: str,
@@ -130,28 +175,24 @@ def run_grid(model: Any, tokenizer: Any, grid: Grid, store: Any, *, passages: li
     todo = ppl_todo(grid, available, len(passages)) + passkey_todo(grid, available)
     left = [it for it in todo if key_of(it, setup) not in store]
     log(f"{len(todo) - len(left)} of {len(todo)} measurements found in {store.path}; {len(left)} to run")
-    bar = None
-    if progress and left:
-        from tqdm import tqdm
-
-        bar = tqdm(total=sum(it["length"] for it in left), unit="tok", unit_scale=True, desc="extend",
-                   dynamic_ncols=True)
+    bar = Progress(sum(it["length"] for it in left), progress)
     current = None
-    for item in left:
-        if item["method"] != current:
-            params[item["method"]] = apply(model, item["method"], grid.factor)
-            current = item["method"]
-        tokens = passages[item["passage"]] if item["kind"] == "ppl" else []
-        start = time.perf_counter()
-        body = _measure(model, tokenizer, item, tokens, grid)
-        record = {"key": key_of(item, setup), "setup": setup, **item, **body,
-                  "seconds": round(time.perf_counter() - start, 2), "vm_hwm": vm_hwm(),
-                  "threads": _threads(), "params": params[item["method"]]}
-        store.append(record)
-        if bar is not None:
-            bar.update(item["length"])
-        log(_line(record))
-    if bar is not None:
+    try:
+        for item in left:
+            if item["method"] != current:
+                params[item["method"]] = apply(model, item["method"], grid.factor)
+                current = item["method"]
+            tokens = passages[item["passage"]] if item["kind"] == "ppl" else []
+            start = time.perf_counter()
+            bar.start(item)
+            body = _measure(model, tokenizer, item, tokens, grid, step=bar.step)
+            record = {"key": key_of(item, setup), "setup": setup, **item, **body,
+                      "seconds": round(time.perf_counter() - start, 2), "vm_hwm": vm_hwm(),
+                      "threads": _threads(), "params": params[item["method"]]}
+            store.append(record)
+            bar.finish(item["length"])
+            bar.say(log, _line(record))
+    finally:
         bar.close()
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -65,10 +66,11 @@ def _fingerprint(path: Path) -> str:
     """A cache key of a GGUF file: its name, size and the SHA-256 of its first and last MiB."""
     h = hashlib.sha256()
     size = path.stat().st_size
-    with open(path, "rb") as f:
-        h.update(f.read(1 << 20))
-        f.seek(max(0, size - (1 << 20)))
-        h.update(f.read(1 << 20))
+    with open(path, "rb") as f:  # in 64 KiB reads: nothing near the size of a small (damaged) file is allocated
+        for start in (0, max(0, size - (1 << 20))):
+            f.seek(start)
+            for _ in range(16):
+                h.update(f.read(1 << 16))
     return f"{path.stem}-{size}-{h.hexdigest()[:16]}"
 
 
@@ -79,17 +81,27 @@ def _from_gguf(path: Path, cache: Path, log: Callable[[str], None]) -> Path:
     if (folder / "config.json").is_file():
         return folder
     require("gguf", "gguf>=0.10")
-    partial = cache / (folder.name + ".partial")
-    from posenc.extend import gguf_llama
+    from posenc.extend import gguf_header, gguf_llama
 
-    try:
-        gguf_llama.convert(path, partial)
-    except gguf_llama.Unsupported as e:
-        log(f"posenc's GGUF reader does not handle {path.name} ({e}); converting it with transformers "
-            "(about a minute of CPU, once)")
-        _convert_with_transformers(path, partial)
+    header = gguf_header.check(path)  # a damaged file: one line naming it, before the reader trusts its counts
+    log(f"converting {path.name} ({_mb(path.stat().st_size)}) once into a float32 safetensors copy of about "
+        f"{_mb(header.float32_bytes)}, kept in {folder} (later runs load it in seconds)")
+    partial = cache / (folder.name + ".partial")
+
+    with quiet_transformers():
+        try:
+            gguf_llama.convert(path, partial)
+        except gguf_llama.Unsupported as e:
+            log(f"posenc's GGUF reader does not handle {path.name} ({e}); converting it with transformers "
+                "(about a minute of CPU, once)")
+            _convert_with_transformers(path, partial)
     partial.replace(folder)  # a killed conversion leaves no half folder behind
+    log(f"wrote {folder} ({_mb(sum(f.stat().st_size for f in folder.iterdir()))})")
     return folder
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
 
 
 def _convert_with_transformers(path: Path, partial: Path) -> None:
@@ -129,11 +141,42 @@ def model_folder(model: str | Path | None, cache: str | Path | None = None,
     return _from_gguf(path, Path(cache) if cache is not None else share_dir() / "models", log)
 
 
+def model_name(folder: Path) -> str:
+    """The model's name for people: a converted GGUF's ``general.name`` (its config's ``_model_name_or_path``),
+    else the folder's name without the cache key's size and hash (``_fingerprint``)."""
+    import json
+    import re
+
+    try:
+        name = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("_model_name_or_path")
+    except (OSError, ValueError):
+        name = None
+    if isinstance(name, str) and name.strip() and "/" not in name and "\\" not in name:
+        return name.strip()
+    return re.sub(r"-\d+-[0-9a-f]{16}$", "", folder.name)
+
+
+@contextmanager
+def quiet_transformers():
+    """transformers' own progress bars ("Loading weights", "Writing model shards") off inside: posenc's
+    lines say what is loaded or written, and its bar is the run's (they were printed where it draws)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load(folder: Path) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of a transformers folder: float32, eval mode, SDPA attention."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32", attn_implementation="sdpa")
+    with quiet_transformers():
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32", attn_implementation="sdpa")
     return model.eval(), AutoTokenizer.from_pretrained(folder)
 
 

@@ -74,11 +74,32 @@ def _degrades(nll: NLL, length: int, context: int, passages: int) -> Evidence | 
     return Evidence(tuple(effects), tuple(within)) if effects else None
 
 
+NOT_ASKED = "not asked"  # the status of a claim whose methods (or passkey trials) this run was not given
+
+
+def why_not(arms: tuple[str, ...], length: int, methods: list[str], lengths: list[int], trials: int = 1) -> str | None:
+    """Why this run cannot measure a claim on ``arms`` at ``length`` (None: it can): methods not asked for,
+    passkey not asked for (``trials`` 0), a length past ``--to``; every reason that applies, each with the
+    flag that would (``posenc.extend.scope`` groups the claims by them)."""
+    missing = [m for m in arms if m not in methods]
+    reasons = []
+    if missing:
+        reasons.append(f"{NOT_ASKED} for: {', '.join(missing)} (add {' '.join('--method ' + m for m in missing)})")
+    if trials == 0:
+        reasons.append(f"{NOT_ASKED} for: passkey (--trials 0; give --trials 1 or more)")
+    if length > lengths[-1]:
+        reasons.append(f"this run's --to {lengths[-1]} does not reach {length}: needs --to {length}")
+    return "; ".join(reasons) or None
+
+
 def _verdict(source: str, claim: str, measured: str, ev: Evidence | None, *, sign: int = 1, null: float = 0.0,
-             unit: str = "ΔNLL") -> Verdict:
+             unit: str = "ΔNLL", why: str | None = None) -> Verdict:
     pool = f"{PPL_POOL}: {claim}"  # its own: not pooled with other claims (the module's docstring)
-    if ev is None:
-        return Verdict(source, claim, measured + "; not measured yet", "not measured", pool=pool)
+    if why is not None:
+        return Verdict(source, claim, f"{measured}; {why}", NOT_ASKED if why.startswith(NOT_ASKED) else "not measured",
+                       pool=pool)
+    if ev is None:  # asked for and in range: a run stopped before it (a rerun resumes)
+        return Verdict(source, claim, measured + "; not measured yet (a rerun resumes)", "not measured", pool=pool)
     ev = Evidence(ev.effects, ev.within, null=null, sign=sign)
     v = seed_verdict(source, claim, measured, ev, unit=unit)
     import dataclasses
@@ -99,7 +120,7 @@ def _passkey(correct: Callable[[str, int], dict], method: str, length: int) -> t
 
 
 def passkey_verdicts(correct: Callable[[str, int], dict], methods: list[str], past: list[int],
-                     context: int) -> list[Verdict]:
+                     context: int, why: Callable[[str, int], str | None] = lambda m, n: None) -> list[Verdict]:
     """Each scaling against ``none`` past the context, decided by McNemar's exact test on the paired
     prompts with Holm over the family (one source): a t-test on a handful of 0/±1 differences is not
     calibrated (three prompts all +1 have no spread: p = 0; with every accuracy at one half it decided
@@ -111,8 +132,14 @@ def passkey_verdicts(correct: Callable[[str, int], dict], methods: list[str], pa
     out = []
     for i, (n, m, counts) in enumerate(found):
         claim = f"{m} retrieves the passkey past the context more often than none ({n // context}×)"
+        reason = why(m, n)
+        if reason is not None:
+            out.append(Verdict(PASSKEY_SOURCE, claim, f"accuracy({m}) − accuracy(none) at {n}; {reason}",
+                               NOT_ASKED if reason.startswith(NOT_ASKED) else "not measured", pool=PASSKEY_POOL))
+            continue
         if counts is None:
-            out.append(Verdict(PASSKEY_SOURCE, claim, f"accuracy({m}) − accuracy(none) at {n}; not measured yet",
+            out.append(Verdict(PASSKEY_SOURCE, claim, f"accuracy({m}) − accuracy(none) at {n}; not measured yet "
+                               "(a rerun resumes)",
                                "not measured", pool=PASSKEY_POOL))
             continue
         b, c, units = counts
@@ -130,37 +157,47 @@ def passkey_verdicts(correct: Callable[[str, int], dict], methods: list[str], pa
 
 
 def claims(nll: NLL, correct: Callable[[str, int], dict], *, context: int, lengths: list[int], passages: int,
-           methods: list[str]) -> list[Verdict]:
-    """Every claim this grid can test, decided together (Holm per paper)."""
-    return adjust(claim_list(nll, correct, context=context, lengths=lengths, passages=passages, methods=methods))
+           methods: list[str], trials: int = 1) -> list[Verdict]:
+    """Every claim, decided together (Holm per paper); those this grid cannot measure say why."""
+    return adjust(claim_list(nll, correct, context=context, lengths=lengths, passages=passages, methods=methods,
+                             trials=trials))
 
 
 def claim_list(nll: NLL, correct: Callable[[str, int], dict], *, context: int, lengths: list[int], passages: int,
-               methods: list[str]) -> list[Verdict]:
-    """Every claim this grid can test, each decided alone (``adjust`` decides them as a family)."""
-    past = [n for n in lengths if n >= 2 * context]
-    two, out = (past[0] if past else None), []
-    if two is not None:
-        out.append(_verdict("Press et al. 2022; Chen et al. 2023", "plain RoPE degrades past its context",
-                            f"none at {two}: NLL of tokens past {context} − tokens within", _degrades(nll, two, context,
-                                                                                                    passages)))
-        out.append(_verdict("bloc97 2023", "zero-shot NTK-aware beats zero-shot linear at 2×",
-                            f"NLL(linear) − NLL(ntk), all {two} tokens", _paired(nll, "linear", "ntk", two, passages, 0,
-                                                                                 two)))
+               methods: list[str], trials: int = 1) -> list[Verdict]:
+    """Every claim, each decided alone (``adjust`` decides them as a family). The claims about extension
+    (at ``2L₀``, and ``4L₀`` where the grid reaches it) are listed even where ``--to`` is shorter, and a
+    claim on methods this run was not given is listed as not asked for, each saying what would measure it
+    (``why_not``)."""
+    past = [n for n in lengths if n >= 2 * context] or [2 * context]
+    two, out = past[0], []
+
+    def why(arms: tuple[str, ...], n: int) -> str | None:
+        return why_not(arms, n, methods, lengths)
+
+    out.append(_verdict("Press et al. 2022; Chen et al. 2023", "plain RoPE degrades past its context",
+                        f"none at {two}: NLL of tokens past {context} − tokens within",
+                        _degrades(nll, two, context, passages), why=why(("none",), two)))
+    out.append(_verdict("bloc97 2023", "zero-shot NTK-aware beats zero-shot linear at 2×",
+                        f"NLL(linear) − NLL(ntk), all {two} tokens", _paired(nll, "linear", "ntk", two, passages, 0, two),
+                        why=why(("linear", "ntk"), two)))
     for n in past:
         k = n // context
         for other in ("ntk", "linear"):
             out.append(_verdict("Peng et al. 2023", f"YaRN beats {other} zero-shot at {k}×",
                                 f"NLL({other}) − NLL(yarn), all {n} tokens",
-                                _paired(nll, other, "yarn", n, passages, 0, n)))
+                                _paired(nll, other, "yarn", n, passages, 0, n), why=why((other, "yarn"), n)))
     out.append(_verdict("Peng et al. 2023", "dynamic scaling leaves perplexity within the original context unchanged",
                         f"NLL(dynamic) − NLL(none) at {context}: below the margin ln 1.02",
-                        _paired(nll, "dynamic", "none", context, passages, 0, context), sign=-1, null=MARGIN))
+                        _paired(nll, "dynamic", "none", context, passages, 0, context), sign=-1, null=MARGIN,
+                        why=why(("dynamic", "none"), context)))
     top = lengths[-1]
     out.append(_verdict("Chen et al. 2023", "linear interpolation raises perplexity within the original context",
                         f"NLL(linear) − NLL(none), the first {context} tokens of {top}",
-                        _paired(nll, "linear", "none", top, passages, 0, min(context, top))))
-    return out + passkey_verdicts(correct, methods, past, context)
+                        _paired(nll, "linear", "none", top, passages, 0, min(context, top)),
+                        why=why(("linear", "none"), top)))
+    return out + passkey_verdicts(correct, methods, past, context,
+                                  lambda m, n: why_not(("none", m), n, methods, lengths, trials))
 
 
 def from_folder(out: Path) -> list[Verdict] | None:
@@ -176,7 +213,8 @@ def from_folder(out: Path) -> list[Verdict] | None:
     records = [r for r in load(out / "results.jsonl").values() if r.get("setup") == settings["setup"]]
     nll, correct = measured_by(records, grid["lengths"])
     return claim_list(nll, correct, context=grid["context"], lengths=grid["lengths"],
-                      passages=len(settings["passages"]), methods=runnable(settings))
+                      passages=len(settings["passages"]), methods=shown_methods(settings, records),
+                      trials=grid.get("trials", 1))
 
 
 def runnable(settings: dict[str, Any]) -> list[str]:
@@ -190,6 +228,16 @@ def runnable(settings: dict[str, Any]) -> list[str]:
         config = AutoConfig.from_pretrained(settings["model"])
         skipped = {m: True for m in settings["grid"]["methods"] if unavailable(config, m) is not None}
     return [m for m in settings["grid"]["methods"] if m not in skipped]
+
+
+def shown_methods(settings: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+    """This run's methods that can run, and any other method with records of the same set-up in the folder
+    (an earlier run there with other ``--method``s: the page shows every record it counts), in ``METHODS``
+    order."""
+    from posenc.extend.methods import METHODS
+
+    mine = set(runnable(settings)) | {r["method"] for r in records}
+    return [m for m in METHODS if m in mine]
 
 
 def measured_by(records: list[dict[str, Any]], lengths: list[int]) -> tuple[NLL, Callable[[str, int], dict]]:

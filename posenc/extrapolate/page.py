@@ -20,7 +20,7 @@ h1 { font-size: 24px } h3 { font-size: 15px; margin-top: 22px }
 h2 { font-size: 19px; border-bottom: 1px solid #ddd; padding-bottom: 3px; margin-top: 34px }
 table { border-collapse: collapse; margin: 8px 0; font-size: 12.5px }
 td, th { border: 1px solid #ddd; padding: 3px 7px; text-align: right } th { background: #f4f4f4 }
-td:first-child, th:first-child, table.text td { text-align: left }
+td:first-child, th:first-child, table.text td, table.text th { text-align: left }
 figure { margin: 10px 0 } figcaption { font-size: 12.5px; color: #555 }
 img { max-width: 100%; height: auto; border: 1px solid #eee }
 pre { background: #f7f7f7; padding: 8px; overflow-x: auto; font-size: 12px }
