@@ -247,6 +247,15 @@ class Visibility:
             allowed = own if allowed is None else allowed & own
         return allowed
 
+    def tile(self, qs: int, qe: int, ks: int, ke: int, *, device) -> torch.Tensor:
+        """The tile's map as a kernel reads it, never None: ``[1 or B, 1 or H, c, n]`` bool, True where
+        query ``qs + r`` may see key ``ks + c`` (all True when every pair is; a content scheme's
+        ``rows`` negates it, so "all visible" must be a map, not None)."""
+        allowed = self.allowed(qs, qe, ks, ke, device=device)
+        if allowed is None:
+            return torch.ones(1, 1, qe - qs, ke - ks, dtype=torch.bool, device=device)  # (1, 1, c, n)
+        return allowed.view(1, 1, qe - qs, ke - ks) if allowed.dim() == 2 else allowed
+
     def added(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor | None:
         """The attention mask's additive values of the tile, or None."""
         return None if self.mask is None else self.mask.added(qs, qe, ks, ke)

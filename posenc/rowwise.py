@@ -155,9 +155,7 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     for qs in range(0, lq, rows):
         qe = min(qs + rows, lq)
         n = vis.key_range(qs, qe)[1]  # keys 0 … n − 1: a scheme's row runs from its first key
-        allowed = vis.allowed(qs, qe, 0, n, device=q.device)  # causal, window, documents, mask
-        if allowed is not None and allowed.dim() == 2:
-            allowed = allowed.view(1, 1, qe - qs, n)  # (1, 1, c, n)
+        allowed = vis.tile(qs, qe, 0, n, device=q.device)  # (1 or B, 1 or H, c, n), never None
         seen = None
         if vis.hides_rows:
             seen = allowed.any(-1, keepdim=True)  # (.., c, 1): a query with no key gives zeros
