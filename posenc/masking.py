@@ -3,11 +3,17 @@
 ``Visibility`` (built once per ``posenc.attention`` call, ``Visibility.build``) holds all of it:
 ``causal``, the sliding ``window``, packed ``document_ids`` and the ``attention_mask`` below, with
 the query/key offset (queries are the last ``Lq`` keys: query ``i`` is key index ``i + Lk − Lq``).
-It answers what each backend asks: the boolean map of a tile ``allowed(q0, q1, k0, k1)`` (and its
-additive values, ``added``), the key range a block of queries can see (``key_range``: tiles outside
-it are skipped), whether a tile is visible whole (``whole``), each query's visible key range
-(``row_ranges``, for ``BiasEncoding.nearest_keys``), and FlexAttention's ``mask_mod`` and block
-tables (``flex_block_mask``). No backend derives causality, documents, padding or windows itself.
+Visibility is one predicate, ``predicate``: ``visible(b, h, q, k)``, the index offset within
+``offset_bounds``, the same document, and the mask (as transformers' ``masking_utils`` composes
+``and_masks(causal, sliding, padding, packed)``). Each backend's form is derived from it: the
+boolean map of a tile ``allowed(q0, q1, k0, k1)`` (the predicate on the tile's index grids; ``tile``:
+the same, never None, for a kernel that negates it) and its additive values (``added``);
+FlexAttention's ``mask_mod`` (the predicate itself) and block tables (``flex_block_mask``); the key
+range a block of queries can see (``key_range``: tiles outside it are skipped), whether a tile is
+visible whole (``whole``), each query's visible key range (``row_ranges``, for
+``BiasEncoding.nearest_keys``), all read from the same ``offset_bounds`` and documents; and a
+tile's own ``Visibility`` (``crop``: context parallelism's ring tiles). No backend, context
+parallelism included, derives causality, documents, padding or windows itself.
 
 **Index offsets.** Causality and the window are conditions on ``d = j − (i + Lk − Lq)``, the key's
 index minus the query's own: causal ``d ≤ 0``; a window ``W`` (Mistral's and Gemma's local
@@ -17,8 +23,6 @@ from the two bounds ``lo ≤ d ≤ hi`` (``offset_bounds``). A query always sees
 causality, a window and documents, so only an ``attention_mask`` can leave a query with no key.
 
 The ``attention_mask`` itself comes in the two forms that real batches carry:
-
-Two forms, the two that real batches carry:
 
 - a **key padding mask** ``[B, Lk]`` (or ``[1, Lk]``), bool or 0/1 integers: ``True``/1 where
   a key is a real token, ``False``/0 where it is padding (the ``attention_mask`` of a
@@ -264,10 +268,10 @@ class Visibility:
         ``offset_bounds`` and (non-decreasing) documents. ``b``: documents and a key padding mask
         expanded to ``b`` rows (FlexAttention's compile wants them so); ``offsets=False``: the tile is
         known whole under causality and the window; ``mask=False``: without the attention mask.
-        Offsets are tensors, so that a compile does not specialize on them (and the caller's
-        compile takes only inputs in a ``mask_mod``)."""
+        For a ``mask_mod`` (``b`` given) the offsets are tensors, so that a compile does not
+        specialize on them (and the caller's compile takes only inputs in a ``mask_mod``)."""
         lo, hi = self.offset_bounds if offsets else (None, None)
-        shift, lo_t, hi_t = ((self.shift, lo, hi) if torch.compiler.is_compiling() else
+        shift, lo_t, hi_t = ((self.shift, lo, hi) if b is None or torch.compiler.is_compiling() else
                              tuple(None if x is None else torch.tensor(x, device=device) for x in (self.shift, lo, hi)))
         docs = None if self.docs is None else self.docs.to(device)
         m = self.mask if mask else None

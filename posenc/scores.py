@@ -11,7 +11,15 @@
 - **Grouped heads** (GQA, MQA: Ainslie et al. 2023): the ``G = H / H_kv`` query heads that share a
   key/value head are folded into one head of ``G·c`` rows (``fold``/``unfold``), so a product reads
   each key/value head once; ``repeat_kv`` repeats them for the kinds that read keys per query head.
-- **The size budget**: ``MATERIALIZE_ELEMENTS``, the scores ``auto`` builds whole.
+- **The size budget**: ``MATERIALIZE_ELEMENTS``, the scores ``auto`` builds whole, and the content
+  kind's ``auto`` among its own rows (``content_backend``; ``posenc.attn._choose_backend`` is the
+  one chooser and reads it).
+- **The log-sum-exp merge** of two softmaxes over disjoint keys (``merge_lse``): context
+  parallelism's ring tiles, the online softmax one tile at a time.
+- **A query that sees no key gives zeros** (``unmask_empty_rows`` for a tile's map,
+  ``empty_rows_lse`` for an online softmax: output 0, ``lse`` +∞).
+- **The default scale** ``1/√D`` or the scheme's ``default_scale`` (``scale_of``), and the shared
+  input checks: ``check_cap_and_sinks``, ``check_num_heads``, ``check_causal``.
 
 Notation used for tensor shapes: B batch, H heads, c rows of a block, n its keys, X anything.
 """

@@ -27,19 +27,22 @@ equal to the rows of ``posenc.attention`` on the whole sequence, gradients inclu
   rank its own rows). Memory per rank ``O(L·D)``: it does not raise the length a rank holds.
 - ``"ring"`` (Liu et al. 2023, arXiv:2310.01889): each rank keeps its queries; key/value shards
   travel rank to rank (``torch.distributed`` ``batch_isend_irecv``, the next transfer overlapping
-  the current tile). A tile (a run of query positions × a run of key positions) is scored with
-  ``posenc.blockwise`` at its global positions and its visibility (causality: skipped when its keys
-  all follow its queries, index-causal on the diagonal, a ``key <= query`` mask where runs
-  overlap; documents and key padding as a mask), giving ``(o, lse)``; tiles merge by log-sum-exp,
-  the online softmax ``blockwise`` uses. Backward (``_RingAttention``): the shards travel again,
-  now with their key/value gradients; each tile runs ``blockwise``'s backward given the global
-  ``o`` and ``lse``, so its ``p = e^{s − lse}`` and ``δ = rowsum(dO ∘ O)`` are the whole softmax's,
-  and after ``P`` steps each shard's gradients are back with their owner. Two changes make
-  ``blockwise``'s tiles mergeable (``_TileBias``): no Toeplitz table (it removes a per-head constant
-  that depends on the tile), and each row's far-key peak taken at the query's own position (one
+  the current tile). A tile (a run of query positions × a run of key positions) reads its
+  visibility from one ``posenc.masking.Visibility`` of the whole sequence (``Visibility.crop``:
+  causality, the window, documents, key padding, by sequence index; a tile the whole's
+  ``key_range`` misses is skipped) and is scored with ``posenc.blockwise``'s public tile API
+  (``tile_forward``) at its global positions, giving ``(o, lse)``; tiles merge by log-sum-exp
+  (``posenc.scores.merge_lse``), the online softmax ``blockwise`` uses. Backward
+  (``ring._RingAttention``): the shards travel again, now with their key/value gradients; each tile
+  runs ``tile_backward`` given the global ``o`` and ``lse``, so its ``p = e^{s − lse}`` and
+  ``δ = rowsum(dO ∘ O)`` are the whole softmax's, and after ``P`` steps each shard's gradients are
+  back with their owner. Two changes make ``blockwise``'s tiles mergeable (``ring._RingTileBias``):
+  no Toeplitz table where a parameter trains (it removes a per-head constant that depends on the
+  tile), and each row's far-key peak taken at the query's own position (one
   constant per row on every tile). Per-rank memory for keys and values: ``O(L·D / P)`` (the own
   shard, the one in use, the one arriving). Rotary schemes rotate q and k at their global
-  positions before the keys travel; FoX carries ``c_j`` (its cumulative log forget gate, summed in
+  positions before the keys travel (the core's ``posenc.attn.scheme_step``, which all-gather
+  runs too); FoX carries ``c_j`` (its cumulative log forget gate, summed in
   sequence order over every rank's gates) as one more key column (``_fox_augmented``).
 - ``"ulysses"`` (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv:2309.14509): an all-to-all turns the
   sequence shards of every head into the whole sequence of ``H / P`` heads (grouped key/value heads
@@ -71,15 +74,20 @@ of the heads, which they cannot select.
 taken by ring and ulysses, and so are a KV cache (``k_positions``: keys at ``0..Lk−1``, queries the
 last ``Lq``), ``softcap``, ``sinks`` and ``window``: the ring caps each tile's scores, masks (or
 skips) what lies outside the window by global position and merges the sinks after the last tile;
-ulysses passes them to ``posenc.attention`` (a rank its heads' sinks). The scheme sees the sequence indices as positions (with documents too:
-translation-invariant schemes are unaffected by where a document starts).
+ulysses passes them to ``posenc.attention`` (a rank its heads' sinks). The scheme sees the
+sequence indices as positions, with documents too: translation-invariant schemes are unaffected by
+where a document starts, and the others (Dual Chunk Attention past its chunk) equal
+``posenc.attention`` given the same positions, not its default that restarts in each document.
+
+Modules: this one (``shard_positions``, ``context_parallel_attention``, all-gather), ``checks``
+(what each method runs, the local inputs, the gathered positions), ``comm`` (the differentiable
+all-gather and all-to-all, the ring's passing), ``ring`` and ``ulysses``.
 
 Notation used for tensor shapes: B batch, H heads, L whole length, Ll = L / world_size local
 length, D head dim.
 """
 
 from __future__ import annotations
-
 
 import torch
 
