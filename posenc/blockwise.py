@@ -112,7 +112,8 @@ class TileBias:
         self.partial = vis.window is not None or vis.docs is not None or vis.mask is not None
         self.softcap = softcap  # scores formed here: no fused kernel (which adds the bias inside)
         # the scheme after the core's step (posenc.attn.scheme_step): a bias, a relative scheme, or None
-        self.relative, self.bias = isinstance(pe, RelativeEncoding), pe is not None and not self.relative
+        self.relative = isinstance(pe, RelativeEncoding)
+        self.bias = pe is not None and not self.relative
         self.value_fn = None if pe is None else pe.value_term  # (None: no scheme, only the masks)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
         self.qpos, self.kpos = as_working(q_positions), as_working(k_positions)
