@@ -5,11 +5,11 @@
 **Shape.** One call is three steps: ``_prepare`` checks every input, fills in the scale and the
 default positions and builds the call's ``posenc.masking.Visibility`` (causality, a sliding
 ``window``, documents, the attention mask: the one definition every backend reads);
-``_scheme_step`` lets the scheme prepare its call through the hooks its kind base class declares
-with defaults (``attention_form``: BiPE's inner bias; ``temper_queries``: Llama 4's query
-temperature; ``RotaryEncoding.rotate``: observe, keys, queries; ``default_scale``: DeBERTa's;
-``ContentEncoding.flex_bias``: FoX's bias for FlexAttention, a real ``BiasEncoding``); then one
-backend of ``BACKEND_RUNS`` (``{name: function of the prepared call}``), picked by the one
+``scheme_step`` (public: context parallelism runs it too) lets the scheme prepare its call
+through the hooks its kind base class declares with defaults (``attention_form``: BiPE's inner
+bias; ``temper_queries``: Llama 4's query temperature; ``RotaryEncoding.rotate``: observe, keys,
+queries; ``default_scale``: DeBERTa's; ``ContentEncoding.flex_bias``: FoX's bias for FlexAttention,
+a real ``BiasEncoding``); then one backend of ``BACKEND_RUNS`` (``{name: function of the prepared call}``), picked by the one
 chooser ``_choose_backend``, which can say why. What every backend does to its scores (the cap,
 the sinks, grouped heads, the size budget) is written once, in ``posenc.scores``.
 
@@ -161,7 +161,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     """Attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D]`` with positional encoding ``pe``.
 
     Three steps: ``_prepare`` (validate, default positions, build the ``posenc.masking.Visibility``),
-    the scheme's own step through the hooks its kind declares (``_scheme_step``: a content scheme's
+    the scheme's own step through the hooks its kind declares (``scheme_step``: a content scheme's
     attention, BiPE's inner module, a query temperature, the rotation), then one backend from
     ``BACKEND_RUNS`` (``_choose_backend`` says which and why).
 
@@ -220,7 +220,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
                                   attention_mask=attention_mask, softcap=softcap, sinks=sinks, window=window)
     if kind == "content":
         return _content(call, hidden, backend)
-    call = _scheme_step(call, kind)
+    run, q, k, v, qp, kp = scheme_step(call.pe, call.q, call.k, call.v, call.q_positions, call.k_positions)
+    call = _Call(q, k, v, run, qp, kp, call.vis, call.scale, call.softcap, call.sinks)
     if call.q.shape[2] == 0 or call.k.shape[2] == 0:  # no scores to bias: what SDPA gives (empty, or zeros)
         return _sdpa(call.q, call.k, call.v, scale=call.scale)
     if call.pe is None and call.vis.docs is None and call.vis.mask is None and call.vis.window is None \
@@ -289,12 +290,6 @@ def _positions(pe, q_positions, k_positions, vis: Visibility, *, b: int, heads: 
     check_batch("q_positions", q_positions, b, lq, axes=axes, heads=heads[0])
     check_batch("k_positions", k_positions, b, lk, axes=axes, heads=heads[1])
     return q_positions, k_positions
-
-
-def _scheme_step(call: _Call, kind: str) -> _Call:
-    """Step 2 on a prepared call: ``scheme_step``."""
-    run, q, k, v, qp, kp = scheme_step(call.pe, call.q, call.k, call.v, call.q_positions, call.k_positions)
-    return _Call(q, k, v, run, qp, kp, call.vis, call.scale, call.softcap, call.sinks)
 
 
 def scheme_step(pe, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_positions, k_positions, *,
@@ -486,10 +481,9 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: b
 
 
 def _choose_content(backend: str, q, k, pe, mask, *, sinks: bool, explain: bool, needs_grad: bool):
-    """``_choose_backend`` for a content scheme: ``auto`` takes FlexAttention for a scheme with an
-    elementwise score (``flex_ok``: FoX) on a forward without gradient, past the size budget, where
-    flex is the fast path (``_flex_first``), with no attention mask or sinks; else the scheme's own
-    rows (``posenc.scores.content_backend``). An explicit name is the caller's (checked by ``_content``)."""
+    """``_choose_backend`` for a content scheme: ``auto`` takes flex for FoX's elementwise score (a forward
+    without gradient past the budget, no mask or sinks, where ``_flex_first``), else the scheme's own
+    rows (``posenc.scores.content_backend``); an explicit name is checked by ``_content``."""
     if backend != "auto":
         return (backend, "asked for") if explain else backend
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
