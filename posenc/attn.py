@@ -9,8 +9,8 @@ default positions and builds the call's ``posenc.masking.Visibility`` (causality
 through the hooks its kind base class declares with defaults (``attention_form``: BiPE's inner
 bias; ``temper_queries``: Llama 4's query temperature; ``RotaryEncoding.rotate``: observe, keys,
 queries; ``default_scale``: DeBERTa's; ``ContentEncoding.flex_bias``: FoX's bias for FlexAttention,
-a real ``BiasEncoding``); then one backend of ``BACKEND_RUNS`` (``{name: function of the prepared call}``), picked by the one
-chooser ``_choose_backend``, which can say why. What every backend does to its scores (the cap,
+a real ``BiasEncoding``); then one backend of ``BACKEND_RUNS`` (``{name: function of the prepared
+call}``), picked by the one chooser ``_choose_backend`` (every kind), which can say why. What every backend does to its scores (the cap,
 the sinks, grouped heads, the size budget) is written once, in ``posenc.scores``.
 
 - ``rotary``: rotates q at q_positions and k at k_positions, then SDPA;
