@@ -279,8 +279,8 @@ class Visibility:
         if b is not None:  # (B, Lk), contiguous
             docs, keys = (None if t is None else t.expand(b, self.lk).contiguous() for t in (docs, keys))
         pairs = None if m is None else m.pairs  # (1 or B, 1 or H, Lq, Lk)
-        doc_b, key_b = (t is not None and t.shape[0] > 1 for t in (docs, keys))
-        pair_b, pair_h = (False, False) if pairs is None else (pairs.shape[0] > 1, pairs.shape[1] > 1)
+        doc_b, key_b = (t is not None and t.shape[0] != 1 for t in (docs, keys))  # (B = 0 too)
+        pair_b, pair_h = (False, False) if pairs is None else (pairs.shape[0] != 1, pairs.shape[1] != 1)
 
         def visible(bi, hi_, qi, ki):
             d = ki - (qi + shift)
