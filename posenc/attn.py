@@ -5,12 +5,12 @@
 **Shape.** One call is three steps: ``_prepare`` checks every input, fills in the scale and the
 default positions and builds the call's ``posenc.masking.Visibility`` (causality, a sliding
 ``window``, documents, the attention mask: the one definition every backend reads);
-``_scheme_step`` lets the scheme prepare its call through the hooks its kind base class declares
-with defaults (``attention_form``: BiPE's inner bias; ``temper_queries``: Llama 4's query
-temperature; ``RotaryEncoding.rotate``: observe, keys, queries; ``default_scale``: DeBERTa's;
-``ContentEncoding.flex_bias``: FoX's bias for FlexAttention, a real ``BiasEncoding``); then one
-backend of ``BACKEND_RUNS`` (``{name: function of the prepared call}``), picked by the one
-chooser ``_choose_backend``, which can say why. What every backend does to its scores (the cap,
+``scheme_step`` (public: context parallelism runs it too) lets the scheme prepare its call
+through the hooks its kind base class declares with defaults (``attention_form``: BiPE's inner
+bias; ``temper_queries``: Llama 4's query temperature; ``RotaryEncoding.rotate``: observe, keys,
+queries; ``default_scale``: DeBERTa's; ``ContentEncoding.flex_bias``: FoX's bias for FlexAttention,
+a real ``BiasEncoding``); then one backend of ``BACKEND_RUNS`` (``{name: function of the prepared
+call}``), picked by the one chooser ``_choose_backend`` (every kind), which can say why. What every backend does to its scores (the cap,
 the sinks, grouped heads, the size budget) is written once, in ``posenc.scores``.
 
 - ``rotary``: rotates q at q_positions and k at k_positions, then SDPA;
@@ -79,7 +79,6 @@ Notation used for tensor shapes: B batch, H heads, Lq/Lk query/key lengths, D he
 from __future__ import annotations
 
 import contextlib
-import math
 import types
 import warnings
 from dataclasses import dataclass
@@ -88,12 +87,12 @@ import torch
 import torch.nn.functional as F
 
 from posenc import scores
-from posenc._validate import check_choice, check_float
+from posenc._validate import check_choice
 from posenc.blockwise import blockwise_attention
-from posenc.encodings._base import (BiasEncoding, PositionalEncoding, RelativeEncoding, RotaryEncoding, check_batch,
+from posenc.encodings._base import (BiasEncoding, ContentEncoding, PositionalEncoding, RelativeEncoding, RotaryEncoding, check_batch,
                                     check_positions, check_qkv)
 from posenc.masking import Visibility
-from posenc.positions import as_working, heads_hint, text_positions
+from posenc.positions import as_working, text_positions
 from posenc.rowwise import check_takes, content_attention
 from posenc.scores import cap_scores, check_cap_and_sinks, fold, repeat_kv, sink_softmax, unfold
 
@@ -162,7 +161,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
     """Attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D]`` with positional encoding ``pe``.
 
     Three steps: ``_prepare`` (validate, default positions, build the ``posenc.masking.Visibility``),
-    the scheme's own step through the hooks its kind declares (``_scheme_step``: a content scheme's
+    the scheme's own step through the hooks its kind declares (``scheme_step``: a content scheme's
     attention, BiPE's inner module, a query temperature, the rotation), then one backend from
     ``BACKEND_RUNS`` (``_choose_backend`` says which and why).
 
@@ -221,7 +220,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
                                   attention_mask=attention_mask, softcap=softcap, sinks=sinks, window=window)
     if kind == "content":
         return _content(call, hidden, backend)
-    call = _scheme_step(call, kind)
+    run, q, k, v, qp, kp = scheme_step(call.pe, call.q, call.k, call.v, call.q_positions, call.k_positions)
+    call = _Call(q, k, v, run, qp, kp, call.vis, call.scale, call.softcap, call.sinks)
     if call.q.shape[2] == 0 or call.k.shape[2] == 0:  # no scores to bias: what SDPA gives (empty, or zeros)
         return _sdpa(call.q, call.k, call.v, scale=call.scale)
     if call.pe is None and call.vis.docs is None and call.vis.mask is None and call.vis.window is None \
@@ -249,8 +249,7 @@ def _prepare(q, k, v, pe, *, q_positions, k_positions, causal, scale, backend, d
     """Step 1: every input checked (before anything is allocated), the scale and default positions
     filled in, and the call's ``Visibility`` built. Returns ``(call, hidden, kind)``."""
     q, k, v = check_qkv(q, k, v, grouped=True)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
+    scores.check_causal(causal)
     check_choice("backend", backend, BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
@@ -258,10 +257,7 @@ def _prepare(q, k, v, pe, *, q_positions, k_positions, causal, scale, backend, d
     kind = _kind_of(pe)
     vis = Visibility.build(b=b, h=h, lq=lq, lk=lk, device=q.device, causal=causal, window=window,
                            document_ids=document_ids, attention_mask=attention_mask)
-    if scale is None:  # a scheme may fix its own (DeBERTa: 1/√(D·f)); else 1/√D
-        scale = (None if pe is None else pe.default_scale) or 1.0 / math.sqrt(d)
-    else:
-        scale = check_float("scale", scale)
+    scale = scores.scale_of(scale, pe, d)  # a scheme may fix its own (DeBERTa: 1/√(D·f)); else 1/√D
     if hidden is not None and (pe is None or not pe.reads_hidden):
         raise ValueError(f"hidden= is read only by content schemes that declare it (fox with gate='full', path); "
                          f"pe {None if pe is None else pe.name!r} does not: pass hidden=None")
@@ -296,18 +292,24 @@ def _positions(pe, q_positions, k_positions, vis: Visibility, *, b: int, heads: 
     return q_positions, k_positions
 
 
-def _scheme_step(call: _Call, kind: str) -> _Call:
+def scheme_step(pe, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_positions, k_positions, *,
+                observe: torch.Tensor | None = None):
     """Step 2: the scheme prepares its call through the hooks its kind declares
-    (``PositionalEncoding.attention_form``, ``.temper_queries``, ``RotaryEncoding.rotate``). After
-    it, ``call.pe`` is a bias or relative scheme for the backends, or None (none and rotary kinds:
-    only the masks and the score terms remain)."""
-    pe, q, k, v = call.pe, call.q, call.k, call.v
+    (``PositionalEncoding.attention_form``, ``.temper_queries``, ``RotaryEncoding.rotate``), for
+    ``posenc.attention`` and every context-parallel method alike. ``observe``: positions a rotary
+    scheme records first (context parallelism's whole length, so every rank picks one scaling).
+
+    Returns:
+        ``(run, q, k, v, q_positions, k_positions)``: ``run`` a bias or relative scheme for the
+        backends, or None (none and rotary kinds: only the masks and the score terms remain);
+        keys repeated per query head for a relative scheme, q and k rotated for a rotary one.
+    """
     if pe is None:
-        return call
+        return None, q, k, v, q_positions, k_positions
     h = q.shape[1]
-    pe, qp, kp = pe.attention_form(call.q_positions, call.k_positions)
-    if isinstance(pe, BiasEncoding) and pe.num_heads != h:
-        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads{heads_hint(pe.num_heads, q)}")
+    pe, qp, kp = pe.attention_form(q_positions, k_positions)
+    if isinstance(pe, BiasEncoding):
+        scores.check_num_heads(pe, q)
     if isinstance(pe, RelativeEncoding):
         k, v = repeat_kv(k, v, h)
     if pe.value_term is not None and v.shape[-1] != pe.head_dim:
@@ -315,9 +317,11 @@ def _scheme_step(call: _Call, kind: str) -> _Call:
                          f"have last dimension {pe.head_dim}, got {v.shape[-1]} (shape {list(v.shape)})")
     q = pe.temper_queries(q, qp)  # a temperature per query position (Llama 4's NoPE layers)
     if isinstance(pe, RotaryEncoding):  # one length for q and k (length-dependent scalings), then keys first
+        if observe is not None:
+            pe.observe(observe)
         q, k = pe.rotate(q, k, qp, kp)
     run = pe if isinstance(pe, (BiasEncoding, RelativeEncoding)) else None
-    return _Call(q, k, v, run, qp, kp, call.vis, call.scale, call.softcap, call.sinks)
+    return run, q, k, v, qp, kp
 
 
 # -- step 3: the backends ---------------------------------------------------------------------
@@ -361,23 +365,22 @@ def _content(call: _Call, hidden, backend: str) -> torch.Tensor:
     if backend == "flex":
         _check_content_flex(pe, vis, sinks)
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    if backend in ("flex", "auto") and pe.flex_ok and lq and lk and vis.mask is None and sinks is None:
+    backend = _choose_backend(backend, q, k, v, pe, vis.docs, vis.mask, sinks=sinks is not None, hidden=hidden)
+    if backend == "flex" and lq and lk:
         needs_grad = _needs_grad(q, k, v, pe) or (torch.is_grad_enabled() and hidden is not None
                                                   and hidden.requires_grad)
-        wanted = backend == "flex" or (b * h * lq * lk > scores.MATERIALIZE_ELEMENTS and not needs_grad
-                                       and q.dtype in FLEX_DTYPES and _flex_first(q))
-        if wanted:
-            _check_flex(q, needs_grad)
-            hidden = pe.check_hidden(hidden, b, lk)
-            if not vis.causal:
-                raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
-            check_takes(pe, softcap=softcap is not None, window=vis.window is not None)
-            with torch.no_grad():
-                bias, index = pe.flex_bias(k.float(), None if hidden is None else hidden.float(), vis.docs)
-            out = _flex(q, k, v, bias, index[:, lk - lq:], index, vis, scale=call.scale, softcap=softcap)
-            if out is not None:
-                return out
-        backend = "auto" if backend == "flex" else backend  # compiling was unavailable (warned once)
+        _check_flex(q, needs_grad)
+        hidden = pe.check_hidden(hidden, b, lk)
+        if not vis.causal:
+            raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
+        check_takes(pe, softcap=softcap is not None, window=vis.window is not None)
+        with torch.no_grad():
+            bias, index = pe.flex_bias(k.float(), None if hidden is None else hidden.float(), vis.docs)
+        out = _flex(q, k, v, bias, index[:, lk - lq:], index, vis, scale=call.scale, softcap=softcap)
+        if out is not None:
+            return out
+        # compiling was unavailable (warned once): the scheme's own rows
+        backend = scores.content_backend(b * h * lq * lk, torch.is_grad_enabled())
     return content_attention(pe, q, k, v, hidden=hidden, causal=vis.causal, scale=call.scale, backend=backend,
                              softcap=softcap, sinks=sinks, visibility=vis)
 
@@ -432,7 +435,7 @@ def _flex_first(q) -> bool:
 
 
 def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: bool = False,
-                    window: int | None = None, explain: bool = False):
+                    window: int | None = None, explain: bool = False, hidden=None):
     """The one chooser: ``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype,
     grad mode and mask. Returns the backend's name (``explain``: ``(name, why)``).
 
@@ -447,6 +450,9 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: b
     ``softcap`` goes into flex's ``score_mod``."""
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     needs_grad = _needs_grad(q, k, v, pe)
+    if isinstance(pe, ContentEncoding):  # the scheme's own rows, or FoX's bias on FlexAttention
+        return _choose_content(backend, q, k, pe, mask, sinks=sinks, explain=explain, needs_grad=needs_grad or (
+            torch.is_grad_enabled() and hidden is not None and hidden.requires_grad))
     flex_mask_ok = mask is None or mask.bias is None  # flex reads a bool mask in its mask_mod
     if sinks and backend == "flex":
         raise ValueError("backend='flex' does not compute sinks= (FlexAttention on the CPU returns no log-sum-exp to "
@@ -472,6 +478,23 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: b
                              "values other than 0 and -inf runs on 'chunked', 'materialize' or 'blockwise'")
         _check_flex(q, needs_grad)
     return (backend, "asked for") if explain else backend
+
+
+def _choose_content(backend: str, q, k, pe, mask, *, sinks: bool, explain: bool, needs_grad: bool):
+    """``_choose_backend`` for a content scheme: ``auto`` takes flex for FoX's elementwise score (a forward
+    without gradient past the budget, no mask or sinks, where ``_flex_first``), else the scheme's own
+    rows (``posenc.scores.content_backend``); an explicit name is checked by ``_content``."""
+    if backend != "auto":
+        return (backend, "asked for") if explain else backend
+    b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    n = b * h * lq * lk
+    if (pe.flex_ok and lq and lk and mask is None and not sinks and n > scores.MATERIALIZE_ELEMENTS
+            and not needs_grad and q.dtype in FLEX_DTYPES and _flex_first(q)):
+        name, why = "flex", "FoX's score is an elementwise bias of per-token state: FlexAttention's score_mod"
+    else:
+        name = scores.content_backend(n, torch.is_grad_enabled())
+        why = "the scheme's own rows (posenc.rowwise): whole when small, else blocks (recomputed under grad)"
+    return (name, why) if explain else name
 
 
 def _check_flex(q, needs_grad: bool) -> None:
@@ -506,9 +529,8 @@ def _chunked(call: _Call, *, chunk: int) -> torch.Tensor:
         kp = None if pe is None else _along(call.k_positions, k0, k1, pe.axes)
         allowed = vis.allowed(start, stop, k0, k1, device=q.device)
         seen = None
-        if vis.hides_rows:
-            seen = allowed.any(-1, keepdim=True)  # (.., c, 1): a query with no key gives zeros
-            allowed = allowed | ~seen  # ... and sees every key meanwhile, so nothing is NaN
+        if vis.hides_rows:  # (.., c, 1): a query with no key gives zeros (posenc.scores)
+            allowed, seen = scores.unmask_empty_rows(allowed)
         bias = _block_bias(pe, qc, kc, qp, kp, vis, start, stop, k0, work)
         added = vis.added(start, stop, k0, k1)
         if added is not None:
@@ -635,7 +657,7 @@ def _flex(q, k, v, pe, q_positions, k_positions, vis: Visibility, *, scale: floa
         inner, cap = score_mod, float(softcap)
 
         def score_mod(score, bi, hi, qi, ki):
-            capped = torch.tanh(score / cap) * cap
+            capped = cap_scores(score, cap)
             return capped if inner is None else inner(capped, bi, hi, qi, ki)
 
     block_mask = None

@@ -36,7 +36,7 @@ for a relative scheme, one block at a time. Shaw's value term adds ``dO_i · a^V
 and its own gradient to w^V, both from ``autograd.grad`` of the block's value term.
 
 Translation-invariant biases (ALiBi, T5, KERPLE) at contiguous positions are one table read
-through strided views (see ``_Bias``): the forward is SDPA's fused CPU kernel per query block with
+through strided views (see ``TileBias``): the forward is SDPA's fused CPU kernel per query block with
 the view as its mask, and when the bias has nothing to train (ALiBi) so is the backward
 (``_scaled_dot_product_flash_attention_for_cpu_backward``, given the global ``o`` and ``lse``);
 otherwise the backward is the loop above, whose ``ds`` sums along diagonals into the table.
@@ -69,10 +69,11 @@ from __future__ import annotations
 
 import torch
 
-from posenc.encodings._base import BiasEncoding, RelativeEncoding
+from posenc.encodings._base import RelativeEncoding
 from posenc.masking import Visibility
 from posenc.positions import as_working
-from posenc.scores import cap_scores, capped, fold as _fold, merge_sinks, sinks_grad, unfold as _unfold
+from posenc.scores import (cap_scores, capped, empty_rows_lse, fold as _fold, merge_sinks, sinks_grad,
+                           unfold as _unfold)
 
 # Blocks of 256 queries x 512 keys: 8 heads' scores are 4 MB in float32 and the largest float64
 # temporary (a bias block) 8 MB, under glibc's 32 MB mmap threshold, so every block reuses warm
@@ -85,7 +86,7 @@ BLOCK_K = 512
 FUSED_BLOCK_Q = 512  # query rows per call of SDPA's fused kernel (Toeplitz forward): causal wastes ~c/2 rows' keys
 
 
-class _Bias:
+class TileBias:
     """The bias of one block, ``bias(qs, qe, ks, ke, q, k)``, broadcastable to ``[B, H, c, n]``.
 
     ``q``/``k`` are the block's (work dtype) queries and keys, used by relative schemes only. The
@@ -110,20 +111,22 @@ class _Bias:
         # a tile may hide some of its rows whole (a window, documents, an attention mask)
         self.partial = vis.window is not None or vis.docs is not None or vis.mask is not None
         self.softcap = softcap  # scores formed here: no fused kernel (which adds the bias inside)
+        # the scheme after the core's step (posenc.attn.scheme_step): a bias, a relative scheme, or None
         self.relative = isinstance(pe, RelativeEncoding)
+        self.bias = pe is not None and not self.relative
         self.value_fn = None if pe is None else pe.value_term  # (None: no scheme, only the masks)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)
         self.qpos, self.kpos = as_working(q_positions), as_working(k_positions)
         self.fn = self.block = self.table = self.near = None
         # SDPA's fused kernel that returns the log-sum-exp exists for the CPU only; the table of
         # differences needs integer positions
-        self.toeplitz = (isinstance(pe, BiasEncoding) and pe.translation_invariant and self.qpos.device.type == "cpu"
+        self.toeplitz = (self.bias and pe.translation_invariant and self.qpos.device.type == "cpu"
                          and not self.qpos.is_floating_point() and not self.kpos.is_floating_point()
                          and _contiguous(self.qpos) and _contiguous(self.kpos) and vis.mask is None
                          and vis.docs is None and softcap is None and not sinks)
 
     def prepare(self) -> None:
-        if not isinstance(self.pe, BiasEncoding):
+        if not self.bias:
             return
         self.fn = self.pe.score_fn()
         self.block = self.pe.block_fn()
@@ -198,14 +201,6 @@ def _contiguous(positions: torch.Tensor) -> bool:
     return flat.numel() < 2 or bool((flat[1:] - flat[:-1] == 1).all())
 
 
-def _empty_rows(m: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """A query that sees no key (its running maximum ``m`` still ``−∞``, an attention mask's doing):
-    output 0 and ``lse`` +∞, so that the backward's ``p = e^{s − lse}`` is 0 on its row."""
-    empty = torch.isneginf(m)
-    out.masked_fill_(empty.unsqueeze(-1), 0.0)
-    lse.masked_fill_(empty, float("inf"))
-
-
 def _antidiagonal_sums(x: torch.Tensor) -> torch.Tensor:
     """``[..., R, N] -> [..., R + N − 1]``: entry ``m`` sums ``x[..., r, c]`` over ``r + c = m``.
 
@@ -232,7 +227,7 @@ def _one_head_size(q, k, v):
     return q, k, v
 
 
-def _forward_toeplitz(q, k, v, bias: _Bias, *, scale: float, block_q: int):
+def _forward_toeplitz(q, k, v, bias: TileBias, *, scale: float, block_q: int):
     """Toeplitz mode: SDPA's fused CPU kernel per query block (rows reversed), the bias a view; with
     grouped heads, per member ``g`` of each group (query heads ``g, g + G, …`` against every key/value
     head, and the table's rows of those heads), so keys and values are never repeated."""
@@ -260,7 +255,7 @@ def _key_tiles(vis: Visibility, qs: int, qe: int, block_k: int) -> list[tuple[in
     """The key ranges ``[ks, ke)`` of query rows ``qs … qe − 1`` (``vis.key_range``): blocks of
     ``block_k`` keys, then (causal) the diagonal ``[qs + shift, qe + shift)``, whose first key every
     row sees; causal alone, every row sees the blocks before it whole (so no row of a tile is
-    masked whole; with a window, documents or a mask one may be: ``_Bias.partial``)."""
+    masked whole; with a window, documents or a mask one may be: ``TileBias.partial``)."""
     k0, k1 = vis.key_range(qs, qe)
     whole = max(k0, qs + vis.shift) if vis.causal else k1
     tiles = [(ks, min(ks + block_k, whole)) for ks in range(k0, whole, block_k)]
@@ -269,7 +264,7 @@ def _key_tiles(vis: Visibility, qs: int, qe: int, block_k: int) -> list[tuple[in
     return tiles
 
 
-def _forward_fused(q, k, v, bias: _Bias, *, scale: float, block_q: int, block_k: int):
+def _forward_fused(q, k, v, bias: TileBias, *, scale: float, block_q: int, block_k: int):
     """SDPA's fused CPU kernel per tile of ``block_q`` queries x ``block_k`` keys (``_key_tiles``), the
     tile's bias (``bias.values``, with the attention mask) its mask. Each tile gives the softmax over
     its keys, ``o_t`` and ``lse_t``; two tiles' results combine exactly as
@@ -308,17 +303,17 @@ def _forward_fused(q, k, v, bias: _Bias, *, scale: float, block_q: int, block_k:
         out[:, :, qs:qe] = o
         lse[:, :, qs:qe] = m
     if bias.vis.hides_rows:
-        _empty_rows(lse.clone(), out, lse)
+        empty_rows_lse(lse.clone(), out, lse)
     return out[..., :dv].contiguous(), lse
 
 
-def _fused_forward(q, bias: _Bias) -> bool:
+def _fused_forward(q, bias: TileBias) -> bool:
     """Whether the forward runs SDPA's fused CPU kernel per tile (the CPU, no value term, a batch);
     else the online-softmax loop below (other devices, Shaw)."""
     return q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0 and bias.softcap is None
 
 
-def _forward(q, k, v, bias: _Bias, *, scale: float, block_q: int, block_k: int):
+def _forward(q, k, v, bias: TileBias, *, scale: float, block_q: int, block_k: int):
     """Online softmax over key blocks: ``o [B, H, Lq, Dv]`` and ``lse [B, H, Lq]``."""
     if bias.toeplitz:
         return _forward_toeplitz(q, k, v, bias, scale=scale, block_q=FUSED_BLOCK_Q)
@@ -360,11 +355,11 @@ def _forward(q, k, v, bias: _Bias, *, scale: float, block_q: int, block_k: int):
         out[:, :, qs:qe] = acc / l
         lse[:, :, qs:qe] = (m + torch.log(l)).squeeze(-1)
     if bias.vis.hides_rows:  # rows with no key: l = 0, so acc / l is NaN and log l is −∞
-        _empty_rows(lse.clone(), out.nan_to_num_(0.0), lse)
+        empty_rows_lse(lse.clone(), out.nan_to_num_(0.0), lse)
     return out, lse
 
 
-def _backward_toeplitz(dout, q, k, v, out, lse, bias: _Bias, *, scale: float, block_q: int):
+def _backward_toeplitz(dout, q, k, v, out, lse, bias: TileBias, *, scale: float, block_q: int):
     """Toeplitz mode without parameters to train: SDPA's fused CPU backward per query block, given
     the saved ``o`` and ``lse`` (the global ones, so each block's ``p`` and ``δ`` are the true
     softmax's), rows reversed as in the forward; the blocks' ``dk, dv`` add up (and, with grouped
@@ -415,109 +410,128 @@ class _BlockwiseAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
-        """The module docstring's backward, line by line: ``ds = p ∘ (dp − δ)`` per tile and what it
-        feeds (q, k, v, the bias's parameters, Shaw's value term, the Toeplitz table, the sinks).
-        Over 80 lines because it is one derivation that reads as one piece: its tile loop shares
-        the row state (``dq``, ``δ``, ``lse``) with every term, and split it would pass a dozen."""
+        """``tile_backward`` over the whole call, then the sinks' gradient."""
         q, k, v, out, lse, sinks, *params = ctx.saved_tensors
-        args = ctx.args
-        bias: _Bias = args["bias"]
-        if bias.toeplitz and not params and v.shape[-1] == q.shape[-1]:  # nothing to learn in the bias:
-            # SDPA's fused backward per block (one head size; else the loop below); never with sinks
-            return (*_backward_toeplitz(dout, q, k, v, out, lse, bias, scale=args["scale"], block_q=FUSED_BLOCK_Q),
-                    None, None)
-        scale, block_q, block_k = args["scale"], args["block_q"], args["block_k"]
-        b, h, lq, _ = q.shape
-        group = h // k.shape[1]
-        rev = bias.toeplitz  # rows reversed: the bias is a view of one table, causality and window folded in
-        dout = dout.contiguous()
-        delta = (dout * out).sum(-1, keepdim=True)  # (B, H, Lq, 1): rowsum(dO ∘ O)
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        dparams = [torch.zeros_like(p) for p in params]
-        # The bias needs its graph when its inputs want a gradient: parameters, or q/k (relative).
-        with_graph = bool(params) or (bias.relative and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]))
-        has_value_term = bias.value_fn is not None
-        with torch.enable_grad() if with_graph or has_value_term else torch.no_grad():
-            bias.prepare()
-        dtable = torch.zeros_like(bias.table) if rev and with_graph else None  # (H, T)
-
-        def add(grads, start=0):
-            for acc, g in zip(dparams, grads[start:start + len(params)]):
-                if g is not None:
-                    acc += g
-
-        for qs in range(0, lq, block_q):
-            qe = min(qs + block_q, lq)
-            flip = (lambda t: t.flip(2)) if rev else (lambda t: t)
-            qb = flip(q[:, :, qs:qe])  # (B, H, c, D)
-            qb_scaled = qb * scale
-            dob = flip(dout[:, :, qs:qe])  # (B, H, c, Dv)
-            lse_b = flip(lse[:, :, qs:qe].unsqueeze(-1))  # (B, H, c, 1)
-            delta_b = flip(delta[:, :, qs:qe])
-            dqb = torch.zeros_like(qb)
-            k0, k1 = bias.vis.key_range(qs, qe)
-            for ks in range(k0, k1, block_k):
-                ke = min(ks + block_k, k1)
-                kb, vb = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H, n, D), (B, H, n, Dv)
-                graph_inputs = list(params)
-                bias_b = None
-                if rev:
-                    bias_value = bias.view(qs, qe, ks, ke).detach()
-                elif with_graph:
-                    with torch.enable_grad():
-                        if bias.relative:
-                            qb_leaf, kb_leaf = qb.detach().requires_grad_(), kb.detach().requires_grad_()
-                            graph_inputs += [qb_leaf, kb_leaf]
-                            bias_b = bias(qs, qe, ks, ke, qb_leaf, kb_leaf)
-                        else:
-                            bias_b = bias(qs, qe, ks, ke, qb, kb)
-                    bias_value = bias_b.detach()
-                else:
-                    bias_value = bias.values(qs, qe, ks, ke, qb, kb)
-                s = _unfold(torch.matmul(_fold(qb_scaled, group), kb.transpose(-1, -2)), group)  # (B, H, c, n)
-                dcap = None
-                if bias.softcap is not None:  # s = c·tanh(r / c) + b: ∂s/∂r = 1 − tanh²
-                    s, dcap = capped(s, bias.softcap)
-                s = s + bias_value
-                if not rev:  # (the Toeplitz view has causality and the window folded in, and nothing else)
-                    s = bias.masked(s, qs, qe, ks, ke)  # (B, H, c, n)
-                p = s.sub_(lse_b).exp_()  # softmax weights of the block, in place of s
-                dv[:, :, ks:ke] += torch.matmul(_fold(p, group).transpose(-1, -2), _fold(dob, group))
-                dp = _unfold(torch.matmul(_fold(dob, group), vb.transpose(-1, -2)), group)  # (B, H, c, n)
-                if has_value_term:  # dp += dO_i · a^V_ij, and w^V's gradient, from the block's value term
-                    with torch.enable_grad():
-                        p_leaf = p.detach().requires_grad_()
-                        term = bias.value_term(p_leaf, qs, qe, ks, ke)
-                        grads = torch.autograd.grad(term, [p_leaf, *params], dob, allow_unused=True,
-                                                    retain_graph=True)
-                    dp = dp + grads[0]
-                    add(grads, 1)
-                ds = p.mul_(dp.sub_(delta_b))  # (B, H, c, n): p ∘ (dp − δ), in place of p
-                dr = ds if dcap is None else ds * dcap  # the gradient of q·k·scale (through the cap)
-                dqb += _unfold(torch.matmul(_fold(dr, group), kb), group) * scale
-                dk[:, :, ks:ke] += torch.matmul(_fold(dr, group).transpose(-1, -2), _fold(qb_scaled, group))
-                if dtable is not None:  # view at offset ks + Lq − qe: anti-diagonal r + c reads u[offset + r + c]
-                    offset = ks + lq - qe
-                    dtable[:, offset:offset + (qe - qs) + (ke - ks) - 1] += _antidiagonal_sums(ds.sum(0))
-                elif bias_b is not None:  # score_fn's tables serve every block: keep the graph
-                    grads = torch.autograd.grad(bias_b, graph_inputs, ds.sum_to_size(bias_b.shape),
-                                                allow_unused=True, retain_graph=True)
-                    add(grads)
-                    if bias.relative:
-                        gq, gk = grads[len(params):]
-                        if gq is not None:
-                            dqb += gq
-                        if gk is not None:
-                            dk[:, :, ks:ke] += gk
-            dq[:, :, qs:qe] = flip(dqb)
-        if dtable is not None and params:
-            add(torch.autograd.grad(bias.table, params, dtable, allow_unused=True))
-        needs = ctx.needs_input_grad
+        args, needs = ctx.args, ctx.needs_input_grad
+        dq, dk, dv, dparams = tile_backward(dout, q, k, v, out, lse, args["bias"], scale=args["scale"],
+                                            params=params, needs=needs[:3], block_q=args["block_q"],
+                                            block_k=args["block_k"])
         dsinks = None
         if sinks is not None and needs[3]:  # the sink column's weight e^{σ − lse}, its ds = −e^{σ − lse} δ
-            dsinks = sinks_grad(sinks, lse, delta.squeeze(-1))
-        return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, dsinks, None,
-                *(g if needs[5 + i] else None for i, g in enumerate(dparams)))
+            dsinks = sinks_grad(sinks, lse, (dout * out).sum(-1))
+        return (dq, dk, dv, dsinks, None, *(g if needs[5 + i] else None for i, g in enumerate(dparams)))
+
+
+def tile_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: TileBias, *,
+                 scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One tile's (or a whole call's) forward, ``(o [B, H, c, Dv], lse [B, H, c])`` of the keys it
+    holds, the module docstring's online softmax; ``bias`` a ``TileBias`` (``prepare()`` called).
+    A row the tile hides whole gives ``o = 0`` and ``lse = +∞``. Tiles combine by their log-sum-exp
+    (``posenc.scores.merge_lse``): context parallelism's ring runs on this."""
+    return _forward(q, k, v, bias, scale=scale, block_q=BLOCK_Q, block_k=BLOCK_K)
+
+
+def tile_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor, bias: TileBias, *, scale: float, params=(), needs=(True, True, True),
+                  block_q: int | None = None, block_k: int | None = None):
+    """The module docstring's backward, line by line, for one tile given the softmax's ``out`` and
+    ``lse`` (the global ones: the tile's ``p = e^{s − lse}`` and ``δ = rowsum(dO ∘ O)`` are then the
+    whole softmax's): ``ds = p ∘ (dp − δ)`` per block and what it feeds (q, k, v, the bias's
+    ``params``, Shaw's value term, the Toeplitz table). Returns ``(dq, dk, dv, dparams)`` (None where
+    ``needs`` is False). Over 80 lines because it is one derivation that reads as one piece: its
+    block loop shares the row state (``dq``, ``δ``, ``lse``) with every term."""
+    block_q = BLOCK_Q if block_q is None else block_q
+    block_k = BLOCK_K if block_k is None else block_k
+    params = list(params)
+    if bias.toeplitz and not params and v.shape[-1] == q.shape[-1]:  # nothing to learn in the bias:
+        # SDPA's fused backward per block (one head size; else the loop below); never with sinks
+        return (*_backward_toeplitz(dout, q, k, v, out, lse, bias, scale=scale, block_q=FUSED_BLOCK_Q), [])
+    b, h, lq, _ = q.shape
+    group = h // k.shape[1]
+    rev = bias.toeplitz  # rows reversed: the bias is a view of one table, causality and window folded in
+    dout = dout.contiguous()
+    delta = (dout * out).sum(-1, keepdim=True)  # (B, H, Lq, 1): rowsum(dO ∘ O)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dparams = [torch.zeros_like(p) for p in params]
+    # The bias needs its graph when its inputs want a gradient: parameters, or q/k (relative).
+    with_graph = bool(params) or (bias.relative and (needs[0] or needs[1]))
+    has_value_term = bias.value_fn is not None
+    with torch.enable_grad() if with_graph or has_value_term else torch.no_grad():
+        bias.prepare()
+    dtable = torch.zeros_like(bias.table) if rev and with_graph else None  # (H, T)
+
+    def add(grads, start=0):
+        for acc, g in zip(dparams, grads[start:start + len(params)]):
+            if g is not None:
+                acc += g
+
+    for qs in range(0, lq, block_q):
+        qe = min(qs + block_q, lq)
+        flip = (lambda t: t.flip(2)) if rev else (lambda t: t)
+        qb = flip(q[:, :, qs:qe])  # (B, H, c, D)
+        qb_scaled = qb * scale
+        dob = flip(dout[:, :, qs:qe])  # (B, H, c, Dv)
+        lse_b = flip(lse[:, :, qs:qe].unsqueeze(-1))  # (B, H, c, 1)
+        delta_b = flip(delta[:, :, qs:qe])
+        dqb = torch.zeros_like(qb)
+        k0, k1 = bias.vis.key_range(qs, qe)
+        for ks in range(k0, k1, block_k):
+            ke = min(ks + block_k, k1)
+            kb, vb = k[:, :, ks:ke], v[:, :, ks:ke]  # (B, H, n, D), (B, H, n, Dv)
+            graph_inputs = list(params)
+            bias_b = None
+            if rev:
+                bias_value = bias.view(qs, qe, ks, ke).detach()
+            elif with_graph:
+                with torch.enable_grad():
+                    if bias.relative:
+                        qb_leaf, kb_leaf = qb.detach().requires_grad_(), kb.detach().requires_grad_()
+                        graph_inputs += [qb_leaf, kb_leaf]
+                        bias_b = bias(qs, qe, ks, ke, qb_leaf, kb_leaf)
+                    else:
+                        bias_b = bias(qs, qe, ks, ke, qb, kb)
+                bias_value = bias_b.detach()
+            else:
+                bias_value = bias.values(qs, qe, ks, ke, qb, kb)
+            s = _unfold(torch.matmul(_fold(qb_scaled, group), kb.transpose(-1, -2)), group)  # (B, H, c, n)
+            dcap = None
+            if bias.softcap is not None:  # s = c·tanh(r / c) + b: ∂s/∂r = 1 − tanh²
+                s, dcap = capped(s, bias.softcap)
+            s = s + bias_value
+            if not rev:  # (the Toeplitz view has causality and the window folded in, and nothing else)
+                s = bias.masked(s, qs, qe, ks, ke)  # (B, H, c, n)
+            p = s.sub_(lse_b).exp_()  # softmax weights of the block, in place of s
+            dv[:, :, ks:ke] += torch.matmul(_fold(p, group).transpose(-1, -2), _fold(dob, group))
+            dp = _unfold(torch.matmul(_fold(dob, group), vb.transpose(-1, -2)), group)  # (B, H, c, n)
+            if has_value_term:  # dp += dO_i · a^V_ij, and w^V's gradient, from the block's value term
+                with torch.enable_grad():
+                    p_leaf = p.detach().requires_grad_()
+                    term = bias.value_term(p_leaf, qs, qe, ks, ke)
+                    grads = torch.autograd.grad(term, [p_leaf, *params], dob, allow_unused=True,
+                                                retain_graph=True)
+                dp = dp + grads[0]
+                add(grads, 1)
+            ds = p.mul_(dp.sub_(delta_b))  # (B, H, c, n): p ∘ (dp − δ), in place of p
+            dr = ds if dcap is None else ds * dcap  # the gradient of q·k·scale (through the cap)
+            dqb += _unfold(torch.matmul(_fold(dr, group), kb), group) * scale
+            dk[:, :, ks:ke] += torch.matmul(_fold(dr, group).transpose(-1, -2), _fold(qb_scaled, group))
+            if dtable is not None:  # view at offset ks + Lq − qe: anti-diagonal r + c reads u[offset + r + c]
+                offset = ks + lq - qe
+                dtable[:, offset:offset + (qe - qs) + (ke - ks) - 1] += _antidiagonal_sums(ds.sum(0))
+            elif bias_b is not None:  # score_fn's tables serve every block: keep the graph
+                grads = torch.autograd.grad(bias_b, graph_inputs, ds.sum_to_size(bias_b.shape),
+                                            allow_unused=True, retain_graph=True)
+                add(grads)
+                if bias.relative:
+                    gq, gk = grads[len(params):]
+                    if gq is not None:
+                        dqb += gq
+                    if gk is not None:
+                        dk[:, :, ks:ke] += gk
+        dq[:, :, qs:qe] = flip(dqb)
+    if dtable is not None and params:
+        add(torch.autograd.grad(bias.table, params, dtable, allow_unused=True))
+    return dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, dparams
 
 
 def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q_positions: torch.Tensor,
@@ -535,7 +549,7 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     params = [p for p in pe.parameters() if p.requires_grad] if torch.is_grad_enabled() and pe is not None else []
-    bias = _Bias(pe, q_positions, k_positions, work, vis=vis, softcap=softcap, sinks=sinks is not None)
+    bias = TileBias(pe, q_positions, k_positions, work, vis=vis, softcap=softcap, sinks=sinks is not None)
     args = {"bias": bias, "scale": scale,
             "block_q": BLOCK_Q, "block_k": BLOCK_K}
     out = _BlockwiseAttention.apply(q.to(work), k.to(work), v.to(work), None if sinks is None else sinks.to(

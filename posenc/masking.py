@@ -3,11 +3,17 @@
 ``Visibility`` (built once per ``posenc.attention`` call, ``Visibility.build``) holds all of it:
 ``causal``, the sliding ``window``, packed ``document_ids`` and the ``attention_mask`` below, with
 the query/key offset (queries are the last ``Lq`` keys: query ``i`` is key index ``i + Lk − Lq``).
-It answers what each backend asks: the boolean map of a tile ``allowed(q0, q1, k0, k1)`` (and its
-additive values, ``added``), the key range a block of queries can see (``key_range``: tiles outside
-it are skipped), whether a tile is visible whole (``whole``), each query's visible key range
-(``row_ranges``, for ``BiasEncoding.nearest_keys``), and FlexAttention's ``mask_mod`` and block
-tables (``flex_block_mask``). No backend derives causality, documents, padding or windows itself.
+Visibility is one predicate, ``predicate``: ``visible(b, h, q, k)``, the index offset within
+``offset_bounds``, the same document, and the mask (as transformers' ``masking_utils`` composes
+``and_masks(causal, sliding, padding, packed)``). Each backend's form is derived from it: the
+boolean map of a tile ``allowed(q0, q1, k0, k1)`` (the predicate on the tile's index grids; ``tile``:
+the same, never None, for a kernel that negates it) and its additive values (``added``);
+FlexAttention's ``mask_mod`` (the predicate itself) and block tables (``flex_block_mask``); the key
+range a block of queries can see (``key_range``: tiles outside it are skipped), whether a tile is
+visible whole (``whole``), each query's visible key range (``row_ranges``, for
+``BiasEncoding.nearest_keys``), all read from the same ``offset_bounds`` and documents; and a
+tile's own ``Visibility`` (``crop``: context parallelism's ring tiles). No backend, context
+parallelism included, derives causality, documents, padding or windows itself.
 
 **Index offsets.** Causality and the window are conditions on ``d = j − (i + Lk − Lq)``, the key's
 index minus the query's own: causal ``d ≤ 0``; a window ``W`` (Mistral's and Gemma's local
@@ -17,8 +23,6 @@ from the two bounds ``lo ≤ d ≤ hi`` (``offset_bounds``). A query always sees
 causality, a window and documents, so only an ``attention_mask`` can leave a query with no key.
 
 The ``attention_mask`` itself comes in the two forms that real batches carry:
-
-Two forms, the two that real batches carry:
 
 - a **key padding mask** ``[B, Lk]`` (or ``[1, Lk]``), bool or 0/1 integers: ``True``/1 where
   a key is a real token, ``False``/0 where it is padding (the ``attention_mask`` of a
@@ -45,6 +49,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from posenc.scores import check_causal
 
 
 
@@ -161,8 +167,7 @@ class Visibility:
               document_ids=None, attention_mask=None) -> "Visibility":
         """Every input checked (before anything is allocated) against ``B, H, Lq, Lk``; an
         ``attention_mask`` already checked (an ``AttentionMask``) is taken as it is."""
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be True or False, got {causal!r}")
+        check_causal(causal)
         if causal and lq > lk:
             raise ValueError(f"causal attention needs Lq <= Lk (queries are the last Lq keys); got Lq={lq}, Lk={lk}")
         window = check_window(window, lq=lq, lk=lk)
@@ -231,21 +236,96 @@ class Visibility:
         return ok
 
     def allowed(self, qs: int, qe: int, ks: int, ke: int, *, device, mask: bool = True) -> torch.Tensor | None:
-        """The tile's map: True where query ``qs + r`` may see key ``ks + c``; ``[c, n]`` (offsets only),
-        ``[1 or B, 1, c, n]`` with documents, ``[1 or B, 1 or H, c or 1, n]`` with the attention mask
-        (``mask=False``: without it); None when every pair is allowed."""
-        allowed = None
-        if self.bounded and not self.whole(qs, qe, ks, ke):
-            rows = torch.arange(qs, qe, device=device).unsqueeze(-1) + self.shift  # (c, 1) each query's own key
-            allowed = self.offsets_allowed(torch.arange(ks, ke, device=device) - rows)  # (c, n)
-        if self.docs is not None:
-            docs = self.docs.to(device)
-            same = docs[:, None, qs + self.shift:qe + self.shift, None] == docs[:, None, None, ks:ke]  # (1 or B, 1, c, n)
-            allowed = same if allowed is None else same & allowed
-        if mask and self.mask is not None:
-            own = self.mask.allowed(qs, qe, ks, ke).to(device)  # (1 or B, 1 or H, c or 1, n)
-            allowed = own if allowed is None else allowed & own
+        """The tile's map from ``predicate``: True where query ``qs + r`` may see key ``ks + c``; ``[c, n]``
+        (offsets only), ``[1 or B, 1, c, n]`` with documents, ``[1 or B, 1 or H, c or 1, n]`` with the
+        attention mask (``mask=False``: without it); None when every pair is allowed."""
+        offsets = self.bounded and not self.whole(qs, qe, ks, ke)
+        with_mask = mask and self.mask is not None
+        if not offsets and self.docs is None and not with_mask:
+            return None
+        qi = torch.arange(qs, qe, device=device).unsqueeze(-1)  # (c, 1)
+        ki = torch.arange(ks, ke, device=device)  # (n,)
+        batch = max([t.shape[0] for t in (self.docs, *self._mask_tensors(with_mask)) if t is not None] or [1])
+        heads = 1 if not with_mask or self.mask.pairs is None else self.mask.pairs.shape[1]
+        bi = torch.arange(batch, device=device).view(-1, 1, 1, 1)  # (1 or B, 1, 1, 1)
+        hi = torch.arange(heads, device=device).view(1, -1, 1, 1)  # (1, 1 or H, 1, 1)
+        allowed = self.predicate(device, offsets=offsets, mask=with_mask)(bi, hi, qi, ki)
+        if allowed.dim() < 4 and (self.docs is not None or with_mask):  # (.., n) -> (1, 1, c or 1, n)
+            allowed = allowed.view(1, 1, -1, ke - ks)
         return allowed
+
+    def _mask_tensors(self, with_mask: bool) -> tuple:
+        if not with_mask:
+            return ()
+        return (self.mask.keys, self.mask.pairs)
+
+    def predicate(self, device, *, b: int | None = None, offsets: bool = True, mask: bool = True):
+        """The one definition of visibility, ``visible(bi, hi, qi, ki) -> bool`` over batch, head,
+        query and key indices (scalars, or tensors that broadcast): the index offset
+        ``d = ki − (qi + shift)`` within ``offset_bounds`` (causality, the window), the same document,
+        and the attention mask. ``allowed`` calls it on a tile's index grids, FlexAttention's
+        ``mask_mod`` is it; the block tables, ``key_range``, ``whole`` and ``row_ranges`` read the same
+        ``offset_bounds`` and (non-decreasing) documents. ``b``: documents and a key padding mask
+        expanded to ``b`` rows (FlexAttention's compile wants them so); ``offsets=False``: the tile is
+        known whole under causality and the window; ``mask=False``: without the attention mask.
+        For a ``mask_mod`` (``b`` given) the offsets are tensors, so that a compile does not
+        specialize on them (and the caller's compile takes only inputs in a ``mask_mod``)."""
+        lo, hi = self.offset_bounds if offsets else (None, None)
+        shift, lo_t, hi_t = ((self.shift, lo, hi) if b is None or torch.compiler.is_compiling() else
+                             tuple(None if x is None else torch.tensor(x, device=device) for x in (self.shift, lo, hi)))
+        docs = None if self.docs is None else self.docs.to(device)
+        m = self.mask if mask else None
+        keys = None if m is None or m.keys is None else m.keys.to(device)
+        if b is not None:  # (B, Lk), contiguous
+            docs, keys = (None if t is None else t.expand(b, self.lk).contiguous() for t in (docs, keys))
+        pairs = None if m is None else m.pairs  # (1 or B, 1 or H, Lq, Lk)
+        doc_b, key_b = (t is not None and t.shape[0] != 1 for t in (docs, keys))  # (B = 0 too)
+        pair_b, pair_h = (False, False) if pairs is None else (pairs.shape[0] != 1, pairs.shape[1] != 1)
+
+        def visible(bi, hi_, qi, ki):
+            d = ki - (qi + shift)
+            ok = d >= lo_t if lo_t is not None else ki >= 0
+            if hi_t is not None:
+                ok = ok & (d <= hi_t)
+            if docs is not None:
+                row = bi if doc_b else 0
+                ok = ok & (docs[row, qi + shift] == docs[row, ki])
+            if keys is not None:
+                ok = ok & keys[bi if key_b else 0, ki]
+            if pairs is not None:
+                ok = ok & pairs[bi if pair_b else 0, hi_ if pair_h else 0, qi, ki]
+            return ok
+
+        return visible
+
+    def crop(self, qs: int, qe: int, ks: int, ke: int, *, device) -> "Visibility":
+        """The visibility of one tile, queries ``qs … qe − 1`` × keys ``ks … ke − 1``, as a
+        ``Visibility`` of its own (``lq = qe − qs``, ``lk = ke − ks``), for a kernel that runs the
+        tile alone (context parallelism's ring). Causality and the window carry over when the
+        tile's diagonal is the whole's (its queries the last of its keys) or the tile is whole;
+        anything else (documents, a 4D mask, a tile that cuts the diagonal elsewhere) becomes the
+        tile's map from ``allowed``, as a bool 4D mask; a key padding mask is cropped."""
+        c, n = qe - qs, ke - ks
+        whole = self.whole(qs, qe, ks, ke)
+        aligned = qs + self.shift - ks == n - c and c <= n  # query r is the tile's key r + n − c
+        keys_only = self.mask is None or (self.mask.keys is not None and self.mask.pairs is None)
+        if (whole or aligned) and self.docs is None and keys_only:
+            mask = None if self.mask is None else AttentionMask(keys=self.mask.keys[:, ks:ke])
+            return Visibility(c, n, self.causal and not whole, None if whole else self.window, None, mask)
+        allowed = self.allowed(qs, qe, ks, ke, device=device)
+        if allowed is None:
+            return Visibility(c, n)
+        pairs = allowed.view(1, 1, c, n) if allowed.dim() == 2 else allowed.expand(*allowed.shape[:2], c, n)
+        return Visibility(c, n, mask=AttentionMask(pairs=pairs, bias=self.added(qs, qe, ks, ke)))
+
+    def tile(self, qs: int, qe: int, ks: int, ke: int, *, device) -> torch.Tensor:
+        """The tile's map as a kernel reads it, never None: ``[1 or B, 1 or H, c, n]`` bool, True where
+        query ``qs + r`` may see key ``ks + c`` (all True when every pair is; a content scheme's
+        ``rows`` negates it, so "all visible" must be a map, not None)."""
+        allowed = self.allowed(qs, qe, ks, ke, device=device)
+        if allowed is None:
+            return torch.ones(1, 1, qe - qs, ke - ks, dtype=torch.bool, device=device)  # (1, 1, c, n)
+        return allowed.view(1, 1, qe - qs, ke - ks) if allowed.dim() == 2 else allowed
 
     def added(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor | None:
         """The attention mask's additive values of the tile, or None."""
@@ -269,35 +349,11 @@ class Visibility:
 
     # -- FlexAttention -----------------------------------------------------------------------
     def mask_mod(self, b: int, device):
-        """FlexAttention's ``mask_mod(b, h, q_idx, kv_idx) -> bool``, or None when every pair is allowed.
-        Offsets are tensors, so that a compile does not specialize on them (and the caller's compile
-        takes only inputs in a ``mask_mod``)."""
+        """FlexAttention's ``mask_mod(b, h, q_idx, kv_idx) -> bool``: ``predicate`` itself, or None when
+        every pair is allowed."""
         if self.trivial:
             return None
-        compiling = torch.compiler.is_compiling()
-        lo, hi = self.offset_bounds
-        shift, lo_t, hi_t = ((self.shift, lo, hi) if compiling else
-                             tuple(None if x is None else torch.tensor(x, device=device) for x in (self.shift, lo, hi)))
-        kdoc = None if self.docs is None else self.docs.to(device).expand(b, self.lk).contiguous()  # (B, Lk)
-        mask = self.mask
-        keys = None if mask is None or mask.keys is None else mask.keys.to(device).expand(b, self.lk).contiguous()
-        pairs = None if mask is None else mask.pairs  # (1 or B, 1 or H, Lq, Lk)
-        pair_b, pair_h = (False, False) if pairs is None else (pairs.shape[0] > 1, pairs.shape[1] > 1)
-
-        def mask_mod(bi, hi_, qi, ki):
-            d = ki - (qi + shift)
-            allowed = d >= lo_t if lo_t is not None else ki >= 0
-            if hi_t is not None:
-                allowed = allowed & (d <= hi_t)
-            if kdoc is not None:
-                allowed = allowed & (kdoc[bi, qi + shift] == kdoc[bi, ki])
-            if keys is not None:
-                allowed = allowed & keys[bi, ki]
-            if pairs is not None:
-                allowed = allowed & pairs[bi if pair_b else 0, hi_ if pair_h else 0, qi, ki]
-            return allowed
-
-        return mask_mod
+        return self.predicate(device, b=b)
 
     def flex_block_mask(self, b: int, mask_mod, *, block: int, device):
         """The ``BlockMask`` of this visibility, from ``[nq, nk]`` block tables of ``block`` rows and

@@ -44,17 +44,15 @@ rows of a block, n the keys it reads.
 
 from __future__ import annotations
 
-import math
 import sys
 
 import torch
 
 from posenc import scores as _scores
-from posenc._validate import check_bool, check_choice, check_float
+from posenc._validate import check_bool, check_choice
 from posenc.encodings._base import ContentEncoding, check_qkv
 from posenc.masking import Visibility
 from posenc.scores import MATERIALIZE_ELEMENTS, cap_scores, check_cap_and_sinks, sink_softmax  # noqa: F401
-from posenc.positions import heads_hint
 
 # Scores per block of rows: 4M (16 MB in float32; 64 rows at Lk = 8192 with 8 heads), as the
 # chunked bias backend's CHUNK_ELEMENTS / 2 (a content block holds several such temporaries).
@@ -116,13 +114,11 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     a scheme without ``takes_window`` (stick-breaking). ``visibility``: ``posenc.attention``'s own,
     already built (then ``causal``, ``document_ids``, ``attention_mask`` and ``window`` are its)."""
     q, k, v = check_qkv(q, k, v)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
+    _scores.check_causal(causal)
     check_choice("backend", backend, type(pe).BACKENDS)
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    if pe.num_heads is not None and pe.num_heads != h:
-        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads{heads_hint(pe.num_heads, q)}")
+    _scores.check_num_heads(pe, q)
     if pe.head_dim is not None and pe.head_dim != d:
         raise ValueError(f"pe has head_dim={pe.head_dim} but q has last dimension {d}")
     if pe.causal_only and not causal:
@@ -130,7 +126,7 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     vis = visibility if visibility is not None else Visibility.build(
         b=b, h=h, lq=lq, lk=lk, device=q.device, causal=causal, window=window, document_ids=document_ids,
         attention_mask=attention_mask)
-    scale = 1.0 / math.sqrt(d) if scale is None else check_float("scale", scale)
+    scale = _scores.scale_of(scale, pe, d)
     softcap, sinks = check_cap_and_sinks(softcap, sinks, h)
     check_takes(pe, softcap=softcap is not None, sinks=sinks is not None, window=vis.window is not None)
     hidden = pe.check_hidden(hidden, b, lk)
@@ -146,22 +142,18 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     q, k, v = q.to(work), k.to(work), v.to(work)
     state = pe.state(k, None if hidden is None else hidden.to(work), docs)
     sink_logits = None if sinks is None else sinks.to(device=q.device, dtype=work)  # (H,)
-    if backend == "auto":
-        grad = torch.is_grad_enabled()
-        backend = "materialize" if b * h * lq * lk <= _scores.MATERIALIZE_ELEMENTS else ("blockwise" if grad else "chunked")
+    if backend == "auto":  # the one rule (posenc.scores.content_backend, as posenc.attn._choose_backend)
+        backend = _scores.content_backend(b * h * lq * lk, torch.is_grad_enabled())
     rows = lq if backend == "materialize" else max(1, ROW_ELEMENTS // max(1, b * h * lk))
     keep = backend == "blockwise" and torch.is_grad_enabled()
     outs = []
     for qs in range(0, lq, rows):
         qe = min(qs + rows, lq)
         n = vis.key_range(qs, qe)[1]  # keys 0 … n − 1: a scheme's row runs from its first key
-        allowed = vis.allowed(qs, qe, 0, n, device=q.device)  # causal, window, documents, mask
-        if allowed is not None and allowed.dim() == 2:
-            allowed = allowed.view(1, 1, qe - qs, n)  # (1, 1, c, n)
+        allowed = vis.tile(qs, qe, 0, n, device=q.device)  # (1 or B, 1 or H, c, n), never None
         seen = None
-        if vis.hides_rows:
-            seen = allowed.any(-1, keepdim=True)  # (.., c, 1): a query with no key gives zeros
-            allowed = allowed | ~seen  # ... and sees every key meanwhile, so nothing is NaN
+        if vis.hides_rows:  # (.., c, 1): a query with no key gives zeros (posenc.scores)
+            allowed, seen = _scores.unmask_empty_rows(allowed)
         args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + vis.shift, allowed, scale)
         out = _recomputed(pe, *args, softcap, sink_logits) if keep else pe.rows(*args, **cap_and_sink_keywords(softcap, sink_logits))
         outs.append(out if seen is None else out * seen)

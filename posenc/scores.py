@@ -11,7 +11,15 @@
 - **Grouped heads** (GQA, MQA: Ainslie et al. 2023): the ``G = H / H_kv`` query heads that share a
   key/value head are folded into one head of ``G·c`` rows (``fold``/``unfold``), so a product reads
   each key/value head once; ``repeat_kv`` repeats them for the kinds that read keys per query head.
-- **The size budget**: ``MATERIALIZE_ELEMENTS``, the scores ``auto`` builds whole.
+- **The size budget**: ``MATERIALIZE_ELEMENTS``, the scores ``auto`` builds whole, and the content
+  kind's ``auto`` among its own rows (``content_backend``; ``posenc.attn._choose_backend`` is the
+  one chooser and reads it).
+- **The log-sum-exp merge** of two softmaxes over disjoint keys (``merge_lse``): context
+  parallelism's ring tiles, the online softmax one tile at a time.
+- **A query that sees no key gives zeros** (``unmask_empty_rows`` for a tile's map,
+  ``empty_rows_lse`` for an online softmax: output 0, ``lse`` +∞).
+- **The default scale** ``1/√D`` or the scheme's ``default_scale`` (``scale_of``), and the shared
+  input checks: ``check_cap_and_sinks``, ``check_num_heads``, ``check_causal``.
 
 Notation used for tensor shapes: B batch, H heads, c rows of a block, n its keys, X anything.
 """
@@ -44,6 +52,33 @@ def check_cap_and_sinks(softcap, sinks, h: int):
         if tuple(sinks.shape) != (h,):
             raise ValueError(f"sinks must have shape [H={h}] (one logit per query head), got {list(sinks.shape)}")
     return softcap, sinks
+
+
+def scale_of(scale, pe, d: int) -> float:
+    """The factor of ``q·k``: ``scale`` checked (a finite float), or by default the scheme's own
+    ``default_scale`` (DeBERTa's ``1/√(D·f)``) or ``1/√D`` of the head size given."""
+    if scale is None:
+        return getattr(pe, "default_scale", None) or 1.0 / math.sqrt(d)
+    from posenc._validate import check_float
+
+    return check_float("scale", scale)
+
+
+def check_num_heads(pe, q: torch.Tensor) -> None:
+    """A scheme with per-head parameters (``pe.num_heads`` set) must have ``q``'s ``H`` heads: the
+    one check and message of ``posenc.attention``, the content kind and context parallelism."""
+    h = q.shape[1]
+    if pe.num_heads is not None and pe.num_heads != h:
+        from posenc.positions import heads_hint
+
+        raise ValueError(f"pe has num_heads={pe.num_heads} but q has {h} heads{heads_hint(pe.num_heads, q)}")
+
+
+def check_causal(causal) -> bool:
+    """``causal`` must be a bool (``posenc.attention``, the content kind, ``Visibility.build``)."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    return causal
 
 
 def cap_scores(scores: torch.Tensor, softcap: float | None, *, inplace: bool = False) -> torch.Tensor:
@@ -80,6 +115,47 @@ def merge_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> tu
     mass = lse.masked_fill(torch.isposinf(lse), float("-inf"))  # (B, H, L); −∞: a row with no key
     merged = torch.logaddexp(mass, sinks.view(1, -1, 1))
     return out * (mass - merged).exp().unsqueeze(-1), merged
+
+
+def content_backend(n: int, grad: bool) -> str:
+    """``auto`` among a content scheme's own backends (``posenc.rowwise``) for ``n = B·H·Lq·Lk``
+    scores: ``materialize`` up to ``MATERIALIZE_ELEMENTS``, else ``blockwise`` when autograd records
+    (its backward recomputes each block) or ``chunked``. ``posenc.attn._choose_backend``, the one
+    chooser, reads it for content schemes; a scheme's own ``forward(backend="auto")`` too."""
+    if n <= MATERIALIZE_ELEMENTS:
+        return "materialize"
+    return "blockwise" if grad else "chunked"
+
+
+def unmask_empty_rows(allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """**A query that sees no key gives zeros** (and zero gradients), on every backend and kind
+    (``posenc.masking``): ``(allowed', seen)`` for a tile's map ``allowed [.., c, n]``, ``seen [.., c, 1]``
+    True where a row sees a key, and ``allowed'`` letting an empty row see every key meanwhile (so
+    nothing is NaN); the caller multiplies its rows by ``seen``. The log-sum-exp form of the rule
+    (``empty_rows_lse``) is the blockwise kernel's and the ring's."""
+    seen = allowed.any(-1, keepdim=True)
+    return allowed | ~seen, seen
+
+
+def empty_rows_lse(m: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """The same rule for an online softmax: a row whose running maximum ``m`` is still ``−∞`` saw no
+    key; its output becomes 0 and its ``lse`` +∞, so that a backward's ``p = e^{s − lse}`` is 0 on it
+    (in place)."""
+    empty = torch.isneginf(m)
+    out.masked_fill_(empty.unsqueeze(-1), 0.0)
+    lse.masked_fill_(empty, float("inf"))
+
+
+def merge_lse(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor,
+              lse2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two softmaxes over disjoint keys as one (the online softmax, one tile at a time):
+    ``lse = log(e^{lse₁} + e^{lse₂})``, ``o = o₁·e^{lse₁ − lse} + o₂·e^{lse₂ − lse}`` for ``o [.., c, Dv]``,
+    ``lse [.., c]``. A row with no key has ``lse`` −∞ (or +∞, the blockwise convention for a row a
+    tile hides whole, read as −∞) and contributes nothing."""
+    lse1, lse2 = (t.masked_fill(torch.isposinf(t), float("-inf")) for t in (lse1, lse2))
+    lse = torch.logaddexp(lse1, lse2)
+    safe = lse.masked_fill(torch.isneginf(lse), 0.0)
+    return o1 * (lse1 - safe).exp().unsqueeze(-1) + o2 * (lse2 - safe).exp().unsqueeze(-1), lse
 
 
 def sinks_grad(sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:

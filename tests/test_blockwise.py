@@ -49,7 +49,7 @@ def _compare(pe, *, lq, lk, batch=2, causal, q_positions=None, k_positions=None,
             qp, kp = posenc.attn._default_positions(lq, lk, q.device)
         form = getattr(pe, "attention_form", None)  # bipe_bias: its bias at the segment column
         bias, qp, kp = form(qp, kp) if form is not None else (pe, qp, kp)
-        assert bw._Bias(bias, qp, kp, torch.float64, vis=Visibility(lq, lk, causal)).toeplitz is toeplitz
+        assert bw.TileBias(bias, qp, kp, torch.float64, vis=Visibility(lq, lk, causal)).toeplitz is toeplitz
     want = _grads(pe, q, k, v, w, "materialize", **kw)
     got = _grads(pe, q, k, v, w, "blockwise", **kw)
     names = ["out", "q", "k", "v", *attention_parameters(pe)]

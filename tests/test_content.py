@@ -117,6 +117,39 @@ def test_decoding_with_a_cache_equals_recomputation(name):
             torch.testing.assert_close(step[:, :, 0], full[:, :, t], rtol=0, atol=1e-12)
 
 
+# every content scheme, and stick-breaking's other reading (the query's own key among its keys)
+VARIANTS = [(n, {}) for n in CONTENT] + [("stick_breaking", {"attend_current": True})]
+
+
+def _variant(name, options):
+    m = small_module(name, **options).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return m
+
+
+@pytest.mark.parametrize("name, options", VARIANTS, ids=[f"{n}{''.join(f':{k}={v}' for k, v in o.items())}"
+                                                         for n, o in VARIANTS])
+@pytest.mark.parametrize("backend", ["auto", "materialize", "chunked", "blockwise"])
+def test_a_block_that_sees_every_key_decodes_as_recomputing(name, options, backend, monkeypatch):
+    """A decoding step (``Lq = 1``) sees every key: its block's visibility is still a bool map (never
+    None) that the scheme's ``rows`` reads, and each step through the cache equals the full pass
+    (stick-breaking with ``attend_current=True`` negated a None map: a TypeError at the first token)."""
+    m = _variant(name, options)
+    q, k, v, hidden = _inputs(m, 6, 6, seed=4)
+    seen = []
+    rows = m.rows
+    monkeypatch.setattr(m, "rows", lambda *a, **kw: seen.append(a[5]) or rows(*a, **kw))
+    with torch.no_grad():
+        full = posenc.attention(q, k, v, m, hidden=hidden, causal=True, backend="materialize")
+        for t in range(6):
+            step = posenc.attention(q[:, :, t:t + 1], k[:, :, :t + 1], v[:, :, :t + 1], m, causal=True,
+                                    hidden=None if hidden is None else hidden[:, :t + 1], backend=backend)
+            torch.testing.assert_close(step[:, :, 0], full[:, :, t], rtol=0, atol=1e-12)
+    assert seen and all(isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in seen)
+
+
 def test_what_a_scheme_reads_is_declared_and_checked():
     q = k = v = torch.randn(1, 4, 6, 8)
     fox = posenc.build({"scheme": "fox", "num_heads": 4, "d_model": 16})

@@ -143,8 +143,11 @@ def _worker(rank: int, store: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=4)
     torch.set_num_threads(1)
     pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
-    found = {2: {}, 4: {}}
+    three = dist.new_group([0, 1, 2])
+    found = {2: {}, 4: {}, 3: {}}
     try:
+        if rank < 3:
+            found[3] = _three_ranks(three)
         _run(found[2], pairs[rank // 2], methods=[("ring", "ulysses")[rank // 2]], cases=CASES)
         _run(found[4], None, methods=("ring", "ulysses"), cases=FOUR_RANKS)
         found[2]["refusals"] = _refusals(pairs[rank // 2])
@@ -209,6 +212,52 @@ def _extra_refusals(group):
     return messages
 
 
+ODD = 30  # a multiple of 2 * 3: head-tail shards on 3 ranks
+# on 3 ranks, ring only (ulysses needs H % 3 == 0): Dual Chunk Attention with chunks shorter than the
+# sequence (positions past a chunk are remapped, so it is not translation invariant), packed documents
+# and padding; FoX's key column; a bias scheme in a causal window
+THREE = {"dual_chunk": ({"chunk_size": 8, "local_size": 2}, {}), "fox": ({}, {}), "alibi": ({}, {"window": 7})}
+
+
+def _three_ranks(group) -> dict:
+    """Ring on 3 ranks against ``posenc.attention`` at the same (global) positions: forward and q, k, v
+    gradients, float64, ``{scheme: None or what differs}``."""
+    rank = dist.get_rank(group)
+    g = torch.Generator().manual_seed(5)
+    q, k, v, grad = (torch.randn(2, 4, ODD, 8, generator=g, dtype=torch.float64) for _ in range(4))
+    docs = torch.tensor([[0] * 7 + [1] * 11 + [2] * 12, [0] * 13 + [1] * 17])
+    pad = torch.ones(2, ODD, dtype=torch.bool)
+    pad[1, :3] = False
+    p = posenc.shard_positions(ODD, 3, rank)
+    found = {}
+    for name, (options, extras) in THREE.items():
+        try:
+            found[name] = _three_ranks_case(small_module(name, seed=1, **options).double(), (q, k, v, grad),
+                                            docs, pad, p, extras, group)
+        except Exception as error:  # noqa: BLE001 - reported by the test, with its case
+            found[name] = f"{type(error).__name__}: {error}"
+    return found
+
+
+def _three_ranks_case(pe, tensors, docs, pad, p, extras, group):
+    q, k, v, grad = tensors
+    hidden = torch.randn(2, ODD, 32, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    read = {"hidden": hidden} if pe.reads_hidden else {}
+    full = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    where = {} if pe.kind == "content" else {"q_positions": torch.arange(ODD), "k_positions": torch.arange(ODD)}
+    want = posenc.attention(*full, pe, causal=True, document_ids=docs, attention_mask=pad, backend="materialize",
+                            **where, **extras, **read)
+    local = [t[:, :, p].clone().requires_grad_(True) for t in (q, k, v)]
+    got = posenc.context_parallel_attention(*local, pe, positions=p, causal=True, method="ring", group=group,
+                                            document_ids=docs[:, p], attention_mask=pad[:, p], **extras,
+                                            **({"hidden": hidden[:, p]} if read else {}))
+    grads = torch.autograd.grad(got, local, grad[:, :, p])
+    wants = torch.autograd.grad(want, full, grad)
+    errors = [float((got - want[:, :, p]).abs().max())]
+    errors += [float((a - b[:, :, p]).abs().max()) for a, b in zip(grads, wants)]
+    return None if max(errors) <= TOL * 10 else f"out, dq, dk, dv errors {errors}"
+
+
 @pytest.fixture(scope="module")
 def spawned(tmp_path_factory):
     """One spawn of 4 processes for the module: ``{world: [each rank's findings]}``."""
@@ -217,7 +266,8 @@ def spawned(tmp_path_factory):
     mp.start_processes(_worker, args=(str(where / "store"), str(where / "found")), nprocs=4, join=True,
                        start_method="fork")
     found = [json.loads((where / f"found.{r}").read_text()) for r in range(4)]
-    return {2: [found[r]["2"] for r in range(4)], 4: [found[r]["4"] for r in range(4)]}
+    return {2: [found[r]["2"] for r in range(4)], 4: [found[r]["4"] for r in range(4)],
+            3: [found[r]["3"] for r in range(3)]}
 
 
 @pytest.fixture(params=[2, 4], ids=lambda w: f"{w} ranks")
@@ -271,3 +321,13 @@ def test_a_cache_a_cap_and_a_window_are_refused_by_name_where_not_taken(spawned)
         assert "k_positions (keys of a cache) cannot run 'fox'" in cache and "k_positions=None" in cache
         assert "softcap and sinks with fox: posenc.attention on one device" in cap
         assert "method='allgather' takes no window" in window and "use method='ring' or 'ulysses'" in window
+
+
+@pytest.mark.slow
+def test_ring_on_an_odd_number_of_ranks_equals_the_whole_sequence(spawned):
+    """3 ranks: Dual Chunk Attention with documents and padding, FoX, ALiBi in a window (ring reads each
+    tile's visibility from the whole sequence's ``Visibility``)."""
+    for r, found in enumerate(spawned[3]):
+        assert set(found) == set(THREE), found
+        failed = {name: why for name, why in found.items() if why is not None}
+        assert not failed, f"rank {r}: {failed}"

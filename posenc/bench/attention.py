@@ -57,12 +57,7 @@ def attention_child(spec: dict) -> dict:
         forward().backward(grad)  # gradients of q, k, v and the scheme's parameters
 
     chosen = None
-    if spec["method"] == "posenc" and _content(spec["scheme"]):  # its own backends (posenc.rowwise)
-        from posenc.rowwise import MATERIALIZE_ELEMENTS
-
-        chosen = ("materialize" if h * length * length <= MATERIALIZE_ELEMENTS else
-                  "blockwise" if train else "chunked")
-    elif spec["method"] == "posenc":  # the backend auto takes for this case
+    if spec["method"] == "posenc":  # the backend auto takes for this case (the one chooser, every kind)
         with torch.no_grad() if not train else contextlib.nullcontext():
             chosen = _choose_backend("auto", q, k, v, pe)
     times = []

@@ -514,7 +514,8 @@ class ContentEncoding(PositionalEncoding):
 
     A scheme defines ``rows(q, k, v, state, q0, allowed, scale) -> [B, H, c, Dv]``: its formula for
     ``c`` query rows (the queries at key indices ``q0 … q0 + c − 1``) over the keys ``0 … n − 1``
-    they may see (``allowed [1 or B, 1, c, n]``: causal and document mask, or None), and
+    they may see (``allowed [1 or B, 1 or H, c, n]`` bool: causality, window, documents and mask,
+    never None: ``Visibility.tile``), and
     ``state(k, hidden, docs)``, the per-token tensors ``rows`` reads (FoX's cumulative log gates).
     A scheme that takes Gemma 2's logit cap and GPT-OSS's sinks declares ``takes_softcap`` and
     ``takes_sinks`` (every built-in scheme; stick-breaking has no softmax and refuses sinks), and
