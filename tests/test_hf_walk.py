@@ -1,14 +1,17 @@
 """A walk over the causal LMs the installed transformers registers (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``):
-each model type built tiny from its own config class (2 layers, of both kinds when the family
-alternates two (``layer_types``: sliding and full, linear and full attention), hidden 64, 4 query
-and 2 key/value heads (MLA: a key head per query head, ``head_dim = qk_rope_head_dim``), a
-vocabulary of 128, sliding windows of 8 < the 19 tokens it runs; ``OVERRIDES``: the values a
-family's config class lacks to build, or needs to build both kinds of layer), random weights,
-float32, then through ``posenc.interop.patch``:
+each model type built tiny from its own config class (``LAYERS`` layers: 4 in the whole walk,
+holding every kind of layer the family alternates (``layer_types``: sliding and full, linear and
+full attention), its other per-layer lists cut to them; hidden 64, 4 query and 2 key/value heads
+(MLA: a key head per query head, ``head_dim = qk_rope_head_dim``), a vocabulary of 128, sliding
+windows of 8 and a sparse indexer's top-k of 16 < the ``LENGTH`` tokens it runs (40 in the whole
+walk); ``OVERRIDES``: the values a family's config class lacks to build, or needs to build every
+kind of layer), random weights (``_wake``: none left at zero), float32, then through
+``posenc.interop.patch``:
 
 - ``drop-in`` (models with RoPE): the documented ``HFRotaryEmbedding(posenc.from_hf(config))``
   (``HFRotaryEmbedding.from_config``: one per layer type where the config has them) in place of
-  the model's rotary module gives its logits (≤ 1e-5 relative);
+  the model's rotary module gives its logits (≤ 1e-5 relative), and a rope of doubled base there
+  changes them (no vacuous pass);
 - ``own``: the model's own encoding (``hf_layer_specs(model.config)``) gives the unmodified model's
   logits (≤ 1e-5 relative) and its greedy tokens through the cache with a left-padded batch;
 - ``alibi`` and ``fox``: one training step, then greedy generation through the cache equals
@@ -22,8 +25,8 @@ on the walk's tokens: the walk's limit, not posenc's). Anything
 else (different logits or tokens, a crash) fails the test. The outcomes are the table of
 docs/guide/hf_walk.md, which the test checks (``python tests/test_hf_walk.py`` rewrites it).
 
-The default run walks a sample (``SAMPLE``: every variant of the Family record, and the families
-without RoPE); the whole walk (every registered type: about 15 minutes on a shared 2-core machine, over make
+The default run walks a sample (``SAMPLE``: every variant of the Family record, the families
+without RoPE, a DeepSeek Sparse Attention model) with 2 layers and 19 tokens (make test's time); the whole walk (every registered type: about 15 minutes on a shared 2-core machine, over make
 test's budget) runs with ``POSENC_HF_WALK=all``; ``python tests/test_hf_walk.py`` walks them all
 (each within ``LIMIT`` seconds) and rewrites the page.
 """
@@ -77,8 +80,10 @@ OVERRIDES = {
                                         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                                         "original_max_position_embeddings": 4, "llama_4_scaling_beta": 0.1}),
 }
-LENGTH, NEW = 40, 4  # tokens run (more than any window, 8, or top-k, 16); tokens generated
-LAYERS = 4  # layers of a family that alternates kinds of layer (every kind, in the family's order); else 2
+WHOLE = os.environ.get("POSENC_HF_WALK") == "all" or __name__ == "__main__"  # the whole walk (it writes the page)
+# tokens run (the whole walk: more than any window, 8, or top-k, 16); tokens generated
+LENGTH, NEW = (40 if WHOLE else 19), 4
+LAYERS = 4 if WHOLE else 2  # layers of a family that alternates kinds of layer (every kind, in the family's order)
 # one model type per variant of the Family record, and the families without RoPE (the default run)
 SAMPLE = ("llama", "cohere2", "gpt_oss", "gemma2", "falcon", "gpt_neox", "llama4_text",
           "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt_neo", "bloom", "gptj", "mamba",

@@ -149,3 +149,27 @@ def test_per_head_frequencies_on_grouped_keys_are_refused_at_patch(spec, words):
         posenc.interop.patch(model, spec)
     assert getattr(model, "_posenc_original", None) is None
     posenc.interop.patch(model, {"scheme": "fope", "num_heads": 2, "max_positions": 64})  # one set per key head
+
+
+def test_a_layer_the_model_gives_no_rotary_is_refused_its_own_rope():
+    """Lara-mini passes its rotary's output to its sliding layers only (``position_embeddings=None``
+    to its full-attention ones, which its config does not say): posenc's reading of its rope on a
+    full layer is refused at the first call, naming the layer; ``nope`` there runs as the model."""
+    from test_hf_walk import _ids
+
+    config = transformers.LaraMiniConfig(vocab_size=128, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         head_dim=8, num_experts=2, num_experts_per_tok=1, sliding_window=8,
+                                         layer_types=["sliding_attention", "full_attention"], pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    ids, mask = _ids(seed=3)
+    specs = hf_layer_specs(model.config)
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        posenc.interop.patch(model, specs)
+        with pytest.raises(ValueError, match=r"layer 1 \(LaraMiniAttention\) is given no rotary output"):
+            model(ids, attention_mask=mask)
+        posenc.interop.patch(model, [specs[0], {"scheme": "nope"}])
+        got = model(ids, attention_mask=mask).logits
+    assert (got - want)[:, 3:].abs().max() <= 1e-5 * want.abs().max()

@@ -80,6 +80,7 @@ RECORD = "posenc"  # the config attribute that records a patch: {"layers": [spec
 PATTERN = "layers"  # {"scheme": "layers", "pattern": [...]}: a per-layer pattern, as the benchmark writes it
 
 
+from posenc.interop.configs import text_config as _text  # noqa: E402  (the decoder's config)
 from posenc.interop.families import FAMILIES, Family  # noqa: E402,F401  (the one table; Family: public here too)
 
 
@@ -102,10 +103,6 @@ def _parts(model: nn.Module) -> tuple[Family, nn.Module, str | None, list[nn.Mod
     return parts.family, parts.decoder, parts.rotary, parts.attentions
 
 
-def _text(config: Any) -> Any:
-    """The config of the decoder (a vision-language model's ``text_config``; else ``config``)."""
-    get = getattr(config, "get_text_config", None)
-    return config if get is None else get()
 
 
 def _sizes(config: Any, family: Family, layer: int = 0) -> dict[str, int]:
@@ -772,12 +769,41 @@ def _install(model: nn.Module, parts: Any, modules: list, own: list[dict[str, An
         setattr(base, rotary, HFRotaryEmbedding(ropes, table=family.table, apply_direction=family.direction))
     else:
         _through_attention(model, parts, modules, original, additive)
+        if own is not None and rotary is not None:
+            _refuse_where_the_model_gives_no_rotary(parts, modules, own, original["hooks"])
         padding = _ShardPadding() if context_parallel is not None else None
         if padding is not None:  # the model's 2D key padding mask of the shard, read by _sharded
             original["hooks"].append(base.register_forward_pre_hook(padding.hook, with_kwargs=True))
         for attention in attentions:
             attention.__dict__["_posenc_context_parallel"] = context_parallel
             attention.__dict__["_posenc_shard_padding"] = padding
+
+
+def _refuse_where_the_model_gives_no_rotary(parts: Any, modules: list, own: list[dict[str, Any]], hooks: list) -> None:
+    """A layer that runs posenc's reading of the model's own rotary (``hf_layer_specs``), to which the
+    model passes no rotary output (``position_embeddings=None``: Lara-mini's full-attention layers
+    run without positions, which its config does not say), refused at its first call, naming it:
+    posenc would add positions the model does not have there."""
+    import posenc
+
+    specs: dict[str, dict] = {}
+    for attention, module, spec, i in zip(parts.attentions, modules, own, parts.layer_indices):
+        if getattr(module, "kind", None) != "rotary" or spec.get("scheme") not in ("rope", "mrope"):
+            continue
+        key = json.dumps(spec, sort_keys=True)
+        if key not in specs:
+            specs[key] = posenc.build(spec).spec
+        if module.spec != specs[key]:
+            continue
+
+        def hook(layer: nn.Module, args: tuple, kwargs: dict, i: int = i) -> None:
+            if "position_embeddings" in kwargs and kwargs["position_embeddings"] is None:
+                raise ValueError(f"posenc.interop: {parts.name}'s layer {i} ({type(layer).__name__}) is given no rotary "
+                                 "output by its model (position_embeddings=None: it runs without positions), but its "
+                                 "scheme is posenc's reading of the model's own rotary; refused rather than add "
+                                 "positions the model does not have (give that layer 'nope')")
+
+        hooks.append(attention.register_forward_pre_hook(hook, with_kwargs=True))
 
 
 class _Positions:

@@ -26,6 +26,7 @@ from typing import Any
 
 from torch import nn
 
+from posenc.interop.configs import text_config as _text
 from posenc.interop.families import COMMON, Family, family_of_config
 
 _ATTENTION_NAMES = ("self_attn", "self_attention", "attention", "attn")  # tried first, in this order
@@ -85,9 +86,6 @@ def _attr(obj: Any, path: str) -> Any:
     return obj
 
 
-def _text(config: Any) -> Any:
-    get = getattr(config, "get_text_config", None)
-    return config if get is None else get()
 
 
 _CROSS_NAMES = ("cross_attn", "cross_attention", "crossattention", "encoder_attn", "encoder_attention")
