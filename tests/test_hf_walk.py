@@ -26,8 +26,9 @@ else (different logits or tokens, a crash) fails the test. The outcomes are the 
 docs/guide/hf_walk.md, which the test checks (``python tests/test_hf_walk.py`` rewrites it).
 
 The default run walks a sample (``SAMPLE``: every variant of the Family record, the families
-without RoPE, a DeepSeek Sparse Attention model) with 2 layers and 19 tokens (make test's time); the whole walk (every registered type: about 15 minutes on a shared 2-core machine, over make
-test's budget) runs with ``POSENC_HF_WALK=all``; ``python tests/test_hf_walk.py`` walks them all
+without RoPE, a DeepSeek Sparse Attention model) with 2 layers and 19 tokens (make test's time); the
+whole walk (every registered type: about 15 minutes on a shared 2-core machine, over make test's
+budget) runs with ``POSENC_HF_WALK=all``; ``python tests/test_hf_walk.py`` walks them all
 (each within ``LIMIT`` seconds) and rewrites the page.
 """
 
