@@ -1,14 +1,17 @@
 """A walk over the causal LMs the installed transformers registers (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``):
-each model type built tiny from its own config class (2 layers, of both kinds when the family
-alternates two (``layer_types``: sliding and full, linear and full attention), hidden 64, 4 query
-and 2 key/value heads (MLA: a key head per query head, ``head_dim = qk_rope_head_dim``), a
-vocabulary of 128, sliding windows of 8 < the 19 tokens it runs; ``OVERRIDES``: the values a
-family's config class lacks to build, or needs to build both kinds of layer), random weights,
-float32, then through ``posenc.interop.patch``:
+each model type built tiny from its own config class (``LAYERS`` layers: 4 in the whole walk,
+holding every kind of layer the family alternates (``layer_types``: sliding and full, linear and
+full attention), its other per-layer lists cut to them; hidden 64, 4 query and 2 key/value heads
+(MLA: a key head per query head, ``head_dim = qk_rope_head_dim``), a vocabulary of 128, sliding
+windows of 8 and a sparse indexer's top-k of 16 < the ``LENGTH`` tokens it runs (40 in the whole
+walk); ``OVERRIDES``: the values a family's config class lacks to build, or needs to build every
+kind of layer), random weights (``_wake``: none left at zero), float32, then through
+``posenc.interop.patch``:
 
 - ``drop-in`` (models with RoPE): the documented ``HFRotaryEmbedding(posenc.from_hf(config))``
   (``HFRotaryEmbedding.from_config``: one per layer type where the config has them) in place of
-  the model's rotary module gives its logits (≤ 1e-5 relative);
+  the model's rotary module gives its logits (≤ 1e-5 relative), and a rope of doubled base there
+  changes them (no vacuous pass);
 - ``own``: the model's own encoding (``hf_layer_specs(model.config)``) gives the unmodified model's
   logits (≤ 1e-5 relative) and its greedy tokens through the cache with a left-padded batch;
 - ``alibi`` and ``fox``: one training step, then greedy generation through the cache equals
@@ -22,9 +25,10 @@ on the walk's tokens: the walk's limit, not posenc's). Anything
 else (different logits or tokens, a crash) fails the test. The outcomes are the table of
 docs/guide/hf_walk.md, which the test checks (``python tests/test_hf_walk.py`` rewrites it).
 
-The default run walks a sample (``SAMPLE``: every variant of the Family record, and the families
-without RoPE); the whole walk (every registered type: about 15 minutes on a shared 2-core machine, over make
-test's budget) runs with ``POSENC_HF_WALK=all``; ``python tests/test_hf_walk.py`` walks them all
+The default run walks a sample (``SAMPLE``: every variant of the Family record, the families
+without RoPE, a DeepSeek Sparse Attention model) with 2 layers and 19 tokens (make test's time); the
+whole walk (every registered type: about 15 minutes on a shared 2-core machine, over make test's
+budget) runs with ``POSENC_HF_WALK=all``; ``python tests/test_hf_walk.py`` walks them all
 (each within ``LIMIT`` seconds) and rewrites the page.
 """
 
@@ -56,13 +60,15 @@ TEXT = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=64, num_atten
             qk_rope_head_dim=8, v_head_dim=16, rotary_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=True,
             attention_dropout=0.0, hidden_dropout=0.0, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, dropout=0.0,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-            attn_layer_period=2, attn_layer_offset=1)  # Jamba's attention in one of its 2 layers
+            attn_layer_period=2, attn_layer_offset=1,  # Jamba's attention in one of its layers
+            index_topk=16, index_n_heads=2, index_head_dim=16)  # DeepSeek Sparse Attention: 16 keys of the 40 a query sees
 TOWER = dict(num_hidden_layers=1, depth=1, hidden_size=32, embed_dim=32, intermediate_size=32, num_attention_heads=2,
              num_heads=2, out_hidden_size=64, patch_size=2, spatial_merge_size=1, temporal_patch_size=1, image_size=8)
 # what a family's config class needs beyond TEXT to build tiny with every kind of layer it alternates
 OVERRIDES = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=8),  # one global, one local layer
     "dots1": dict(n_shared_experts=1),  # its default (None) does not build
+    "zaya": dict(num_experts_per_tok=1),  # "ZAYA currently supports num_experts_per_tok=1 only"
     "lfm2_moe": dict(layer_types=["conv", "full_attention"]),  # its default (None) does not build
     "cohere_compass_text": dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4}}),
     **{t: dict(indexer_budget=8, indexer_compress_ratio=2, indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16)
@@ -75,7 +81,10 @@ OVERRIDES = {
                                         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                                         "original_max_position_embeddings": 4, "llama_4_scaling_beta": 0.1}),
 }
-LENGTH, NEW = 19, 4  # tokens run; tokens generated
+WHOLE = os.environ.get("POSENC_HF_WALK") == "all" or __name__ == "__main__"  # the whole walk (it writes the page)
+# tokens run (the whole walk: more than any window, 8, or top-k, 16); tokens generated
+LENGTH, NEW = (40 if WHOLE else 19), 4
+LAYERS = 4 if WHOLE else 2  # layers of a family that alternates kinds of layer (every kind, in the family's order)
 # one model type per variant of the Family record, and the families without RoPE (the default run)
 SAMPLE = ("llama", "cohere2", "gpt_oss", "gemma2", "falcon", "gpt_neox", "llama4_text",
           "gemma3_text", "qwen3_5", "smollm3", "olmo3", "gpt_neo", "bloom", "gptj", "mamba",
@@ -118,16 +127,44 @@ def tiny(model_type: str, seed: int = 0) -> torch.nn.Module:
     if len(kinds) == 1 and isinstance(rope, dict) and kinds[0] in rope and len(rope) == 2:  # rope parameters for
         kinds = list(rope)  # two kinds of layer, a default of one (Laguna, Mellum: sliding and full attention)
     for sizes in (kwargs[k] for k in subs if k == "text_config" and k in kwargs) if "text_config" in subs else (kwargs,):
-        if len(kinds) == 2 and not isinstance(getattr(type(text_default), "layer_types", None), property):
-            sizes["layer_types"] = kinds  # both kinds of layer the family alternates (Qwen 3.5's linear and full
-            # attention; Jamba's derive from attn_layer_period and attn_layer_offset)
+        if len(kinds) > 1 and not isinstance(getattr(type(text_default), "layer_types", None), property):
+            _every_kind(sizes, text_default, kinds)  # every kind of layer the family alternates (Qwen 3.5's linear
+            # and full attention; Lara-mini's linear, sliding and full; Jamba's derive from attn_layer_period)
         if "qk_rope_head_dim" in sizes:  # MLA: a rotary qk_rope_head_dim wide, keys of every query head
             sizes.update({k: sizes[v] for k, v in (("head_dim", "qk_rope_head_dim"),
                                                    ("num_key_value_heads", "num_attention_heads")) if k in sizes})
     config = config_class(**kwargs)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(config).float().eval()
+    model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
+    _wake(model, seed)
+    return model
+
+
+def _wake(model: torch.nn.Module, seed: int) -> None:
+    """Parameters a family initialises to zero filled with small random values: a zero-initialised
+    query-key temperature (Zaya's ``qk_norm.temp``) or gate leaves attention uniform, so no position
+    encoding could change the logits and every check would pass vacuously."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.numel() and p.is_floating_point() and not p.any():
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+
+
+def _every_kind(sizes: dict, default, kinds: list[str]) -> None:
+    """``LAYERS`` layers holding every kind of layer the family alternates: the first ``LAYERS`` of
+    its default ``layer_types`` when they hold every kind (its own order), else the kinds in turn;
+    the config's other per-layer lists (``layer_rope_theta``, ``mlp_layer_types``,
+    ``indexer_types``: as long as its default layers) cut to the same layers."""
+    own = list(getattr(default, "layer_types", None) or ())
+    first = own[:LAYERS]
+    chosen = first if set(first) >= set(kinds) else [kinds[i % len(kinds)] for i in range(LAYERS)]
+    sizes.update(num_hidden_layers=LAYERS, layer_types=chosen)
+    n = getattr(default, "num_hidden_layers", None)
+    for key, value in default.to_dict().items():
+        if isinstance(value, list) and n and len(value) == n and key not in sizes and key.endswith(("_types", "_theta")):
+            sizes[key] = value[:LAYERS] if first is chosen else [value[own.index(k)] for k in chosen]
 
 
 def _ids(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,6 +216,29 @@ def _dropin(model, ids, mask) -> None:
             setattr(parts.decoder, parts.rotary, theirs)
     diff = _relative(got[:, 3:], want[:, 3:])
     assert diff <= 1e-5, f"drop-in: logits differ by {diff:.3g} (relative)"
+    with torch.no_grad():  # and it has an effect: a rope of doubled base changes the logits (no vacuous pass)
+        setattr(parts.decoder, parts.rotary, _doubled(HFRotaryEmbedding.from_config(model.config)))
+        try:
+            doubled = model(ids, attention_mask=mask).logits
+        finally:
+            setattr(parts.decoder, parts.rotary, theirs)
+    change = _relative(doubled[:, 3:], want[:, 3:])
+    assert change > 1e-7, f"drop-in: a rope of doubled base changes the logits by {change:.3g} (no effect)"
+
+
+def _doubled(rotary):
+    """``rotary`` (an ``HFRotaryEmbedding``) with each rope's base doubled."""
+    import posenc
+    from posenc.interop.hf import HFRotaryEmbedding
+
+    ropes = {None: rotary.rope} if rotary.rope is not None else dict(rotary.ropes.items())
+    doubled = {}
+    for key, rope in ropes.items():
+        twice = posenc.build({**rope.spec, "base": 2 * rope.spec["base"]})
+        twice.hf_table, twice.hf_apply_direction = rotary.table, rotary.apply_direction
+        doubled[key] = twice
+    return HFRotaryEmbedding(doubled[None] if None in doubled else doubled, table=rotary.table,
+                             apply_direction=rotary.apply_direction)
 
 
 def _scheme(model, ids, mask, spec: str) -> None:

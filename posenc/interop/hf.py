@@ -579,16 +579,27 @@ def from_hf(config: Any, *, layer_type: str | None = None, layout: str | None = 
     ``"half"``, another base or scaling) is a ValueError naming the family, never a silently
     different model.
     """
+    module = _read_rope(config, layer_type, layout)  # bases that differ between layers: refused there, by name
+    if _get(_text_config(config)[0], "layer_rope_theta") is not None:
+        raise ValueError("config key 'layer_rope_theta' (Granite SWA): the model runs one rotary per base of its "
+                         "layers (rotary_embs) and leaves its rotary_emb unused, so HFRotaryEmbedding(from_hf(config)) "
+                         "placed there would have no effect; use posenc.interop.patch(model, pe), which puts pe "
+                         "into each layer, and hf_layer_specs(config) for the model's own bases")
+    if layout is None:  # the family's own reading: checked against its modeling module's rotary
+        from posenc.interop.families.check import check_from_hf
+
+        check_from_hf(config, module, layer_type, HFRotaryEmbedding)
+    return module
+
+
+def _read_rope(config: Any, layer_type: str | None = None, layout: str | None = None):
+    """:func:`from_hf`'s module, unchecked: what ``patch`` compares each of the model's own rotaries with."""
     from posenc.registry import build
 
     module = build(hf_rope_spec(config, layer_type=layer_type, layout=layout))
     family = _family(_text_config(config)[1], _text_config(config)[0])
     module.hf_table = family.table if family is not None else None
     module.hf_apply_direction = family.direction if family is not None else None
-    if layout is None:  # the family's own reading: checked against its modeling module's rotary
-        from posenc.interop.families.check import check_from_hf
-
-        check_from_hf(config, module, layer_type, HFRotaryEmbedding)
     return module
 
 

@@ -80,6 +80,7 @@ RECORD = "posenc"  # the config attribute that records a patch: {"layers": [spec
 PATTERN = "layers"  # {"scheme": "layers", "pattern": [...]}: a per-layer pattern, as the benchmark writes it
 
 
+from posenc.interop.configs import text_config as _text  # noqa: E402  (the decoder's config)
 from posenc.interop.families import FAMILIES, Family  # noqa: E402,F401  (the one table; Family: public here too)
 
 
@@ -102,10 +103,6 @@ def _parts(model: nn.Module) -> tuple[Family, nn.Module, str | None, list[nn.Mod
     return parts.family, parts.decoder, parts.rotary, parts.attentions
 
 
-def _text(config: Any) -> Any:
-    """The config of the decoder (a vision-language model's ``text_config``; else ``config``)."""
-    get = getattr(config, "get_text_config", None)
-    return config if get is None else get()
 
 
 def _sizes(config: Any, family: Family, layer: int = 0) -> dict[str, int]:
@@ -335,6 +332,10 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if dropout:
         raise ValueError(f"posenc.attention has no attention dropout; set the model's attention_dropout to 0 "
                          f"(got dropout={dropout})")
+    if kwargs.get("is_causal", getattr(module, "is_causal", True)) is False:  # the call's own word, as SDPA reads it
+        raise ValueError(f"posenc.interop: {type(module).__name__} calls the attention function with is_causal=False "
+                         "(bidirectional attention), which is not supported yet: posenc's attention function runs "
+                         "causal self-attention")
     # Gemma 2's logit cap (its scaling is query_pre_attn_scalar^-1/2, passed as scaling) and
     # GPT-OSS's sinks (the layer's sinks parameter [H], passed as s_aux): posenc.attention's own
     terms = {"softcap": kwargs["softcap"]} if kwargs.get("softcap") is not None else {}
@@ -521,6 +522,31 @@ def _build_modules(pe: Any, model: nn.Module, family: Family, n: int, layers: Se
     return modules
 
 
+def _check_heads(model: nn.Module, family: Family, modules: list, layer_indices: Sequence[int]) -> None:
+    """A rotary scheme with frequencies per head (``num_heads``: RoPE-Mixed, FoPE) rotates the model's
+    queries (``num_attention_heads``) and its grouped keys (``num_key_value_heads``) as they are (never
+    repeated): tried on a zero query and key of those heads before anything is replaced, and refused
+    naming why when it cannot take them."""
+    text = _text(model.config)
+    for i, m in enumerate(modules):
+        if getattr(m, "kind", None) != "rotary" or getattr(m, "num_heads", None) is None:
+            continue
+        layer = layer_indices[i] if layer_indices else i
+        config = text.per_layer_config[layer] if getattr(text, "is_heterogeneous", False) else text
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        axes = getattr(m, "axes", 1)
+        positions = torch.zeros((1, 2) if axes == 1 else (1, 2, axes), dtype=torch.long)
+        try:
+            with torch.no_grad():
+                for role, n in (("query", heads), ("key", kv_heads)):
+                    m(torch.zeros(1, n, 2, m.head_dim), positions, role=role)
+        except (ValueError, RuntimeError) as err:
+            raise ValueError(f"pe {m.name!r} has frequencies per head (num_heads={m.num_heads}), but "
+                             f"{type(model).__name__} has {heads} query heads and {kv_heads} key/value heads, which "
+                             f"posenc's attention takes as they are (grouped, never repeated): {err}") from None
+
+
 def _check_terms(model: nn.Module, family: Family, modules: list) -> None:
     """A softmax term the family's attention has (Gemma 2's cap, GPT-OSS's sinks) that a content scheme
     cannot take, and value embeddings of another size than MLA's values, refused."""
@@ -558,9 +584,9 @@ def _own_specs(model: nn.Module, parts: Any, needed: bool) -> list[dict[str, Any
             raise
         return None
     if parts.rotary is not None:
-        from posenc.interop.hf import HFRotaryEmbedding, from_hf, rope_layer_types
+        from posenc.interop.hf import HFRotaryEmbedding, _read_rope, rope_layer_types
 
-        check.check_rotary(parts.name, getattr(parts.decoder, parts.rotary), model.config, from_hf, rope_layer_types,
+        check.check_rotary(parts.name, getattr(parts.decoder, parts.rotary), model.config, _read_rope, rope_layer_types,
                            HFRotaryEmbedding)
     elif parts.family.own_spec is not None:
         check.check_own(parts.name, parts.family, parts.decoder, parts.attentions, model.config)
@@ -656,6 +682,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     pe, layers = _on_attention_layers(pe, layers, parts)
     modules = _build_modules(pe, model, family, n, layers, parts.layer_indices)
     _check_terms(model, family, modules)
+    _check_heads(model, family, modules, parts.layer_indices)
     own = _with_own_encodings(model, parts, modules)
     original = {"rotary": None if rotary is None else getattr(base, rotary), "attn": _implementations(model.config),
                 "hooks": [], "parts": parts}
@@ -666,6 +693,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
                          "layer, alone (not in a per-layer pattern or with layers=)")
     if family.positions == "learned":
         _start_from_own_table(modules, parts)
+    original["shared"] = _own_config(model)
     _install(model, parts, modules, own, original, additive, context_parallel)
     model._posenc_original = original
     unique = list({id(m): m for m in modules}.values())
@@ -692,6 +720,32 @@ def _with_own_encodings(model: nn.Module, parts: Any, modules: list) -> list[dic
     return own
 
 
+def _own_config(model: nn.Module) -> list[tuple[nn.Module, Any]]:
+    """The model's config (and its sub-configs: ``text_config``, ``vision_config``) replaced, in every
+    module that holds it, by a copy of its own, so that what ``patch`` writes (the attention
+    implementation, the record) changes this model alone: models built from one config object share
+    it (a baseline and its patched twin). Returns each module and the config it held, which
+    ``unpatch`` puts back."""
+    import copy
+
+    old = model.config
+    new = copy.copy(old)
+    swap = {id(old): new}
+    for key in getattr(old, "sub_configs", None) or {}:
+        sub = getattr(old, key, None)
+        if sub is not None and not isinstance(sub, (str, dict)):
+            mine = copy.copy(sub)
+            new.__dict__[key] = mine
+            swap[id(sub)] = mine
+    kept = []
+    for module in model.modules():
+        held = module.__dict__.get("config")
+        if held is not None and id(held) in swap:
+            kept.append((module, held))
+            module.__dict__["config"] = swap[id(held)]
+    return kept
+
+
 def _install(model: nn.Module, parts: Any, modules: list, own: list[dict[str, Any]] | None, original: dict,
              additive: list, context_parallel: str | None) -> None:
     """Puts ``modules`` (one per attention layer) into the model: as its rotary module (an
@@ -705,17 +759,51 @@ def _install(model: nn.Module, parts: Any, modules: list, own: list[dict[str, An
             and context_parallel is None and not _more_rotaries(base) and _fits_rotary_module(first, own)):
         from posenc.interop.hf import HFRotaryEmbedding
 
-        row = FAMILIES.get(model.config.model_type)
-        setattr(base, rotary, HFRotaryEmbedding(first, table=None if row is None else row.table,
-                                                apply_direction=family.direction))  # NanoChat's apply: clockwise
+        # the table the family's apply reads (a family found from its modeling module: rotate_half's, even where
+        # it rotates pairs (2i, 2i+1)); NanoChat's apply: clockwise
+        import inspect
+
+        kinds = list(dict.fromkeys(getattr(_text(model.config), "layer_types", None) or ()))
+        takes_kind = "layer_type" in inspect.signature(getattr(base, rotary).forward).parameters
+        ropes = {kind: first for kind in kinds} if takes_kind and kinds else first  # OLMo 3: called per layer type
+        setattr(base, rotary, HFRotaryEmbedding(ropes, table=family.table, apply_direction=family.direction))
     else:
         _through_attention(model, parts, modules, original, additive)
+        if own is not None and rotary is not None:
+            _refuse_where_the_model_gives_no_rotary(parts, modules, own, original["hooks"])
         padding = _ShardPadding() if context_parallel is not None else None
         if padding is not None:  # the model's 2D key padding mask of the shard, read by _sharded
             original["hooks"].append(base.register_forward_pre_hook(padding.hook, with_kwargs=True))
         for attention in attentions:
             attention.__dict__["_posenc_context_parallel"] = context_parallel
             attention.__dict__["_posenc_shard_padding"] = padding
+
+
+def _refuse_where_the_model_gives_no_rotary(parts: Any, modules: list, own: list[dict[str, Any]], hooks: list) -> None:
+    """A layer that runs posenc's reading of the model's own rotary (``hf_layer_specs``), to which the
+    model passes no rotary output (``position_embeddings=None``: Lara-mini's full-attention layers
+    run without positions, which its config does not say), refused at its first call, naming it:
+    posenc would add positions the model does not have there."""
+    import posenc
+
+    specs: dict[str, dict] = {}
+    for attention, module, spec, i in zip(parts.attentions, modules, own, parts.layer_indices):
+        if getattr(module, "kind", None) != "rotary" or spec.get("scheme") not in ("rope", "mrope"):
+            continue
+        key = json.dumps(spec, sort_keys=True)
+        if key not in specs:
+            specs[key] = posenc.build(spec).spec
+        if module.spec != specs[key]:
+            continue
+
+        def hook(layer: nn.Module, args: tuple, kwargs: dict, i: int = i) -> None:
+            if "position_embeddings" in kwargs and kwargs["position_embeddings"] is None:
+                raise ValueError(f"posenc.interop: {parts.name}'s layer {i} ({type(layer).__name__}) is given no rotary "
+                                 "output by its model (position_embeddings=None: it runs without positions), but its "
+                                 "scheme is posenc's reading of the model's own rotary; refused rather than add "
+                                 "positions the model does not have (give that layer 'nope')")
+
+        hooks.append(attention.register_forward_pre_hook(hook, with_kwargs=True))
 
 
 class _Positions:
@@ -758,6 +846,13 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         raise ValueError(f"{type(model).__name__} takes only one rotary scheme on every layer (through its rotary "
                          f"module): {family.rotary_only}")
     hooks = original["hooks"]
+    if rotary is not None and parts.rotary_readers:
+        raise ValueError(f"posenc.interop.patch: {parts.name}'s rotary output is read by "
+                         f"{', '.join(parts.rotary_readers[:2])}{' and others' if len(parts.rotary_readers) > 2 else ''}"
+                         " besides the attention layers patch replaces (DeepSeek Sparse Attention's indexer chooses "
+                         "each query's keys from queries and keys it rotates); patch would neutralise the rotary for "
+                         "them too, so it is refused: only a rope that replaces the model's rotary module (posenc's "
+                         "rope or mrope of its layout and width, one for every layer) fits this model")
     if rotary is not None:
         if model.config.model_type not in FAMILIES:  # found from structure alone (a row's apply is its tests')
             sizes = _sizes(model.config, family, parts.layer_indices[0])
@@ -845,6 +940,8 @@ def unpatch(model: nn.Module) -> nn.Module:
     model._posenc_original = None
     if hasattr(model.config, RECORD):
         delattr(model.config, RECORD)
+    for module, config in original.get("shared", ()):  # the config objects it held before (shared, untouched)
+        module.__dict__["config"] = config
     return model
 
 

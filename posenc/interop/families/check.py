@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from posenc.interop.configs import text_config
+
 PROBE = 24  # positions 0..23: past every small model's sliding window, below any original length we build
 RTOL = 1e-4  # of the table's largest entry: float32 angles at positions < 24 differ from float64 by < 1e-5
 
@@ -99,10 +101,10 @@ def check_rotary(name: str, rotary: nn.Module, config: Any, from_hf: Any, rope_l
     (``HFRotaryEmbedding``) are ``posenc.interop.hf``'s, passed in (imports run one way)."""
     HFRotaryEmbedding = wrapper  # noqa: N806
 
-    text = getattr(config, "get_text_config", lambda: config)()
+    text = text_config(config)
     present = getattr(text, "layer_types", None)  # the model's rotary holds the layer types its layers have
     types = [t for t in rope_layer_types(config) if present is None or t in present] or [None]
-    limit = getattr(getattr(config, "get_text_config", lambda: config)(), "max_position_embeddings", None)
+    limit = getattr(text, "max_position_embeddings", None)
     for layer_type in types:
         rope = from_hf(config, layer_type=layer_type)
         ours = HFRotaryEmbedding({layer_type: rope} if layer_type is not None else rope)
@@ -164,7 +166,7 @@ def check_from_hf(config: Any, rope: nn.Module, layer_type: str | None, wrapper:
     modeling module: ``patch`` checks the model itself); ValueError naming the family if they differ."""
     if isinstance(config, dict):
         return
-    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    text = text_config(config)
     rotary = _modeling_rotary(text)
     if rotary is None:
         return

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from posenc.interop.configs import text_config
 from posenc.interop.families.record import Family
 
 
@@ -135,6 +136,6 @@ def found_family(config: Any) -> Family | None:
     for a dict (no modeling module) and for the common pattern."""
     if isinstance(config, dict):
         return None
-    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    text = text_config(config)
     mla = getattr(text, "qk_nope_head_dim", None) is not None and getattr(text, "qk_rope_head_dim", None) is not None
     return _record(f"{type(text).__module__}|{getattr(text, 'model_type', '')}", mla)

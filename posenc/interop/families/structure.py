@@ -26,6 +26,7 @@ from typing import Any
 
 from torch import nn
 
+from posenc.interop.configs import text_config as _text
 from posenc.interop.families import COMMON, Family, family_of_config
 
 _ATTENTION_NAMES = ("self_attn", "self_attention", "attention", "attn")  # tried first, in this order
@@ -46,6 +47,37 @@ class Parts:
     embeddings: str
     layer_indices: list[int]  # the index of each attention module's layer (a hybrid's other layers have none)
     num_layers: int  # the decoder's layers, attention or not
+    rotary_readers: list[str] = dataclasses.field(default_factory=list)  # other modules given the rotary's output
+
+
+ROTARY_OUTPUTS = ("position_embeddings", "freqs_cis")
+"""The names transformers' layers pass the rotary module's output by (``(cos, sin)``, Llama 4's
+``freqs_cis``)."""
+
+
+def _reads_rotary(module: nn.Module) -> bool:
+    try:
+        params = inspect.signature(type(module).forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return any(p in params for p in ROTARY_OUTPUTS)
+
+
+def rotary_readers(layers: nn.ModuleList, path: str, attentions: list[nn.Module]) -> list[str]:
+    """Every module inside the decoder layers, other than the layers themselves (which pass it on)
+    and the attention modules ``patch`` replaces, whose ``forward`` takes the rotary's output
+    (``position_embeddings``, ``freqs_cis``): DeepSeek Sparse Attention's indexer (DeepSeek-V3.2,
+    GLM-MoE-DSA, HY-V4, AXK-2), which chooses each query's keys from queries and keys it rotates
+    itself. Neutralising the rotary would change what they compute; ``path.i.name (Class)`` each."""
+    ours = {id(a) for a in attentions}
+    found = []
+    for i, layer in enumerate(layers):
+        for name, module in layer.named_modules():
+            if module is layer or id(module) in ours:
+                continue
+            if _reads_rotary(module):
+                found.append(f"{path}.{i}.{name} ({type(module).__name__})")
+    return found
 
 
 def _attr(obj: Any, path: str) -> Any:
@@ -54,12 +86,25 @@ def _attr(obj: Any, path: str) -> Any:
     return obj
 
 
-def _text(config: Any) -> Any:
-    get = getattr(config, "get_text_config", None)
-    return config if get is None else get()
+
+
+_CROSS_NAMES = ("cross_attn", "cross_attention", "crossattention", "encoder_attn", "encoder_attention")
+
+
+def is_cross_attention(name: str, attention: nn.Module) -> bool:
+    """Whether ``attention`` (the child ``name`` of its layer) attends to another sequence (an
+    encoder's, an image's): its own ``is_cross_attention`` flag (GPT-2's), a class named
+    ``...CrossAttention`` (Mllama's), or a child named as transformers names them
+    (``encoder_attn``: BART, Whisper; ``crossattention``: BERT). Its keys carry no positions of the
+    queries' sequence, so ``patch`` leaves it untouched."""
+    if getattr(attention, "is_cross_attention", False) is True:
+        return True
+    return "CrossAttention" in type(attention).__name__ or name.rpartition(".")[2] in _CROSS_NAMES
 
 
 def _attention_of(layer: nn.Module, name: str | None) -> tuple[str, nn.Module] | None:
+    """The layer's self-attention (its attribute and module); None when it has none (a hybrid's
+    state-space layer, a layer of cross-attention only: Mllama's)."""
     if name is not None:  # a path: GPT-Neo's attn.attention
         try:
             child = _attr(layer, name)
@@ -68,10 +113,39 @@ def _attention_of(layer: nn.Module, name: str | None) -> tuple[str, nn.Module] |
         return (name, child) if isinstance(child, nn.Module) else None
     for attr in _ATTENTION_NAMES:
         child = getattr(layer, attr, None)
-        if isinstance(child, nn.Module) and type(child).__name__.endswith("Attention"):
+        if (isinstance(child, nn.Module) and type(child).__name__.endswith("Attention")
+                and not is_cross_attention(attr, child)):
             return attr, child
-    found = [(n, c) for n, c in layer.named_children() if type(c).__name__.endswith("Attention")]
+    found = [(n, c) for n, c in layer.named_children()
+             if type(c).__name__.endswith("Attention") and not is_cross_attention(n, c)]
     return found[0] if len(found) == 1 else None
+
+
+def classify(attention: nn.Module, family: Family) -> str | None:
+    """What an attention module is, read from the module (transformers sets ``is_causal`` on every
+    attention module that calls its attention interface): ``"causal"`` (``is_causal`` True, or a
+    family whose attention runs posenc's own causal ``forward``: Falcon, BLOOM, MPT, GPT-Neo),
+    ``"bidirectional"`` (``is_causal`` False: ModernBERT, EuroBERT, NomicBERT, GTE, Gemma 3 with
+    ``use_bidirectional_attention``), None when the module does not say (no ``is_causal``)."""
+    causal = getattr(attention, "is_causal", None)
+    if isinstance(causal, bool):
+        return "causal" if causal else "bidirectional"
+    return "causal" if family.forward is not None else None
+
+
+def _check_causal(attentions: list[nn.Module], paths: list[str], family: Family, name: str) -> None:
+    """Every attention module ``patch`` replaces is causal self-attention, read from the model; a
+    bidirectional one, or one that does not say, refused naming its module and class."""
+    for attention, path in zip(attentions, paths):
+        kind = classify(attention, family)
+        if kind == "bidirectional":
+            raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) is "
+                             "bidirectional (is_causal=False): bidirectional attention is not supported yet (posenc's "
+                             "attention function runs causal self-attention)")
+        if kind is None:
+            raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) has no "
+                             "is_causal attribute: posenc cannot tell causal from bidirectional attention, and "
+                             "never assumes it")
 
 
 def _find_layers(model: nn.Module, family: Family, n: int | None, name: str) -> tuple[str, nn.ModuleList]:
@@ -120,12 +194,14 @@ def find(model: nn.Module) -> Parts:
     text = _text(config) if config is not None else None
     n = getattr(text, "num_hidden_layers", None)
     path, layers = _find_layers(model, family, n if family.layers is None else None, name)
-    attentions, indices = [], []  # a hybrid's state-space or linear-attention layers hold none: no positions there
+    attentions, indices, paths = [], [], []  # a hybrid's state-space or linear-attention layers hold none
     for i, layer in enumerate(layers):
         found = _attention_of(layer, family.attention)
         if found is not None:
             attentions.append(found[1])
             indices.append(i)
+            paths.append(f"{path}.{i}.{found[0]}")
+    _check_causal(attentions, paths, family, name)
     if family.forward is None:
         for attention in {type(a): a for a in attentions}.values():
             if not _calls_interface(attention):
@@ -144,7 +220,9 @@ def find(model: nn.Module) -> Parts:
             raise ValueError(f"posenc.interop.patch: {name}'s apply_rotary_pos_emb, given transformers' rotate_half "
                              "table cat(c, c), rotates neither pairs (i, i + d/2) nor (2i, 2i+1) by its angles "
                              "or their negatives (its own order); posenc cannot reproduce its rotary")
-    return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name), indices, len(layers))
+    readers = rotary_readers(layers, path, attentions) if rotary[1] is not None else []
+    return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name), indices, len(layers),
+                 readers)
 
 
 def _find_rotary(model: nn.Module, family: Family, decoder: nn.Module, name: str) -> tuple[nn.Module, str | None]:
