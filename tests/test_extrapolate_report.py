@@ -57,6 +57,9 @@ def test_report_shows_the_method_contamination_and_nll_by_position(report):
                    "needs seeds", "<th>parameters</th>", "One family per paper", "Detectable effect"):
         assert needle in page, needle
     assert "(indicative" not in page
+    # the kept records' note (posenc.extrapolate.kept; the smoke page's claims name its own lengths, which no
+    # kept set of another profile has: tests/test_extrapolate_kept.py fills a quick page)
+    assert 'id="recorded"' in page and "Refused kept records" not in page
 
 
 @pytest.mark.xdist_group("extrapolate")  # the session fixture `report` is built once per worker: the same worker

@@ -62,6 +62,22 @@ def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
                    help="torch threads per process (default: 1 with parallel jobs, else CPUs / processes)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--executor", metavar="WHERE", type=_executor, default=None,
+                   help="local: worker processes on this machine (--jobs; the default); ray: each run a task on a "
+                        "Ray cluster started here, bound to 127.0.0.1 (or the one RAY_ADDRESS names); ray://HOST:PORT: "
+                        "an existing Ray cluster (pip install 'posenc[cluster]'; docs/guide/benchmark.md#cluster)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print only the plan's estimated cost (CPU-hours, and hours with the workers) and exit")
+
+
+def _executor(text: str) -> str:
+    """``--executor``: local, ray or ray://HOST:PORT (``posenc.extrapolate.cluster.check_executor``)."""
+    if text in ("local", "ray"):
+        return text
+    host, sep, port = text[len("ray://"):].rpartition(":") if text.startswith("ray://") else ("", "", "")
+    if host and sep and port.isdigit() and 0 < int(port) < 65536:
+        return text
+    raise argparse.ArgumentTypeError(f"must be local, ray or ray://HOST:PORT, got {text!r}")
 
 
 def _profile(args: argparse.Namespace):
@@ -160,13 +176,33 @@ def _run_kwargs(args: argparse.Namespace, profile, who: str) -> dict:
     one line naming it, rather than matplotlib's traceback from the benchmark's imports), then
     ``--scheme``, whose check plans the runs with the benchmark's own code."""
     threads, jobs = _positive("--threads", args.threads), _positive("--jobs", args.jobs) or "auto"
+    ray = args.executor not in (None, "local")
+    if ray and args.jobs is not None:
+        raise CLIError(f"--jobs {args.jobs} runs worker processes on this machine; with --executor {args.executor} "
+                       "the cluster's CPUs (or GPUs) decide how many runs go at once: leave --jobs out")
+    if ray and not args.dry_run:
+        try:
+            import ray as _  # noqa: F401
+        except ImportError:
+            raise CLIError(f"--executor {args.executor} needs Ray: pip install 'posenc[cluster]'") from None
+    if args.dry_run:
+        return {"schemes": _schemes(args.schemes, profile), "threads": threads, "jobs": jobs, "device": args.device,
+                "executor": args.executor}
     corpus = _corpus(args.corpus)
     needed = ("matplotlib",  # the figures; tqdm: the progress bars on a terminal; scikit-learn: the digits
               *(("tqdm",) if not args.no_progress and sys.stderr.isatty() else ()),
               *(("scikit-learn",) if "image" in profile.parts else ()))
     require_extra("extrapolate", who, only=needed)
     return {"schemes": _schemes(args.schemes, profile), "corpus": corpus, "threads": threads, "jobs": jobs,
-            "device": args.device, "progress": not args.no_progress}
+            "device": args.device, "progress": not args.no_progress, "executor": args.executor}
+
+
+def _dry_run(kwargs: dict, profile) -> int:
+    """``--dry-run``: the plan's estimated cost, one line on stdout, nothing run or written."""
+    from posenc.extrapolate.driver import estimate_plan
+
+    print(estimate_plan(profile, **kwargs))
+    return 0
 
 
 def _check_context_parallel(method: str, profile, schemes: list[str] | None) -> None:
@@ -194,6 +230,8 @@ def _check_context_parallel(method: str, profile, schemes: list[str] | None) -> 
 def cmd_extrapolate(args: argparse.Namespace) -> int:
     profile = _profile(args)
     kwargs = _run_kwargs(args, profile, "the benchmark")  # checked before --out's folder is created
+    if args.dry_run:
+        return _dry_run(kwargs, profile)
     from posenc.extrapolate.driver import run
     if args.context_parallel is not None:
         _check_context_parallel(args.context_parallel, profile, kwargs["schemes"])
@@ -230,6 +268,8 @@ def command_line(args: argparse.Namespace) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     profile = _profile(args)
     kwargs = _run_kwargs(args, profile, "the report (its benchmark and figures)")  # checked before --out is made
+    if args.dry_run:
+        return _dry_run(kwargs, profile)
     from posenc.extrapolate.report import make_report
     path = make_report(profile, out=Path(_make_folder("--out", args.out)), run_benchmark=not args.no_run,
                        command=command_line(args), **kwargs)

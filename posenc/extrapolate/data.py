@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,7 +247,20 @@ def load_corpus(path: str | None, *, max_bytes: int, seed: int = 0) -> Corpus:
             return b""
 
     named = [(f.relative_to(root).as_posix(), f) for f in files]
-    return _draw(named, read, max_bytes=max_bytes, seed=seed, source=f"stdlib:{root}", doc_cap=doc_cap)
+    return _draw(named, read, max_bytes=max_bytes, seed=seed, source=f"stdlib:{_portable(root)}", doc_cap=doc_cap)
+
+
+def _portable(root: Path) -> str:
+    """The standard library's folder as records name it: relative to the Python installation
+    (``lib/python3.11``), so that a kept record names no path of the machine that wrote it; the
+    corpus itself is identified by its sha256."""
+    try:
+        return root.relative_to(Path(sys.base_prefix).resolve()).as_posix()
+    except ValueError:
+        try:
+            return root.relative_to(Path(sys.base_prefix)).as_posix()
+        except ValueError:
+            return root.name
 
 
 def lcm_lengths(lengths: list[int]) -> int:

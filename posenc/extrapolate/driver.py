@@ -18,6 +18,10 @@ threads on a busy machine can run many times slower than one. Under ``torchrun``
 the runs go one at a time and each run's training is spread over the ranks with DDP, or, with
 ``--context-parallel ring|ulysses``, each rank trains on its shard of every sequence
 (``posenc.extrapolate.context_parallel``).
+
+Parallelism, a cluster: ``--executor ray`` puts the same seed groups behind the same seam as Ray tasks
+(``posenc.extrapolate.cluster``), on a CPU or one GPU each; the driver stays the only writer of the file.
+At its start a run prints its plan's estimated cost (``posenc.extrapolate.costs``).
 """
 
 from __future__ import annotations
@@ -35,25 +39,16 @@ import torch
 from posenc import plugins
 from posenc.environment import available_cpus
 from posenc.extrapolate.distributed import Dist, barrier, broadcast, setup, teardown
-from posenc.extrapolate.parts import PARTS, owner, plan
+from posenc.extrapolate.parts import owner, plan
 from posenc.extrapolate.plan import Log, Run, available_schemes, resolve_scheme, seed_groups
 from posenc.extrapolate.profiles import Profile
 from posenc.extrapolate.results import ResultStore
 from posenc.extrapolate.runs import Context, execute_seeds, summary
+from posenc.extrapolate.worker import keep_heap, lm_data as _lm_data
 
 
 def checkpoints_dir(results: Path) -> Path:
     return results.parent / f"{results.stem}-checkpoints"
-
-
-def _lm_data(profile: Profile, corpus: str | None):
-    """The data the profile's parts share (the language-modelling corpus split; None when no part
-    needs it), its source and hash: the first part's ``load`` that gives something."""
-    for part in PARTS:
-        loaded = part.load(profile, corpus)
-        if loaded is not None:
-            return loaded
-    return None, "", ""
 
 
 def _depends_on(run: Run, profile: Profile, corpus_sha: str) -> str | None:
@@ -76,31 +71,6 @@ def _die_with_parent() -> None:
     libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     if os.getppid() == 1:  # the driver is already gone
         os._exit(1)
-
-
-def keep_heap() -> None:
-    """Linux (glibc): freed memory stays in this process's heap, for the next allocation, instead of
-    going back to the system (``mallopt``: no ``mmap`` below 2 GB, no trimming of the heap's top
-    below 1 GB). Evaluating at 16L allocates and frees the same large score blocks over and over; by
-    default glibc maps each block above its threshold afresh and the kernel zeroes and faults in its
-    pages every time. One evaluation pass at 512 tokens (2 layers, width 64, 32 windows, one thread)
-    went from 453 to 283 ms for KERPLE (system time 149 → 5 ms) and from 848 to 497 ms for CoPE
-    (294 → 3 ms); nothing a run computes changes. The benchmark's processes only (their memory is a
-    few hundred MB); not the library's. So the content kind's trim after each block of rows
-    (``posenc.rowwise.trim_rows``, which bounds the library's memory at long lengths) is off here too."""
-    if not sys.platform.startswith("linux"):
-        return
-    from posenc import rowwise
-
-    rowwise.trim_rows(False)
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, ctypes.c_int(2**31 - 1))  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, ctypes.c_int(2**30))  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):  # another C library (musl): its defaults
-        pass
 
 
 def _init_worker(profile: Profile, corpus: str | None, checkpoints: str, corpus_sha: str, jobs: int,
@@ -132,8 +102,7 @@ def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -
     run when both are to do."""
     import multiprocessing
 
-    keys = {r.key for r in todo}
-    deps = {r.key: d for r in todo if (d := _depends_on(r, ctx.profile, ctx.corpus_sha)) in keys}
+    deps = _deps(ctx, todo)
     pending, finished = seed_groups(todo), set()
     running: dict[Future, list[Run]] = {}
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
@@ -166,6 +135,40 @@ def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -
     pool.shutdown(wait=True)
 
 
+def _deps(ctx: Context, todo: list[Run]) -> dict[str, str]:
+    """A run's key → the key of the run of ``todo`` it needs first (a scaling run: its RoPE model's)."""
+    keys = {r.key for r in todo}
+    return {r.key: d for r in todo if (d := _depends_on(r, ctx.profile, ctx.corpus_sha)) in keys}
+
+
+def _estimate(profile: Profile, runs: list[Run], workers: int) -> str:
+    """The plan's estimated cost (``posenc.extrapolate.costs``), or why there is none."""
+    from posenc.extrapolate import costs
+
+    try:
+        return costs.estimate(profile, runs).line(workers)
+    except (OSError, ValueError, KeyError) as e:  # a damaged costs file stops no benchmark
+        return f"estimate: none ({e})"
+
+
+def estimate_plan(profile: Profile, *, schemes: list[str | dict[str, Any]] | None = None, jobs: int | str = "auto",
+                  threads: int | None = None, device: str | None = None, executor: str | None = None) -> str:
+    """What ``--dry-run`` prints: the estimate of the whole plan, run by ``jobs`` workers (``"auto"``:
+    one per CPU, or per ``threads``; a Ray executor: this machine's CPUs, its cluster unknown until it runs)."""
+    from posenc.extrapolate.cluster import check_executor
+
+    check_executor(executor)
+    names = list(schemes) if schemes else list(available_schemes(profile.schemes, lambda msg: None))
+    runs = plan(profile, names, corpus_sha="", log=lambda msg: None)
+    if device == "cuda" or (device is None and torch.cuda.is_available()):
+        workers = 1 if jobs == "auto" else int(jobs)
+    elif jobs == "auto":
+        workers = max(1, available_cpus() // (threads or 1))
+    else:
+        workers = int(jobs)
+    return _estimate(profile, runs, workers)
+
+
 def _serial(ctx: Context, todo: list[Run]) -> Iterator[dict[str, Any]]:
     if todo:
         keep_heap()
@@ -193,7 +196,8 @@ def _jobs_and_threads(dist: Dist, jobs: int | str, threads: int | None) -> tuple
 def iter_runs(profile: Profile, *, results: str | os.PathLike, schemes: list[str | dict[str, Any]] | None = None,
               corpus: str | None = None, threads: int | None = None, jobs: int | str = 1,
               device: str | None = None, log: Log | None = None, progress: bool = True,
-              run_missing: bool = True, context_parallel: str | None = None) -> Iterator[dict[str, Any]]:
+              run_missing: bool = True, context_parallel: str | None = None,
+              executor: str | None = None) -> Iterator[dict[str, Any]]:
     """Runs every planned run that is not already in ``results`` and yields every record of the
     plan in plan order (finished ones from the file). Rank 0 alone writes the file and yields.
     With ``run_missing=False`` nothing is run: only the plan's finished records are yielded.
@@ -204,13 +208,27 @@ def iter_runs(profile: Profile, *, results: str | os.PathLike, schemes: list[str
     ``context_parallel`` (``"ring"``, ``"ulysses"``; under ``torchrun`` with 2 or more processes):
     each rank trains on its shard of every sequence (``posenc.extrapolate.context_parallel``), what
     the method cannot shard refused before any run.
+
+    ``executor`` (``"ray"``, ``"ray://HOST:PORT"``; None or ``"local"``: ``jobs``): the runs go to a
+    Ray cluster as tasks of ``threads`` CPUs (default 1) or one GPU each (``posenc.extrapolate.cluster``);
+    ``jobs`` is then the cluster's.
+
+    At its start a run says what its plan is estimated to cost (``posenc.extrapolate.costs``).
     """
+    from posenc.extrapolate.cluster import check_executor, is_ray
+
+    on_ray = is_ray(check_executor(executor))
+    if on_ray and (context_parallel is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1):
+        raise ValueError("--executor ray runs each run as a task of its own; it does not run under torchrun")
     dist = setup(device, context_parallel)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     say = log if dist.main else (lambda msg: None)
     try:
-        jobs, threads = _jobs_and_threads(dist, jobs, threads)
-        torch.set_num_threads(threads)
+        if on_ray:
+            jobs, threads = 1, threads or 1
+        else:
+            jobs, threads = _jobs_and_threads(dist, jobs, threads)
+            torch.set_num_threads(threads)
         names = list(schemes) if schemes else list(available_schemes(profile.schemes, say))
         if not names:
             raise ValueError("no schemes to run")
@@ -223,12 +241,30 @@ def iter_runs(profile: Profile, *, results: str | os.PathLike, schemes: list[str
         try:
             done = set(broadcast(sorted(store.records) if store else None, dist))
             todo = [r for r in runs if r.key not in done] if run_missing else []
+            started = False
+            if on_ray and todo:
+                from posenc.extrapolate import cluster
+
+                started = cluster.connect(executor, num_cpus=None, log=say)
+                jobs = cluster.workers(dist.device.type, threads)
             jobs = min(jobs, max(1, len(seed_groups(todo))))
             ctx = Context(profile, dist, checkpoints_dir(results), data, source, sha, threads, say, progress, jobs)
             say(f"posenc extrapolate: profile {profile.name}, {len(runs)} runs, {len(runs) - len(todo)} already in "
-                f"{results}, {len(todo)} to run ({_workers(dist, jobs, threads)})")
-            new = _parallel(ctx, todo, jobs=jobs, corpus=corpus) if jobs > 1 else _serial(ctx, todo)
-            yield from _in_plan_order(runs, store, new, say, progress and dist.main)
+                f"{results}, {len(todo)} to run ({_workers(dist, jobs, threads, on_ray)})")
+            if todo:
+                say(_estimate(profile, todo, jobs))
+            try:
+                if on_ray and todo:
+                    new = cluster.run_on_ray(ctx, todo, executor=executor, corpus=corpus, deps=_deps(ctx, todo),
+                                             plugin_sources=tuple((p.source, p.sha256) for p in plugins.loaded()))
+                else:
+                    new = _parallel(ctx, todo, jobs=jobs, corpus=corpus) if jobs > 1 else _serial(ctx, todo)
+                yield from _in_plan_order(runs, store, new, say, progress and dist.main)
+            finally:
+                if started:
+                    import ray
+
+                    ray.shutdown()
         finally:
             if store is not None:
                 store.close()
@@ -247,7 +283,10 @@ def _check_context_parallel(profile: Profile, runs: list[Run], dist: Dist, say: 
             "sequences are not split)")
 
 
-def _workers(dist: Dist, jobs: int, threads: int) -> str:
+def _workers(dist: Dist, jobs: int, threads: int, on_ray: bool = False) -> str:
+    if on_ray:
+        each = "one GPU" if dist.device.type == "cuda" else f"{threads} CPU{'s' * (threads > 1)}"
+        return f"Ray tasks of {each} each, up to {jobs} at once"
     if dist.context_parallel is not None:
         return (f"{dist.world} processes of {threads} thread{'s' * (threads > 1)}, {dist.device}, each holding a "
                 f"shard of every sequence ({dist.context_parallel})")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from posenc.extrapolate import verdicts as V
 from posenc.extrapolate.stats import ALPHA, Estimate, LMTable, TaskTable, combine, mcnemar_exact
@@ -50,6 +51,7 @@ class Verdict:
     test: ClaimTest | None = None  # the seed-level test (``posenc.extrapolate.verdicts``)
     mde: float | None = None  # detectable |effect − null| at 80% power after the paper's correction
     tests: int = 0  # tested claims in its paper's family
+    recorded: Any = None  # a kept run's verdict, not measured now: its ``kept.Recorded`` (commit, date, machine, command)
 
     @property
     def indicative(self) -> bool:

@@ -43,9 +43,21 @@ def mde_cell(v: Verdict) -> str:
     return "<span class=muted>no test</span>"
 
 
+def recorded_mark(v: Verdict) -> str:
+    """A kept verdict's mark (``posenc.extrapolate.kept``): *recorded*, with where and how, and *stale*
+    where its set-up hash is not today's; empty for a verdict measured now."""
+    r = v.recorded
+    if r is None:
+        return ""
+    stale = (' <span class="stale" title="a record\'s set-up hash differs from today\'s code">stale</span>'
+             if r.stale else "")
+    return (f' <span class="recorded">recorded</span>{stale} <span class=muted>(kept records {e(r.name)}: commit '
+            f"{e(r.commit[:12])}, {e(r.date)}, {e(r.machine)}; measured again by <code>{e(r.command)}</code>)</span>")
+
+
 def verdict_cell(v: Verdict) -> str:
     extra = f" <span class=muted>(p {v.p_holm:.2g} after Holm)</span>" if v.p_holm is not None else ""
-    return status(v.status) + extra
+    return status(v.status) + extra + recorded_mark(v)
 
 
 def verdict_table(verdicts: list[Verdict]) -> str:

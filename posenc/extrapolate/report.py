@@ -24,7 +24,8 @@ from typing import Any
 from posenc import environment
 from posenc.extrapolate import findings, yours
 from posenc.extrapolate.demos import demonstrations
-from posenc.extrapolate.glance import forest_svg, verdict_table
+from posenc.extrapolate.glance import forest_svg, recorded_mark, verdict_table
+from posenc.extrapolate.kept import RECORDS_DIR, fill, load_sets
 from posenc.extrapolate.page import Page, e, number_sections, status
 from posenc.extrapolate.page import table as html_table
 from posenc.extrapolate.parts import PARTS, owner
@@ -38,7 +39,7 @@ def _p(v: findings.Verdict) -> str:
 
 
 def _verdict_cell(v: findings.Verdict) -> str:
-    return status(v.status)
+    return status(v.status) + recorded_mark(v)
 
 
 def _verdicts(verdicts: list[findings.Verdict], settings: dict[str, str]) -> str:
@@ -79,13 +80,14 @@ def _honesty(verdicts: list[findings.Verdict]) -> str:
 
 def _glance(verdicts: list[findings.Verdict]) -> str:
     """The verdicts at a glance: the table (``#verdicts``) and the forest plot (``#forest``)."""
-    tested = [v for v in verdicts if v.test is not None]
+    verdicts_now = [v for v in verdicts if v.recorded is None]  # the forest: this run's tests alone
+    tested = [v for v in verdicts_now if v.test is not None]
     caption = (f"<p class=muted>Forest plot of the {len(tested)} claims with a test: each claim's effect in its "
                "standard errors toward the paper's side (0: no difference, or the margin of a non-inferiority "
                "claim), its 95% interval, and shaded the band its paper's Holm correction leaves undecided "
                "(its first step). Green: agrees; red: disagrees; amber: no clear difference.</p>")
     return ('<h3 id="at-a-glance">The verdicts at a glance</h3>' + verdict_table(verdicts)
-            + f"<figure>{forest_svg(verdicts)}<figcaption>{caption}</figcaption></figure>")
+            + f"<figure>{forest_svg(verdicts_now)}<figcaption>{caption}</figcaption></figure>")
 
 
 def _method(profile: Profile) -> str:
@@ -219,6 +221,9 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
     pooled = [dataclasses.replace(v, pool=v.pool or part.name or "lm") for part, s in zip(PARTS, sections)
               for v in s.verdicts]
     verdicts = findings.adjust(pooled)
+    kept_sets = meta.get("kept_sets")
+    if kept_sets is not None:  # the claims not measured now: the kept verdicts, marked (posenc.extrapolate.kept)
+        verdicts = fill(verdicts, kept_sets[0], include_smoke=profile.name == "smoke")
     settings = {src: text for s in sections for src, text in s.sources.items()}
     meta["render_seconds"] = time.perf_counter() - meta["render_start"]
     meta["wall_seconds"] = time.perf_counter() - meta["start"]
@@ -229,7 +234,8 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
                  "scaling claims and Jamba's are measured on these runs.</p>")
     summary = Page()
     summary.add("<h2 id=\"summary\">Summary: the papers' claims against this run</h2>" + arch_note
-                + _kept_note(meta.get("kept", [])) + _glance(verdicts)
+                + _kept_note(meta.get("kept", [])) + _recorded_note(verdicts, meta.get("kept_sets"))
+                + _glance(verdicts)
                 + "".join(s.summary for s in sections) + '<h3 id="verdict-details">Every verdict, with what was '
                 "measured</h3>" + _verdicts(verdicts, settings) + _honesty(verdicts) + _method(profile))
     numbered, toc = number_sections(summary.parts + body.parts)
@@ -257,6 +263,29 @@ def kept_records(path: Path, profile: Profile, planned: list[dict[str, Any]]) ->
     return list(out.values())
 
 
+def _recorded_note(verdicts: list[findings.Verdict], kept_sets) -> str:
+    """``#recorded``: how many claims the page shows from kept records, which are stale, which sets were refused."""
+    if kept_sets is None:
+        return ""
+    sets, refused = kept_sets
+    shown = [v for v in verdicts if v.recorded is not None]
+    stale = [v for v in shown if v.recorded.stale]
+    missing = sum(v.status == "not measured" for v in verdicts)
+    items = "".join(f"<li>{e(k.name)}: {len(k.records)} records, commit {e(str(k.provenance['commit'])[:12])}, "
+                    f"{e(k.provenance['date'])}, {e(k.recorded().machine)}, {k.provenance['wall_seconds']:.0f} s wall, "
+                    f"{k.provenance['cpu_seconds']:.0f} s CPU; <code>{e(k.provenance['command'])}</code>"
+                    + (f' — <span class="stale">stale</span>: {len(k.stale)} record(s) whose set-up hash today\'s '
+                       "plan of that command lacks" if k.stale else "") + "</li>" for k in sets)
+    refusals = "".join(f'<li class="refused">{e(r)}</li>' for r in refused)
+    return (f'<p class="note" id="recorded">{len(shown)} claim(s) not measured by this run are shown from kept '
+            f"records, marked <i>recorded</i> with their commit, date, machine and the command that measures them "
+            f"again ({len(stale)} <i>stale</i>: their set-up differs from today's code); {missing} claim(s) remain not "
+            "measured. Kept records are results exactly as a run wrote them (posenc/extrapolate/records, "
+            "docs/guide/benchmark.md#kept-records).</p>"
+            + (f"<ul class=muted>{items}</ul>" if items else "")
+            + (f"<p class=note>Refused kept records:</p><ul>{refusals}</ul>" if refusals else ""))
+
+
 def _kept_names(kept: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(r.get("label", "?") for r in kept))
 
@@ -277,11 +306,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benchmark: bool = True,
-                log: Callable[[str], None] | None = None, command: str | None = None, **run_kw: Any) -> Path | None:
+                log: Callable[[str], None] | None = None, command: str | None = None,
+                records_dir: str | os.PathLike | None = RECORDS_DIR, **run_kw: Any) -> Path | None:
     """Runs (or reuses) the benchmark into ``out/results.jsonl`` and writes ``out/index.html``.
 
     ``command``: the command line shown in the page's header (the CLI's, every flag); returns
-    the page's path (None on ranks other than 0 under torchrun).
+    the page's path (None on ranks other than 0 under torchrun). ``records_dir``: the kept records
+    that show the claims this run does not measure (``posenc.extrapolate.kept``; None: none).
     """
     from posenc.extrapolate.driver import iter_runs
     from posenc.extrapolate.results import load
@@ -308,7 +339,8 @@ def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benc
     render_start = time.perf_counter()
     meta = {"start": start, "render_start": render_start, "bench_seconds": render_start - start,
             "new": sum(r["key"] not in before for r in records), "reused": sum(r["key"] in before for r in records),
-            "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command, "kept": kept}
+            "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command, "kept": kept,
+            "kept_sets": load_sets(records_dir) if records_dir is not None else None}
     page = render(profile, records, meta)
     (out / "figures").mkdir(exist_ok=True)
     for name, data in page.figures.items():

@@ -73,12 +73,15 @@ def execute(ctx: Context, run: Run, part: Part) -> dict[str, Any]:
 def execute_seeds(ctx: Context, runs: list[Run], part: Part) -> list[dict[str, Any]]:
     """Runs ``runs``, the seeds of one configuration (``plan.seed_groups``), together
     (``part.execute_seeds``); returns one record per seed, as ``execute`` writes it. ``seconds``
-    and ``train_seconds`` are each seed's share of the group's time."""
+    and ``train_seconds`` are each seed's share of the group's time; ``cpu_seconds`` its share of the
+    process's CPU time (``time.process_time``: every thread of this process, what the run cost however
+    loaded the machine was; ``posenc.extrapolate.costs`` estimates a plan's time from it)."""
     if len({r.config for r in runs}) != 1:
         raise ValueError("execute_seeds takes the runs of one configuration (they may differ by seed only)")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     bodies = part.execute_seeds(ctx, runs)
     seconds = (time.perf_counter() - t0) / len(runs)
+    cpu_seconds = (time.process_time() - c0) / len(runs)
     corpus = {"source": ctx.corpus_source, "sha256": ctx.corpus_sha} if ctx.corpus_sha else None
     if corpus is not None and part.split_in_record and ctx.data is not None and ctx.data.info:
         corpus["split"] = {k: v for k, v in ctx.data.info.items() if k not in ("source", "heldout_names")}
@@ -87,7 +90,7 @@ def execute_seeds(ctx: Context, runs: list[Run], part: Part) -> list[dict[str, A
              "settings": run.settings,
              **({"plugin": origin} if (origin := plugins.record_field(run.spec)) else {}),
              "corpus": corpus, **body, "seconds": round(seconds, 2),
-             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx, run)}
+             "cpu_seconds": round(cpu_seconds, 2), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "env": _environment(ctx, run)}
             for run, body in zip(runs, bodies)]
 
 
