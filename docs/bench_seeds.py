@@ -19,12 +19,12 @@ import time
 
 import torch
 
-from posenc.extrapolate import tasks as T
+from posenc.extrapolate import task_generators as T
 from posenc.extrapolate import vision
 from posenc.extrapolate.distributed import Dist
 from posenc.extrapolate.model import TinyGPT
 from posenc.extrapolate.parts import time as timepart
-from posenc.extrapolate.parts.image import runs as image
+from posenc.extrapolate.parts.image import image_runs as image
 from posenc.extrapolate.parts.tasks import task_max_positions
 from posenc.extrapolate.plan import resolve_scheme
 from posenc.extrapolate.profiles import get_profile

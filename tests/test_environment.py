@@ -84,7 +84,7 @@ def test_bench_meta_and_extrapolation_env_come_from_the_capture(monkeypatch):
 
 
 def test_the_report_shows_the_capture(monkeypatch):
-    from posenc.extrapolate.page import Page
+    from posenc.stats.page_parts import Page
     from posenc.extrapolate.profiles import PROFILES
     from posenc.extrapolate.report import _environment_section
 

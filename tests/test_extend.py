@@ -184,7 +184,7 @@ def test_unknown_method_in_the_api_names_the_choices(tiny):
 
 
 def test_the_report_part_lists_the_claims_or_reads_a_run(whole):
-    from posenc.extrapolate.page import Page
+    from posenc.stats.page_parts import Page
     from posenc.extrapolate.parts import PARTS, owner
     from posenc.extrapolate.profiles import get_profile
 

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from posenc.extend import verdicts as EV
-from posenc.extrapolate import verdicts as V
-from posenc.extrapolate.findings import MARGIN
+from posenc.stats import procedure as V
+from posenc.stats.findings import MARGIN
 
 METHODS = ["none", "linear", "ntk", "dynamic", "yarn", "llama3"]
 CONTEXT, PASSAGES, GRIDS = 1024, 3, 300  # 300 grids: 2.5 s; the rates of 3000 are in docs/guide/extend.md

@@ -17,7 +17,7 @@ import pytest
 
 from posenc.cli import main
 from posenc.extrapolate import cluster
-from posenc.extrapolate.results import load
+from posenc.stats.results import load
 
 pytestmark = pytest.mark.xdist_group("cluster")
 

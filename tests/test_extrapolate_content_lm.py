@@ -10,8 +10,8 @@ import zlib
 
 import numpy as np
 
-from posenc.extrapolate import findings
-from posenc.extrapolate.page import Page
+from posenc.stats import findings
+from posenc.stats.page_parts import Page
 from posenc.extrapolate.parts import plan
 from posenc.extrapolate.parts import lm as T
 from posenc.extrapolate.profiles import CONTENT_LM_ROWS, DEFAULT_SCHEMES, PROFILES, content_lm_rows, with_overrides

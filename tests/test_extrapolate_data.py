@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.extrapolate import stats
-from posenc.extrapolate import tasks as T
+from posenc.stats import estimates as stats
+from posenc.extrapolate import task_generators as T
 from posenc.extrapolate.data import (DOC_BYTES, HELDOUT_DOCS, Corpus, Document, lcm_lengths, load_corpus, overlap,
                                      split, stdlib_files, substring_hashes, windows)
 from posenc.extrapolate.distributed import Dist

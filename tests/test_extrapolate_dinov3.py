@@ -10,7 +10,7 @@ import torch
 from posenc.encodings.dinov3 import dinov3_coordinates
 from posenc.extrapolate.accuracy import AccuracyTable
 from posenc.extrapolate.parts.image import claims as C
-from posenc.extrapolate.parts.image import runs as R
+from posenc.extrapolate.parts.image import image_runs as R
 from posenc.extrapolate.profiles import PROFILES
 
 SMOKE = PROFILES["smoke"].image

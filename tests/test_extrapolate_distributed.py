@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from posenc.cli import main
-from posenc.extrapolate.results import load
+from posenc.stats.results import load
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = ["extrapolate", "--profile", "smoke", "--threads", "1", "--jobs", "1", "--no-progress",

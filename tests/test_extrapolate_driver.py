@@ -17,7 +17,7 @@ import pytest
 
 from posenc.cli import main
 from posenc.extrapolate.profiles import PROFILES
-from posenc.extrapolate.results import load
+from posenc.stats.results import load
 
 SMOKE = PROFILES["smoke"]
 ARGS = ["--profile", "smoke", "--threads", "1", "--no-progress"]

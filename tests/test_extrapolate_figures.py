@@ -23,7 +23,7 @@ from posenc.extrapolate.parts.image.claims import image_figure
 from posenc.extrapolate.parts.lm import CONTENT_PLAYERS, PATTERN
 from posenc.extrapolate.parts.time import time_figure
 from posenc.extrapolate.profiles import DEFAULT_SCHEMES
-from posenc.extrapolate.stats import Cell, LMTable, TaskTable
+from posenc.stats.estimates import Cell, LMTable, TaskTable
 
 LABELS = [*DEFAULT_SCHEMES, *CONTENT_PLAYERS, PATTERN, HYBRID_NOPE, HYBRID_ROPE]  # 16 rows
 L = 32

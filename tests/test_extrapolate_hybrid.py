@@ -9,9 +9,9 @@ import re
 
 import numpy as np
 
-from posenc.extrapolate import stats
+from posenc.stats import estimates as stats
 from posenc.extrapolate.parts import hybrid
-from posenc.extrapolate.page import Page
+from posenc.stats.page_parts import Page
 from posenc.extrapolate.parts.hybrid import hybrid_section as _hybrid_section
 
 L, LONG, BLOCKS = 32, 128, 40

@@ -137,8 +137,8 @@ def test_a_page_shows_a_kept_verdict_marked_recorded_never_as_fresh():
 def test_the_quick_page_shows_pope_and_fope_recorded_from_the_kept_set():
     """The quick profile's own page (``make report``) without PoPE's and FoPE's runs, as it is: its lm
     section leaves their claims not measured, and the kept quick set fills them, marked recorded."""
-    from posenc.extrapolate import findings
-    from posenc.extrapolate.page import Page
+    from posenc.stats import findings
+    from posenc.stats.page_parts import Page
     from posenc.extrapolate.parts import PARTS
     from posenc.extrapolate.profiles import get_profile
 

@@ -8,12 +8,12 @@ import dataclasses
 
 import numpy as np
 
-from posenc.extrapolate import stats
+from posenc.stats import estimates as stats
 from posenc.extrapolate.parts import plan
 from posenc.extrapolate.parts import lm as T
 from posenc.extrapolate.parts import scaling as S
 from posenc.extrapolate.profiles import LENGTH_LM_ROWS, PROFILES, with_overrides
-from posenc.extrapolate.stats import LMTable
+from posenc.stats.estimates import LMTable
 
 QUIET = {"corpus_sha": "0", "log": lambda msg: None}
 

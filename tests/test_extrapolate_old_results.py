@@ -16,7 +16,7 @@ from pathlib import Path
 
 from posenc.extrapolate.profiles import PROFILES
 from posenc.extrapolate.report import render
-from posenc.extrapolate.results import load
+from posenc.stats.results import load
 
 DATA = Path(__file__).parent / "data"
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARK = ROOT / "posenc" / "extrapolate"
 
@@ -56,23 +58,28 @@ def test_section_numbers_come_from_the_page():
 
 def test_each_parts_module_class_and_name_agree():
     """Module name = class name = part name (``parts.lm.LM`` is the part ``"lm"``), one name per
-    part; the former module names ``parts.text`` and ``parts.scalings`` are the modules
-    ``parts.lm`` and ``parts.scaling`` themselves."""
+    part, one module per name: the former module names ``parts.text`` and ``parts.scalings`` are
+    gone. ``PART_NAMES`` is the one list of the names a user picks: ``PARTS`` holds exactly those,
+    in that order, besides the two that add rows to others (hybrid, structure), and the profiles'
+    default parts are derived from it."""
     import importlib
 
     from posenc.extrapolate import PART_NAMES
-    from posenc.extrapolate.parts import PARTS, lm, scaling
+    from posenc.extrapolate.parts import PARTS
+    from posenc.extrapolate.profiles import DEFAULT_PARTS, PROFILES
 
     for part in PARTS:
         module = type(part).__module__.rsplit(".", 1)[1]
         assert module == part.name == type(part).__name__.lower(), (module, type(part).__name__, part.name)
     names = [p.name for p in PARTS]
     assert len(set(names)) == len(names) and set(PART_NAMES) <= set(names)
-    assert importlib.import_module("posenc.extrapolate.parts.text") is lm
-    assert importlib.import_module("posenc.extrapolate.parts.scalings") is scaling
-    from posenc.extrapolate.parts.text import ppl_table
-
-    assert ppl_table is lm.ppl_table
+    assert [n for n in names if n in PART_NAMES] == list(PART_NAMES)
+    assert set(names) - set(PART_NAMES) == {"hybrid", "structure"}
+    assert DEFAULT_PARTS == tuple(n for n in PART_NAMES if n != "pretrained")
+    assert set(PROFILES["full"].parts) == set(PART_NAMES)
+    for former in ("text", "scalings"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"posenc.extrapolate.parts.{former}")
 
 
 def test_the_structured_rows_join_their_parts_through_extend_as_the_hybrid_rows_do():

@@ -144,7 +144,7 @@ def test_an_os_error_on_out_exits_2_with_one_line(tmp_path, capsys):
 def test_scalings_are_compared_with_their_base_run_under_its_own_label():
     # `--scheme rope:base=500`: the LM run is labelled "rope (base=500)", not "rope"
     from posenc.extrapolate.parts.scaling import scaling_section
-    from posenc.extrapolate.page import Page
+    from posenc.stats.page_parts import Page
 
     spec = {"scheme": "rope", "head_dim": 8, "base": 500.0}
 
@@ -203,7 +203,7 @@ def test_report_opens_with_the_verdicts_at_a_glance_and_a_table_of_contents(repo
 def test_the_glance_table_and_forest_on_the_issues_three_seed_numbers():
     """Today's three-seed numbers of issue 27 (mean ± SE): each row at 5+ SE decided, one at
     ~1 SE unclear; the table's cells and the forest's points say so."""
-    from posenc.extrapolate import findings
+    from posenc.stats import findings
     from posenc.extrapolate.glance import forest_svg, verdict_table
 
     def seeds(mean, se, sign):
@@ -231,7 +231,7 @@ def test_the_demonstrations_are_drawn_once_per_process(monkeypatch):
     """A second report adds the section the first one drew (it depends on posenc alone); a section
     that drew with an error is shown and drawn again by the next report."""
     from posenc.extrapolate import demos
-    from posenc.extrapolate.page import Page
+    from posenc.stats.page_parts import Page
 
     drawn = []
 

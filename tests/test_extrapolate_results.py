@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from posenc.extrapolate.results import ResultStore, load
+from posenc.stats.results import ResultStore, load
 
 
 def _rec(key: str, **kw) -> dict:

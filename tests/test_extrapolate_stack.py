@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posenc.extrapolate import vision
-from posenc.extrapolate.parts.image import runs as image
+from posenc.extrapolate.parts.image import image_runs as image
 from posenc.extrapolate.distributed import Dist
 from posenc.extrapolate.model import GPTConfig, TinyGPT
 from posenc.extrapolate.plan import resolve_scheme
@@ -143,7 +143,7 @@ def test_a_runs_seeds_trained_together_record_what_each_alone_records(tmp_path, 
     their fields, one per seed."""
     from posenc.cli import main
     from posenc.extrapolate import stack
-    from posenc.extrapolate.results import load
+    from posenc.stats.results import load
 
     monkeypatch.setattr(stack, "STACK_DEVICES", ("cpu",))
 

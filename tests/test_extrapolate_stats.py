@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from posenc.extrapolate import findings, stats, verdicts
+from posenc.stats import findings, estimates as stats, procedure as verdicts
 from posenc.extrapolate.parts import tasks as task_part
 from posenc.extrapolate.parts import lm as text
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import posenc
-from posenc.extrapolate import structured
-from posenc.extrapolate import tasks as T
+from posenc.extrapolate import structured_positions as structured
+from posenc.extrapolate import task_generators as T
 from posenc.extrapolate.model import GPTConfig, TinyGPT
-from posenc.extrapolate.page import Page
+from posenc.stats.page_parts import Page
 from posenc.extrapolate.parts import plan
 from posenc.extrapolate.parts import structure as S
 from posenc.extrapolate.profiles import BIPE_ROWS, PROFILES, ScalingSettings
@@ -200,7 +200,7 @@ def test_the_text_claims_are_decided_on_three_seeds():
     records = [_lm_record(lab, a, b, seed, spec=spec, part=part, variant=variant)
                for seed in (0, 1, 2) for lab, a, b, spec, part, variant in rows]
     page = Page()
-    from posenc.extrapolate import findings
+    from posenc.stats import findings
 
     verdicts = findings.adjust(S.PART.section(page, records, PROFILES["quick"]).verdicts)
     got = {v.claim: v.status for v in verdicts if v.source in (S.HE, S.ZHANG)}
@@ -249,7 +249,7 @@ def test_the_task_claims_are_decided_on_three_seeds():
                 for lab, p, variant in (("rope", 0.2, None),
                                         ("rope + randomized", 0.8, {"positions": "randomized", "max_positions": 64}))]
     page = Page()
-    from posenc.extrapolate import findings
+    from posenc.stats import findings
 
     verdicts = findings.adjust(S.PART.section(page, records, PROFILES["full"]).verdicts)
     got = {v.claim: v.status for v in verdicts if v.source in (S.MCLEISH, S.CHO, S.RUOSS)}

@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from posenc.extrapolate import stats
-from posenc.extrapolate import tasks as T
+from posenc.stats import estimates as stats
+from posenc.extrapolate import task_generators as T
 from posenc.extrapolate.parts import tasks as task_part
 from posenc.extrapolate.profiles import PROFILES, settings_hash, with_overrides
 
@@ -230,7 +230,7 @@ def test_quick_leaves_the_tasks_out_and_on_request_trains_both_groups_on_three_s
 
 
 def test_a_page_without_the_tasks_lists_their_claims_with_the_command_that_measures_them():
-    from posenc.extrapolate.page import Page
+    from posenc.stats.page_parts import Page
 
     page = Page()
     verdicts = task_part.task_section(page, [])

@@ -16,9 +16,9 @@ from posenc.extrapolate import accuracy
 from posenc.extrapolate.parts import image
 from posenc.extrapolate.parts.image import claims as image_claims
 from posenc.extrapolate.parts import time as time_part
-from posenc.extrapolate.page import Page
+from posenc.stats.page_parts import Page
 from posenc.extrapolate.profiles import PROFILES
-from posenc.extrapolate.results import load
+from posenc.stats.results import load
 
 SMOKE = PROFILES["smoke"]
 ARGS = ["--profile", "smoke", "--threads", "1", "--no-progress", "--jobs", "1"]
@@ -112,15 +112,15 @@ def test_paired_difference_matches_its_closed_form():
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 2, (3, 50)), rng.integers(0, 2, (3, 50))
     bits = [["".join(map(str, row)) for row in x] for x in (a, b)]
-    d = accuracy.paired(bits[0][:1], bits[1][:1])
+    d = accuracy.paired_examples(bits[0][:1], bits[1][:1])
     diff = (a[0] - b[0]).astype(float)
     assert math.isclose(d.mean, diff.mean()) and math.isclose(d.se, diff.std(ddof=1) / math.sqrt(50))
-    d3 = accuracy.paired(*bits)
+    d3 = accuracy.paired_examples(*bits)
     per = (a - b).mean(axis=0)
     seeds = (a - b).mean(axis=1)
     se = math.sqrt(per.var(ddof=1) / 50 + seeds.var(ddof=1) / 3)
     assert math.isclose(d3.mean, per.mean()) and math.isclose(d3.se, se) and d3.seeds == 3
-    assert accuracy.paired(bits[0][:1], bits[1][:2]) is None and accuracy.paired(["01"], ["011"]) is None
+    assert accuracy.paired_examples(bits[0][:1], bits[1][:2]) is None and accuracy.paired_examples(["01"], ["011"]) is None
 
 
 def _flip(bits: str, seed: int) -> str:

@@ -39,6 +39,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tools on the library: SPEC strings, plugins (the user's schemes), the transformers patch, analysis, figures, "
      "the demo, the explorer",
      ("posenc.spec", "posenc.plugins", "posenc.interop.patching", "posenc.analysis", "posenc.plot", "posenc.demo", "posenc.explorer")),
+    ("the statistics both benchmarks share: distributions, verdicts, the pages' parts, the results store",
+     ("posenc.stats",)),
     ("the benchmarks, a pretrained model extended", ("posenc.bench", "posenc.extrapolate", "posenc.extend")),
     ("the command line", ("posenc.cli", "posenc.commands", "posenc.__main__")),
 )
@@ -170,6 +172,34 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+def test_the_two_benchmarks_import_nothing_of_each_other():
+    """``posenc.extend`` and ``posenc.extrapolate`` share their statistics through ``posenc.stats``,
+    never through each other (imports inside functions included), except ``extrapolate``'s
+    ``pretrained`` part, which reads what ``posenc extend`` wrote."""
+    known = modules()
+    crossing = [f"{a} imports {b} at line {line}" for a, b, line in imports(known)
+                if a.startswith("posenc.extend") and b.startswith("posenc.extrapolate")]
+    assert not crossing, "extend imports extrapolate:\n" + "\n".join(crossing)
+    shared = [f"{a} imports {b} at line {line}" for a, b, line in imports(known)
+              if a.startswith("posenc.stats") and b.startswith(("posenc.extend", "posenc.extrapolate"))]
+    assert not shared, "posenc.stats imports a benchmark:\n" + "\n".join(shared)
+
+
+def test_no_two_modules_of_the_benchmarks_share_a_name_or_define_one_statistic_twice():
+    """Across ``posenc.extend``, ``posenc.extrapolate`` and ``posenc.stats`` a module's last name says
+    which one it is (no ``tasks.py`` beside ``parts/tasks.py``), and ``paired`` and ``Cell`` each have
+    one definition."""
+    benchmark = [m for m in modules() if m.startswith(("posenc.extend", "posenc.extrapolate", "posenc.stats"))]
+    last = [m.rsplit(".", 1)[1] for m in benchmark]
+    shared = sorted({n for n in last if last.count(n) > 1})
+    assert not shared, "module names used twice: " + ", ".join(
+        f"{n} ({', '.join(m for m in benchmark if m.rsplit('.', 1)[1] == n)})" for n in shared)
+    for name in ("paired", "Cell"):
+        where = [m for m in benchmark for node in ast.parse(modules()[m].read_text(encoding="utf-8")).body
+                 if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name]
+        assert len(where) == 1, f"{name} is defined in {where}"
 
 
 def test_the_static_checks_catch_an_upward_import(tmp_path, monkeypatch):

@@ -108,8 +108,9 @@ def test_the_example_module_equals_its_reference():
 def test_the_page_compares_a_plugin_scheme_with_each_baseline_by_the_claims_procedure():
     """``yours.comparisons`` decides with ``verdicts.decide`` (pool and Holm over one scheme's
     comparisons): a clear gain on three seeds is "agrees", with a detectable effect."""
-    from posenc.extrapolate import findings, verdicts, yours
-    from posenc.extrapolate.stats import LMTable, combine, paired
+    from posenc.extrapolate import yours
+    from posenc.stats import findings, procedure as verdicts
+    from posenc.stats.estimates import LMTable, combine, paired
 
     rng = np.random.default_rng()
     lengths, seeds, blocks = [16, 32, 64], (0, 1, 2), 40

@@ -1,4 +1,4 @@
-"""The verdict procedure (``posenc.extrapolate.verdicts``) tested like a kernel: on simulated
+"""The verdict procedure (``posenc.stats.procedure``) tested like a kernel: on simulated
 results whose truth is known (no training). Calibration with no true effect, power at the
 detectable effect the procedure states, validity when the rows' seeds disagree, the issue's
 three-seed numbers decided, and no verdict on fewer than three seeds."""
@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from posenc.extrapolate import verdicts as V
-from posenc.extrapolate.stats import t_critical, t_two_sided_p
+from posenc.stats import procedure as V
+from posenc.stats.estimates import t_critical, t_two_sided_p
 
 ROWS, SEEDS = 8, 3
 FAMILIES = ["a"] * 5 + ["b"] * 3  # two papers of one part: 5 claims and 3

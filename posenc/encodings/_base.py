@@ -139,7 +139,7 @@ class PositionalEncoding(nn.Module):
     """For a ``structured`` scheme, the structure of a text its positions come from: ``"segments"``
     (BiPE: ``(segment, offset)`` of the lines) or ``"lines"`` (HiRoPE: ``(line, token)``); None
     for text positions ``0..L-1``. The benchmark's language models read it
-    (``posenc.extrapolate.structured.for_spec``)."""
+    (``posenc.extrapolate.structured_positions.for_spec``)."""
     position_table: bool = False
     """True for a table with a row per position (the learned table): it cannot run past its rows,
     and on an image it takes the training grid's size and is resized to another grid."""

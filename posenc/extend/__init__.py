@@ -141,7 +141,7 @@ def _measure_and_write(folder, grid, tokenizer, documents, tokens, windows, out:
     import torch
 
     from posenc.extend import run, scope, sources
-    from posenc.extrapolate.results import ResultStore
+    from posenc.stats.results import ResultStore
 
     if threads is not None:
         torch.set_num_threads(threads)

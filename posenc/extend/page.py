@@ -14,7 +14,7 @@ import numpy as np
 
 from posenc.extend.methods import LENGTH_DEPENDENT
 from posenc.extend.verdicts import claims, measured_by, shown_methods
-from posenc.extrapolate.page import Page, status, table
+from posenc.stats.page_parts import Page, status, table
 
 e = html.escape
 
@@ -157,7 +157,7 @@ def write_page(out: Path, settings: dict[str, Any], records: list[dict[str, Any]
              "".join(f"<li>{_scope_html(line)}</li>" for line in decides) + "</ul>")
     page.add("<h2 id=verdicts>Verdicts</h2>")
     page.add("<p>Each perplexity claim's effect per passage (the unit: a pretrained model has no seeds), the "
-             "report's test (posenc.extrapolate.verdicts) on the spread between its own passages, Holm per paper; "
+             "report's test (posenc.stats.procedure) on the spread between its own passages, Holm per paper; "
              "passkey claims by McNemar's exact test on the paired prompts. The effect with its 95% interval, the "
              "detectable effect (80% power), the adjusted p, the passages (or prompts) behind it.</p>")
     page.add(table(["source", "claim", "measured", "verdict", "effect", "detectable", "p (Holm)", "units"],
@@ -238,7 +238,7 @@ def _scope_html(line: str) -> str:
 
 def render(out: str | Path) -> Path:
     """Redraws ``out/index.html`` from the records there (a run in progress, or stopped)."""
-    from posenc.extrapolate.results import load
+    from posenc.stats.results import load
 
     out = Path(out)
     settings = json.loads((out / "settings.json").read_text(encoding="utf-8"))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc.extend.methods import METHODS
-from posenc.extrapolate.verdicts import MIN_SEEDS
+from posenc.stats.procedure import MIN_SEEDS
 
 DEFAULTS = {"passages": 3, "trials": 1, "bucket": 1024}
 

@@ -1,9 +1,9 @@
 """The papers' claims on a pretrained model, tested with the report's procedure, the passage as the unit.
 
 A pretrained model has no seeds: what varies between replications is the text. Each claim's
-evidence (``posenc.extrapolate.verdicts.Evidence``) is its effect on each passage (paired: both
+evidence (``posenc.stats.procedure.Evidence``) is its effect on each passage (paired: both
 sides on the same tokens), with the passage's own standard error from its 64-token blocks (HAC);
-``posenc.extrapolate.findings.adjust`` tests it on the spread between its passages and corrects with
+``posenc.stats.findings.adjust`` tests it on the spread between its passages and corrects with
 Holm per paper, stating each effect's interval and detectable effect. A verdict needs 3 passages
 (``MIN_SEEDS``).
 
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from posenc.extrapolate.findings import MARGIN, Verdict, adjust, seed_verdict
-from posenc.extrapolate.stats import hac_se, mcnemar_exact
-from posenc.extrapolate.verdicts import ALPHA, MIN_SEEDS, NEEDS_SEEDS, UNCLEAR, Evidence, holm
+from posenc.stats.findings import MARGIN, Verdict, adjust, seed_verdict
+from posenc.stats.estimates import hac_se, mcnemar_exact
+from posenc.stats.procedure import ALPHA, MIN_SEEDS, NEEDS_SEEDS, UNCLEAR, Evidence, holm
 
 BLOCK = 64  # tokens per block of a passage's standard error
 PPL_POOL, PASSKEY_POOL = "pretrained-ppl", "pretrained-passkey"
@@ -204,7 +204,7 @@ def from_folder(out: Path) -> list[Verdict] | None:
     """The claims (each decided alone) of the ``posenc extend`` run in ``out`` (None: no run there)."""
     import json
 
-    from posenc.extrapolate.results import load
+    from posenc.stats.results import load
 
     if not (out / "settings.json").is_file():
         return None

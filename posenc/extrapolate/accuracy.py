@@ -6,8 +6,8 @@ variants on the same test images (or one model at two grids, or one model with i
 positions) are compared image by image: ``d_i = correct_a(i) − correct_b(i)``, the mean over
 images with ``SE = sd(d) / √n``; with several seeds the per-image differences are averaged over
 seeds and the spread of the seeds' means is added, ``SE² = SE_images² + sd(seeds)² / S`` (as
-``posenc.extrapolate.stats`` does for perplexity blocks). A verdict rests on the seeds' values
-(``per_seed``, the seed-level test of ``posenc.extrapolate.verdicts``); the descriptive tables
+``posenc.stats.estimates`` does for perplexity blocks). A verdict rests on the seeds' values
+(``per_seed``, the seed-level test of ``posenc.stats.procedure``); the descriptive tables
 call a difference beyond two standard errors.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from posenc.extrapolate.findings import Verdict, tested
-from posenc.extrapolate.page import e
-from posenc.extrapolate.stats import t_two_sided_p
+from posenc.stats.findings import Verdict, tested
+from posenc.stats.page_parts import e
+from posenc.stats.estimates import t_two_sided_p
 
 @dataclass(frozen=True)
 class Diff:
@@ -39,7 +39,7 @@ class Diff:
         return t_two_sided_p((self.mean - null) / self.se, float(self.seeds - 1) if self.seeds > 1 else math.inf)
 
 
-def paired(a: list[str], b: list[str]) -> Diff | None:
+def paired_examples(a: list[str], b: list[str]) -> Diff | None:
     """``mean(correct_a − correct_b)`` over the same examples, ``a`` and ``b`` the per-seed ``bits``
     strings in the same seed order (None when they do not pair up)."""
     if not a or len(a) != len(b) or any(len(x) != len(y) or not x for x, y in zip(a, b)):
@@ -55,7 +55,7 @@ def paired(a: list[str], b: list[str]) -> Diff | None:
 
 
 @dataclass(frozen=True)
-class Cell:
+class AccuracyCell:
     accuracy: float  # mean over seeds (every seed has the same examples)
     se: float  # binomial over examples, plus the seed spread
     bits: list[str]  # per seed, in seed order
@@ -80,7 +80,7 @@ class AccuracyTable:
                 if col not in self.columns:
                     self.columns.append(col)
                 rows.setdefault((rec["label"], col), []).append((rec["seed"], row))
-        self.cells: dict[tuple[str, Any], Cell] = {}
+        self.cells: dict[tuple[str, Any], AccuracyCell] = {}
         for key, found in rows.items():
             found.sort(key=lambda x: x[0])
             accs = np.array([r["accuracy"] for _, r in found])
@@ -88,17 +88,17 @@ class AccuracyTable:
             p = float(accs.mean())
             seed_sd = float(accs.std(ddof=1)) if accs.size > 1 else 0.0
             se = math.sqrt(p * (1 - p) / max(n, 1) + seed_sd**2 / accs.size)
-            self.cells[key] = Cell(p, se, [r.get("bits", "") for _, r in found])
+            self.cells[key] = AccuracyCell(p, se, [r.get("bits", "") for _, r in found])
 
-    def get(self, label: str, column: Any) -> Cell | None:
+    def get(self, label: str, column: Any) -> AccuracyCell | None:
         return self.cells.get((label, column))
 
     def diff(self, a: tuple[str, Any], b: tuple[str, Any]) -> Diff | None:
         ca, cb = self.get(*a), self.get(*b)
-        return None if ca is None or cb is None else paired(ca.bits, cb.bits)
+        return None if ca is None or cb is None else paired_examples(ca.bits, cb.bits)
 
 
-def accuracy_cell(c: Cell | None, reason: str | None) -> str:
+def accuracy_cell(c: AccuracyCell | None, reason: str | None) -> str:
     if c is None:
         return "—" if reason is None else f'<span class=muted title="{e(reason)}">cannot run</span>'
     return f"{c.accuracy:.3f} <span class=muted>± {c.se:.3f}</span>"
@@ -127,4 +127,4 @@ def finish_axes(ax, chance: float, xlabel: str) -> None:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the axes, off the data
 
 
-__all__ = ["Diff", "paired", "Cell", "AccuracyTable", "accuracy_cell", "paired_claim", "finish_axes", "ACCURACY_MARGIN"]
+__all__ = ["Diff", "paired_examples", "AccuracyCell", "AccuracyTable", "accuracy_cell", "paired_claim", "finish_axes", "ACCURACY_MARGIN"]

@@ -3,7 +3,7 @@
 
 The driver's seam is the one ``--jobs`` uses (``posenc.extrapolate.driver``): an executor takes the
 runs still to do and yields their records as they finish; the driver alone appends them to the
-resumable JSONL (``posenc.extrapolate.results``), in the order they arrive, and keeps the progress bar.
+resumable JSONL (``posenc.stats.results``), in the order they arrive, and keeps the progress bar.
 Here each configuration's seeds (``plan.seed_groups``, as ``--jobs`` gives them to a worker process)
 are one Ray task with its resources: ``threads`` CPUs (one torch thread each), or one GPU with
 ``--device cuda`` (several GPUs on a machine run several runs at once). A scaling run's task is

@@ -47,7 +47,7 @@ def sharded(model: torch.nn.Module, dist: Dist) -> bool:
 def run_is_sharded(run: Run) -> bool:
     """``sharded`` of ``run``'s model, read from the run before it is built (the hybrid rows and the
     runs whose positions come from the tokens are not)."""
-    from posenc.extrapolate import structured
+    from posenc.extrapolate import structured_positions as structured
 
     return (run.part in SHARDED_PARTS and run.arch == "transformer" and "positions" not in run.variant
             and structured.for_spec(run.spec) is None)

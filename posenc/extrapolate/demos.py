@@ -6,7 +6,7 @@ RoPE scaling as a change of frequencies, a learned table refusing an unseen posi
 from __future__ import annotations
 
 import posenc
-from posenc.extrapolate.page import Page, e, table
+from posenc.stats.page_parts import Page, e, table
 
 _DRAWN: list[Page] = []  # the section as drawn the first time in this process, once it drew without an error
 

@@ -2,7 +2,7 @@
 
 A profile expands into runs (``posenc.extrapolate.plan``); each run trains one model (or fine-tunes /
 re-scales a trained RoPE model), evaluates it at every length (``posenc.extrapolate.runs``) and
-appends one line to the results file (``posenc.extrapolate.results``) the moment it finishes.
+appends one line to the results file (``posenc.stats.results``) the moment it finishes.
 Starting again with the same arguments skips every finished run, so an interrupted benchmark
 (Ctrl-C, or the process killed) resumes where it stopped, at run granularity: a run cut off in
 the middle starts again from step 0, and no finished result is lost or written twice.
@@ -42,7 +42,7 @@ from posenc.extrapolate.distributed import Dist, barrier, broadcast, setup, tear
 from posenc.extrapolate.parts import owner, plan
 from posenc.extrapolate.plan import Log, Run, available_schemes, resolve_scheme, seed_groups
 from posenc.extrapolate.profiles import Profile
-from posenc.extrapolate.results import ResultStore
+from posenc.stats.results import ResultStore
 from posenc.extrapolate.runs import Context, execute_seeds, summary
 from posenc.extrapolate.worker import keep_heap, lm_data as _lm_data
 

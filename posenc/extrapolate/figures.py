@@ -1,7 +1,7 @@
 """The benchmark's own figures: perplexity and accuracy by length, RoPE scalings, training loss.
 
 Built on ``matplotlib.figure.Figure`` (no pyplot, no GUI backend); each function returns a Figure.
-Intervals are 95% from ``posenc.extrapolate.stats``, drawn as translucent bands (``fill_between``)
+Intervals are 95% from ``posenc.stats.estimates``, drawn as translucent bands (``fill_between``)
 in the line's colour, never as error bars (sixteen sets of caps at the same x stack on each other).
 
 **The style rule** (``styles``): every line of a figure gets a ``Style`` (colour, marker, line
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from posenc.extrapolate.stats import LMTable, TaskTable
+from posenc.stats.estimates import LMTable, TaskTable
 
 MODES = {"nonoverlap": "non-overlapping windows", "sliding": "sliding windows (stride T/2)"}
 _ORDER = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire", "shaw", "transformer_xl")

@@ -12,9 +12,9 @@ band inside which its paper's correction leaves it undecided.
 
 from __future__ import annotations
 
-from posenc.extrapolate.findings import Verdict
-from posenc.extrapolate.page import e, status
-from posenc.extrapolate.verdicts import ALPHA, NEEDS_SEEDS, t_quantile
+from posenc.stats.findings import Verdict
+from posenc.stats.page_parts import e, status
+from posenc.stats.procedure import ALPHA, NEEDS_SEEDS, t_quantile
 
 
 def _num(x: float) -> str:

@@ -80,7 +80,7 @@ def sha256(path: Path) -> str:
 
 def load_set(path: str | Path) -> KeptSet:
     """A kept set from its provenance file ``NAME.json`` (its records beside it), checked (``Refused``)."""
-    from posenc.extrapolate.results import load
+    from posenc.stats.results import load
 
     path = Path(path)
     provenance = json.loads(path.read_text())
@@ -130,8 +130,8 @@ def load_sets(folder: str | Path = RECORDS_DIR) -> tuple[list[KeptSet], list[str
 def verdicts(kept: KeptSet) -> list:
     """The verdicts of ``kept``'s records, as its own page decides them (each part's claims, pooled
     within the part, Holm per paper), each marked with its ``Recorded``."""
-    from posenc.extrapolate import findings
-    from posenc.extrapolate.page import Page
+    from posenc.stats import findings
+    from posenc.stats.page_parts import Page
     from posenc.extrapolate.parts import PARTS
 
     profile = kept.profile()

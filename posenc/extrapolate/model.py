@@ -31,7 +31,7 @@ before its own blocks.
 
 **Positions from the tokens** (``positions_fn``): a model may carry a function ``fn(idx [B, L],
 training) -> positions`` that makes each sequence's positions from its tokens when ``forward`` is
-given none: the structured positions of ``posenc.extrapolate.structured`` (BiPE's segments of
+given none: the structured positions of ``posenc.extrapolate.structured_positions`` (BiPE's segments of
 lines, HiRoPE's ``(line, token)``, Abacus and coupled digit positions, Ruoss et al.'s randomized
 training positions). A ``[B, L, A]`` result is read as every axis of a structured scheme as it
 is; ``[B, L]`` as one axis (spread over a scheme's axes as text). BiPE's intra-segment part

@@ -1,9 +1,10 @@
 """What a part of the benchmark is: the one interface the shared machinery knows.
 
-A part (text, hybrid, scalings, tasks, image, time: ``posenc.extrapolate.parts``) owns its runs,
-what one run does, its evaluation, its claims and its section of the page. The driver, the results
-file, the statistics and the page call a part only through ``Part``; ``posenc.extrapolate.parts.PARTS``
-is the one table that names them, in the order of the plan (per seed) and of the page.
+A part (lm, hybrid, scaling, tasks, structure, image, time, pretrained: ``posenc.extrapolate.parts``)
+owns its runs, what one run does, its evaluation, its claims and its section of the page. The driver,
+the results file, the statistics and the page call a part only through ``Part``;
+``posenc.extrapolate.parts.PARTS`` is the one table of the parts, in the order of the plan (per seed)
+and of the page, and ``posenc.extrapolate.PART_NAMES`` the one list of the names a user picks.
 
     plan(profile, schemes, custom=, corpus_sha=, log=)  the part's runs, every seed (Run.part = name)
     extend(profile, runs, custom=, corpus_sha=)         rows it adds beside another part's runs
@@ -26,9 +27,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from posenc.extrapolate.distributed import Dist
-    from posenc.extrapolate.findings import Verdict
+    from posenc.stats.findings import Verdict
     from posenc.extrapolate.model import GPTConfig
-    from posenc.extrapolate.page import Page
+    from posenc.stats.page_parts import Page
     from posenc.extrapolate.plan import Run
     from posenc.extrapolate.profiles import Profile
 

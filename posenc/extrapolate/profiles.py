@@ -39,12 +39,12 @@ from typing import Any
 from posenc._validate import check_choice
 from posenc.extrapolate.model import ARCHS, GPTConfig
 from posenc.extrapolate import PART_NAMES
-from posenc.extrapolate.tasks import ALGORITHMIC, CONTENT
+from posenc.extrapolate.task_generators import ALGORITHMIC, CONTENT
 
 BENCH_VERSION = 2  # bump when the protocol changes, so old results are not reused
 # every part a user picks (``posenc.extrapolate.PART_NAMES``) but ``pretrained`` (hours of a pretrained LLM on a
 # CPU: the full profile and ``--part pretrained`` pick it): a profile's default
-PARTS = tuple(p for p in PART_NAMES if p != "pretrained")
+DEFAULT_PARTS = tuple(p for p in PART_NAMES if p != "pretrained")
 
 DEFAULT_SCHEMES = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5", "kerple", "fire")
 def content_lm_rows(n_layer: int) -> tuple[str, ...]:
@@ -107,7 +107,7 @@ class ScalingSettings:
 class TaskSettings:
     model: GPTConfig = GPTConfig(vocab_size=32)
     train: TrainConfig = TrainConfig()
-    tasks: tuple[str, ...] = ALGORITHMIC  # the tasks one model learns (posenc.extrapolate.tasks.TASKS)
+    tasks: tuple[str, ...] = ALGORITHMIC  # the tasks one model learns (posenc.extrapolate.task_generators.TASKS)
     max_size: int = 8  # train on sizes 1..max_size (items, digits; passkey: 4n filler tokens)
     test_sizes: tuple[int, ...] = (8, 12, 16, 24, 32)  # evaluate at these sizes (the first is in-distribution)
     eval_examples: int = 200  # per task and size; the same examples for every scheme and seed
@@ -170,7 +170,7 @@ profiles' (two models of four times the tokens of a time run do not fit make rep
 @dataclass(frozen=True)
 class HiRoPESettings:
     """HiRoPE applied zero-shot to the trained ``rope`` model (no training): its pairs split between
-    the token and the line (``posenc.extrapolate.structured.lines_and_tokens``)."""
+    the token and the line (``posenc.extrapolate.structured_positions.lines_and_tokens``)."""
     token_dims: int | None = None  # rotated dims that keep the token position (None: hirope's default, half)
     window: int | None = None  # tokens that keep their plain position on every pair (None: the training length)
 
@@ -204,7 +204,7 @@ class Profile:
     lm: LMSettings
     scaling: ScalingSettings
     tasks: TaskSettings
-    parts: tuple[str, ...] = PARTS
+    parts: tuple[str, ...] = DEFAULT_PARTS
     image: ImageSettings = ImageSettings()
     time: TimeSettings = TimeSettings()
     description: str = ""
@@ -336,7 +336,7 @@ PROFILES: dict[str, Profile] = {
         bipe_rows=(), hirope=HiRoPESettings(), dual_chunk=True,
     ),
     "full": Profile(
-        name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES, parts=PARTS + ("pretrained",),
+        name="full", seeds=(0, 1, 2), schemes=DEFAULT_SCHEMES, parts=PART_NAMES,
         lm=LMSettings(model=GPTConfig(n_layer=4, n_head=4, n_embd=128),
                       train=TrainConfig(steps=2000, batch_size=16), train_length=64,
                       multipliers=(1, 1.5, 2, 4, 8, 16), heldout_tokens=65_536, corpus_bytes=4_000_000),

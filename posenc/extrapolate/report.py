@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from posenc import environment
-from posenc.extrapolate import findings, yours
+from posenc.extrapolate import yours
+from posenc.stats import findings
 from posenc.extrapolate.demos import demonstrations
 from posenc.extrapolate.glance import forest_svg, recorded_mark, verdict_table
 from posenc.extrapolate.kept import RECORDS_DIR, fill, load_sets
-from posenc.extrapolate.page import Page, e, number_sections, status
-from posenc.extrapolate.page import table as html_table
+from posenc.stats.page_parts import Page, e, number_sections, status
+from posenc.stats.page_parts import table as html_table
 from posenc.extrapolate.parts import PARTS, owner
 from posenc.extrapolate.profiles import Profile
 
@@ -251,7 +252,7 @@ def kept_records(path: Path, profile: Profile, planned: list[dict[str, Any]]) ->
     ``--plugin``'s scheme, the plugin not given this time): ``--no-run`` keeps them on the page
     rather than dropping them. Of one configuration and seed, the last written (an edited plugin's)."""
     from posenc import plugins
-    from posenc.extrapolate.results import load
+    from posenc.stats.results import load
 
     have = {r["key"] for r in planned}
     out: dict[tuple, dict[str, Any]] = {}
@@ -315,7 +316,7 @@ def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benc
     that show the claims this run does not measure (``posenc.extrapolate.kept``; None: none).
     """
     from posenc.extrapolate.driver import iter_runs
-    from posenc.extrapolate.results import load
+    from posenc.stats.results import load
 
     start = time.perf_counter()
     out = Path(out)

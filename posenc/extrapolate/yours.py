@@ -3,7 +3,7 @@
 A scheme whose language-modelling runs carry a ``plugin`` (``posenc.plugins``: it came from the
 user's module) is compared with every scheme of the page that did not (the baselines) at each
 evaluated length: ΔNLL = NLL(yours) − NLL(baseline) on the same held-out bytes, paired seed by
-seed, decided by the claims' own procedure (``posenc.extrapolate.verdicts`` through
+seed, decided by the claims' own procedure (``posenc.stats.procedure`` through
 ``findings.tested`` and ``findings.adjust``): the seed-level test, the seeds' spread pooled over
 that scheme's comparisons, both tails at α/2, Holm over that scheme's comparisons (one family per
 scheme, as one family per paper), "needs seeds" below ``MIN_SEEDS`` seeds, and the detectable
@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from posenc.extrapolate import findings, stats
-from posenc.extrapolate.page import Page, e, missing
-from posenc.extrapolate.page import table as html_table
+from posenc.stats import findings, estimates as stats
+from posenc.stats.page_parts import Page, e, missing
+from posenc.stats.page_parts import table as html_table
 
 SOURCE = "your scheme {label}"  # each plugin scheme's comparisons are one family (Holm) and one pool
 WORDS = {"agrees": "lower (yours better)", "disagrees": "higher (baseline better)"}

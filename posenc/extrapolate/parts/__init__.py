@@ -1,8 +1,9 @@
 """The parts of the benchmark, one module each: what it runs, how it evaluates, which claims it
 checks and its section of the page (the interface: ``posenc.extrapolate.part.Part``).
 
-``PARTS`` is the one table that names them, in the order of the plan (per seed) and of the page
-(``plan`` puts the parts' runs in that order):
+``PARTS`` is the one table of the parts themselves, in the order of the plan (per seed) and of
+the page (``plan`` puts the parts' runs in that order); the names a user picks are
+``posenc.extrapolate.PART_NAMES`` (torch-free, for the command line), in the same order:
 
 - ``lm``: language modelling, perplexity by length (Press et al.);
 - ``hybrid``: the same decoder with ssm blocks, rows beside the lm (and tasks) runs (Jamba);
@@ -15,8 +16,7 @@ checks and its section of the page (the interface: ``posenc.extrapolate.part.Par
 - ``pretrained``: RoPE scalings on a pretrained LLM (``posenc extend``).
 
 Each part's module, class and name agree (``parts.lm.LM``, name ``"lm"``; ``parts.scaling.Scaling``,
-name ``"scaling"``); ``parts.text`` and ``parts.scalings`` are the former module names of the
-first two, kept as aliases of the same module objects.
+name ``"scaling"``).
 """
 
 from __future__ import annotations

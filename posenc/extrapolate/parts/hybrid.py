@@ -13,16 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from posenc.extrapolate import stats
-from posenc.extrapolate.findings import MARGIN, Verdict, tested
+from posenc.stats import estimates as stats
+from posenc.stats.findings import MARGIN, Verdict, tested
 from posenc.extrapolate.model import check_arch
-from posenc.extrapolate.page import Page, e, missing
-from posenc.extrapolate.page import table as html_table
+from posenc.stats.page_parts import Page, e, missing
+from posenc.stats.page_parts import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.parts import lm, tasks
 from posenc.extrapolate.plan import Log, Run, arch_label
 from posenc.extrapolate.profiles import Profile
-from posenc.extrapolate.stats import LMTable
+from posenc.stats.estimates import LMTable
 
 JAMBA = "Lieber et al. 2024 (Jamba)"
 SOURCES = {JAMBA: ("Jamba ablations: language models interleaving Mamba and attention layers, trained with and "

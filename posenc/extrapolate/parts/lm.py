@@ -3,12 +3,12 @@
 Protocol (Press et al. 2022, arXiv:2108.12409): train at length L, score the same held-out bytes at
 L·{1, 1.5, 2, 4, 8, 16}, with non-overlapping and sliding windows (``posenc.extrapolate.data``).
 Claims: Press et al.'s order at the longest length, "does not degrade" as non-inferiority on the
-same bytes at positions past L (``posenc.extrapolate.findings``), and the learned table's limit;
+same bytes at positions past L (``posenc.stats.findings``), and the learned table's limit;
 and those of positions that depend on content (the rows ``profile.lm_rows``): FoX against RoPE and NoPE, DAPE-KERPLE against KERPLE, stick-breaking past L, and
 Llama 4's RoPE/NoPE layer pattern against RoPE (``content_verdicts``, section ``#content``); PoPE and
 FoPE against RoPE at the longest length (``length_verdicts``, the full profile's rows too).
 BiPE's rows (the structured positions' claims, ``profile.bipe_rows``, on the part's seeds: ``bipe_runs``, added by ``parts.structure``) read ``(segment, offset)`` of
-the lines of the bytes (``posenc.extrapolate.structured``; any ``bipe``/``bipe_bias``/``hirope``
+the lines of the bytes (``posenc.extrapolate.structured_positions``; any ``bipe``/``bipe_bias``/``hirope``
 spec does); their claims are in ``posenc.extrapolate.parts.structure`` (``#hierarchical``).
 The trained RoPE model is saved for the ``scaling`` part (``posenc.extrapolate.parts.scaling``).
 """
@@ -25,20 +25,21 @@ from typing import Any
 import torch
 
 from posenc.extrapolate import figures as F
-from posenc.extrapolate import stats, structured
+from posenc.extrapolate import structured_positions as structured
+from posenc.stats import estimates as stats
 from posenc.extrapolate.arch import build_model
 from posenc.extrapolate.data import LMData, load_corpus, sample_batch, split, windows
 from posenc.extrapolate.distributed import Dist, all_sum
 from posenc.extrapolate.evaluate import cannot_run
-from posenc.extrapolate.findings import Verdict, position_claim, ppl_claim
+from posenc.stats.findings import Verdict, position_claim, ppl_claim
 from posenc.extrapolate.model import TinyGPT, check_arch, pattern_label, token_nll
-from posenc.extrapolate.page import Page, e, missing
-from posenc.extrapolate.page import table as html_table
+from posenc.stats.page_parts import Page, e, missing
+from posenc.stats.page_parts import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run, arch_label, by_seed, resolve_scheme
 from posenc.extrapolate.profiles import Profile, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
-from posenc.extrapolate.stats import LMTable
+from posenc.stats.estimates import LMTable
 
 PRESS = "Press et al. 2022"  # ALiBi; WikiText-103, trained at 512, tested to 15512 (~30L)
 LIN = "Lin et al. 2025 (FoX)"

@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from posenc.extrapolate.findings import Verdict
-from posenc.extrapolate.page import Page, e
+from posenc.stats.findings import Verdict
+from posenc.stats.page_parts import Page, e
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run
 from posenc.extrapolate.profiles import Profile

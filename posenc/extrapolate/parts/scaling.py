@@ -29,18 +29,18 @@ from typing import Any
 import torch
 
 from posenc.extrapolate import figures as F
-from posenc.extrapolate import stats
+from posenc.stats import estimates as stats
 from posenc.extrapolate.distributed import broadcast
-from posenc.extrapolate.findings import Verdict, ppl_claim
+from posenc.stats.findings import Verdict, ppl_claim
 from posenc.extrapolate.model import TinyGPT
-from posenc.extrapolate.page import Page
+from posenc.stats.page_parts import Page
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.parts.lm import (checkpoint_path, lm_batches, lm_data, lm_eval, lm_model, lm_settings,
                                            lm_specs, ppl_summary, ppl_table, save_checkpoint)
 from posenc.extrapolate.plan import Log, Run, arch_label
 from posenc.extrapolate.profiles import Profile, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
-from posenc.extrapolate.stats import LMTable
+from posenc.stats.estimates import LMTable
 
 
 def yarn_betas(head_dim: int, base: float, original: int) -> dict[str, float]:
@@ -161,8 +161,8 @@ def hirope_spec(rope: dict[str, Any], profile: Profile) -> dict[str, Any]:
 
 def run_hirope(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
     """HiRoPE applied zero-shot to the trained RoPE model of each of ``runs`` (its seeds): its
-    (line, token) positions from the bytes (``posenc.extrapolate.structured``), no training."""
-    from posenc.extrapolate import structured
+    (line, token) positions from the bytes (``posenc.extrapolate.structured_positions``), no training."""
+    from posenc.extrapolate import structured_positions as structured
 
     out = []
     for run in runs:

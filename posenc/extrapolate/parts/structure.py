@@ -2,7 +2,7 @@
 coupling and randomized positions, and their section of the page (``#hierarchical``).
 
 The rows are their parts' records, run there and planned beside those parts' runs by ``Structure.extend``
-(the extension point of the hybrid rows; positions from the tokens: ``posenc.extrapolate.structured``):
+(the extension point of the hybrid rows; positions from the tokens: ``posenc.extrapolate.structured_positions``):
 
 - text (``--part lm``, ``Profile.bipe_rows``): ``bipe`` (RoPE between segments) and ``bipe_bias``
   (ALiBi between segments, the official slopes x 96), segments the lines of the source code,
@@ -16,7 +16,7 @@ The rows are their parts' records, run there and planned beside those parts' run
   algorithmic tasks trained with randomized positions (``Profile.randomized``) against the same
   scheme without them (the tasks part's own rows).
 
-Every claim is decided by the page's procedure (``posenc.extrapolate.findings``): per-seed paired
+Every claim is decided by the page's procedure (``posenc.stats.findings``): per-seed paired
 effects, a verdict from three seeds, Holm per paper; the claims on text share one seed spread
 (pool ``structure:text``, ΔNLL) and those on tasks another (``structure:tasks``, Δaccuracy). A
 claim whose rows this profile does not run is "not measured" with the command that measures it.
@@ -27,18 +27,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from posenc.extrapolate import stats
-from posenc.extrapolate import tasks as T
-from posenc.extrapolate.findings import Verdict, mcnemar_verdict, ppl_claim
-from posenc.extrapolate.page import Page, e, exact_match_tables, pooled_error_cell, status
-from posenc.extrapolate.page import table as html_table
+from posenc.stats import estimates as stats
+from posenc.extrapolate import task_generators as T
+from posenc.stats.findings import Verdict, mcnemar_verdict, ppl_claim
+from posenc.stats.page_parts import Page, e, exact_match_tables, pooled_error_cell, status
+from posenc.stats.page_parts import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.parts.lm import bipe_runs, ppl_table
 from posenc.extrapolate.parts.scaling import hirope_runs, is_hirope
 from posenc.extrapolate.parts.tasks import ADDITION, RANDOMIZED, structure_runs
 from posenc.extrapolate.plan import Run
 from posenc.extrapolate.profiles import PROFILES, Profile
-from posenc.extrapolate.stats import LMTable, TaskTable, learned_tasks, task_cells
+from posenc.stats.estimates import LMTable, TaskTable, learned_tasks, task_cells
 
 HE = "He et al. 2024 (BiPE)"
 ZHANG = "Zhang et al. 2024 (HiRoPE)"

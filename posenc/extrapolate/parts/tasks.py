@@ -2,7 +2,7 @@
 exact match at larger sizes (Kazemnejad et al. 2023, arXiv:2305.19466); and where the profile
 selects them, the content tasks of contextual positions: counting with 1, 3 and 5 variables,
 selective copy and flip-flop, sparser at test (Golovneva et al. 2024, arXiv:2405.18719; Liu et al.
-2023, arXiv:2306.00946; formats in ``posenc.extrapolate.tasks``).
+2023, arXiv:2306.00946; formats in ``posenc.extrapolate.task_generators``).
 
 One model per scheme learns every task of the profile (one task per batch, in turn); Kazemnejad et
 al.'s verdicts use only their tasks' cells whose sequences are longer than every training sequence;
@@ -14,7 +14,7 @@ The structured positions' rows are built (``structure_runs``) and run here, and 
 ``posenc.extrapolate.parts.structure`` (``Structure.extend``; their claims and tables are there too):
 addition learned alone (``profile.addition``) with Abacus
 and coupled positions, and the algorithmic tasks' models of ``profile.randomized`` trained with
-randomized positions (``posenc.extrapolate.structured``); their records carry their ``variant``
+randomized positions (``posenc.extrapolate.structured_positions``); their records carry their ``variant``
 and stay out of this section's tables and verdicts.
 """
 
@@ -27,20 +27,21 @@ from typing import Any
 import torch
 
 from posenc.extrapolate import figures as F
-from posenc.extrapolate import stats, structured
-from posenc.extrapolate import tasks as T
+from posenc.extrapolate import structured_positions as structured
+from posenc.stats import estimates as stats
+from posenc.extrapolate import task_generators as T
 from posenc.extrapolate.arch import build_model
 from posenc.extrapolate.distributed import Dist, all_sum
 from posenc.extrapolate.evaluate import cannot_run
-from posenc.extrapolate.findings import Verdict, mcnemar_verdict
+from posenc.stats.findings import Verdict, mcnemar_verdict
 from posenc.extrapolate.model import TinyGPT, check_arch
-from posenc.extrapolate.page import Page, e, exact_match_tables, missing, pooled_error_cell
-from posenc.extrapolate.page import table as html_table
+from posenc.stats.page_parts import Page, e, exact_match_tables, missing, pooled_error_cell
+from posenc.stats.page_parts import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run, arch_label, by_seed, resolve_scheme
 from posenc.extrapolate.profiles import STRUCTURE_POSITIONS, Profile, TaskSettings, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
-from posenc.extrapolate.stats import TaskTable, learned_tasks, mean_reciprocal_rank, task_cells
+from posenc.stats.estimates import TaskTable, learned_tasks, mean_reciprocal_rank, task_cells
 
 KAZEMNEJAD = "Kazemnejad et al. 2023"  # algorithmic tasks, train sizes <= 20, test to 40
 GOLOVNEVA = "Golovneva et al. 2024"  # CoPE: counting, test error with 1/3/5 variables
@@ -157,7 +158,7 @@ def run_tasks(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
 
 
 def positions_fn(profile: Profile, run: Run):
-    """The positions ``run``'s model makes from its tokens (``posenc.extrapolate.structured``):
+    """The positions ``run``'s model makes from its tokens (``posenc.extrapolate.structured_positions``):
     Abacus or coupled digit positions, randomized training positions; None: ``0..L-1``."""
     kind = run.variant.get("positions")
     seed = 7_000_003 + run.seed  # the draws' own stream (the batches' generator is seeded with the seed)
@@ -367,7 +368,7 @@ def content_section(page: Page, table: TaskTable, labels: list[str], tasks: list
     page.add("<h3 id=counting>Counting: test error by number of variables (CoPE's table)</h3>" + counting_table(table, labels)
              + "<p class=muted>Error at the trained sizes; in brackets, pooled over the cells beyond the trained "
                "positions. Their models learn one number of variables each, at up to 512 statements; here one model "
-               "learns every content task at up to 2n statements (see posenc.extrapolate.tasks).</p>")
+               "learns every content task at up to 2n statements (see posenc.extrapolate.task_generators).</p>")
     return counting_verdicts(table)
 
 

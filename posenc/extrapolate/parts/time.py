@@ -31,9 +31,9 @@ import torch
 import posenc
 from posenc import registry
 from posenc.extrapolate.accuracy import AccuracyTable, accuracy_cell, finish_axes, paired_claim
-from posenc.extrapolate.findings import Verdict
-from posenc.extrapolate.page import Page, e, status
-from posenc.extrapolate.page import table as html_table
+from posenc.stats.findings import Verdict
+from posenc.stats.page_parts import Page, e, status
+from posenc.stats.page_parts import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run
 from posenc.extrapolate.profiles import VIDEO, Profile, TimeSettings, VideoSettings, settings_hash

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from posenc.extrapolate.page import Page
+from posenc.stats.page_parts import Page
 from posenc.extrapolate.part import Log, Part, Section
 from posenc.extrapolate.parts.image.claims import (AXIAL, DINOV3, DINOV3_SETTING, HEO, LEARNED, MIXED, conditions,
                                                    dinov3_verdicts, image_section, image_verdicts, normalized, tables)
-from posenc.extrapolate.parts.image.runs import (AUGMENTS, CONDITIONS, IMAGE_VARIANTS, POSITIONS, canvas,
+from posenc.extrapolate.parts.image.image_runs import (AUGMENTS, CONDITIONS, IMAGE_VARIANTS, POSITIONS, canvas,
                                                  coordinate_positions, digits, image_items, image_positions,
                                                  image_spec, resample, run_image, scale_augment)
 from posenc.extrapolate.plan import Run

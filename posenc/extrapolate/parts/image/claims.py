@@ -20,9 +20,9 @@ from typing import Any
 
 from posenc.extrapolate.accuracy import (ACCURACY_MARGIN, AccuracyTable, Diff, accuracy_cell, finish_axes,
                                           paired_claim)
-from posenc.extrapolate.findings import Verdict, tested
-from posenc.extrapolate.page import Page, e, status
-from posenc.extrapolate.page import table as html_table
+from posenc.stats.findings import Verdict, tested
+from posenc.stats.page_parts import Page, e, status
+from posenc.stats.page_parts import table as html_table
 
 HEO = "Heo et al. 2024 (RoPE for ViT)"
 HEO_SETTING = ("ImageNet-1k, ViT-S/B/L and Swin trained at 224 px (14×14 patches) with RandomResizedCrop, evaluated "

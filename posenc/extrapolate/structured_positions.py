@@ -14,7 +14,7 @@ sequences made from their tokens (a model given no positions calls it):
   index in its number from 1, 0 elsewhere), plus, in training, one offset per batch drawn from
   ``0..offset_max`` (the official ``random.randint(0, 99)``), 0 at evaluation;
 - ``coupled`` (Cho et al. 2024): position coupling for the benchmark's ``add`` task (operands and
-  sum all least significant digit first, ``posenc.extrapolate.tasks``): the digit of significance
+  sum all least significant digit first, ``posenc.extrapolate.task_generators``): the digit of significance
   ``i`` of each number at ``s + 1 + i``, the ``+`` and the separator before the sum at ``s``,
   every other token at 0; in training ``s`` drawn per example from ``1..offset_max`` (the
   official random start), ``s = 1`` at evaluation. With every number least significant first, a
@@ -42,7 +42,7 @@ from posenc.positions import randomized_positions, segment_positions
 
 LINES = [[b"\n"]]
 """One level, lines: a line's ``\\n`` is its last token (``posenc.segment_positions``)."""
-DIGITS = tuple(range(10))  # the tasks' digit tokens (posenc.extrapolate.tasks)
+DIGITS = tuple(range(10))  # the tasks' digit tokens (posenc.extrapolate.task_generators)
 
 PositionsFn = Callable[[torch.Tensor, bool], torch.Tensor]
 

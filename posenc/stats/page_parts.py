@@ -139,7 +139,7 @@ def exact_match_tables(page: Page, results: Any, labels: list[str], tasks: list[
 
 def pooled_error_cell(table: Any, label: str, cells: list[tuple[str, int]]) -> str:
     """``stats.pooled_error`` as a cell: a percentage, or ``missing``."""
-    from posenc.extrapolate.stats import pooled_error
+    from posenc.stats.estimates import pooled_error
 
     err = pooled_error(table, label, cells)
     return missing(None) if err is None else f"{100 * err:.1f}%"

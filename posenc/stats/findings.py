@@ -3,7 +3,7 @@ family's correction and the claim shapes every part uses (each part states its o
 ``posenc.extrapolate.parts``).
 
 Each claim is a direction ("A is lower/higher than B") or a bound ("A is at most B + margin")
-from a paper. Its test is the seed-level one of ``posenc.extrapolate.verdicts``: every seed's
+from a paper. Its test is the seed-level one of ``posenc.stats.procedure``: every seed's
 paired effect (block NLLs on the same bytes, or the same examples), the seeds' spread pooled
 over the claims of one part (``Verdict.pool``), both tails at α/2, Holm's correction within each
 paper (``Verdict.source``) at ``ALPHA`` = 0.05 (``adjust``). A verdict ``agrees`` when the
@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from posenc.extrapolate import verdicts as V
-from posenc.extrapolate.stats import ALPHA, Estimate, LMTable, TaskTable, combine, mcnemar_exact
-from posenc.extrapolate.verdicts import MIN_SEEDS, NEEDS_SEEDS, ClaimTest, Evidence
+from posenc.stats import procedure as V
+from posenc.stats.estimates import ALPHA, Estimate, LMTable, TaskTable, combine, mcnemar_exact
+from posenc.stats.procedure import MIN_SEEDS, NEEDS_SEEDS, ClaimTest, Evidence
 
 MARGIN = math.log(1.02)  # non-inferiority margin of "does not degrade": perplexity at most 2% higher
 FULL_COMMAND = "posenc report --profile full"  # measures every row on three seeds
@@ -48,7 +48,7 @@ class Verdict:
     evidence: Evidence | None = None  # the claim seed by seed (what its test rests on)
     unit: str = ""  # the effect's unit: "ΔNLL" (nats/token) or "Δaccuracy"
     pool: str = ""  # the claims that share a seed spread: the part's name unless the part sets its own
-    test: ClaimTest | None = None  # the seed-level test (``posenc.extrapolate.verdicts``)
+    test: ClaimTest | None = None  # the seed-level test (``posenc.stats.procedure``)
     mde: float | None = None  # detectable |effect − null| at 80% power after the paper's correction
     tests: int = 0  # tested claims in its paper's family
     recorded: Any = None  # a kept run's verdict, not measured now: its ``kept.Recorded`` (commit, date, machine, command)

@@ -18,7 +18,7 @@ Two schemes are compared on the same examples with McNemar's exact test (``mcnem
 only the examples one scheme gets right and the other wrong count.
 
 Verdicts: an estimate carries each seed's value and its block-level error (``per_seed``,
-``within``); the test behind a verdict is the seed-level one of ``posenc.extrapolate.verdicts``
+``within``); the test behind a verdict is the seed-level one of ``posenc.stats.procedure``
 (Holm per paper, ``holm``). The block-level error alone never decides a verdict.
 """
 
@@ -32,16 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from posenc.extrapolate.verdicts import ALPHA, holm, t_quantile, t_sf  # noqa: F401  (one definition of each; the stats API keeps them)
+from posenc.stats.procedure import ALPHA, holm, t_quantile, t_sf  # noqa: F401  (one definition of each; the stats API keeps them)
 
 Z95 = 1.959963984540054  # the normal's 97.5% quantile
 
 
-# -- distributions (no SciPy; Student's t is posenc.extrapolate.verdicts', the one definition) ----
+# -- distributions (no SciPy; Student's t is posenc.stats.procedure', the one definition) ----
 
 def t_two_sided_p(t: float, df: float) -> float:
     """``P(|T| >= |t|)`` for Student's t with ``df`` degrees of freedom, a positive integer or ``inf``
-    (the normal): ``2·P(T > |t|)`` of the one t distribution, ``posenc.extrapolate.verdicts.t_sf``
+    (the normal): ``2·P(T > |t|)`` of the one t distribution, ``posenc.stats.procedure.t_sf``
     (``½ I_{df/(df+t²)}(df/2, ½)``, the regularized incomplete beta)."""
     if not math.isinf(df) and (int(df) != df or df < 1):
         raise ValueError(f"df must be a positive integer or inf, got {df}")
@@ -50,7 +50,7 @@ def t_two_sided_p(t: float, df: float) -> float:
 
 def t_critical(df: float, level: float = 0.95) -> float:
     """The two-sided ``level`` quantile of Student's t (12.706 at df 1, 4.303 at 2, 1.960 at inf):
-    ``posenc.extrapolate.verdicts.t_quantile`` at ``1 − (1 − level)/2``."""
+    ``posenc.stats.procedure.t_quantile`` at ``1 − (1 − level)/2``."""
     if math.isinf(df) and level == 0.95:
         return Z95
     return t_quantile(1 - (1 - level) / 2, df)
