@@ -33,9 +33,9 @@ def test_t_p_values_match_closed_forms():
 
 def test_holm_on_known_p_values():
     # sorted 0.005, 0.01, 0.03, 0.04 -> 4·0.005, 3·0.01, 2·0.03, max(0.06, 1·0.04): step-down, monotone
-    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
-    assert stats.holm([0.02]) == [0.02] and stats.holm([]) == []
+    assert verdicts.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert verdicts.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert verdicts.holm([0.02]) == [0.02] and verdicts.holm([]) == []
 
 
 def test_mcnemar_exact_on_known_tables():

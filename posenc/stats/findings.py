@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from posenc.stats import procedure as V
-from posenc.stats.estimates import ALPHA, Estimate, LMTable, TaskTable, combine, mcnemar_exact
-from posenc.stats.procedure import MIN_SEEDS, NEEDS_SEEDS, ClaimTest, Evidence
+from posenc.stats.estimates import Estimate, LMTable, TaskTable, combine, mcnemar_exact
+from posenc.stats.procedure import ALPHA, MIN_SEEDS, NEEDS_SEEDS, ClaimTest, Evidence
 
 MARGIN = math.log(1.02)  # non-inferiority margin of "does not degrade": perplexity at most 2% higher
 FULL_COMMAND = "posenc report --profile full"  # measures every row on three seeds

@@ -1,4 +1,6 @@
-"""The report's HTML page: one self-contained document, figures embedded as base64 PNG.
+"""The pages' shared parts (``posenc report``'s page and ``posenc extend``'s): ``Page``, one
+self-contained HTML document, figures embedded as base64 PNG; ``table``, ``status`` (a verdict's
+badge), ``e`` (escaping), and the exact-match tables of the report's task parts.
 
 A Content-Security-Policy forbids the page every fetch (images must be ``data:`` URIs), and a
 small script records on ``<html>`` what a headless browser test reads back with ``--dump-dom``:
