@@ -24,8 +24,9 @@ NumPy references, which are the specification)."""
 
 # The sites outside the core today, a ceiling that only goes down (issue 53's aim: at most 10).
 # Context parallelism holds 6 (was 14) and blockwise 1 (was 3); the rest are the benchmarks' parts, their commands, the
-# GGUF reader, the plots, the RoPE scalings and the adapters.
-CEILING = 34
+# plots, the RoPE scalings and the adapters. (The GGUF reader's value and token types, and the adapters' attention
+# forms, are named for what they are, not `kind`: they are not a scheme's kind.)
+CEILING = 31
 PARALLEL_CEILING = 6
 
 

@@ -83,14 +83,14 @@ class _Walk:
             raise self.fail(f"{what} at byte {self.at} claims {n} bytes, past the end of the file")
         self.at += n
 
-    def value(self, kind: int, key: str, depth: int = 0) -> object:
-        """Reads (a scalar, a key's string) or skips (arrays) one value of type ``kind``."""
-        if kind in SCALAR:
-            return self.take(SCALAR[kind], f"the value of {key!r}")
-        if kind == STRING:
+    def value(self, value_type: int, key: str, depth: int = 0) -> object:
+        """Reads (a scalar, a key's string) or skips (arrays) one value of type ``value_type``."""
+        if value_type in SCALAR:
+            return self.take(SCALAR[value_type], f"the value of {key!r}")
+        if value_type == STRING:
             self.skip_string(f"the string value of {key!r}")
             return None
-        if kind == ARRAY and depth < 4:
+        if value_type == ARRAY and depth < 4:
             inner = self.take("I", f"the element type of {key!r}")
             count = self.take("Q", f"the element count of {key!r}")
             if inner in SCALAR:
@@ -107,7 +107,7 @@ class _Walk:
             for _ in range(count):
                 self.value(inner, key, depth + 1)
             return None
-        raise self.fail(f"the value of {key!r} has unknown type {kind}")
+        raise self.fail(f"the value of {key!r} has unknown type {value_type}")
 
 
 def check(path: str | Path) -> Header:
@@ -141,8 +141,8 @@ def check(path: str | Path) -> Header:
         alignment = ALIGNMENT
         for i in range(keys):
             key = w.string(f"key {i}").decode("utf-8", errors="replace")
-            kind = w.take("I", f"the value type of {key!r}")
-            value = w.value(kind, key)
+            value_type = w.take("I", f"the value type of {key!r}")
+            value = w.value(value_type, key)
             if key == "general.alignment":
                 if not isinstance(value, int) or value <= 0 or value & (value - 1):
                     raise w.fail(f"general.alignment {value!r} is not a power of two")
@@ -154,16 +154,16 @@ def check(path: str | Path) -> Header:
             if not 1 <= n_dims <= MAX_DIMS:
                 raise w.fail(f"tensor {tname!r} has {n_dims} dimensions (GGUF allows 1 to {MAX_DIMS})")
             dims = [w.take("Q", f"a dimension of {tname!r}") for _ in range(n_dims)]
-            kind = w.take("I", f"the type of {tname!r}")
+            ggml_type = w.take("I", f"the type of {tname!r}")
             offset = w.take("Q", f"the data offset of {tname!r}")
-            infos.append((tname, dims, kind, offset))
+            infos.append((tname, dims, ggml_type, offset))
         start = -(-w.at // alignment) * alignment
         stored = elements = 0
-        for tname, dims, kind, offset in infos:
+        for tname, dims, ggml_type, offset in infos:
             try:
-                block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+                block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
             except (ValueError, KeyError):
-                raise w.fail(f"tensor {tname!r} has GGML type {kind}, which gguf does not know") from None
+                raise w.fail(f"tensor {tname!r} has GGML type {ggml_type}, which gguf does not know") from None
             count = 1
             for d in dims:
                 count *= d

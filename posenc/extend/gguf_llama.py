@@ -94,9 +94,9 @@ def _value(field: Any) -> Any:
     field's parts, as every gguf-py since 0.10 lays them out)."""
     from gguf import GGUFValueType
 
-    kind = field.types[-1] if field.types else None
+    value_type = field.types[-1] if field.types else None
     parts = [field.parts[i] for i in field.data]
-    if kind == GGUFValueType.STRING:
+    if value_type == GGUFValueType.STRING:
         values = [bytes(part).decode("utf-8") for part in parts]
     else:
         values = [v for part in parts for v in part.tolist()]
@@ -207,12 +207,12 @@ def tokenizer(meta: dict[str, Any]) -> Any:
     backend.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
     backend.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1", special_tokens=[])
     types = meta.get("tokenizer.ggml.token_type") or []
-    control = [AddedToken(t, normalized=False, special=True) for t, kind in zip(tokens, types)
-               if kind == CONTROL and set(t) <= alphabet]
+    control = [AddedToken(t, normalized=False, special=True) for t, token_type in zip(tokens, types)
+               if token_type == CONTROL and set(t) <= alphabet]
     backend.add_special_tokens([AddedToken(GPT2_DEFAULT, normalized=False, special=True)] + control)
     known = backend.get_vocab(with_added_tokens=True)
-    backend.add_tokens([AddedToken(t, normalized=False, special=False) for t, kind in zip(tokens, types)
-                        if kind == USER_DEFINED and t in known])  # matched whole, as llama.cpp does
+    backend.add_tokens([AddedToken(t, normalized=False, special=False) for t, token_type in zip(tokens, types)
+                        if token_type == USER_DEFINED and t in known])  # matched whole, as llama.cpp does
     settings = {name: meta[k] for k, name in TOKENIZER_KEYS.items() if k in meta}
     for name, key in SPECIAL_TOKENS.items():
         token_id = meta.get(f"tokenizer.ggml.{key}")

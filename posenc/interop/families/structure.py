@@ -137,12 +137,12 @@ def _check_causal(attentions: list[nn.Module], paths: list[str], family: Family,
     """Every attention module ``patch`` replaces is causal self-attention, read from the model; a
     bidirectional one, or one that does not say, refused naming its module and class."""
     for attention, path in zip(attentions, paths):
-        kind = classify(attention, family)
-        if kind == "bidirectional":
+        form = classify(attention, family)
+        if form == "bidirectional":
             raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) is "
                              "bidirectional (is_causal=False): bidirectional attention is not supported yet (posenc's "
                              "attention function runs causal self-attention)")
-        if kind is None:
+        if form is None:
             raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) has no "
                              "is_causal attribute: posenc cannot tell causal from bidirectional attention, and "
                              "never assumes it")
