@@ -29,7 +29,7 @@ import pytest
 
 from posenc import reference as ref
 from posenc import scaling
-from test_explorer_browser import _executables
+from test_explorer_browser import headless_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("docs_site")]
 
@@ -60,19 +60,9 @@ def server(docs_site):
 
 @pytest.fixture(scope="module")
 def browser(server):
-    exe, driver_path = _executables()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = exe
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
-                 "--disable-background-networking", "--disable-component-update", "--no-first-run",
-                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # no name but 127.0.0.1 resolves
-                 "--proxy-server=127.0.0.1:9"):  # and every other address goes to a proxy that is not there
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    loopback_only = ("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # no name but 127.0.0.1 resolves
+                     "--proxy-server=127.0.0.1:9")  # and every other address goes to a proxy that is not there
+    driver = headless_chromium("1400,1000", loopback_only, logs=("browser", "performance"))
     try:
         driver.get(server + PAGE)
         yield driver

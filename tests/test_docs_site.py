@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from test_explorer_browser import _executables
+from test_explorer_browser import headless_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("docs_site")]
 
@@ -46,21 +46,8 @@ def site(docs_site):
 
 @pytest.fixture(scope="module")
 def browser(site):
-    exe, driver_path = _executables()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = exe
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
-                 "--disable-background-networking", "--disable-component-update", "--no-first-run"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver = headless_chromium("1400,1000", logs=("browser", "performance"), offline=True)
     try:
-        driver.execute_cdp_cmd("Network.enable", {})
-        driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
-            "offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
         yield driver
     finally:
         driver.quit()

@@ -40,24 +40,33 @@ def _executables() -> tuple[str, str]:
     return exe, driver
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
+def headless_chromium(window: str, flags: tuple[str, ...] = (), *, logs: tuple[str, ...] = ("browser",),
+                      offline: bool = False):
+    """A headless Chromium session (selenium) of the given window size, with ``flags`` added to the
+    common ones and the ``logs`` kept; ``offline`` switches its network off (DevTools' emulation)."""
     exe, driver_path = _executables()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    path = explorer.write(tmp_path_factory.mktemp("explorer"))
     options = webdriver.ChromeOptions()
     options.binary_location = exe
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1500,1400",
-                 "--disable-background-networking", "--disable-component-update", "--no-first-run"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", f"--window-size={window}",
+                 "--disable-background-networking", "--disable-component-update", "--no-first-run", *flags):
         options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {log: "ALL" for log in logs})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
+    if offline:
         driver.execute_cdp_cmd("Network.enable", {})
         driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
             "offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
+    return driver
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    path = explorer.write(tmp_path_factory.mktemp("explorer"))
+    driver = headless_chromium("1500,1400", offline=True)
+    try:
         driver.get(path.as_uri())
         driver.uri = path.as_uri()
         yield driver

@@ -70,18 +70,16 @@ class _Walk:
         return value
 
     def string(self, what: str) -> bytes:
-        n = self.take("Q", f"the length of {what}")
-        if n > self.size - self.at:
-            raise self.fail(f"{what} at byte {self.at} claims {n} bytes, past the end of the file")
-        out = bytes(self.buf[self.at:self.at + n])
-        self.at += n
-        return out
+        start, end = self.skip_string(what)
+        return bytes(self.buf[start:end])
 
-    def skip_string(self, what: str) -> None:
+    def skip_string(self, what: str) -> tuple[int, int]:
+        """Steps over a length-prefixed string, checked against the file's end; its byte range."""
         n = self.take("Q", f"the length of {what}")
         if n > self.size - self.at:
             raise self.fail(f"{what} at byte {self.at} claims {n} bytes, past the end of the file")
         self.at += n
+        return self.at - n, self.at
 
     def value(self, value_type: int, key: str, depth: int = 0) -> object:
         """Reads (a scalar, a key's string) or skips (arrays) one value of type ``value_type``."""

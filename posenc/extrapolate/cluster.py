@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from posenc.extrapolate.plan import Run, seed_groups
+from posenc.extrapolate.plan import Run, schedule
 
 EXECUTORS = ("local", "ray")  # --executor: worker processes on this machine (--jobs), or Ray; also ray://HOST:PORT
 MAX_RETRIES = 3  # a task whose worker died runs again this many times before the benchmark stops
@@ -167,28 +167,13 @@ def run_on_ray(ctx, todo: list[Run], *, executor: str, corpus: str | None, deps:
                                 device, plugin_sources))
     resources = {"num_gpus": 1, "num_cpus": ctx.threads} if device == "cuda" else {"num_cpus": ctx.threads}
     task = ray.remote(work).options(max_retries=MAX_RETRIES, retry_exceptions=False, **resources)
-    pending, finished = seed_groups(todo), set()
-    running: dict[Any, list[Run]] = {}
 
-    def submit_ready() -> None:
-        for group in [g for g in pending if all(deps.get(r.key) in (None, *finished) for r in g)]:
-            pending.remove(group)
-            running[task.remote(setup, group)] = group
-
-    try:
-        submit_ready()
-        while running:
-            ready, _ = ray.wait(list(running), num_returns=1)
-            for ref in ready:
-                group = running.pop(ref)
-                records = ray.get(ref)  # a run's error is raised here
-                finished.update(r.key for r in group)
-                yield from records
-            submit_ready()
-    except BaseException:
-        for ref in running:  # Ctrl-C, an error, or the consumer stopped: stop the tasks now
+    def cancel(refs: list[Any]) -> None:
+        for ref in refs:
             ray.cancel(ref, force=True)
-        raise
+
+    yield from schedule(todo, deps, submit=lambda group: task.remote(setup, group),
+                        wait_any=lambda refs: ray.wait(refs, num_returns=1)[0], collect=ray.get, cancel=cancel)
 
 
 def workers(device: str, threads: int) -> int:

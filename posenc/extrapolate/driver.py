@@ -40,7 +40,7 @@ from posenc import plugins
 from posenc.environment import available_cpus
 from posenc.extrapolate.distributed import Dist, barrier, broadcast, setup, teardown
 from posenc.extrapolate.parts import owner, plan
-from posenc.extrapolate.plan import Log, Run, available_schemes, resolve_scheme, seed_groups
+from posenc.extrapolate.plan import Log, Run, available_schemes, resolve_scheme, schedule, seed_groups
 from posenc.extrapolate.profiles import Profile
 from posenc.stats.results import ResultStore
 from posenc.extrapolate.runs import Context, execute_seeds, summary
@@ -102,36 +102,20 @@ def _parallel(ctx: Context, todo: list[Run], *, jobs: int, corpus: str | None) -
     run when both are to do."""
     import multiprocessing
 
-    deps = _deps(ctx, todo)
-    pending, finished = seed_groups(todo), set()
-    running: dict[Future, list[Run]] = {}
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker,
                                initargs=(ctx.profile, corpus, str(ctx.checkpoints), ctx.corpus_sha, jobs,
                                          tuple((p.source, p.sha256) for p in plugins.loaded())))
 
-    def submit_ready() -> None:
-        for group in [g for g in pending if all(deps.get(r.key) in (None, *finished) for r in g)]:
-            pending.remove(group)
-            running[pool.submit(_work, group)] = group
-
-    try:
-        submit_ready()
-        while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                group = running.pop(future)
-                records = future.result()  # a worker's error is raised here
-                finished.update(r.key for r in group)
-                yield from records
-            submit_ready()
-    except BaseException:
-        # Ctrl-C, an error, or the consumer stopped: stop the workers now, not after their runs.
+    def stop(_futures: list[Future]) -> None:  # stop the workers now, not after their runs
         workers = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in workers:
             proc.kill()
-        raise
+
+    yield from schedule(todo, _deps(ctx, todo), submit=lambda group: pool.submit(_work, group),
+                        wait_any=lambda futures: wait(futures, return_when=FIRST_COMPLETED)[0],
+                        collect=lambda future: future.result(), cancel=stop)
     pool.shutdown(wait=True)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +127,36 @@ def seed_groups(runs: list[Run]) -> list[list[Run]]:
     for run in runs:
         groups.setdefault(run.config, []).append(run)
     return [sorted(g, key=lambda r: r.seed) for g in groups.values()]
+
+
+def schedule(todo: list[Run], deps: dict[str, str], *, submit: Callable[[list[Run]], Any],
+             wait_any: Callable[[list[Any]], Iterable[Any]], collect: Callable[[Any], list[dict[str, Any]]],
+             cancel: Callable[[list[Any]], None]) -> Iterator[dict[str, Any]]:
+    """Runs ``todo``'s configurations (``seed_groups``) on an executor, each submitted once the runs
+    it needs (``deps``: a run's key → the key of the run it needs first) have finished; yields each
+    group's records as it finishes. The executor is four functions: ``submit(group)`` → a handle,
+    ``wait_any(handles)`` → the finished ones, ``collect(handle)`` → its records (a run's error is
+    raised there), ``cancel(handles)`` → stops them (Ctrl-C, an error, or the consumer stopped)."""
+    pending, finished = seed_groups(todo), set()
+    running: dict[Any, list[Run]] = {}
+
+    def submit_ready() -> None:
+        for group in [g for g in pending if all(deps.get(r.key) in (None, *finished) for r in g)]:
+            pending.remove(group)
+            running[submit(group)] = group
+
+    try:
+        submit_ready()
+        while running:
+            for handle in wait_any(list(running)):
+                group = running.pop(handle)
+                records = collect(handle)
+                finished.update(r.key for r in group)
+                yield from records
+            submit_ready()
+    except BaseException:
+        cancel(list(running))
+        raise
 
 
 def arch_label(label: str, arch: str) -> str:
