@@ -12,7 +12,7 @@ from pathlib import Path
 from posenc.cli import CLIError, check_output_file, int_arg, parse_int, require_extra
 from posenc.extrapolate import PART_NAMES  # the --part choices (no torch)
 
-PROFILE_NAMES = ("smoke", "quick", "full")
+PROFILE_NAMES = ("smoke", "quick", "decide", "full")  # posenc.extrapolate.profiles.PROFILES (not imported: torch)
 CONTEXT_PARALLEL = ("ring", "ulysses")  # posenc.extrapolate.context_parallel.METHODS (not imported: torch)
 ARCH_NAMES = ("transformer", "hybrid", "llama")  # posenc.extrapolate.model.ARCHS (not imported here: it imports torch)
 
@@ -39,7 +39,8 @@ def _positive(name: str, value: int | None) -> int | None:
 
 def _common(p: argparse.ArgumentParser, *, default_profile: str) -> None:
     p.add_argument("--profile", choices=PROFILE_NAMES, default=default_profile,
-                   help="smoke: seconds (tests); quick: minutes on 2 CPU cores; full: 3 seeds "
+                   help="smoke: seconds (tests); quick: minutes on 2 CPU cores; decide: every claim of the page at "
+                        "quick's settings (about 1.5 CPU-hours); full: 3 seeds of larger models (days) "
                         f"(default {default_profile})")
     p.add_argument("--scheme", action="append", metavar="SPEC", dest="schemes",
                    help="a scheme to run instead of the profile's list (repeatable): a name, name:key=value,... "

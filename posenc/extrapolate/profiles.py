@@ -365,6 +365,29 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+QUICK = PROFILES["quick"]
+DECIDE_ADDITION = AdditionSettings(tasks=TaskSettings(
+    model=GPTConfig(vocab_size=32, n_layer=2, n_head=4, n_embd=64), train=TrainConfig(steps=1500, batch_size=64, lr=3e-3),
+    tasks=("add",), max_size=6, test_sizes=(6, 12, 18), eval_examples=150))
+"""The decide profile's addition: the quick tasks' model, trained on up to 6 digits, tested at 3× (18)."""
+
+PROFILES["decide"] = dataclasses.replace(
+    QUICK, name="decide", parts=DEFAULT_PARTS,
+    # every row a claim of the page reads, at the quick profile's settings (its model, its training, its three
+    # seeds): the quick rows, then what make report leaves out: the tasks (Kazemnejad et al.'s five schemes,
+    # Golovneva et al.'s content tasks), the content and length rows of language modelling, BiPE's rows,
+    # addition with Abacus and coupled positions, RoPE with randomized positions, DINOv3's two image variants
+    # and the video rows. Its records are kept (posenc/extrapolate/records/decide.*) and fill the quick page.
+    lm_rows=(*content_lm_rows(QUICK.lm.model.n_layer), *LENGTH_LM_ROWS),
+    image=dataclasses.replace(QUICK.image, variants=(*QUICK.image.variants, "DINOv3 RoPE", "DINOv3 RoPE (rescale 2)")),
+    time=dataclasses.replace(QUICK.time, schemes=(*QUICK.time.schemes, *VIDEO_SCHEMES)),
+    bipe_rows=BIPE_ROWS, addition=DECIDE_ADDITION, randomized=("rope",), randomized_max_positions=256,
+    description="every claim of the page at the quick profile's settings and three seeds: the quick rows, the "
+                "tasks, the content and length rows, BiPE, addition and randomized positions, DINOv3 and video; "
+                "about 1.5 CPU-hours (docs/numbers.md), the run whose kept records fill make report's page",
+)
+
+
 def get_profile(name: str) -> Profile:
     if name not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}; got {name!r}")
