@@ -10,7 +10,7 @@ The run starts from an empty results file, so every record is measured by this c
 second start of the same command resumes (``posenc extrapolate`` resumes from its ``--out``); the kept
 wall and CPU time are then the sums over its starts, and ``starts`` says how many there were.
 
-    nice -n 19 python docs/keep_records.py decide --work /somewhere/decide.jsonl -- --profile decide --no-progress
+    nice -n 19 python docs/keep_records.py --work /somewhere/decide.jsonl decide -- --profile decide --no-progress
 """
 
 from __future__ import annotations
