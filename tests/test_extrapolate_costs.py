@@ -4,6 +4,8 @@ within ``MAX_SCALE``, its part's median, or none); ``--dry-run`` prints only the
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from posenc.cli import main
@@ -50,3 +52,30 @@ def test_dry_run_prints_only_the_estimate(command, tmp_path, capsys, monkeypatch
     out, err = capsys.readouterr()
     assert out.startswith("estimate: about ") and "with 2 workers about" in out and out.count("\n") == 1
     assert not list(tmp_path.iterdir()), "a dry run writes nothing"
+
+
+def test_the_decide_profile_runs_every_row_a_claim_of_the_page_reads():
+    """The smoke kept set decides (or asks seeds for) every claim of the page but the pretrained model's;
+    kept to the rows the decide profile also runs, it must still reach every one of them: a claim that
+    turns "not measured" names a row the decide profile lacks."""
+    from posenc.extrapolate import kept
+    from posenc.extrapolate.costs import run_row
+    from posenc.extrapolate.parts import plan
+    from posenc.extrapolate.plan import available_schemes
+    from posenc.extrapolate.profiles import get_profile
+
+    def rows(profile, sha=""):
+        names = list(available_schemes(profile.schemes, lambda msg: None))
+        return {r.key: run_row(r) for r in plan(profile, names, corpus_sha=sha, log=lambda msg: None)}
+
+    smoke = next(k for k in kept.load_sets()[0] if k.provenance["profile"] == "smoke")
+    sha = next(r["corpus"]["sha256"] for r in smoke.records if r.get("corpus"))
+    smoke_rows, decide_rows = rows(smoke.profile(), sha), set(rows(get_profile("decide")).values())
+    assert set(smoke_rows) >= {r["key"] for r in smoke.records}
+    reached = {(v.source, v.claim) for v in kept.verdicts(smoke) if v.status != "not measured"}
+    assert len(reached) >= 38  # the smoke set reaches 38 of the 55; the kept decide set itself: test_extrapolate_kept.py
+    only_decide = dataclasses.replace(smoke, records=[r for r in smoke.records
+                                                      if smoke_rows.get(r["key"]) in decide_rows])
+    still = {(v.source, v.claim) for v in kept.verdicts(only_decide) if v.status != "not measured"}
+    missing = [f"{src}: {claim}" for src, claim in sorted(reached - still)]
+    assert not missing, missing

@@ -135,7 +135,7 @@ def verdicts(kept: KeptSet) -> list:
     from posenc.extrapolate.parts import PARTS
 
     profile = kept.profile()
-    page = Page()
+    page = Page(draw=False)  # its verdicts alone: no figure is drawn
     sections = [part.section(page, part.records(kept.records), profile) for part in PARTS]
     pooled = [dataclasses.replace(v, pool=v.pool or part.name or "lm") for part, s in zip(PARTS, sections)
               for v in s.verdicts]

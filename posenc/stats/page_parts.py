@@ -68,9 +68,11 @@ e = html.escape
 
 
 class Page:
-    """HTML pieces and the figures (PNG bytes by file name) that go with them."""
+    """HTML pieces and the figures (PNG bytes by file name) that go with them. ``draw=False`` draws no
+    figure (a page rendered for its verdicts alone: a kept set's, ``posenc.extrapolate.kept.verdicts``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, draw: bool = True) -> None:
+        self.draw = draw
         self.parts: list[str] = []
         self.figures: dict[str, bytes] = {}
         self.errors: list[str] = []
@@ -80,6 +82,8 @@ class Page:
 
     def figure(self, name: str, make: Callable[[], Any], caption: str) -> None:
         """Renders ``make()`` (a matplotlib Figure) as an embedded PNG; an error is shown, not raised."""
+        if not self.draw:
+            return
         try:
             fig = make()
             buf = io.BytesIO()
