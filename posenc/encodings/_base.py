@@ -143,6 +143,14 @@ class PositionalEncoding(nn.Module):
     position_table: bool = False
     """True for a table with a row per position (the learned table): it cannot run past its rows,
     and on an image it takes the training grid's size and is resized to another grid."""
+    counts_positions_from_tokens: bool = False
+    """True for a scheme whose positions are counted from the tokens (the content kind): it takes no
+    positions, and its weight of a key can depend on the keys around it. Context parallelism reads it
+    (all-gather attention passes positions; the keys of a cache are not the queries' tokens)."""
+    selects_heads: bool = False
+    """True for a scheme with parameters per head that can run a subset of its heads (a bias scheme:
+    its ``score_fn`` at head ``h + start``; FoX: its state's heads). Ulysses' head-sharded attention
+    reads it: a rank runs ``H / P`` of the heads."""
 
     @property
     def attends(self) -> bool:
@@ -488,6 +496,7 @@ class BiasEncoding(PositionalEncoding):
     # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
     model_sizes = ("num_heads",)
     needs_axes = True
+    selects_heads = True
 
     @property
     def attends(self) -> bool:
@@ -589,6 +598,7 @@ class ContentEncoding(PositionalEncoding):
     # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
     model_sizes = ("d_model", "head_dim", "num_heads")
     needs_axes = True
+    counts_positions_from_tokens = True
 
     @property
     def attends(self) -> bool:

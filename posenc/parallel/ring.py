@@ -231,13 +231,12 @@ def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, s
     import torch.distributed as dist
 
     from posenc.attn import scheme_step
-    from posenc.encodings._base import ContentEncoding
     from posenc.scores import repeat_kv
 
     k_positions = positions if k_positions is None else k_positions
     all_k = all_positions if all_k is None else all_k
     b, h, lq, lk = q.shape[0], q.shape[1], all_positions.shape[0], all_k.shape[0]
-    if isinstance(pe, ContentEncoding):  # FoX (the others are refused): plain attention with one more key column
+    if pe is not None and pe.counts_positions_from_tokens:  # FoX (others are refused): one more key column
         if not causal:
             raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
         k, v = repeat_kv(k, v, h)
