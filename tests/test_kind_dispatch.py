@@ -111,3 +111,14 @@ def test_one_logit_cap():
              if not p.relative_to(PACKAGE).as_posix().startswith(("reference/", "encodings/"))
              for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "torch.tanh(" in line]
     assert len(found) <= 3 and all(f.startswith("scores.py:") for f in found), found
+
+
+def test_the_kind_protocol_context_parallelism_asks():
+    """What context parallelism asks a scheme, declared on its kind's base class: the content kind
+    counts its positions from the tokens; the bias kind, and FoX's per-head state, select heads."""
+    from posenc import registry
+
+    for name in registry.schemes():
+        scheme = registry.get(name)
+        assert scheme.cls.counts_positions_from_tokens == (scheme.kind == "content"), name
+        assert scheme.cls.selects_heads == (scheme.kind == "bias" or name == "fox"), name
