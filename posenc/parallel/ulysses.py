@@ -72,7 +72,11 @@ def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, ba
     if hidden is not None:  # (B, L, d_model) in sequence order, its gradient summed back to each rank's rows
         hidden = _GatherSequence.apply(hidden.unsqueeze(1), group)[:, 0, order]
     everywhere = torch.arange(length, device=q.device)
-    where = {"q_positions": everywhere[first:], "k_positions": everywhere}
+    if docs is not None:  # positions restart at 0 in each document, posenc.attention's default (no cache here)
+        from posenc.documents import positions_in_documents
+
+        everywhere = positions_in_documents(docs)  # (B or 1, L)
+    where = {"q_positions": everywhere[..., first:], "k_positions": everywhere}
     if isinstance(pe, FoX):
         k, v = repeat_kv(k, v, n)
         c = pe.state(k, hidden, docs)[:, rank * n:(rank + 1) * n]  # (B or 1, H/P, L)
