@@ -2,8 +2,9 @@
 
 How to apply each kind is declared once, on the kind's base class (``posenc/encodings/_base.py``'s
 kind protocol: ``embed``, ``attends``, ``attention_keywords``, ``check_runs_at``,
-``fit_to_training``, ``model_sizes``), and what the analysis reads is one table from kind to
-function (``posenc.analysis.KIND_ANALYSIS``). The consumers (the analysis, the figures, the demo,
+``fit_to_training``, ``model_sizes``, and context parallelism's ``counts_positions_from_tokens`` and
+``selects_heads``), and what the analysis reads is one table from kind to function
+(``posenc.analysis.KIND_ANALYSIS``; ``posenc show``'s figures: ``posenc.plot.SHOW``). The consumers (the analysis, the figures, the demo,
 the commands, the benchmarks) call those: none of them compares a ``.kind`` or asks
 ``isinstance(x, <a kind's base class>)``. Reading ``.kind`` to show it, or to look it up in a
 table, is not dispatch and stays allowed. Every module is counted, context parallelism, the

@@ -20,7 +20,9 @@ positions)`` (what it adds to the token embeddings), ``attention_keywords(positi
 can run at a length: a learned table past its rows) and the classmethod ``fit_to_training(given,
 length)`` (its settings that follow the training length: T5's ``max_distance``, FIRE's
 ``L_threshold``); and the attributes ``needs_axes``, ``causal_only``, ``position_table`` (a learned
-table) and ``text_structure`` (BiPE's segments, HiRoPE's lines). The defaults, on
+table), ``text_structure`` (BiPE's segments, HiRoPE's lines), and what context parallelism asks:
+``counts_positions_from_tokens`` (the content kind) and ``selects_heads`` (a bias scheme, FoX: a
+rank of Ulysses runs a subset of the heads). The defaults, on
 ``PositionalEncoding``, are the ``none`` kind's; a scheme with a rule of its own overrides them.
 
 Notation used for tensor shapes:
