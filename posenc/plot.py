@@ -265,12 +265,9 @@ def grid_maps(specs: Sequence[Any], *, grid: Sequence[int] | None = None, patch:
     return fig
 
 
-SHOWABLE = ("additive", "rotary", "bias", "relative")
-
-
 def check_showable(kind: str, name: str) -> None:
-    """Raises ``NotApplicable`` for a kind ``show`` has no figure for (``none``)."""
-    if kind not in SHOWABLE:
+    """Raises ``NotApplicable`` for a kind ``show`` has no figure for in ``SHOW`` (``none``, ``content``)."""
+    if SHOW.get(kind) is None:
         raise analysis.NotApplicable(f"{name!r} ({kind}) has no positional signal to draw; "
                                      f"figures exist for {', '.join(SHOWABLE)} schemes")
 
@@ -302,8 +299,9 @@ def _show_term(m, *, length: int, dim: int) -> Figure:
 
 
 SHOW = {"additive": heatmap, "rotary": _show_rotary, "bias": _show_term, "relative": _show_term}
-"""The figure ``show`` draws for each kind (``SHOWABLE``): the heatmap, the ``q·k`` curve and the
-spectrum, the bias maps."""
+"""The figure ``show`` draws for each kind: the heatmap, the ``q·k`` curve and the spectrum, the bias maps."""
+SHOWABLE = tuple(SHOW)
+"""The kinds ``show`` draws (those of ``SHOW``)."""
 
 
 __all__ = ["heatmap", "similarity", "score_vs_distance", "rope_decay", "fingerprints", "spectrum", "bias_maps",

@@ -392,7 +392,7 @@ def foreign_key_hint(key: str, *, where: str) -> str:
     """`` (transformers' name; posenc calls it 'base', a key of the spec)`` for one of
     ``TRANSFORMERS_KEYS`` found among the keys of ``where`` (``"spec"`` or ``"scaling"``), else ``""``."""
     if key not in TRANSFORMERS_KEYS:
-        if where == "spec" and any(key in scaling_keys(kind) for kind in SCALINGS):
+        if where == "spec" and any(key in scaling_keys(scaling_type) for scaling_type in SCALINGS):
             return " (a key of a scaling: give scaling=TYPE with it, e.g. scaling=linear,factor=4)"
         return ""
     name, home = TRANSFORMERS_KEYS[key]
@@ -414,17 +414,18 @@ def transformers_keys_error(params: Mapping[str, Any]) -> str:
             what = _HOW.get(name, repr(name))
             renamed.append(f"{key!r} is posenc's {what}" + ("" if home == "scaling" else " (a key of the spec, "
                                                                                           "beside scaling)"))
-    kind = params.get("type", params.get("rope_type"))
+    scaling_type = params.get("type", params.get("rope_type"))
     posenc_keys = {TRANSFORMERS_KEYS.get(k, (k,))[0] for k in params} - {"type", "base", "rotary_dim", "sections"}
-    unknown = sorted(posenc_keys - set(scaling_keys(kind))) if isinstance(kind, str) and kind in SCALINGS else []
-    extra = (f"; not keys of scaling {kind!r}: {', '.join(map(repr, unknown))}" if unknown else "")
+    known = isinstance(scaling_type, str) and scaling_type in SCALINGS
+    unknown = sorted(posenc_keys - set(scaling_keys(scaling_type))) if known else []
+    extra = (f"; not keys of scaling {scaling_type!r}: {', '.join(map(repr, unknown))}" if unknown else "")
     return (f"scaling uses transformers' names: {'; '.join(renamed)}{extra}; posenc.from_hf(config) builds the "
             "rope of a transformers config (rope_parameters or rope_scaling) as it is")
 
 
-def scaling_keys(kind: str) -> list[str]:
-    """The keys of scaling type ``kind`` besides ``type`` (its function's parameters)."""
-    return [p for p in inspect.signature(SCALINGS[kind]).parameters if p not in _CONTEXT]
+def scaling_keys(scaling_type: str) -> list[str]:
+    """The keys of scaling type ``scaling_type`` besides ``type`` (its function's parameters)."""
+    return [p for p in inspect.signature(SCALINGS[scaling_type]).parameters if p not in _CONTEXT]
 
 
 # -- resolution -----------------------------------------------------------------------------------
@@ -448,29 +449,31 @@ def resolve(scaling: Mapping[str, Any] | None, inv_freq: np.ndarray, *, head_dim
     if "type" not in params:
         raise ValueError(f"scaling has no 'type' key (got keys {', '.join(map(repr, params)) or 'none'}); give one "
                          f"of {types}, e.g. {{'type': 'linear', 'factor': 4}}")
-    kind = params.pop("type")
-    if not isinstance(kind, str) or kind not in SCALINGS:
-        why = " (transformers' 'default' is no scaling: scaling=None)" if kind == "default" else ""
-        raise ValueError(f"scaling type must be one of {types}; got {kind!r}{did_you_mean(kind, SCALINGS)}{why}")
-    allowed = scaling_keys(kind)
+    scaling_type = params.pop("type")
+    if not isinstance(scaling_type, str) or scaling_type not in SCALINGS:
+        why = " (transformers' 'default' is no scaling: scaling=None)" if scaling_type == "default" else ""
+        raise ValueError(f"scaling type must be one of {types}; got {scaling_type!r}"
+                         f"{did_you_mean(scaling_type, SCALINGS)}{why}")
+    allowed = scaling_keys(scaling_type)
     unknown = sorted(set(params) - set(allowed))
     if unknown:
-        raise ValueError(f"unknown key {unknown[0]!r} for scaling {kind!r}{did_you_mean(unknown[0], allowed)}; "
+        raise ValueError(f"unknown key {unknown[0]!r} for scaling {scaling_type!r}"
+                         f"{did_you_mean(unknown[0], allowed)}; "
                          f"allowed keys: type, {', '.join(allowed)}")
-    fn = SCALINGS[kind]
+    fn = SCALINGS[scaling_type]
     signature = inspect.signature(fn).parameters
     missing = [p for p in allowed if signature[p].default is inspect.Parameter.empty and p not in params]
     if missing:
-        raise ValueError(f"scaling {kind!r} needs {', '.join(map(repr, missing))}; "
-                         f"e.g. {{'type': {kind!r}, {missing[0]!r}: ...}}")
+        raise ValueError(f"scaling {scaling_type!r} needs {', '.join(map(repr, missing))}; "
+                         f"e.g. {{'type': {scaling_type!r}, {missing[0]!r}: ...}}")
     try:
         out = fn(inv_freq, head_dim=head_dim, base=base, **params)
     except (ValueError, TypeError) as e:  # name the method in the message
-        raise type(e)(f"scaling {kind!r}: {e}") from None
+        raise type(e)(f"scaling {scaling_type!r}: {e}") from None
     if not isinstance(out, Scaled):
         new, factor = out
         out = Scaled(np.asarray(new, dtype=np.float64), float(factor))
-    out = Scaled(np.asarray(out.inv_freq, dtype=np.float64), float(out.attention_factor), kind,
+    out = Scaled(np.asarray(out.inv_freq, dtype=np.float64), float(out.attention_factor), scaling_type,
                  out.by_length, out.decay, dict(scaling))
     if exact is None:
         return out

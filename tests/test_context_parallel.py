@@ -66,9 +66,12 @@ def _inputs(name, case, world):
 
 
 def _expected(pe, q, k, v, hidden, docs, pad, causal, extras):
+    """``posenc.attention`` on the whole sequence at its default positions: with documents, restarting
+    at 0 in each one; after a cache, the last queries of the keys' ``0..L−1``."""
     everywhere = torch.arange(LENGTH)
     content = pe is not None and pe.kind == "content"
-    where = {} if content else {"q_positions": everywhere[LENGTH - q.shape[2]:], "k_positions": everywhere}
+    where = {} if content or docs is not None else {"q_positions": everywhere[LENGTH - q.shape[2]:],
+                                                     "k_positions": everywhere}
     return posenc.attention(q, k, v, pe, causal=causal, document_ids=docs, attention_mask=pad,
                             hidden=hidden if pe is not None and pe.reads_hidden else None, backend="materialize",
                             **where, **extras)
@@ -215,8 +218,9 @@ def _extra_refusals(group):
 ODD = 30  # a multiple of 2 * 3: head-tail shards on 3 ranks
 # on 3 ranks, ring only (ulysses needs H % 3 == 0): Dual Chunk Attention with chunks shorter than the
 # sequence (positions past a chunk are remapped, so it is not translation invariant), packed documents
-# and padding; FoX's key column; a bias scheme in a causal window
-THREE = {"dual_chunk": ({"chunk_size": 8, "local_size": 2}, {}), "fox": ({}, {}), "alibi": ({}, {"window": 7})}
+# and padding; FoX's key column; a bias scheme in a causal window; NoPE's query temperature (by absolute position)
+THREE = {"dual_chunk": ({"chunk_size": 8, "local_size": 2}, {}), "fox": ({}, {}), "alibi": ({}, {"window": 7}),
+         "nope_temperature": ({}, {})}
 
 
 def _three_ranks(group) -> dict:
@@ -244,9 +248,10 @@ def _three_ranks_case(pe, tensors, docs, pad, p, extras, group):
     hidden = torch.randn(2, ODD, 32, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
     read = {"hidden": hidden} if pe.reads_hidden else {}
     full = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    where = {} if pe.kind == "content" else {"q_positions": torch.arange(ODD), "k_positions": torch.arange(ODD)}
+    # the default positions, restarting at 0 in each document (Dual Chunk Attention past its chunk and
+    # NoPE's query temperature read them)
     want = posenc.attention(*full, pe, causal=True, document_ids=docs, attention_mask=pad, backend="materialize",
-                            **where, **extras, **read)
+                            **extras, **read)
     local = [t[:, :, p].clone().requires_grad_(True) for t in (q, k, v)]
     got = posenc.context_parallel_attention(*local, pe, positions=p, causal=True, method="ring", group=group,
                                             document_ids=docs[:, p], attention_mask=pad[:, p], **extras,
@@ -325,8 +330,9 @@ def test_a_cache_a_cap_and_a_window_are_refused_by_name_where_not_taken(spawned)
 
 @pytest.mark.slow
 def test_ring_on_an_odd_number_of_ranks_equals_the_whole_sequence(spawned):
-    """3 ranks: Dual Chunk Attention with documents and padding, FoX, ALiBi in a window (ring reads each
-    tile's visibility from the whole sequence's ``Visibility``)."""
+    """3 ranks: Dual Chunk Attention with documents and padding, FoX, ALiBi in a window, NoPE's query
+    temperature (ring reads each tile's visibility from the whole sequence's ``Visibility``, and the
+    scheme the positions ``posenc.attention`` gives it by default: restarting in each document)."""
     for r, found in enumerate(spawned[3]):
         assert set(found) == set(THREE), found
         failed = {name: why for name, why in found.items() if why is not None}

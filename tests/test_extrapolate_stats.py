@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from posenc.stats import findings, estimates as stats, procedure as verdicts
+from posenc.stats import distributions, findings, estimates as stats, procedure as verdicts
 from posenc.extrapolate.parts import tasks as task_part
 from posenc.extrapolate.parts import lm as text
 
@@ -18,31 +18,31 @@ from posenc.extrapolate.parts import lm as text
 @pytest.mark.parametrize("df, crit", [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706),
                                       (10, 2.2281), (30, 2.0423), (math.inf, 1.9600)])
 def test_t_critical_values_match_the_table(df, crit):
-    assert stats.t_critical(df) == pytest.approx(crit, abs=5e-5)
+    assert distributions.t_critical(df) == pytest.approx(crit, abs=5e-5)
 
 
 def test_t_p_values_match_closed_forms():
-    assert stats.t_two_sided_p(1.0, 1) == pytest.approx(0.5)  # Cauchy: 1 − 2·atan(1)/π
-    assert stats.t_two_sided_p(2.0, 2) == pytest.approx(1 - 2 / math.sqrt(6))  # df 2: 1 − t/√(t²+2)
-    assert stats.t_two_sided_p(2.0, 3) == pytest.approx(0.139326, abs=1e-6)
-    assert stats.t_two_sided_p(1.959964, math.inf) == pytest.approx(0.05, abs=1e-6)
-    assert stats.t_two_sided_p(0.0, 4) == pytest.approx(1.0)
+    assert distributions.t_two_sided_p(1.0, 1) == pytest.approx(0.5)  # Cauchy: 1 − 2·atan(1)/π
+    assert distributions.t_two_sided_p(2.0, 2) == pytest.approx(1 - 2 / math.sqrt(6))  # df 2: 1 − t/√(t²+2)
+    assert distributions.t_two_sided_p(2.0, 3) == pytest.approx(0.139326, abs=1e-6)
+    assert distributions.t_two_sided_p(1.959964, math.inf) == pytest.approx(0.05, abs=1e-6)
+    assert distributions.t_two_sided_p(0.0, 4) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="df"):
-        stats.t_two_sided_p(1.0, 2.5)
+        distributions.t_two_sided_p(1.0, 2.5)
 
 
 def test_holm_on_known_p_values():
     # sorted 0.005, 0.01, 0.03, 0.04 -> 4·0.005, 3·0.01, 2·0.03, max(0.06, 1·0.04): step-down, monotone
-    assert verdicts.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert verdicts.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
-    assert verdicts.holm([0.02]) == [0.02] and verdicts.holm([]) == []
+    assert distributions.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert distributions.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert distributions.holm([0.02]) == [0.02] and distributions.holm([]) == []
 
 
 def test_mcnemar_exact_on_known_tables():
-    assert stats.mcnemar_exact(1, 9) == pytest.approx(2 * (1 + 10) / 2**10)  # 0.0215
-    assert stats.mcnemar_exact(9, 1) == stats.mcnemar_exact(1, 9)
-    assert stats.mcnemar_exact(0, 5) == pytest.approx(2 / 32)
-    assert stats.mcnemar_exact(4, 4) == 1.0 and stats.mcnemar_exact(0, 0) == 1.0
+    assert distributions.mcnemar_exact(1, 9) == pytest.approx(2 * (1 + 10) / 2**10)  # 0.0215
+    assert distributions.mcnemar_exact(9, 1) == distributions.mcnemar_exact(1, 9)
+    assert distributions.mcnemar_exact(0, 5) == pytest.approx(2 / 32)
+    assert distributions.mcnemar_exact(4, 4) == 1.0 and distributions.mcnemar_exact(0, 0) == 1.0
 
 
 def test_newey_west_widens_the_error_of_correlated_blocks():
@@ -69,7 +69,7 @@ def test_seeds_are_paired_by_id_not_by_record_order():
     est = stats.lm_table(a).estimate("a", "nonoverlap", 8)
     assert est.df == 2 and est.seed_sd == pytest.approx(1.0)
     lo, hi = est.interval()
-    assert hi - est.mean == pytest.approx(stats.t_critical(2) * est.se)
+    assert hi - est.mean == pytest.approx(distributions.t_critical(2) * est.se)
 
 
 def _task_record(label, hits_by_size, seed=0):
@@ -92,7 +92,7 @@ def test_task_verdicts_use_cells_beyond_trained_positions_and_test_the_seeds():
     first = verdicts_[0]
     assert tasks == ["copy"] and first.evidence.effects == pytest.approx((0.5, 0.45, 0.55))  # size 3 left out
     assert first.status == "agrees" and first.direction == 1 and first.test.df == 2 and first.mde is not None
-    assert f"McNemar's exact p {stats.mcnemar_exact(30, 0):.2g}" in first.measured  # McNemar describes
+    assert f"McNemar's exact p {distributions.mcnemar_exact(30, 0):.2g}" in first.measured  # McNemar describes
     one = task_part.task_verdicts(stats.task_table(recs[:2]))[0][0]  # the same on one seed: not decided
     assert one.status == "needs seeds" and one.p is None and "needs seeds: 1 seed" in one.measured
     assert table.estimate("nope", "copy", 3).se > 0  # no zero error at 0%
@@ -110,7 +110,7 @@ def test_adjust_decides_each_paper_as_one_family_and_leaves_one_seed_undecided()
     untested = findings.Verdict("A", "learned cannot run", "m", "agrees")
     out = findings.adjust([dataclasses.replace(v, pool="lm") for v in (*a, b, one, untested)])
     assert [v.tests for v in out] == [3, 3, 3, 1, 0, 0]  # the family is the paper, the untested left out
-    assert [v.p_holm for v in out[:3]] == pytest.approx(verdicts.holm([v.p for v in out[:3]]))
+    assert [v.p_holm for v in out[:3]] == pytest.approx(distributions.holm([v.p for v in out[:3]]))
     assert out[3].p_holm == pytest.approx(out[3].p) and all(v.test.pooled and v.test.df == 8 for v in out[:4])
     assert [v.status for v in out] == ["agrees", "agrees", "no clear difference", "agrees", "needs seeds", "agrees"]
     assert out[4].indicative and out[4].p is None and not out[0].indicative

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from posenc.stats import estimates as stats
+from posenc.stats import distributions, estimates as stats
 from posenc.extrapolate import task_generators as T
 from posenc.extrapolate.parts import tasks as task_part
 from posenc.extrapolate.profiles import PROFILES, settings_hash, with_overrides
@@ -130,11 +130,11 @@ def test_counting_verdict_orders_cope_relative_absolute_and_says_missing():
     assert missing.status == "not measured" and "missing" in missing.measured and "cope" in missing.measured
     assert missing.p is None
     # shaw plays the relative kind (t5 only stands in without it); 3 size-2 cells × 20 pairs, size 4 is left out
-    assert f"McNemar's exact p {stats.mcnemar_exact(24, 0):.2g}" in second.measured and second.direction == 1
+    assert f"McNemar's exact p {distributions.mcnemar_exact(24, 0):.2g}" in second.measured and second.direction == 1
     assert "shaw alone right 24" in second.measured and second.status == "needs seeds"  # one seed: not decided
     table = stats.task_table([_count_record(lab, hits) for lab in ("cope", "t5", "sinusoidal")])
     first, second = task_part.counting_verdicts(table)
-    assert first.direction == -1 and f"McNemar's exact p {stats.mcnemar_exact(0, 6):.2g}" in first.measured  # t5 won
+    assert first.direction == -1 and f"McNemar's exact p {distributions.mcnemar_exact(0, 6):.2g}" in first.measured  # t5 won
     assert "sinusoidal" in second.measured
     assert task_part.counting_verdicts(stats.task_table([])) == []  # no counting: no claim
 

@@ -10,8 +10,9 @@ import math
 import numpy as np
 import pytest
 
+from posenc.stats import distributions as D
 from posenc.stats import procedure as V
-from posenc.stats.estimates import t_critical, t_two_sided_p
+from posenc.stats.distributions import t_critical, t_two_sided_p
 
 ROWS, SEEDS = 8, 3
 FAMILIES = ["a"] * 5 + ["b"] * 3  # two papers of one part: 5 claims and 3
@@ -51,13 +52,36 @@ def _limit(rate: float, n: int) -> float:
     return rate + BOUND * math.sqrt(rate * (1 - rate) / n)
 
 
+def test_each_distribution_is_defined_once_and_imported_from_its_module():
+    """``posenc.stats.distributions`` defines them; no other module defines one, lists one in its
+    ``__all__``, or imports one from anywhere but ``posenc.stats.distributions``."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    names = set(D.__all__)
+    for path in sorted((root / "posenc").rglob("*.py")) + sorted((root / "tests").glob("*.py")):
+        if path.name == "distributions.py" and path.parent.name == "stats":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.col_offset == 0:
+                assert node.name not in names, f"{path.name} defines {node.name}"
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("posenc.stats."):
+                bad = [a.name for a in node.names if a.name in names] if node.module != "posenc.stats.distributions" \
+                    else []
+                assert not bad, f"{path.name} imports {bad} from {node.module}"
+        for module in (V, __import__("posenc.stats.estimates", fromlist=["_"])):
+            assert not names & set(getattr(module, "__all__", ())), module.__name__
+
+
 def test_distributions_match_the_closed_forms():
     for df in (1, 2, 3, 4, 7, 30):
         for t in (0.3, 1.5, 4.0, 12.0):
-            assert 2 * V.t_sf(t, df) == pytest.approx(t_two_sided_p(t, df), rel=1e-9, abs=1e-14)
-        assert V.t_quantile(0.975, df) == pytest.approx(t_critical(df), rel=1e-9)
-    assert V.t_sf(1.0, 2.5) < V.t_sf(1.0, 2.0) and V.t_sf(-1.0, 5) == pytest.approx(1 - V.t_sf(1.0, 5))
-    assert V.f_sf(4.0, 1, 9) == pytest.approx(2 * V.t_sf(2.0, 9), rel=1e-9)  # F(1, d) = t²
+            assert 2 * D.t_sf(t, df) == pytest.approx(t_two_sided_p(t, df), rel=1e-9, abs=1e-14)
+        assert D.t_quantile(0.975, df) == pytest.approx(t_critical(df), rel=1e-9)
+    assert D.t_sf(1.0, 2.5) < D.t_sf(1.0, 2.0) and D.t_sf(-1.0, 5) == pytest.approx(1 - D.t_sf(1.0, 5))
+    assert D.f_sf(4.0, 1, 9) == pytest.approx(2 * D.t_sf(2.0, 9), rel=1e-9)  # F(1, d) = t²
     assert V.detectable(1.0, math.inf, 1) == pytest.approx(1.959964 + 0.841621, abs=2e-3)  # z_.975 + z_.8
     assert V.detectable(1.0, 2, 1) > V.detectable(1.0, 16, 1) and V.detectable(1.0, 16, 7) > V.detectable(1.0, 16, 1)
 

@@ -75,8 +75,8 @@ def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: i
     (``DEVICES``). The meta is ``environment.capture(device)``, the profile and the date."""
     import torch
 
-    kind = torch.device(device).type
-    refused = [w for w in what if kind not in DEVICES[w]]
+    device_type = torch.device(device).type
+    refused = [w for w in what if device_type not in DEVICES[w]]
     if refused:
         raise ValueError(f"{', '.join(refused)} runs on {' or '.join(DEVICES[refused[0]])} only, not on {device!r}")
     profile = PROFILES[profile_name]
@@ -90,7 +90,7 @@ def run(what: tuple[str, ...] = WHATS, profile_name: str = "full", *, threads: i
                                                     **environment.capture(device), "profile": asdict(profile)})
         if "rotary" in what:
             # cuda:N is made the current device: Triton kernels (Liger-Kernel's among them) launch there
-            with torch.cuda.device(torch.device(device)) if kind == "cuda" else contextlib.nullcontext():
+            with torch.cuda.device(torch.device(device)) if device_type == "cuda" else contextlib.nullcontext():
                 for case in rotary_cases(profile, device):
                     result.rotary.append(bench_rotary_case(case, profile, device))
                     say(f"{time.perf_counter() - start:6.1f} s  rotary {case.label}")

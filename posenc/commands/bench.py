@@ -34,15 +34,15 @@ def _what(value: str | None, device: str) -> tuple[str, ...]:
     """The parts to run; by default every part that runs on ``device`` (``DEVICES``)."""
     from posenc.bench.profiles import DEVICES, WHATS
 
-    kind = device.split(":")[0]
+    device_type = device.split(":")[0]
     if value is None:
-        return tuple(w for w in WHATS if kind in DEVICES[w])
+        return tuple(w for w in WHATS if device_type in DEVICES[w])
     parts = tuple(p.strip() for p in value.split(",") if p.strip())
     bad = [p for p in parts if p not in WHATS]
     if bad or not parts:
         raise CLIError(f"--what must be a comma-separated list of {', '.join(WHATS)}; got {value!r}")
     for part in parts:
-        if kind not in DEVICES[part]:
+        if device_type not in DEVICES[part]:
             raise CLIError(f"--what {part} runs on {' or '.join(DEVICES[part])} only for now (its peak memory is "
                            f"the process's resident memory), not on --device {device}; use --what rotary")
     return parts

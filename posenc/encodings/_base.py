@@ -20,7 +20,9 @@ positions)`` (what it adds to the token embeddings), ``attention_keywords(positi
 can run at a length: a learned table past its rows) and the classmethod ``fit_to_training(given,
 length)`` (its settings that follow the training length: T5's ``max_distance``, FIRE's
 ``L_threshold``); and the attributes ``needs_axes``, ``causal_only``, ``position_table`` (a learned
-table) and ``text_structure`` (BiPE's segments, HiRoPE's lines). The defaults, on
+table), ``text_structure`` (BiPE's segments, HiRoPE's lines), and what context parallelism asks:
+``counts_positions_from_tokens`` (the content kind) and ``selects_heads`` (a bias scheme, FoX: a
+rank of Ulysses runs a subset of the heads). The defaults, on
 ``PositionalEncoding``, are the ``none`` kind's; a scheme with a rule of its own overrides them.
 
 Notation used for tensor shapes:
@@ -143,6 +145,14 @@ class PositionalEncoding(nn.Module):
     position_table: bool = False
     """True for a table with a row per position (the learned table): it cannot run past its rows,
     and on an image it takes the training grid's size and is resized to another grid."""
+    counts_positions_from_tokens: bool = False
+    """True for a scheme whose positions are counted from the tokens (the content kind): it takes no
+    positions, and its weight of a key can depend on the keys around it. Context parallelism reads it
+    (all-gather attention passes positions; the keys of a cache are not the queries' tokens)."""
+    selects_heads: bool = False
+    """True for a scheme with parameters per head that can run a subset of its heads (a bias scheme:
+    its ``score_fn`` at head ``h + start``; FoX: its state's heads). Ulysses' head-sharded attention
+    reads it: a rank runs ``H / P`` of the heads."""
 
     @property
     def attends(self) -> bool:
@@ -488,6 +498,7 @@ class BiasEncoding(PositionalEncoding):
     # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
     model_sizes = ("num_heads",)
     needs_axes = True
+    selects_heads = True
 
     @property
     def attends(self) -> bool:
@@ -589,6 +600,7 @@ class ContentEncoding(PositionalEncoding):
     # -- kind protocol: how a model and the benchmark apply this kind (see the module docstring) --
     model_sizes = ("d_model", "head_dim", "num_heads")
     needs_axes = True
+    counts_positions_from_tokens = True
 
     @property
     def attends(self) -> bool:

@@ -53,6 +53,7 @@ class FoX(RowwiseEncoding):
     """Forget gate per head and token: the score bias c_i − c_j, c = cumsum(log f) (FoX)."""
 
     flex_ok = True
+    selects_heads = True  # its state per head: Ulysses' rank takes its heads' rows
     takes_softcap = takes_sinks = True
 
     def __init__(self, *, num_heads: Heads, d_model: Dim | None = None, gate: str = "full") -> None:

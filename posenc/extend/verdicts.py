@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from posenc.stats.findings import MARGIN, Verdict, adjust, seed_verdict
-from posenc.stats.estimates import hac_se, mcnemar_exact
-from posenc.stats.procedure import ALPHA, MIN_SEEDS, NEEDS_SEEDS, UNCLEAR, Evidence, holm
+from posenc.stats.distributions import holm, mcnemar_exact
+from posenc.stats.estimates import hac_se
+from posenc.stats.procedure import ALPHA, MIN_SEEDS, NEEDS_SEEDS, UNCLEAR, Evidence
 
 BLOCK = 64  # tokens per block of a passage's standard error
 PPL_POOL, PASSKEY_POOL = "pretrained-ppl", "pretrained-passkey"

@@ -21,7 +21,7 @@ import numpy as np
 
 from posenc.stats.findings import Verdict, tested
 from posenc.stats.page_parts import e
-from posenc.stats.estimates import t_two_sided_p
+from posenc.stats.distributions import t_two_sided_p
 
 @dataclass(frozen=True)
 class Diff:

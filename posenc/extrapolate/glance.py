@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from posenc.stats.findings import Verdict
 from posenc.stats.page_parts import e, status
-from posenc.stats.procedure import ALPHA, NEEDS_SEEDS, t_quantile
+from posenc.stats.distributions import t_quantile
+from posenc.stats.procedure import ALPHA, NEEDS_SEEDS
 
 
 def _num(x: float) -> str:

@@ -75,9 +75,10 @@ taken by ring and ulysses, and so are a KV cache (``k_positions``: keys at ``0..
 last ``Lq``), ``softcap``, ``sinks`` and ``window``: the ring caps each tile's scores, masks (or
 skips) what lies outside the window by global position and merges the sinks after the last tile;
 ulysses passes them to ``posenc.attention`` (a rank its heads' sinks). The scheme sees the
-sequence indices as positions, with documents too: translation-invariant schemes are unaffected by
-where a document starts, and the others (Dual Chunk Attention past its chunk) equal
-``posenc.attention`` given the same positions, not its default that restarts in each document.
+sequence indices as positions, and with ``document_ids`` each token's position in its document
+(restarting at 0, ``posenc.documents.positions_in_documents`` of the whole sequence), as
+``posenc.attention``'s default: schemes that read absolute positions (Dual Chunk Attention past its
+chunk, NoPE's query temperature, FoPE) equal it on packed documents too.
 
 Modules: this one (``shard_positions``, ``context_parallel_attention``, all-gather), ``checks``
 (what each method runs, the local inputs, the gathered positions), ``comm`` (the differentiable
@@ -151,7 +152,8 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
             passed rank to rank, merged by log-sum-exp) or ``"ulysses"`` (all-to-all to ``H / P``
             heads of the whole sequence and back); the module docstring compares them.
         document_ids: ``[Ll]`` or ``[B, Ll]`` integer, this rank's tokens' documents (packed
-            sequences; a query sees only keys of its own document); ring and ulysses.
+            sequences; a query sees only keys of its own document, and the scheme reads positions
+            restarting at 0 in each document, as ``posenc.attention``'s default); ring and ulysses.
         attention_mask: ``[Ll]`` or ``[B, Ll]`` key padding (bool or 0/1; False/0: padding) of this
             rank's tokens; ring and ulysses. A query that sees no key returns zeros.
         hidden: ``[B, Ll, d_model]``, this rank's rows of the layer's input, for a content scheme that

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from posenc._validate import check_choice, check_int
-from posenc.encodings._base import BiasEncoding, ContentEncoding, check_tensor
+from posenc.encodings._base import check_tensor
 from posenc.parallel.comm import _gather_positions
 from posenc.scores import check_cap_and_sinks
 
@@ -20,14 +20,14 @@ def _unsupported(pe, method: str) -> str | None:
     """Why ``method`` cannot run ``pe`` exactly, or None when it can (the table of the module docstring)."""
     from posenc.encodings.fox import FoX
 
-    content = isinstance(pe, ContentEncoding)
+    content = pe is not None and pe.counts_positions_from_tokens
     per_head = getattr(pe, "num_heads", None) is not None
     if method == "allgather" and content:
         return "a content scheme counts its positions from the tokens, and all-gather attention passes positions"
     if method == "ring" and content and not isinstance(pe, FoX):
         return ("its weight of key j depends on the tokens between j and the query, not only on q_i, k_j and "
                 "per-token values, so a key shard cannot be scored away from the others")
-    if method == "ulysses" and per_head and not isinstance(pe, (BiasEncoding, FoX)):  # a bias slices its heads
+    if method == "ulysses" and per_head and not pe.selects_heads:  # a bias slices its heads, FoX its state's
         return (f"its parameters are per head ({pe.num_heads} heads) and a rank of the head-sharded attention runs a "
                 "subset of the heads, which this scheme cannot select")
     return None
@@ -52,7 +52,7 @@ def _check_method(pe, method: str, *, document_ids, attention_mask, hidden, cach
             raise ValueError(f"method='allgather' takes no {', '.join(given)}; use method='ring' or 'ulysses'")
     from posenc.encodings.fox import FoX
 
-    if cached and isinstance(pe, ContentEncoding):
+    if cached and pe is not None and pe.counts_positions_from_tokens:
         raise ValueError(f"k_positions (keys of a cache) cannot run {pe.name!r} ({pe.kind}): a content scheme counts its "
                          "positions over the tokens of its queries and keys as one sequence; give the whole "
                          "sequence's shards (k_positions=None), or posenc.attention with the cache on one device")

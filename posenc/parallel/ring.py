@@ -73,7 +73,9 @@ class _RingPlan:
     """What every ring step reads: the scheme after its step (a bias or relative module, or None),
     this rank's query positions, every rank's key positions (rank order, ``[P·Llk]``), the whole
     sequence's ``Visibility`` (queries at index ``position − (Lk − Lq)``), and per source rank the
-    tiles (query run × key run) whose keys some of its queries see."""
+    tiles (query run × key run) whose keys some of its queries see. ``scheme_q``, ``scheme_k``: the
+    positions the scheme reads, ``[Ll]`` and ``[P·Llk]`` or with documents ``[B or 1, ·]`` restarting
+    at 0 in each document (None: the sequence's)."""
 
     pe: object
     positions: torch.Tensor
@@ -86,8 +88,12 @@ class _RingPlan:
     local: int  # keys per rank
     trainable: bool = False  # the scheme has parameters to train (no per-tile Toeplitz table)
     softcap: float | None = None
+    scheme_q: torch.Tensor | None = None
+    scheme_k: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
+        self.scheme_q = self.positions if self.scheme_q is None else self.scheme_q
+        self.scheme_k = self.key_positions if self.scheme_k is None else self.scheme_k
         shift = self.vis.shift
         self.tiles = []
         for src in range(self.world):
@@ -117,8 +123,8 @@ def _plain(plan: _RingPlan, vis: Visibility, q: torch.Tensor, k: torch.Tensor, v
 
 def _tile_bias(plan: _RingPlan, tile, vis: Visibility, src: int, work) -> _RingTileBias:
     qa, qb, ka, kb, _ = tile
-    kpos = plan.key_positions[src * plan.local:(src + 1) * plan.local][ka:kb]
-    return _RingTileBias(plan.pe, plan.positions[qa:qb], kpos, work, vis=vis, trainable=plan.trainable,
+    kpos = plan.scheme_k[..., src * plan.local:(src + 1) * plan.local][..., ka:kb]
+    return _RingTileBias(plan.pe, plan.scheme_q[..., qa:qb], kpos, work, vis=vis, trainable=plan.trainable,
                          softcap=plan.softcap)
 
 
@@ -222,22 +228,35 @@ def _fox_augmented(q: torch.Tensor, k: torch.Tensor, c: torch.Tensor, scale: flo
     return torch.cat((q, torch.ones_like(q[..., :1])), -1), torch.cat((k, column), -1)
 
 
+def _in_documents(docs, all_positions: torch.Tensor, positions: torch.Tensor, all_k: torch.Tensor):
+    """The positions the scheme reads: this rank's queries' ``[Ll]`` and every rank's keys' ``[P·Llk]``
+    (rank order) as given, or with ``docs`` (``[B or 1, P·Ll]`` in rank order; no cache) each token's
+    position in its document, ``[B or 1, Ll]`` and ``[B or 1, P·Ll]``: ``positions_in_documents`` of
+    the whole sequence, ``posenc.attention``'s default positions."""
+    if docs is None:
+        return positions, all_k
+    from posenc.documents import positions_in_documents
+
+    within = positions_in_documents(docs[..., torch.argsort(all_positions)])  # (B or 1, L), sequence order
+    return within[..., positions], within[..., all_k]
+
+
 def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, scale, group,
           k_positions=None, all_k=None, extras: _Extras = _Extras()) -> torch.Tensor:
     """``method="ring"``: the core's scheme step on this rank's shard (``posenc.attn.scheme_step``),
     FoX's ``c`` as a key column, the whole sequence's ``Visibility``, then ``_RingAttention``.
     ``docs`` ``[B or 1, P·Ll]`` and ``pad`` ``[B or 1, P·Llk]`` in rank order; ``k_positions``,
-    ``all_k``: the keys' own (a cache), else the queries'."""
+    ``all_k``: the keys' own (a cache), else the queries'. With documents the scheme reads positions
+    that restart at 0 in each document, as ``posenc.attention``'s default (``_in_documents``)."""
     import torch.distributed as dist
 
     from posenc.attn import scheme_step
-    from posenc.encodings._base import ContentEncoding
     from posenc.scores import repeat_kv
 
     k_positions = positions if k_positions is None else k_positions
     all_k = all_positions if all_k is None else all_k
     b, h, lq, lk = q.shape[0], q.shape[1], all_positions.shape[0], all_k.shape[0]
-    if isinstance(pe, ContentEncoding):  # FoX (the others are refused): plain attention with one more key column
+    if pe is not None and pe.counts_positions_from_tokens:  # FoX (others are refused): one more key column
         if not causal:
             raise ValueError(f"scheme {pe.name!r} counts positions from each query backwards: it needs causal=True")
         k, v = repeat_kv(k, v, h)
@@ -246,7 +265,9 @@ def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, s
         return _ring(q, k, torch.nn.functional.pad(v, (0, 1)), None, positions=positions, all_positions=all_positions,
                      docs=docs, pad=pad, hidden=None, causal=causal, scale=scale, group=group,
                      extras=extras)[..., :dv]
-    pe, q, k, v, _, _ = scheme_step(pe, q, k, v, positions, k_positions,
+    scheme_q, scheme_k = _in_documents(docs, all_positions, positions, all_k)
+    # this rank's keys are its queries' tokens where there are documents (a cache takes none)
+    pe, q, k, v, _, _ = scheme_step(pe, q, k, v, scheme_q, k_positions if docs is None else scheme_q,
                                     observe=torch.arange(lk, device=q.device))  # one length on every rank
     vis = Visibility.build(b=b, h=h, lq=lq, lk=lk, device=q.device, causal=causal, window=extras.window,
                            document_ids=None if docs is None else docs[..., torch.argsort(all_positions)],
@@ -254,6 +275,6 @@ def _ring(q, k, v, pe, *, positions, all_positions, docs, pad, hidden, causal, s
     params = [p for p in pe.parameters() if p.requires_grad] if pe is not None and torch.is_grad_enabled() else []
     work = torch.promote_types(q.dtype, torch.float32)
     plan = _RingPlan(pe, positions, all_k, vis, scale, group, dist.get_rank(group), dist.get_world_size(group),
-                     k.shape[2], trainable=bool(params), softcap=extras.softcap)
+                     k.shape[2], trainable=bool(params), softcap=extras.softcap, scheme_q=scheme_q, scheme_k=scheme_k)
     sinks = None if extras.sinks is None else extras.sinks.to(work)
     return _RingAttention.apply(q.to(work), k.to(work), v.to(work), sinks, plan, *params).to(q.dtype)

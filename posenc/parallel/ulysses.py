@@ -54,10 +54,11 @@ def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, ba
     if h % world or h_kv % world:
         raise ValueError(f"method='ulysses' splits the heads over the {world} ranks: q's H={h} and k/v's H_kv={h_kv} "
                          f"must both be multiples of {world}; use method='ring' (any number of heads)")
-    from posenc.encodings._base import ContentEncoding
     from posenc.encodings.fox import FoX
 
-    dv, bias, content = v.shape[-1], isinstance(pe, BiasEncoding), isinstance(pe, ContentEncoding)
+    dv = v.shape[-1]
+    content = pe is not None and pe.counts_positions_from_tokens
+    bias = pe is not None and pe.selects_heads and not content  # its score_fn at this rank's heads (_HeadSlice)
     if bias:
         check_num_heads(pe, q)
     all_k = all_positions if all_k is None else all_k
@@ -71,7 +72,11 @@ def _ulysses(q, k, v, pe, *, all_positions, docs, pad, hidden, causal, scale, ba
     if hidden is not None:  # (B, L, d_model) in sequence order, its gradient summed back to each rank's rows
         hidden = _GatherSequence.apply(hidden.unsqueeze(1), group)[:, 0, order]
     everywhere = torch.arange(length, device=q.device)
-    where = {"q_positions": everywhere[first:], "k_positions": everywhere}
+    if docs is not None:  # positions restart at 0 in each document, posenc.attention's default (no cache here)
+        from posenc.documents import positions_in_documents
+
+        everywhere = positions_in_documents(docs)  # (B or 1, L)
+    where = {"q_positions": everywhere[..., first:], "k_positions": everywhere}
     if isinstance(pe, FoX):
         k, v = repeat_kv(k, v, n)
         c = pe.state(k, hidden, docs)[:, rank * n:(rank + 1) * n]  # (B or 1, H/P, L)

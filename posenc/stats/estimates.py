@@ -14,12 +14,14 @@ Perplexity = ``exp(mean NLL)``; its 95% interval is ``exp(mean ± t·SE)``.
 
 Accuracy: exact match pooled over seeds; its standard error is the Agresti–Coull one
 ``√(p̃(1−p̃)/(n+4))``, ``p̃ = (correct+2)/(n+4)`` (not 0 at 0% or 100%), plus the seed spread.
-Two schemes are compared on the same examples with McNemar's exact test (``mcnemar_exact``):
-only the examples one scheme gets right and the other wrong count.
+Two schemes are compared on the same examples with McNemar's exact test
+(``posenc.stats.distributions.mcnemar_exact``): only the examples one scheme gets right and the
+other wrong count.
 
 Verdicts: an estimate carries each seed's value and its block-level error (``per_seed``,
 ``within``); the test behind a verdict is the seed-level one of ``posenc.stats.procedure``
-(Holm per paper, ``holm``). The block-level error alone never decides a verdict.
+(Holm per paper, ``posenc.stats.distributions.holm``). The block-level error alone never decides
+a verdict.
 """
 
 from __future__ import annotations
@@ -32,38 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from posenc.stats.procedure import t_quantile, t_sf  # Student's t: one definition, the verdict procedure's
-
-Z95 = 1.959963984540054  # the normal's 97.5% quantile
-
-
-# -- distributions (no SciPy; Student's t is posenc.stats.procedure', the one definition) ----
-
-def t_two_sided_p(t: float, df: float) -> float:
-    """``P(|T| >= |t|)`` for Student's t with ``df`` degrees of freedom, a positive integer or ``inf``
-    (the normal): ``2·P(T > |t|)`` of the one t distribution, ``posenc.stats.procedure.t_sf``
-    (``½ I_{df/(df+t²)}(df/2, ½)``, the regularized incomplete beta)."""
-    if not math.isinf(df) and (int(df) != df or df < 1):
-        raise ValueError(f"df must be a positive integer or inf, got {df}")
-    return min(1.0, 2 * t_sf(abs(float(t)), df))
-
-
-def t_critical(df: float, level: float = 0.95) -> float:
-    """The two-sided ``level`` quantile of Student's t (12.706 at df 1, 4.303 at 2, 1.960 at inf):
-    ``posenc.stats.procedure.t_quantile`` at ``1 − (1 − level)/2``."""
-    if math.isinf(df) and level == 0.95:
-        return Z95
-    return t_quantile(1 - (1 - level) / 2, df)
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """McNemar's exact two-sided p-value from the discordant counts ``b`` (A right, B wrong) and
-    ``c`` (A wrong, B right): ``min(1, 2·P(X <= min(b, c)))``, ``X ~ Binomial(b + c, 1/2)``."""
-    n = b + c
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n
-    return min(1.0, 2 * tail)
+from posenc.stats.distributions import t_critical, t_two_sided_p
 
 
 def hac_se(x: np.ndarray) -> float:

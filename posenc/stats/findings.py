@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from posenc.stats import procedure as V
-from posenc.stats.estimates import Estimate, LMTable, TaskTable, combine, mcnemar_exact
+from posenc.stats.distributions import mcnemar_exact
+from posenc.stats.estimates import Estimate, LMTable, TaskTable, combine
 from posenc.stats.procedure import ALPHA, MIN_SEEDS, NEEDS_SEEDS, ClaimTest, Evidence
 
 MARGIN = math.log(1.02)  # non-inferiority margin of "does not degrade": perplexity at most 2% higher

@@ -61,6 +61,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from posenc.stats.distributions import f_sf, holm, noncentral_t_sf, normal_quantile, t_quantile, t_sf
+
 ALPHA = 0.05  # family-wise error rate of each paper's verdicts (Holm, both tails together)
 POWER = 0.8  # the power the detectable effect is stated at
 MIN_SEEDS = 3  # seeds a verdict needs: fewer leave the spread between training runs unmeasured
@@ -70,91 +72,18 @@ NEEDS_SEEDS = "needs seeds"
 UNCLEAR = "no clear difference"
 
 
-# -- special functions (no SciPy) ----------------------------------------------------------------
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the regularized incomplete beta (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1 - (a + b) * x / (a + 1)
-    d = 1 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1 + num * d
-            d = 1 / (d if abs(d) > tiny else tiny)
-            c = 1 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1) < 1e-15:
-            break
-    return h
-
-
-def beta_inc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta ``I_x(a, b)``."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _betacf(a, b, x) / a
-    return 1 - front * _betacf(b, a, 1 - x) / b
-
-
-def t_sf(t: float, df: float) -> float:
-    """``P(T > t)`` for Student's t with real ``df > 0`` (``inf``: the normal):
-    ``½ I_{df/(df+t²)}(df/2, ½)`` for ``t > 0``."""
-    if df <= 0 or math.isnan(df):
-        raise ValueError(f"df must be positive, got {df}")
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    if math.isinf(df) or df > 1e7:
-        return 0.5 * math.erfc(t / math.sqrt(2))
-    tail = 0.5 * beta_inc(df / 2, 0.5, df / (df + t * t))
-    return tail if t > 0 else 1 - tail
-
-
-def t_quantile(q: float, df: float) -> float:
-    """The ``q`` quantile of Student's t (``0 < q < 1``), by bisection on ``t_sf``."""
-    if not 0 < q < 1:
-        raise ValueError(f"q must lie in (0, 1), got {q}")
-    if q < 0.5:
-        return -t_quantile(1 - q, df)
-    lo, hi = 0.0, 1.0
-    while t_sf(hi, df) > 1 - q:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_sf(mid, df) > 1 - q else (lo, mid)
-    return (lo + hi) / 2
-
-
-def _noncentral_t_sf(c: float, df: float, delta: float) -> float:
-    """``P(T' > c)`` for the noncentral t ``T' = (Z + δ)/√(V/df)``, ``V ~ χ²_df``: the normal tail
-    averaged over ``V = y²`` (trapezoid on ``y``, whose density ``∝ y^{df−1} e^{−y²/2}`` is smooth)."""
-    if math.isinf(df) or df > 1e6:
-        return 0.5 * math.erfc((c - delta) / math.sqrt(2))
-    y = np.linspace(1e-9, math.sqrt(df) + 12.0, 401)  # (401,): the integrand is smooth; 1e-4 of 4001 points
-    log_density = (df - 1) * np.log(y) - y * y / 2 - (df / 2 - 1) * math.log(2) - math.lgamma(df / 2)
-    tail = 0.5 * np.vectorize(math.erfc)((c * y / math.sqrt(df) - delta) / math.sqrt(2))
-    return float(np.trapezoid(np.exp(log_density) * tail, y))
-
+# -- the detectable effect (its distributions: posenc.stats.distributions) ----------------------
 
 def detectable(se: float, df: float, tests: int, *, alpha: float = ALPHA, power: float = POWER) -> float:
     """The smallest ``|effect − null|`` detected with ``power`` by a one-tail test at ``α/(2·tests)``
     (the first step of a family of ``tests`` claims' Holm, both tails), in the effect's units."""
-    c = t_quantile(1 - alpha / (2 * tests), df) if not math.isinf(df) else _z(1 - alpha / (2 * tests))
+    q = 1 - alpha / (2 * tests)
+    c = t_quantile(q, df) if not math.isinf(df) else normal_quantile(q)
     lo, hi = 0.0, c + 10.0
     for _ in range(45):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _noncentral_t_sf(c, df, mid) < power else (lo, mid)
+        lo, hi = (mid, hi) if noncentral_t_sf(c, df, mid) < power else (lo, mid)
     return hi * se
-
-
-def _z(q: float) -> float:
-    return t_quantile(q, math.inf)
 
 
 # -- the procedure -------------------------------------------------------------------------------
@@ -231,11 +160,6 @@ def pool_of(rows: Sequence[Evidence]) -> Pool:
     return Pool(float(sum((r.seeds - 1) * r.relative for r in use)), float(sum(r.seeds - 1 for r in use)))
 
 
-def f_sf(f: float, d1: float, d2: float) -> float:
-    """``P(F > f)`` for Fisher's F with ``(d1, d2)`` degrees of freedom: ``I_{d2/(d2+d1 f)}(d2/2, d1/2)``."""
-    return beta_inc(d2 / 2, d1 / 2, d2 / (d2 + d1 * f)) if f > 0 else 1.0
-
-
 @dataclass(frozen=True)
 class ClaimTest:
     """A claim's test: its effect, the seed-level standard error, the interval, the two tails' p
@@ -298,17 +222,6 @@ class Decision:
         return None if t is None else detectable(t.se, t.df, self.tests, alpha=self.alpha)
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (Holm 1979), in the input order."""
-    m = len(pvalues)
-    out = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(sorted(range(m), key=lambda i: pvalues[i])):
-        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
-        out[i] = running
-    return out
-
-
 def decide(claims: Sequence[tuple[Evidence | None, str, str]], alpha: float = ALPHA) -> list[Decision]:
     """Decisions for ``claims`` = ``(evidence, family, pool)``: seed spread pooled per ``pool`` (a part),
     Holm per ``family`` (a paper); ``None`` evidence: not tested (a ``Decision`` with no test)."""
@@ -334,4 +247,4 @@ def decide(claims: Sequence[tuple[Evidence | None, str, str]], alpha: float = AL
 
 
 __all__ = ["ALPHA", "POWER", "MIN_SEEDS", "NEEDS_SEEDS", "UNCLEAR", "Evidence", "ClaimTest", "Decision",
-           "Pool", "pool_of", "seed_test", "decide", "detectable", "holm", "t_sf", "t_quantile", "f_sf", "beta_inc"]
+           "Pool", "pool_of", "seed_test", "decide", "detectable"]

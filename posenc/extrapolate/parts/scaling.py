@@ -60,25 +60,25 @@ def yarn_betas(head_dim: int, base: float, original: int) -> dict[str, float]:
     return {"beta_fast": rotations(low + 0.5), "beta_slow": rotations(high - 0.5)}
 
 
-def scaling_dict(kind: str, factor: float, original: int, *, head_dim: int | None = None,
+def scaling_dict(scaling_type: str, factor: float, original: int, *, head_dim: int | None = None,
                  base: float = 10000.0) -> dict[str, Any]:
-    """``{"type": kind, "factor": factor}`` plus ``original_max_positions`` where the type takes it,
+    """``{"type": scaling_type, "factor": factor}`` plus ``original_max_positions`` where the type takes it,
     and YaRN's betas sized to ``head_dim`` and ``original`` when ``head_dim`` is given."""
     from posenc import scaling
 
-    params = inspect.signature(scaling.SCALINGS[kind]).parameters
-    out: dict[str, Any] = {"type": kind, "factor": float(factor)}
+    params = inspect.signature(scaling.SCALINGS[scaling_type]).parameters
+    out: dict[str, Any] = {"type": scaling_type, "factor": float(factor)}
     if "original_max_positions" in params:
         out["original_max_positions"] = int(original)
-    if kind == "yarn" and head_dim is not None:
+    if scaling_type == "yarn" and head_dim is not None:
         out.update(yarn_betas(head_dim, base, original))
     return out
 
 
-def scaling_label(kind: str, mode: str, factor: int) -> str:
+def scaling_label(scaling_type: str, mode: str, factor: int) -> str:
     if mode == "zero-shot":
-        return f"rope + {kind} (zero-shot)"
-    what = "no scaling" if kind == "none" else f"{kind} x{factor}"
+        return f"rope + {scaling_type} (zero-shot)"
+    what = "no scaling" if scaling_type == "none" else f"{scaling_type} x{factor}"
     return f"rope + {what} (fine-tuned at {factor}L)"
 
 
@@ -112,13 +112,13 @@ def run_scaling(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
     the seeds as one stacked model."""
     lm, sc, run = ctx.profile.lm, ctx.profile.scaling, runs[0]
     models = [_base_model(ctx, r) for r in runs]
-    kind, mode = run.variant["type"], run.variant["mode"]
+    scaling_type, mode = run.variant["type"], run.variant["mode"]
     L = lm.train_length
 
     def scaled(factor: float) -> dict[str, Any]:
-        if kind == "none" or factor <= 1:
+        if scaling_type == "none" or factor <= 1:
             return copy.deepcopy(run.spec)
-        return {**run.spec, "scaling": scaling_dict(kind, factor, L, head_dim=run.spec.get("head_dim"),
+        return {**run.spec, "scaling": scaling_dict(scaling_type, factor, L, head_dim=run.spec.get("head_dim"),
                                                     base=run.spec.get("base", 10000.0))}
 
     records: list[dict[str, Any]] = [{"train_length": L, "variant": run.variant} for _ in runs]
@@ -134,7 +134,7 @@ def run_scaling(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
                               warmup=max(1, sc.finetune_steps // 10))
     t0 = time.perf_counter()
     curves = train_with_bar(ctx, models, cfg, [lm_batches(ctx, r.seed + 10_000, batch=batch, length=f * L)
-                                               for r in runs], f"finetune {kind}", lr=sc.finetune_lr)
+                                               for r in runs], f"finetune {scaling_type}", lr=sc.finetune_lr)
     seconds = (time.perf_counter() - t0) / len(runs)  # each seed's share
     for record, model, losses in zip(records, models, curves):
         record.update(train_loss=curve(losses), train_seconds=round(seconds, 2), eval=lm_eval(ctx, model))
@@ -246,11 +246,12 @@ def scaling_verdicts(lm: LMTable, scaling: LMTable, labels: dict[tuple[str, str]
     zero = {t: lab for (t, mode), lab in labels.items() if mode == "zero-shot"}
     tuned = {t: lab for (t, mode), lab in labels.items() if mode == "fine-tune"}
     out = []
-    for kind, source in (("ntk", "bloc97 2023 (NTK-aware); Peng et al. 2023"), ("yarn", "Peng et al. 2023 (YaRN)"),
-                         (DUAL_CHUNK, "An et al. 2024 (Dual Chunk Attention); Qwen2.5-1M")):
-        if kind in zero:
-            out.append(ppl_claim(merged, source, f"zero-shot {kind} beats plain RoPE at {factor}L",
-                                 (zero[kind], at), (base, at)))
+    for scaling_type, source in (("ntk", "bloc97 2023 (NTK-aware); Peng et al. 2023"),
+                                 ("yarn", "Peng et al. 2023 (YaRN)"),
+                                 (DUAL_CHUNK, "An et al. 2024 (Dual Chunk Attention); Qwen2.5-1M")):
+        if scaling_type in zero:
+            out.append(ppl_claim(merged, source, f"zero-shot {scaling_type} beats plain RoPE at {factor}L",
+                                 (zero[scaling_type], at), (base, at)))
     if "linear" in tuned and "none" in tuned:
         out.append(ppl_claim(merged, "Chen et al. 2023 (position interpolation)",
                              f"after a short fine-tune at {factor}L, linear interpolation beats "
@@ -352,11 +353,11 @@ class Scaling(Part):
         f = profile.scaling.finetune_factor
         runs = []
         for seed in profile.seeds_for(self.name):
-            for mode, kinds in (("zero-shot", types), ("fine-tune", ["none", *types])):
-                for kind in kinds:
-                    variant = {"type": kind, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
-                    runs.append(Run(self.name, seed, arch_label(scaling_label(kind, mode, f), profile.arch), base[1],
-                                    settings, variant, profile.name, profile.arch))
+            for mode, scaling_types in (("zero-shot", types), ("fine-tune", ["none", *types])):
+                for scaling_type in scaling_types:
+                    variant = {"type": scaling_type, "mode": mode, "factor": "T/L" if mode == "zero-shot" else f}
+                    label = arch_label(scaling_label(scaling_type, mode, f), profile.arch)
+                    runs.append(Run(self.name, seed, label, base[1], settings, variant, profile.name, profile.arch))
             runs += dual_chunk_runs(profile, base[1], corpus_sha, seed)  # zero-shot, beside the scalings
         return runs
 
@@ -364,10 +365,10 @@ class Scaling(Part):
         return base_run(run, profile, corpus_sha).key
 
     def execute_seeds(self, ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
-        kind = runs[0].variant.get("type")
-        if kind == HIROPE:
+        scaling_type = runs[0].variant.get("type")
+        if scaling_type == HIROPE:
             return run_hirope(ctx, runs)
-        return run_dual_chunk(ctx, runs) if kind == DUAL_CHUNK else run_scaling(ctx, runs)
+        return run_dual_chunk(ctx, runs) if scaling_type == DUAL_CHUNK else run_scaling(ctx, runs)
 
     def records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in records if r["part"] in ("lm", self.name)]  # the base model's rows too

@@ -160,13 +160,13 @@ def run_tasks(ctx: Context, runs: list[Run]) -> list[dict[str, Any]]:
 def positions_fn(profile: Profile, run: Run):
     """The positions ``run``'s model makes from its tokens (``posenc.extrapolate.structured_positions``):
     Abacus or coupled digit positions, randomized training positions; None: ``0..L-1``."""
-    kind = run.variant.get("positions")
+    structure = run.variant.get("positions")
     seed = 7_000_003 + run.seed  # the draws' own stream (the batches' generator is seeded with the seed)
-    if kind == "abacus":
+    if structure == "abacus":
         return structured.abacus(profile.addition.offset(), seed)
-    if kind == "coupling":
+    if structure == "coupling":
         return structured.coupled(profile.addition.offset(), seed, markers=(T.PLUS, T.SEP))
-    if kind == RANDOMIZED:
+    if structure == RANDOMIZED:
         return structured.randomized(int(run.variant["max_positions"]), seed)
     return None
 

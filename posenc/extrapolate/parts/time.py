@@ -169,11 +169,12 @@ def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mod
             return video_batch(n, rate=rate, seconds=seconds, s=s, v=video, g=g)
         return time_batch(n, rate=rate, seconds=seconds, s=s, g=g)
 
-    def positions(kind: str, times: torch.Tensor, rate: float) -> torch.Tensor:
+    def positions(unit: str, times: torch.Tensor, rate: float) -> torch.Tensor:
         """Frame indices, or seconds × the training rate: ``[T]``, or ``[T·h·w, 3]`` for a video."""
         if is_video:
-            return video_positions(spec["scheme"], len(times), video, 1.0 if kind == "index" else s.train_rate / rate)
-        return torch.arange(len(times)) if kind == "index" else times * s.train_rate  # (T,)
+            per_frame = 1.0 if unit == "index" else s.train_rate / rate
+            return video_positions(spec["scheme"], len(times), video, per_frame)
+        return torch.arange(len(times)) if unit == "index" else times * s.train_rate  # (T,)
 
     frames = int(round(s.train_seconds * s.train_rate))
     pos = positions("index", torch.zeros(frames), s.train_rate)  # at the training rate, indices = seconds × rate
@@ -192,12 +193,12 @@ def run_time(settings: TimeSettings, spec: dict[str, Any], seeds: list[int], mod
         for rate, duration in s.test:
             ge = torch.Generator().manual_seed(100_000 + int(rate * 1000) + int(duration * 10))  # same for every run
             x, y, times = clips(s.eval_examples, rate, duration, ge)
-            for kind in ("index", "time"):
-                if kind == "time" and not real:
+            for unit in ("index", "time"):
+                if unit == "time" and not real:
                     continue  # nope has no positions; table schemes take only integers
-                p = positions(kind, times, rate)
+                p = positions(unit, times, rate)
                 rows.append(accuracy_row(right_or_wrong(model, x, y, p), rate=rate, seconds=duration,
-                                         frames=len(times), positions=kind))
+                                         frames=len(times), positions=unit))
         body = {"train_loss": [round(v, 5) for v in losses[:: max(1, len(losses) // 100)]],
                 "train_seconds": round(seconds, 2), "params": model.num_params(),
                 "train_rate": s.train_rate, "train_duration": s.train_seconds, "eval": rows}
@@ -315,16 +316,16 @@ def time_figure(t: AccuracyTable, conditions: list[tuple[float, float]]):
     from posenc.extrapolate.figures import line, look, styles, variant
 
     kinds = ("index", "time")
-    keys = [(label, kind) for label in t.labels for kind in kinds]
+    keys = [(label, unit) for label in t.labels for unit in kinds]
     st = styles(keys, lambda k: None if look(k[0]) is None else variant(look(k[0]), kinds.index(k[1])))
     fig = Figure(figsize=(9.6, 3.8), layout="constrained")
     ax = fig.subplots()
     xs = list(range(len(conditions)))
-    for label, kind in keys:
-        pts = [(x, t.get(label, (r, s, kind))) for x, (r, s) in zip(xs, conditions)]
+    for label, unit in keys:
+        pts = [(x, t.get(label, (r, s, unit))) for x, (r, s) in zip(xs, conditions)]
         pts = [(x, c) for x, c in pts if c is not None]
         if pts:
-            line(ax, [x for x, _ in pts], [c.accuracy for _, c in pts], st[(label, kind)], f"{label}, {kind}",
+            line(ax, [x for x, _ in pts], [c.accuracy for _, c in pts], st[(label, unit)], f"{label}, {unit}",
                  ms=3.5, lw=1.2, lo=[max(c.accuracy - 1.96 * c.se, 0.0) for _, c in pts],
                  hi=[min(c.accuracy + 1.96 * c.se, 1.0) for _, c in pts])
     ax.set_xticks(xs)
@@ -357,10 +358,10 @@ def time_section(page: Page, records: list[dict[str, Any]]) -> list[Verdict]:
                 "seconds, in the scheme's colour.")
     rows = []
     for lab in t.labels:
-        for kind in ("index", "time"):
-            if kind == "time" and not any(t.get(lab, (r, s, "time")) for r, s in conditions):
+        for unit in ("index", "time"):
+            if unit == "time" and not any(t.get(lab, (r, s, "time")) for r, s in conditions):
                 continue
-            rows.append([e(f"{lab}, {kind}")] + [accuracy_cell(t.get(lab, (r, s, kind)), t.cannot.get(lab))
+            rows.append([e(f"{lab}, {unit}")] + [accuracy_cell(t.get(lab, (r, s, unit)), t.cannot.get(lab))
                                                  for r, s in conditions])
     page.add(html_table(["scheme, positions"] + [e(_when(r, s)) + (" (train)" if (r, s) == (rate, dur) else "")
                                                  for r, s in conditions], rows))
