@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 
-def forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | None,
-            attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None = None,
+def forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | None = None,
+            attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
             layer_past: Any = None, use_cache: bool = False, output_attentions: bool = False,
             position_embeddings: Any = None, **kwargs) -> tuple[torch.Tensor, None]:
     """``FalconAttention.forward`` through ``posenc_attention``: its fused ``query_key_value``
@@ -20,7 +20,8 @@ def forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | 
     own broadcasts a ``new_decoder_architecture`` layer's keys to every query head; here the cache
     keeps ``H_kv`` heads), the cache updated, the model's mask (4D bool under SDPA, additive under
     eager) and its scale ``1/sqrt(D)``. No rotary is applied (the scheme's positions are posenc's),
-    and ``alibi`` is ``None`` (the decoder's ``use_alibi`` is off while patched). Falcon's rotary path
+    and ``alibi`` is ``None`` (the decoder's ``use_alibi`` is off while patched; transformers 5.25's
+    decoder layer no longer passes it at all). Falcon's rotary path
     applies no attention dropout; neither does this."""
     fused = self.query_key_value(hidden_states)  # (B, L, (H + 2 H_kv) D), or (B, L, 3 H D)
     b, length, _ = fused.shape
