@@ -52,6 +52,15 @@ chunked and blockwise (its online-softmax loop, not the fused CPU kernel); the c
 (``posenc.rowwise``: the cap on the content score ``q·k``, the sink as one more column of their
 softmax); stick-breaking, which has no softmax, takes the cap and refuses sinks.
 
+**Attention dropout.** ``dropout_p=p`` (``posenc.dropout``; Srivastava et al. 2014, as
+transformers' ``attention_dropout``): ``o_i = Σ_j p_ij · keep_ij / (1 − p) · v_j`` after the
+softmax, its normaliser unchanged. ``keep_ij`` is a hash of the call's seed (drawn once from
+``generator``) and ``(b, h, i, j)``, so each backend's tiles compute their own part and the
+blockwise backward replays it, as flash-attention replays its mask from ``(seed, offset)``; every
+backend drops the same pairs for one seed. ``materialize``, ``chunked``, ``blockwise`` and the
+content schemes' rows take it; ``flex`` (a ``score_mod`` acts before the softmax) is refused and
+never chosen, and the plain-SDPA shortcut is skipped. ``dropout_p=0`` is the call it was.
+
 **Sliding window.** ``window=W``: query ``i`` sees keys at most ``W − 1`` positions back (by key
 index, ``j ≥ i + Lk − Lq − (W − 1)``; without ``causal`` as far forward too), on every backend and
 every kind with a softmax; the backends skip the key blocks outside it (``Visibility.key_range``).
@@ -214,6 +223,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             forward); needs ``Lq <= Lk``. Every backend skips the key blocks outside the window.
             Every kind with a softmax: none, rotary, bias, relative and the content schemes but
             stick-breaking (refused: no softmax; its leftover mass goes to the query's own value).
+        dropout_p: attention dropout, a float in ``[0, 1)`` (module docstring; ``posenc.dropout``):
+            each weight after the softmax times ``keep_ij / (1 − p)``, the normaliser unchanged, so
+            the mean over masks is the output without dropout. Every kind (content schemes on
+            their own weights: ``takes_dropout``) on ``materialize``, ``chunked`` and
+            ``blockwise``; ``flex`` refuses it and ``auto`` never picks flex then; the plain-SDPA
+            shortcut is not taken (SDPA's own dropout cannot replay its mask). ``0`` (the default)
+            draws nothing and is the call it was, bit for bit.
+        generator: a ``torch.Generator`` on q's device, or None (torch's default generator of that
+            device): one seed is drawn from it per call with ``dropout_p > 0``, and the mask is a
+            function of that seed and each pair's ``(b, h, i, j)``, so the blockwise backward
+            replays it rather than storing it, and the same generator state gives the same output.
 
     Returns:
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.

@@ -48,12 +48,14 @@ _M32 = 0xFFFFFFFF
 _MUL1, _MUL2 = 0x21F0AAAD, 0x735A2D97  # odd, < 2^31: x·m < 2^63 for x < 2^32
 
 
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """The 32-bit finaliser (module docstring) on int64 values in ``[0, 2³²)``; a new tensor."""
-    x = x ^ (x >> 16)
-    x = (x * _MUL1) & _M32
+def _mix(x: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:
+    """The 32-bit finaliser (module docstring) on int64 values in ``[0, 2³²)``; a new tensor, or ``x``
+    itself with ``inplace`` (a temporary the caller owns: a tile's ``[B, H, c, n]``, written once)."""
+    x = x.clone() if not inplace else x
+    x ^= x >> 16
+    x.mul_(_MUL1).bitwise_and_(_M32)
     x ^= x >> 15
-    x = (x * _MUL2) & _M32
+    x.mul_(_MUL2).bitwise_and_(_M32)
     x ^= x >> 15
     return x
 
@@ -117,16 +119,16 @@ class AttentionDropout:
         rows = torch.arange(qs, qs + c, device=device, dtype=torch.int64).view(1, 1, c, 1)
         cols = torch.arange(ks, ks + n, device=device, dtype=torch.int64).view(1, 1, 1, n)
         r = _mix(_mix(bh ^ s0) ^ rows)  # (B, H, c, 1)
-        u = _mix(r ^ _mix(cols ^ s1))  # (B, H, c, n)
+        u = _mix(r ^ _mix(cols ^ s1), inplace=True)  # (B, H, c, n)
         return u >= self.threshold
 
     def factor(self, qs: int, ks: int, shape, dtype) -> torch.Tensor:
         """``z = keep / (1 − p)`` of a tile, in ``dtype``."""
-        return self.keep(qs, ks, shape).to(dtype) * self.scale
+        return self.keep(qs, ks, shape).to(dtype).mul_(self.scale)
 
     def apply(self, weights: torch.Tensor, qs: int, ks: int) -> torch.Tensor:
         """``weights [B, H, c, n] · z`` of the tile whose rows start at query ``qs``, keys at ``ks`` (a new tensor)."""
-        return weights * self.factor(qs, ks, weights.shape, weights.dtype)
+        return weights.masked_fill(~self.keep(qs, ks, weights.shape), 0.0).mul_(self.scale)
 
     def at(self, qs: int, ks: int) -> TileDropout:
         """This dropout bound to a tile's origin: a callable on the tile's weights (a content scheme's rows)."""
