@@ -45,10 +45,10 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(rowwise, "ROW_ELEMENTS", 2 * H * 19 * 3)
 
 
-def _inputs(b, lq, lk, dtype, *, seed, grad=False, dv=D):
+def _inputs(b, lq, lk, dtype, *, seed, grad=False, dv=D, h_kv=H):
     g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(b, H, n, D, generator=g, dtype=torch.float64) for n in (lq, lk))
-    v = torch.randn(b, H, lk, dv, generator=g, dtype=torch.float64)
+    q, k = (torch.randn(b, n_h, n, D, generator=g, dtype=torch.float64) for n_h, n in ((H, lq), (h_kv, lk)))
+    v = torch.randn(b, h_kv, lk, dv, generator=g, dtype=torch.float64)
     return [t.to(dtype).requires_grad_(grad) for t in (q, k, v)]
 
 
@@ -150,20 +150,24 @@ def test_each_backend_equals_the_reference_with_the_mask_fixed(name, causal, cas
 
 
 def _dense(q, k, v, bias, allowed, keep, p, scale):
-    """Autograd's attention with a given mask: scores, the masks, the softmax, ``· keep / (1 − p)``, v."""
+    """Autograd's attention with a given mask: scores, the masks, the softmax, ``· keep / (1 − p)``, v
+    (grouped heads repeated: query head ``h`` reads ``h // G``)."""
+    k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
     s = q @ k.transpose(-1, -2) * scale + (0 if bias is None else bias)
     s = s.masked_fill(~allowed, float("-inf"))
     return (torch.softmax(s, -1) * keep.to(s.dtype) / (1 - p)) @ v
 
 
+@pytest.mark.parametrize("h_kv", [H, 2], ids=["MHA", "GQA"])
 @pytest.mark.parametrize("name", [None, "alibi", "t5", "kerple"])
-def test_the_backward_equals_autograd_of_a_dense_attention_with_the_same_mask(name, small_blocks):
+def test_the_backward_equals_autograd_of_a_dense_attention_with_the_same_mask(name, h_kv, small_blocks):
     """Gradients of q, k, v and the scheme's parameters: blockwise (whose backward replays the mask from
     the seed, nothing of it saved), chunked and materialize against autograd through a dense float64
-    attention that multiplies by the mask the call drew; the causal case with a KV cache (Lq < Lk)."""
+    attention that multiplies by the mask the call drew; the causal case with a KV cache (Lq < Lk),
+    with grouped heads (the mask is per query head)."""
     b, lq, lk, seed = 2, 11, 17, 9
     pe = None if name is None else small_module(name).double()
-    q, k, v = _inputs(b, lq, lk, torch.float64, seed=2, grad=True)
+    q, k, v = _inputs(b, lq, lk, torch.float64, seed=2, grad=True, h_kv=h_kv)
     allowed = torch.from_numpy(visibility_mask(lq, lk, causal=True))
     keep = _keep(seed, b, lq, lk)
     kp = torch.arange(lk)
