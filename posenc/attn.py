@@ -197,7 +197,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             when no gradient is needed and the dtype allows, flex off the CPU, under
             ``torch.compile`` or with ``document_ids`` — but eagerly never for a scheme whose
             score_mod takes minutes to compile, FIRE's MLP (``_flex_cheap``); else blockwise, or
-            chunked with ``document_ids`` or without a scheme).
+            chunked with ``document_ids`` or without a scheme, but blockwise again with
+            ``dropout_p`` under gradient).
         document_ids: integer ``[Lk]`` or ``[B, Lk]``, non-decreasing: the document of each key
             (queries are the last ``Lq`` keys). A query sees only keys of its own document.
         hidden: ``[B, Lk, d_model]``, the layer's input at every key, for a ``content`` scheme that
@@ -483,7 +484,9 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: b
     to merge the sink with: torch 2.13's Inductor, "return_lse is not supported yet"); a
     ``softcap`` goes into flex's ``score_mod``. With ``dropout`` (``dropout_p`` > 0) flex is refused
     and ``auto`` never picks it: its ``score_mod`` acts on the scores before the softmax, and
-    attention dropout multiplies the weights after it; every other backend forms those weights."""
+    attention dropout multiplies the weights after it; every other backend forms those weights.
+    Past the budget, dropout under gradient takes ``blockwise`` for every kind but content (its
+    backward replays the mask; ``chunked`` would keep each block's weights for autograd)."""
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     needs_grad = _needs_grad(q, k, v, pe)
     if isinstance(pe, ContentEncoding):  # the scheme's own rows, or FoX's bias on FlexAttention
@@ -505,6 +508,9 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: b
               and flex_mask_ok and (docs is not None or (pe is None and mask is None and window is None)
                                     or _flex_first(q))):
             name, why = "flex", "a forward without gradient that FlexAttention's score_mod and block mask serve"
+        elif dropout and needs_grad:
+            name, why = "blockwise", ("dropout under gradient: blocks whose backward replays the mask from the seed "
+                                      "(chunked would keep every block's weights for autograd)")
         elif docs is not None or pe is None:
             name, why = "chunked", "documents or no scheme: query blocks with the masks (exact, bounded)"
         else:

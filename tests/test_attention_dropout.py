@@ -349,8 +349,8 @@ def test_the_generator_is_checked():
 def test_flex_is_refused_by_name_and_never_chosen(monkeypatch):
     """FlexAttention's score_mod acts before the softmax: ``backend="flex"`` with dropout is refused
     naming it (bias and content kinds); past the materialize budget, where ``auto`` would take flex
-    (as off the CPU), dropout takes blockwise for a bias, chunked without a scheme, and a content
-    scheme's own rows."""
+    (as off the CPU), dropout takes blockwise for a bias, chunked without a scheme (blockwise under
+    gradient, whose backward replays the mask), and a content scheme's own rows."""
     q, k, v = _inputs(1, 13, 13, torch.float32, seed=2)
     with pytest.raises(ValueError, match="backend='flex' cannot apply dropout_p=0.1"):
         posenc.attention(q, k, v, small_module("alibi"), backend="flex", dropout_p=0.1)
@@ -368,6 +368,9 @@ def test_flex_is_refused_by_name_and_never_chosen(monkeypatch):
         assert choose("auto", q, k, v, small_module("fox"), dropout=True) == "chunked"
         with pytest.raises(ValueError, match="cannot apply attention dropout"):
             choose("flex", q, k, v, small_module("alibi"), dropout=True)
+    trained = q.detach().requires_grad_()  # under gradient: blocks whose backward replays the mask
+    assert choose("auto", trained, k, v, None, torch.zeros(1, 13, dtype=torch.long), dropout=True) == "blockwise"
+    assert choose("auto", trained, k, v, None, torch.zeros(1, 13, dtype=torch.long)) == "chunked"
 
 
 def test_a_content_scheme_that_does_not_declare_it_refuses_it():
