@@ -380,3 +380,25 @@ def test_a_content_scheme_that_does_not_declare_it_refuses_it():
     q, k, v = _inputs(1, 7, 7, torch.float32, seed=2)
     with pytest.raises(ValueError, match="'fox' takes no attention dropout"):
         posenc.attention(q, k, v, pe, causal=True, dropout_p=0.1)
+
+
+def test_blockwise_saves_no_mask_for_its_backward():
+    """The blockwise call with dropout saves for autograd what it saves without (q, k, v, o, lse and the
+    scheme's parameters): no tensor of ``Lq·Lk`` elements or more; its backward replays the mask."""
+    b, lq, lk = 1, 40, 48
+    pe = small_module("t5")
+    q, k, v = _inputs(b, lq, lk, torch.float32, seed=3, grad=True)
+    saved = {}
+    for p in (0.0, 0.2):
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            out = posenc.attention(q, k, v, pe, causal=True, backend="blockwise", dropout_p=p,
+                                   generator=torch.Generator().manual_seed(1))
+        saved[p] = sorted(sizes)
+        out.sum().backward()
+    assert saved[0.2] == saved[0.0]
+    assert max(saved[0.2]) < lq * lk
+    materialized = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: materialized.append(t.numel()) or t, lambda t: t):
+        posenc.attention(q, k, v, pe, causal=True, backend="materialize", dropout_p=0.2)
+    assert max(materialized) >= H * lq * lk  # the check can fail: the materialized path keeps its weights
