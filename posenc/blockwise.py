@@ -60,7 +60,8 @@ mask is saved: the backward recomputes each block's ``keep`` from the call's see
 position (as flash-attention replays its Philox mask from ``(seed, offset)``). With ``P' = P ∘ Z``,
 ``dv_j = Σ_i p_ij z_ij dO_i``, ``dp_ij = z_ij (dO_i · v'_ij)``, and ``δ_i = Σ_j p_ij dp_ij = dO_i ·
 Σ_j p_ij z_ij v'_ij = dO_i · o_i`` as before, so ``ds = p ∘ (dp − δ)`` is unchanged. The fused CPU
-kernels (Toeplitz and per tile) draw their own mask, so dropout always runs the loop.
+kernels (Toeplitz and per tile) drop only with a mask of their own from the global generator, which
+no backward here could replay, so dropout always runs the loop.
 
 Memory: besides q, k, v, o, lse and the gradients, one block of scores and its bias (``B·H·
 BLOCK_Q·BLOCK_K`` elements, with the scheme's temporaries for that block) lives at a time.
