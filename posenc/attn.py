@@ -52,6 +52,15 @@ chunked and blockwise (its online-softmax loop, not the fused CPU kernel); the c
 (``posenc.rowwise``: the cap on the content score ``q·k``, the sink as one more column of their
 softmax); stick-breaking, which has no softmax, takes the cap and refuses sinks.
 
+**Attention dropout.** ``dropout_p=p`` (``posenc.dropout``; Srivastava et al. 2014, as
+transformers' ``attention_dropout``): ``o_i = Σ_j p_ij · keep_ij / (1 − p) · v_j`` after the
+softmax, its normaliser unchanged. ``keep_ij`` is a hash of the call's seed (drawn once from
+``generator``) and ``(b, h, i, j)``, so each backend's tiles compute their own part and the
+blockwise backward replays it, as flash-attention replays its mask from ``(seed, offset)``; every
+backend drops the same pairs for one seed. ``materialize``, ``chunked``, ``blockwise`` and the
+content schemes' rows take it; ``flex`` (a ``score_mod`` acts before the softmax) is refused and
+never chosen, and the plain-SDPA shortcut is skipped. ``dropout_p=0`` is the call it was.
+
 **Sliding window.** ``window=W``: query ``i`` sees keys at most ``W − 1`` positions back (by key
 index, ``j ≥ i + Lk − Lq − (W − 1)``; without ``causal`` as far forward too), on every backend and
 every kind with a softmax; the backends skip the key blocks outside it (``Visibility.key_range``).
@@ -89,6 +98,7 @@ import torch.nn.functional as F
 from posenc import scores
 from posenc._validate import check_choice
 from posenc.blockwise import blockwise_attention
+from posenc.dropout import AttentionDropout, check_dropout
 from posenc.encodings._base import (BiasEncoding, ContentEncoding, PositionalEncoding, RelativeEncoding, RotaryEncoding, check_batch,
                                     check_positions, check_qkv)
 from posenc.masking import Visibility
@@ -126,6 +136,7 @@ class _Call:
     scale: float
     softcap: float | None = None
     sinks: torch.Tensor | None = None
+    dropout: AttentionDropout | None = None  # dropout_p > 0: the call's rate and seed (posenc.dropout)
 
 
 def _default_positions(lq: int, lk: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,7 +168,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
               causal: bool = False, scale: float | None = None, backend: str = "auto",
               document_ids: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
               attention_mask: torch.Tensor | None = None, softcap: float | None = None,
-              sinks: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
+              sinks: torch.Tensor | None = None, window: int | None = None, dropout_p: float = 0.0,
+              generator: torch.Generator | None = None) -> torch.Tensor:
     """Attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D]`` with positional encoding ``pe``.
 
     Three steps: ``_prepare`` (validate, default positions, build the ``posenc.masking.Visibility``),
@@ -185,7 +197,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             when no gradient is needed and the dtype allows, flex off the CPU, under
             ``torch.compile`` or with ``document_ids`` — but eagerly never for a scheme whose
             score_mod takes minutes to compile, FIRE's MLP (``_flex_cheap``); else blockwise, or
-            chunked with ``document_ids`` or without a scheme).
+            chunked with ``document_ids`` or without a scheme, but blockwise again with
+            ``dropout_p`` under gradient).
         document_ids: integer ``[Lk]`` or ``[B, Lk]``, non-decreasing: the document of each key
             (queries are the last ``Lq`` keys). A query sees only keys of its own document.
         hidden: ``[B, Lk, d_model]``, the layer's input at every key, for a ``content`` scheme that
@@ -211,24 +224,36 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe=None, *,
             forward); needs ``Lq <= Lk``. Every backend skips the key blocks outside the window.
             Every kind with a softmax: none, rotary, bias, relative and the content schemes but
             stick-breaking (refused: no softmax; its leftover mass goes to the query's own value).
+        dropout_p: attention dropout, a float in ``[0, 1)`` (module docstring; ``posenc.dropout``):
+            each weight after the softmax times ``keep_ij / (1 − p)``, the normaliser unchanged, so
+            the mean over masks is the output without dropout. Every kind (content schemes on
+            their own weights: ``takes_dropout``) on ``materialize``, ``chunked`` and
+            ``blockwise``; ``flex`` refuses it and ``auto`` never picks flex then; the plain-SDPA
+            shortcut is not taken (SDPA's own dropout cannot replay its mask). ``0`` (the default)
+            draws nothing and is the call it was, bit for bit.
+        generator: a ``torch.Generator`` on q's device, or None (torch's default generator of that
+            device): one seed is drawn from it per call with ``dropout_p > 0``, and the mask is a
+            function of that seed and each pair's ``(b, h, i, j)``, so the blockwise backward
+            replays it rather than storing it, and the same generator state gives the same output.
 
     Returns:
         ``[B, H, Lq, Dv]`` in the dtype of ``q``.
     """
     call, hidden, kind = _prepare(q, k, v, pe, q_positions=q_positions, k_positions=k_positions, causal=causal,
                                   scale=scale, backend=backend, document_ids=document_ids, hidden=hidden,
-                                  attention_mask=attention_mask, softcap=softcap, sinks=sinks, window=window)
+                                  attention_mask=attention_mask, softcap=softcap, sinks=sinks, window=window,
+                                  dropout_p=dropout_p, generator=generator)
     if kind == "content":
         return _content(call, hidden, backend)
     run, q, k, v, qp, kp = scheme_step(call.pe, call.q, call.k, call.v, call.q_positions, call.k_positions)
-    call = _Call(q, k, v, run, qp, kp, call.vis, call.scale, call.softcap, call.sinks)
+    call = _Call(q, k, v, run, qp, kp, call.vis, call.scale, call.softcap, call.sinks, call.dropout)
     if call.q.shape[2] == 0 or call.k.shape[2] == 0:  # no scores to bias: what SDPA gives (empty, or zeros)
         return _sdpa(call.q, call.k, call.v, scale=call.scale)
     if call.pe is None and call.vis.docs is None and call.vis.mask is None and call.vis.window is None \
-            and call.softcap is None and call.sinks is None:
+            and call.softcap is None and call.sinks is None and call.dropout is None:
         return _sdpa(call.q, call.k, call.v, scale=call.scale, vis=call.vis)
     name = _choose_backend(backend, call.q, call.k, call.v, call.pe, call.vis.docs, call.vis.mask,
-                           sinks=call.sinks is not None, window=call.vis.window)
+                           sinks=call.sinks is not None, window=call.vis.window, dropout=call.dropout is not None)
     return BACKEND_RUNS[name](call)
 
 
@@ -245,12 +270,19 @@ def _kind_of(pe) -> str:
 
 
 def _prepare(q, k, v, pe, *, q_positions, k_positions, causal, scale, backend, document_ids, hidden,
-             attention_mask, softcap, sinks, window) -> tuple[_Call, torch.Tensor | None, str]:
+             attention_mask, softcap, sinks, window, dropout_p=0.0,
+             generator=None) -> tuple[_Call, torch.Tensor | None, str]:
     """Step 1: every input checked (before anything is allocated), the scale and default positions
-    filled in, and the call's ``Visibility`` built. Returns ``(call, hidden, kind)``."""
+    filled in, and the call's ``Visibility`` built; with ``dropout_p`` > 0 the call's dropout seed
+    drawn last, once (``posenc.dropout``). Returns ``(call, hidden, kind)``."""
     q, k, v = check_qkv(q, k, v, grouped=True)
     scores.check_causal(causal)
     check_choice("backend", backend, BACKENDS)
+    dropout_p = check_dropout(dropout_p, generator, q.device)
+    if dropout_p and backend == "flex":
+        raise ValueError(f"backend='flex' cannot apply dropout_p={dropout_p!r}: FlexAttention's score_mod acts before "
+                         "the softmax and attention dropout acts on its weights after; use backend='materialize', "
+                         "'chunked' or 'blockwise' (or 'auto', which picks one)")
     b, h, lq, d = q.shape
     lk = k.shape[2]
     softcap, sinks = check_cap_and_sinks(softcap, sinks, h)
@@ -265,9 +297,11 @@ def _prepare(q, k, v, pe, *, q_positions, k_positions, causal, scale, backend, d
         if q_positions is not None or k_positions is not None:
             raise ValueError(f"pe {pe.name!r} is a content scheme: its positions are counted from the tokens, "
                              "so it takes no q_positions/k_positions (pass None)")
-        return _Call(q, k, v, pe, None, None, vis, scale, softcap, sinks), hidden, kind
+        return _Call(q, k, v, pe, None, None, vis, scale, softcap, sinks,
+                     AttentionDropout.draw(dropout_p, generator, q.device)), hidden, kind
     q_positions, k_positions = _positions(pe, q_positions, k_positions, vis, b=b, heads=(q.shape[1], k.shape[1]), device=q.device)
-    return _Call(q, k, v, pe, q_positions, k_positions, vis, scale, softcap, sinks), hidden, kind
+    return _Call(q, k, v, pe, q_positions, k_positions, vis, scale, softcap, sinks,
+                 AttentionDropout.draw(dropout_p, generator, q.device)), hidden, kind
 
 
 def _positions(pe, q_positions, k_positions, vis: Visibility, *, b: int, heads: tuple[int, int], device):
@@ -337,7 +371,7 @@ def _run_chunked(call: _Call) -> torch.Tensor:
 
 def _run_blockwise(call: _Call) -> torch.Tensor:
     return blockwise_attention(call.q, call.k, call.v, call.pe, call.q_positions, call.k_positions, vis=call.vis,
-                               scale=call.scale, softcap=call.softcap, sinks=call.sinks)
+                               scale=call.scale, softcap=call.softcap, sinks=call.sinks, dropout=call.dropout)
 
 
 def _run_flex(call: _Call) -> torch.Tensor:
@@ -365,7 +399,8 @@ def _content(call: _Call, hidden, backend: str) -> torch.Tensor:
     if backend == "flex":
         _check_content_flex(pe, vis, sinks)
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    backend = _choose_backend(backend, q, k, v, pe, vis.docs, vis.mask, sinks=sinks is not None, hidden=hidden)
+    backend = _choose_backend(backend, q, k, v, pe, vis.docs, vis.mask, sinks=sinks is not None, hidden=hidden,
+                              dropout=call.dropout is not None)
     if backend == "flex" and lq and lk:
         needs_grad = _needs_grad(q, k, v, pe) or (torch.is_grad_enabled() and hidden is not None
                                                   and hidden.requires_grad)
@@ -382,7 +417,7 @@ def _content(call: _Call, hidden, backend: str) -> torch.Tensor:
         # compiling was unavailable (warned once): the scheme's own rows
         backend = scores.content_backend(b * h * lq * lk, torch.is_grad_enabled())
     return content_attention(pe, q, k, v, hidden=hidden, causal=vis.causal, scale=call.scale, backend=backend,
-                             softcap=softcap, sinks=sinks, visibility=vis)
+                             softcap=softcap, sinks=sinks, visibility=vis, dropout=call.dropout)
 
 
 def _check_content_flex(pe, vis: Visibility, sinks) -> None:
@@ -435,7 +470,7 @@ def _flex_first(q) -> bool:
 
 
 def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: bool = False,
-                    window: int | None = None, explain: bool = False, hidden=None):
+                    window: int | None = None, explain: bool = False, hidden=None, dropout: bool = False):
     """The one chooser: ``auto`` resolved, and an explicit ``flex`` checked against the scheme, dtype,
     grad mode and mask. Returns the backend's name (``explain``: ``(name, why)``).
 
@@ -447,13 +482,21 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: b
     alone on the CPU (``chunked`` is exact and bounded, with no minutes-long first call). With
     ``sinks`` flex is refused and ``auto`` never picks it (CPU FlexAttention returns no log-sum-exp
     to merge the sink with: torch 2.13's Inductor, "return_lse is not supported yet"); a
-    ``softcap`` goes into flex's ``score_mod``."""
+    ``softcap`` goes into flex's ``score_mod``. With ``dropout`` (``dropout_p`` > 0) flex is refused
+    and ``auto`` never picks it: its ``score_mod`` acts on the scores before the softmax, and
+    attention dropout multiplies the weights after it; every other backend forms those weights.
+    Past the budget, dropout under gradient takes ``blockwise`` for every kind but content (its
+    backward replays the mask; ``chunked`` would keep each block's weights for autograd)."""
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     needs_grad = _needs_grad(q, k, v, pe)
     if isinstance(pe, ContentEncoding):  # the scheme's own rows, or FoX's bias on FlexAttention
-        return _choose_content(backend, q, k, pe, mask, sinks=sinks, explain=explain, needs_grad=needs_grad or (
-            torch.is_grad_enabled() and hidden is not None and hidden.requires_grad))
+        return _choose_content(backend, q, k, pe, mask, sinks=sinks, explain=explain, dropout=dropout,
+                               needs_grad=needs_grad or (torch.is_grad_enabled() and hidden is not None
+                                                         and hidden.requires_grad))
     flex_mask_ok = mask is None or mask.bias is None  # flex reads a bool mask in its mask_mod
+    if dropout and backend == "flex":
+        raise ValueError("backend='flex' cannot apply attention dropout (dropout_p > 0): FlexAttention's score_mod "
+                         "acts before the softmax; use backend='materialize', 'chunked' or 'blockwise' (or 'auto')")
     if sinks and backend == "flex":
         raise ValueError("backend='flex' does not compute sinks= (FlexAttention on the CPU returns no log-sum-exp to "
                          "merge them with); use backend='materialize', 'chunked' or 'blockwise' (or 'auto')")
@@ -461,10 +504,13 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: b
         n = b * h * lq * lk
         if n <= scores.MATERIALIZE_ELEMENTS:
             name, why = "materialize", f"B·H·Lq·Lk = {n} scores fit MATERIALIZE_ELEMENTS"
-        elif (_flex_ok(pe) and not sinks and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe)
+        elif (_flex_ok(pe) and not sinks and not dropout and not needs_grad and q.dtype in FLEX_DTYPES and _flex_cheap(pe)
               and flex_mask_ok and (docs is not None or (pe is None and mask is None and window is None)
                                     or _flex_first(q))):
             name, why = "flex", "a forward without gradient that FlexAttention's score_mod and block mask serve"
+        elif dropout and needs_grad:
+            name, why = "blockwise", ("dropout under gradient: blocks whose backward replays the mask from the seed "
+                                      "(chunked would keep every block's weights for autograd)")
         elif docs is not None or pe is None:
             name, why = "chunked", "documents or no scheme: query blocks with the masks (exact, bounded)"
         else:
@@ -480,15 +526,20 @@ def _choose_backend(backend: str, q, k, v, pe, docs=None, mask=None, *, sinks: b
     return (backend, "asked for") if explain else backend
 
 
-def _choose_content(backend: str, q, k, pe, mask, *, sinks: bool, explain: bool, needs_grad: bool):
+def _choose_content(backend: str, q, k, pe, mask, *, sinks: bool, explain: bool, needs_grad: bool,
+                    dropout: bool = False):
     """``_choose_backend`` for a content scheme: ``auto`` takes flex for FoX's elementwise score (a forward
     without gradient past the budget, no mask or sinks, where ``_flex_first``), else the scheme's own
     rows (``posenc.scores.content_backend``); an explicit name is checked by ``_content``."""
     if backend != "auto":
+        if dropout and backend == "flex":
+            raise ValueError(f"backend='flex' cannot apply attention dropout (dropout_p > 0) for {pe.name!r}: "
+                             "FlexAttention's score_mod acts before the softmax; use 'materialize', 'chunked' or "
+                             "'blockwise' (or 'auto')")
         return (backend, "asked for") if explain else backend
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     n = b * h * lq * lk
-    if (pe.flex_ok and lq and lk and mask is None and not sinks and n > scores.MATERIALIZE_ELEMENTS
+    if (pe.flex_ok and lq and lk and mask is None and not sinks and not dropout and n > scores.MATERIALIZE_ELEMENTS
             and not needs_grad and q.dtype in FLEX_DTYPES and _flex_first(q)):
         name, why = "flex", "FoX's score is an elementwise bias of per-token state: FlexAttention's score_mod"
     else:
@@ -511,8 +562,9 @@ def _chunked(call: _Call, *, chunk: int) -> torch.Tensor:
     """Exact attention over query blocks of ``chunk`` rows, each over the keys its rows can see
     (``Visibility.key_range``); scores in float32 at least. ``pe`` None: no bias, only the masks.
     Grouped heads are folded (``posenc.scores.fold``), never repeated; a query that sees no key
-    gives zeros. With ``softcap`` or ``sinks`` a block's scores are formed explicitly
-    (``_capped_weights``), then the softmax with the sink column."""
+    gives zeros. With ``softcap``, ``sinks`` or dropout a block's scores are formed explicitly
+    (``_capped_weights``), then the softmax with the sink column, then the dropout of the weights
+    (``posenc.dropout``: the block's part of the call's mask, from the seed and its position)."""
     q, k, v, pe, vis = call.q, call.k, call.v, call.pe, call.vis
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
@@ -537,8 +589,10 @@ def _chunked(call: _Call, *, chunk: int) -> torch.Tensor:
             bias = added.to(work) if bias is None else bias + added.to(work)
         if allowed is not None:
             bias = allowed if bias is None else torch.where(allowed, bias, float("-inf"))
-        if call.softcap is not None or call.sinks is not None:
+        if call.softcap is not None or call.sinks is not None or call.dropout is not None:
             p = _capped_weights(qc, kc, bias, group, scale=call.scale, softcap=call.softcap, sinks=call.sinks)
+            if call.dropout is not None:  # the weights' dropout, this tile's part of the call's mask
+                p = call.dropout.apply(p, start, k0)
             out = unfold(torch.matmul(fold(p, group), vc), group)  # (B, H, c, Dv)
             if value_term is not None:
                 out = out + value_term(p, qp, kp)

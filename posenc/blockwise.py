@@ -53,6 +53,16 @@ for every row of the head); both stay in the graph, so parameters' gradients sum
 ∂b*)`` in float64. A value head size ``Dv`` other than ``D`` reaches the fused CPU kernel padded
 with zero columns (``_one_head_size``); the backward's loop takes any ``Dv``.
 
+Dropout (``dropout_p`` > 0; ``posenc.dropout``): the forward's loop multiplies each block's
+``e^{s − m}`` by ``z_ij = keep_ij / (1 − p)`` before ``v`` (and Shaw's value term), while the
+normaliser ``l_i`` sums the weights undropped, so ``o_i = Σ_j p_ij z_ij v'_ij``. Nothing of the
+mask is saved: the backward recomputes each block's ``keep`` from the call's seed and the block's
+position (as flash-attention replays its Philox mask from ``(seed, offset)``). With ``P' = P ∘ Z``,
+``dv_j = Σ_i p_ij z_ij dO_i``, ``dp_ij = z_ij (dO_i · v'_ij)``, and ``δ_i = Σ_j p_ij dp_ij = dO_i ·
+Σ_j p_ij z_ij v'_ij = dO_i · o_i`` as before, so ``ds = p ∘ (dp − δ)`` is unchanged. The fused CPU
+kernels (Toeplitz and per tile) drop only with a mask of their own from the global generator, which
+no backward here could replay, so dropout always runs the loop.
+
 Memory: besides q, k, v, o, lse and the gradients, one block of scores and its bias (``B·H·
 BLOCK_Q·BLOCK_K`` elements, with the scheme's temporaries for that block) lives at a time.
 Causal (and windowed) attention skips the key blocks no query of a block can see
@@ -106,8 +116,9 @@ class TileBias:
     """
 
     def __init__(self, pe, q_positions: torch.Tensor, k_positions: torch.Tensor, work: torch.dtype, *,
-                 vis: Visibility, softcap: float | None = None, sinks: bool = False) -> None:
+                 vis: Visibility, softcap: float | None = None, sinks: bool = False, dropout=None) -> None:
         self.pe, self.work, self.vis, self.lq, self.lk = pe, work, vis, vis.lq, vis.lk
+        self.dropout = dropout  # a posenc.dropout.AttentionDropout (dropout_p > 0): the loop, never a fused kernel
         # a tile may hide some of its rows whole (a window, documents, an attention mask)
         self.partial = vis.window is not None or vis.docs is not None or vis.mask is not None
         self.softcap = softcap  # scores formed here: no fused kernel (which adds the bias inside)
@@ -123,7 +134,7 @@ class TileBias:
         self.toeplitz = (self.bias and pe.translation_invariant and self.qpos.device.type == "cpu"
                          and not self.qpos.is_floating_point() and not self.kpos.is_floating_point()
                          and _contiguous(self.qpos) and _contiguous(self.kpos) and vis.mask is None
-                         and vis.docs is None and softcap is None and not sinks)
+                         and vis.docs is None and softcap is None and not sinks and dropout is None)
 
     def prepare(self) -> None:
         if not self.bias:
@@ -310,7 +321,8 @@ def _forward_fused(q, k, v, bias: TileBias, *, scale: float, block_q: int, block
 def _fused_forward(q, bias: TileBias) -> bool:
     """Whether the forward runs SDPA's fused CPU kernel per tile (the CPU, no value term, a batch);
     else the online-softmax loop below (other devices, Shaw)."""
-    return q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0 and bias.softcap is None
+    return (q.device.type == "cpu" and bias.value_fn is None and q.shape[0] > 0 and bias.softcap is None
+            and bias.dropout is None)
 
 
 def _forward(q, k, v, bias: TileBias, *, scale: float, block_q: int, block_k: int):
@@ -341,8 +353,9 @@ def _forward(q, k, v, bias: TileBias, *, scale: float, block_q: int, block_k: in
             m_new = block_max if m is None else torch.maximum(m, block_max)
             sub = m_new.masked_fill(torch.isneginf(m_new), 0.0) if masked else m_new  # no key yet: e^{−∞ − 0} = 0
             p = s.sub_(sub).exp_()  # e^{s - m}, in place of s
-            pv = _unfold(torch.matmul(_fold(p, group), v[:, :, ks:ke]), group)  # (B, H, c, Dv)
-            extra = bias.value_term(p, qs, qe, ks, ke)
+            kept = p if bias.dropout is None else bias.dropout.apply(p, qs, ks)  # e^{s − m}·z: l sums p, a sums this
+            pv = _unfold(torch.matmul(_fold(kept, group), v[:, :, ks:ke]), group)  # (B, H, c, Dv)
+            extra = bias.value_term(kept, qs, qe, ks, ke)
             if extra is not None:
                 pv = pv + extra
             if m is None:
@@ -501,16 +514,20 @@ def tile_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
             if not rev:  # (the Toeplitz view has causality and the window folded in, and nothing else)
                 s = bias.masked(s, qs, qe, ks, ke)  # (B, H, c, n)
             p = s.sub_(lse_b).exp_()  # softmax weights of the block, in place of s
-            dv[:, :, ks:ke] += torch.matmul(_fold(p, group).transpose(-1, -2), _fold(dob, group))
+            z = None if bias.dropout is None else bias.dropout.factor(qs, ks, p.shape, p.dtype)  # replayed
+            kept = p if z is None else p * z  # the weights the forward multiplied v with
+            dv[:, :, ks:ke] += torch.matmul(_fold(kept, group).transpose(-1, -2), _fold(dob, group))
             dp = _unfold(torch.matmul(_fold(dob, group), vb.transpose(-1, -2)), group)  # (B, H, c, n)
             if has_value_term:  # dp += dO_i · a^V_ij, and w^V's gradient, from the block's value term
                 with torch.enable_grad():
-                    p_leaf = p.detach().requires_grad_()
+                    p_leaf = kept.detach().requires_grad_()
                     term = bias.value_term(p_leaf, qs, qe, ks, ke)
                     grads = torch.autograd.grad(term, [p_leaf, *params], dob, allow_unused=True,
                                                 retain_graph=True)
                 dp = dp + grads[0]
                 add(grads, 1)
+            if z is not None:  # the gradient of the kept weights, back through z: ∂(p·z)/∂p = z
+                dp = dp.mul_(z)
             ds = p.mul_(dp.sub_(delta_b))  # (B, H, c, n): p ∘ (dp − δ), in place of p
             dr = ds if dcap is None else ds * dcap  # the gradient of q·k·scale (through the cap)
             dqb += _unfold(torch.matmul(_fold(dr, group), kb), group) * scale
@@ -536,7 +553,8 @@ def tile_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
 def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q_positions: torch.Tensor,
                         k_positions: torch.Tensor, *, vis: Visibility, scale: float,
-                        softcap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+                        softcap: float | None = None, sinks: torch.Tensor | None = None,
+                        dropout=None) -> torch.Tensor:
     """Exact attention of ``q [B, H, Lq, D]`` over ``k, v [B, H_kv, Lk, D|Dv]`` with the bias or
     relative scheme ``pe`` (or None: the masks and score terms alone), block by block (see the module docstring); checked inputs, as
     ``posenc.attention`` passes them (``vis`` the call's ``posenc.masking.Visibility``: causality, a
@@ -545,11 +563,14 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe, q
     Scores in float32 at least; returns q's dtype. ``softcap``: ``c·tanh(q·k·scale / c)`` before the
     bias (the loop, never a fused kernel); ``sinks [H]``: merged after the key blocks as one more
     key of score ``sinks[h]`` and value 0 (``lse ← log(e^{lse} + e^{σ})``, ``o ← o·e^{lse_old − lse}``),
-    its gradient ``−Σ_i e^{σ − lse_i} δ_i``."""
+    its gradient ``−Σ_i e^{σ − lse_i} δ_i``. ``dropout``: a ``posenc.dropout.AttentionDropout``
+    (``dropout_p`` > 0), applied to each block's weights in the loop and replayed in the backward
+    from its seed (module docstring)."""
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     params = [p for p in pe.parameters() if p.requires_grad] if torch.is_grad_enabled() and pe is not None else []
-    bias = TileBias(pe, q_positions, k_positions, work, vis=vis, softcap=softcap, sinks=sinks is not None)
+    bias = TileBias(pe, q_positions, k_positions, work, vis=vis, softcap=softcap, sinks=sinks is not None,
+                    dropout=dropout)
     args = {"bias": bias, "scale": scale,
             "block_q": BLOCK_Q, "block_k": BLOCK_K}
     out = _BlockwiseAttention.apply(q.to(work), k.to(work), v.to(work), None if sinks is None else sinks.to(

@@ -17,6 +17,13 @@ rows split into blocks of ``c`` queries without any carry between blocks, and
   are those of the materialized path (the same operations, in the same order, on the same values)
   and at most one block's ``[B, H, c, Lk]`` temporaries are alive at a time.
 
+**Attention dropout** (``posenc.attention(..., dropout_p=)``, ``posenc.dropout``): a block's
+``rows`` get ``dropout=``, a callable bound to the block's origin that multiplies its weights by
+the call's mask (from the seed and each pair's coordinates) and ``1/(1 − p)`` before ``v``; the
+softmax schemes apply it in ``softmax_rows``, stick-breaking to its stick shares (the leftover
+``1 − Σ_j a_ij`` on the query's own value is computed from the shares before dropout). The
+backward's recomputation calls ``rows`` with the same callable: the same mask, never stored.
+
 **Logit cap and sinks** (``softcap=``, ``sinks=``, as ``posenc.attention`` takes them for the other
 kinds: Gemma 2, GPT-OSS). The cap bounds the dot-product term of the score, ``c·tanh(q·k·scale / c)``
 (``cap_scores``), and the scheme's positional term is added after it, as a bias is after the cap:
@@ -69,24 +76,30 @@ ROW_TRIM = True
 TRIM_ELEMENTS = 1 << 20
 
 
-def check_takes(pe, *, softcap: bool = False, sinks: bool = False, window: bool = False) -> None:
-    """Raises ValueError when content scheme ``pe`` is asked for a cap, sinks or a window its ``rows``
-    do not take (``takes_softcap``, ``takes_sinks``, ``takes_window``; ``no_sinks_reason`` and
-    ``no_window_reason`` say why, as stick-breaking's)."""
+def check_takes(pe, *, softcap: bool = False, sinks: bool = False, window: bool = False,
+                dropout: bool = False) -> None:
+    """Raises ValueError when content scheme ``pe`` is asked for a cap, sinks, a window or attention
+    dropout its ``rows`` do not take (``takes_softcap``, ``takes_sinks``, ``takes_window``,
+    ``takes_dropout``; ``no_sinks_reason`` and ``no_window_reason`` say why, as stick-breaking's)."""
     if softcap and not pe.takes_softcap:
         raise ValueError(f"scheme {pe.name!r} takes no softcap= (its rows do not declare takes_softcap)")
     if sinks and not pe.takes_sinks:
         raise ValueError(f"scheme {pe.name!r} takes no sinks= ({pe.no_sinks_reason})")
     if window and not pe.takes_window:
         raise ValueError(f"scheme {pe.name!r} takes no window= ({pe.no_window_reason})")
+    if dropout and not pe.takes_dropout:
+        raise ValueError(f"scheme {pe.name!r} takes no attention dropout (dropout_p > 0): its rows do not declare "
+                         "takes_dropout (a rows(..., dropout=) keyword applied to its weights before v)")
 
 
-def cap_and_sink_keywords(softcap: float | None, sinks: torch.Tensor | None) -> dict:
-    """The keywords ``softcap=``/``sinks=`` for a content scheme's call or ``rows``, only those set
-    (a plugin's scheme that takes neither keeps working)."""
+def cap_and_sink_keywords(softcap: float | None, sinks: torch.Tensor | None, dropout=None) -> dict:
+    """The keywords ``softcap=``/``sinks=``/``dropout=`` for a content scheme's call or ``rows``, only
+    those set (a plugin's scheme that takes none keeps working)."""
     terms = {} if softcap is None else {"softcap": softcap}
     if sinks is not None:
         terms["sinks"] = sinks
+    if dropout is not None:
+        terms["dropout"] = dropout
     return terms
 
 
@@ -102,7 +115,7 @@ class RowwiseEncoding(ContentEncoding):
 
 def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=None, document_ids=None,
                       backend: str = "auto", attention_mask=None, softcap=None, sinks=None, window=None,
-                      visibility: Visibility | None = None) -> torch.Tensor:
+                      visibility: Visibility | None = None, dropout=None) -> torch.Tensor:
     """``pe``'s attention (see the module docstring); ``pe.forward`` and ``posenc.attention`` call it.
 
     ``attention_mask`` (``posenc.masking``: a key padding mask or a bool 4D mask) removes keys
@@ -112,7 +125,11 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
     to ``pe.rows`` only when set; a scheme without ``takes_softcap``/``takes_sinks`` refuses them.
     ``window``: the sliding window (``posenc.masking``), one more mask on each row's keys; refused by
     a scheme without ``takes_window`` (stick-breaking). ``visibility``: ``posenc.attention``'s own,
-    already built (then ``causal``, ``document_ids``, ``attention_mask`` and ``window`` are its)."""
+    already built (then ``causal``, ``document_ids``, ``attention_mask`` and ``window`` are its).
+    ``dropout``: ``posenc.attention``'s ``posenc.dropout.AttentionDropout`` (``dropout_p`` > 0): each
+    block's rows get ``dropout=`` bound to the block's origin (``AttentionDropout.at``), a callable
+    their weights pass through before ``v``; the blockwise backward recomputes the block, and so the
+    same mask, from the seed. A scheme without ``takes_dropout`` refuses it."""
     q, k, v = check_qkv(q, k, v)
     _scores.check_causal(causal)
     check_choice("backend", backend, type(pe).BACKENDS)
@@ -128,7 +145,8 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
         attention_mask=attention_mask)
     scale = _scores.scale_of(scale, pe, d)
     softcap, sinks = check_cap_and_sinks(softcap, sinks, h)
-    check_takes(pe, softcap=softcap is not None, sinks=sinks is not None, window=vis.window is not None)
+    check_takes(pe, softcap=softcap is not None, sinks=sinks is not None, window=vis.window is not None,
+                dropout=dropout is not None)
     hidden = pe.check_hidden(hidden, b, lk)
     docs, mask = vis.docs, vis.mask
     if mask is not None and mask.bias is not None:
@@ -155,7 +173,9 @@ def content_attention(pe, q, k, v, *, hidden=None, causal: bool = True, scale=No
         if vis.hides_rows:  # (.., c, 1): a query with no key gives zeros (posenc.scores)
             allowed, seen = _scores.unmask_empty_rows(allowed)
         args = (q[:, :, qs:qe], k[:, :, :n], v[:, :, :n], state, qs + vis.shift, allowed, scale)
-        out = _recomputed(pe, *args, softcap, sink_logits) if keep else pe.rows(*args, **cap_and_sink_keywords(softcap, sink_logits))
+        drop = None if dropout is None else dropout.at(qs, 0)  # this block's part of the call's mask
+        out = (_recomputed(pe, *args, softcap, sink_logits, drop) if keep
+               else pe.rows(*args, **cap_and_sink_keywords(softcap, sink_logits, drop)))
         outs.append(out if seen is None else out * seen)
         _trim(b * h * (qe - qs) * n)
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)).to(dtype)
@@ -197,13 +217,14 @@ def _tensors(state) -> list[torch.Tensor]:
     return [state] if isinstance(state, torch.Tensor) else list(state)
 
 
-def _recomputed(pe, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None):
+def _recomputed(pe, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None, dropout=None):
     """``pe.rows(...)`` whose backward recomputes the block (``_Rows``): the forward keeps nothing of it.
     ``sinks`` rides after the state's tensors (so its gradient comes back as theirs does)."""
     parts = _tensors(state) + ([] if sinks is None else [sinks])
     params = [p for p in pe.parameters() if p.requires_grad]
     return _Rows.apply({"pe": pe, "q0": q0, "allowed": allowed, "scale": scale, "tuple": not isinstance(state, torch.Tensor),
-                        "n": len(parts), "sinks": sinks is not None, "softcap": softcap}, q, k, v, *parts, *params)
+                        "n": len(parts), "sinks": sinks is not None, "softcap": softcap, "dropout": dropout},
+                       q, k, v, *parts, *params)
 
 
 class _Rows(torch.autograd.Function):
@@ -244,13 +265,15 @@ def _call(args, q, k, v, parts):
     else:
         state = tuple(parts) if args["tuple"] else parts[0]
     return args["pe"].rows(q, k, v, state, args["q0"], args["allowed"], args["scale"],
-                           **cap_and_sink_keywords(args["softcap"], sinks))
+                           **cap_and_sink_keywords(args["softcap"], sinks, args["dropout"]))
 
 
 def softmax_rows(scores: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
-                 sinks: torch.Tensor | None = None) -> torch.Tensor:
+                 sinks: torch.Tensor | None = None, dropout=None) -> torch.Tensor:
     """``softmax(scores)`` over the allowed keys of a block, times ``v``: ``[B, H, c, n] -> [B, H, c, Dv]``.
-    ``sinks [H]``: one more column of score ``sinks[h]`` and value 0 in every row's softmax."""
+    ``sinks [H]``: one more column of score ``sinks[h]`` and value 0 in every row's softmax.
+    ``dropout``: the block's ``posenc.dropout.TileDropout``, applied to the weights before ``v``."""
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
-    return torch.matmul(sink_softmax(scores, sinks), v)
+    weights = sink_softmax(scores, sinks)
+    return torch.matmul(weights if dropout is None else dropout(weights), v)

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("posenc.__version__", "posenc._validate", "posenc.reference", "posenc.limits", "posenc.scaling",
       "posenc.environment")),
     ("torch: the positions model, attention masks, the rotation and its Triton kernel, tables that need no registry",
-     ("posenc.positions", "posenc.digits", "posenc.masking", "posenc.scores", "posenc._rotary_checks", "posenc.rotary_triton", "posenc.rotary", "posenc.ssm",
+     ("posenc.positions", "posenc.digits", "posenc.masking", "posenc.scores", "posenc.dropout", "posenc._rotary_checks", "posenc.rotary_triton", "posenc.rotary", "posenc.ssm",
       "posenc.interop.grid", "posenc.interop.layout")),
     ("the kinds' base classes, documents, blockwise attention", ("posenc.encodings._base", "posenc.documents",
                                                                  "posenc.blockwise")),

@@ -531,7 +531,9 @@ class ContentEncoding(PositionalEncoding):
     A scheme that takes Gemma 2's logit cap and GPT-OSS's sinks declares ``takes_softcap`` and
     ``takes_sinks`` (every built-in scheme; stick-breaking has no softmax and refuses sinks), and
     its ``rows`` takes ``softcap=`` and ``sinks=`` keywords, passed only when set
-    (``posenc.rowwise``'s docstring says where each scheme's cap enters).
+    (``posenc.rowwise``'s docstring says where each scheme's cap enters); one that takes attention
+    dropout declares ``takes_dropout`` and its ``rows`` a ``dropout=`` keyword, a callable its
+    weights pass through before ``v`` (every built-in scheme).
     Every content scheme is row-local: a query's weights need only its own row of scores
     (CoPE's gate sums and stick-breaking's survival run from the query backwards along its row),
     so ``posenc.rowwise.RowwiseEncoding`` (the base the schemes subclass) runs ``rows`` over blocks
@@ -546,6 +548,7 @@ class ContentEncoding(PositionalEncoding):
     takes_sinks: bool = False  # rows(..., sinks=): GPT-OSS's attention sinks
     no_sinks_reason: str = "its rows do not declare takes_sinks"
     takes_window: bool = True  # window=: a sliding window is one more mask on the keys of each row
+    takes_dropout: bool = False  # rows(..., dropout=): attention dropout on its weights (posenc.dropout)
     no_window_reason: str = "its rows do not take a window"
     BACKENDS = ("auto", "materialize", "chunked", "blockwise")
     d_model: int | None = None

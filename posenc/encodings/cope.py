@@ -60,7 +60,7 @@ MAX_TEXT = 2000  # characters of a typed sentence (posenc show cope --text)
 class CoPE(RowwiseEncoding):
     """Positions counted by gates the query opens on the keys, from the query backwards (CoPE)."""
 
-    takes_softcap = takes_sinks = True
+    takes_softcap = takes_sinks = takes_dropout = True
 
     def __init__(self, *, head_dim: Dim, npos_max: Rows = 64, convention: str = "paper") -> None:
         super().__init__()
@@ -81,7 +81,7 @@ class CoPE(RowwiseEncoding):
         p = torch.flip(torch.cumsum(torch.flip(gates.double(), (-1,)), -1), (-1,))
         return s, p.clamp(max=self.npos_max - 1)
 
-    def rows(self, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None):
+    def rows(self, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None, dropout=None):
         s, p = self.positions(q, k, allowed, scale)
         lo = p.floor()
         w = (p - lo).to(q.dtype)
@@ -91,7 +91,7 @@ class CoPE(RowwiseEncoding):
             scores = (s + term) * scale if TERM_SCALED[self.convention] else s * scale + term
         else:  # the cap bounds q·k·scale; the position term q·e(p) is added after it, as a bias
             scores = cap_scores(s * scale, softcap) + (term * scale if TERM_SCALED[self.convention] else term)
-        return softmax_rows(scores, v, allowed, sinks)
+        return softmax_rows(scores, v, allowed, sinks, dropout)
 
     def sentence_positions(self, text: str, marks: str) -> torch.Tensor:
         """The positions ``p [len(text)]`` the last character gives every character when the gates

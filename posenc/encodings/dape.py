@@ -55,7 +55,7 @@ class DAPE(RowwiseEncoding):
     """An MLP across heads corrects a bias scheme's bias from the pair's scores (DAPE)."""
 
     causal_only = False
-    takes_softcap = takes_sinks = True
+    takes_softcap = takes_sinks = takes_dropout = True
 
     def __init__(self, *, num_heads: Heads, bias: Any = "kerple", hidden: Width = 32,
                  fire_activation: str = "relu") -> None:
@@ -91,7 +91,7 @@ class DAPE(RowwiseEncoding):
 
         return positions_in_documents(docs)
 
-    def rows(self, q, k, v, positions, q0, allowed, scale, softcap=None, sinks=None):
+    def rows(self, q, k, v, positions, q0, allowed, scale, softcap=None, sinks=None, dropout=None):
         a = cap_scores(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap)  # (B, H, c, n)
         q_pos, k_pos = positions[..., q0:q0 + q.shape[2]], positions[..., :k.shape[2]]
         if self.fire_activation == "leaky_relu":
@@ -100,7 +100,7 @@ class DAPE(RowwiseEncoding):
             b = self.inner(q_pos, k_pos, dtype=q.dtype).expand_as(a)
         x = torch.cat([a, b], dim=1).permute(0, 2, 3, 1)  # (B, c, n, 2H)
         mlp = self.mlp_out(F.leaky_relu(self.mlp_in(x.to(self.mlp_in.weight.dtype)), NEGATIVE_SLOPE))  # (B, c, n, H)
-        return softmax_rows(a + b + mlp.permute(0, 3, 1, 2).to(a.dtype), v, allowed, sinks)
+        return softmax_rows(a + b + mlp.permute(0, 3, 1, 2).to(a.dtype), v, allowed, sinks, dropout)
 
     def leaky_fire(self, q_pos, k_pos) -> torch.Tensor:
         """FIRE's bias with LeakyReLU for ReLU (``FIRE_DAPE``), float64: ``[H, c, n]`` (``[B, H, c, n]``

@@ -54,7 +54,7 @@ class FoX(RowwiseEncoding):
 
     flex_ok = True
     selects_heads = True  # its state per head: Ulysses' rank takes its heads' rows
-    takes_softcap = takes_sinks = True
+    takes_softcap = takes_sinks = takes_dropout = True
 
     def __init__(self, *, num_heads: Heads, d_model: Dim | None = None, gate: str = "full") -> None:
         super().__init__()
@@ -102,9 +102,9 @@ class FoX(RowwiseEncoding):
             return log_f * (t + 1).to(torch.float64)
         return cumsum_in_documents(log_f, t)
 
-    def rows(self, q, k, v, c, q0, allowed, scale, softcap=None, sinks=None):
+    def rows(self, q, k, v, c, q0, allowed, scale, softcap=None, sinks=None, dropout=None):
         bias = (c[..., q0:q0 + q.shape[2], None] - c[..., None, :k.shape[2]]).to(q.dtype)  # (B|1, H, c, n)
-        return softmax_rows(cap_scores(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap) + bias, v, allowed, sinks)
+        return softmax_rows(cap_scores(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap) + bias, v, allowed, sinks, dropout)
 
     def flex_bias(self, k, hidden, docs):
         """What ``posenc.attention``'s FlexAttention path needs (``ContentEncoding.flex_bias``): a bias

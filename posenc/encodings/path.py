@@ -62,7 +62,7 @@ class PaTH(RowwiseEncoding):
     """Keys carried to the query through each token's Householder reflection (PaTH); materialized."""
 
     reads_hidden = True
-    takes_softcap = takes_sinks = True
+    takes_softcap = takes_sinks = takes_dropout = True
 
     def __init__(self, *, num_heads: Heads, head_dim: Dim, d_model: Dim, max_length: Rows = 1024,
                  w_rank: Width | None = None, w_conv_size: Kernel | None = None) -> None:
@@ -126,7 +126,7 @@ class PaTH(RowwiseEncoding):
             out = out + back * kernel[:, size - 1 - s]
         return out
 
-    def rows(self, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None):
+    def rows(self, q, k, v, state, q0, allowed, scale, softcap=None, sinks=None, dropout=None):
         w, beta = state
         c, n = q.shape[2], k.shape[2]
         rows = torch.arange(q0, q0 + c, device=q.device).view(1, 1, c, 1)  # key index of each query row
@@ -138,7 +138,7 @@ class PaTH(RowwiseEncoding):
             reflected = u - beta[:, :, j, None, None] * wj * (u * wj).sum(-1, keepdim=True)
             u = torch.where(rows >= j, reflected, u)
         scores = torch.stack(cols[::-1], dim=-1)  # (B, H, c, n)
-        return softmax_rows(cap_scores(scores * scale, softcap), v, allowed, sinks)
+        return softmax_rows(cap_scores(scores * scale, softcap), v, allowed, sinks, dropout)
 
     def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None, softcap=None, sinks=None):
         low_rank = self.w_rank is not None

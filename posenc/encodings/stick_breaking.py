@@ -32,7 +32,7 @@ from posenc.rowwise import RowwiseEncoding, cap_scores
 class StickBreaking(RowwiseEncoding):
     """Stick-breaking weights instead of softmax: nearer keys take their share first (no PE)."""
 
-    takes_softcap = True
+    takes_softcap = takes_dropout = True  # dropout: on the stick shares, not on the leftover
     no_sinks_reason = ("stick-breaking has no softmax for a sink to join: its weights are shares of a stick and "
                        "the leftover goes to the query's own value")
     takes_window = False
@@ -55,10 +55,11 @@ class StickBreaking(RowwiseEncoding):
         after = torch.flip(torch.cumsum(torch.flip(log_keep, (-1,)), -1), (-1,)) - log_keep  # Σ_{t>j}
         return torch.exp(F.logsigmoid(z) + after).masked_fill(~allowed, 0.0)
 
-    def rows(self, q, k, v, state, q0, allowed, scale, softcap=None):
+    def rows(self, q, k, v, state, q0, allowed, scale, softcap=None, dropout=None):
         a = self.weights(q, k, q0, allowed, scale, softcap)
         own = v[:, :, q0:q0 + q.shape[2]]  # (B, H, c, Dv): the queries' own values
-        return torch.matmul(a, v) + (1.0 - a.sum(-1, keepdim=True)) * own
+        # attention dropout (posenc.dropout) on the shares; the leftover from the shares undropped
+        return torch.matmul(a if dropout is None else dropout(a), v) + (1.0 - a.sum(-1, keepdim=True)) * own
 
     def reference(self, q, k, v, hidden=None, *, scale=None, document_ids=None, softcap=None):
         return sb_ref(q, k, v, scale=scale, attend_current=self.attend_current, document_ids=document_ids,

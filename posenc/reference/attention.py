@@ -9,6 +9,12 @@ logit per head: GPT-OSS, OpenAI 2025; Xiao et al. 2023, arXiv:2309.17453) the so
 denominator gains ``e^{σ_h}``, as if one more key with score ``σ_h`` and value 0:
 ``p_ij = e^{s_ij} / (e^{σ_h} + Σ_j' e^{s_ij'})``.
 
+Attention dropout (Srivastava et al. 2014; on the weights after the softmax, as Vaswani et al.
+2017 and transformers' ``attention_dropout``) with a given keep-mask ``K ∈ {0, 1}`` and rate ``p``:
+``o_i = Σ_j p_ij · K_ij / (1 − p) · v_j``, the softmax's normaliser unchanged (the dropped weights
+still count in it). The mask is an input here: ``posenc.dropout`` says how ``posenc.attention``
+derives it from a seed.
+
 Which keys a query sees (``visibility_mask``) is read from key indices: query ``i`` of ``Lq`` is
 key index ``i' = i + Lk − Lq`` (queries are the last ``Lq`` keys). Causal: ``j ≤ i'``. A sliding
 window ``W`` (Mistral's and Gemma's local attention; Beltagy et al. 2020, arXiv:2004.05150):
@@ -28,7 +34,8 @@ def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None = None,
-              allowed=None, softcap: float | None = None, sinks=None, window: int | None = None) -> np.ndarray:
+              allowed=None, softcap: float | None = None, sinks=None, window: int | None = None,
+              keep=None, dropout_p: float = 0.0) -> np.ndarray:
     """``q [B, H, Lq, D]``, ``k, v [B, H_kv, Lk, D]`` -> ``[B, H, Lq, D]``.
 
     ``bias`` broadcasts against the scores ``[B, H, Lq, Lk]``. ``causal`` lets query ``i`` see key
@@ -37,7 +44,9 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
     (``H % H_kv == 0``) query head ``h`` reads key/value head ``h // (H / H_kv)``. A query that sees
     no key returns zeros. ``softcap``: ``c · tanh(q·k·scale / c)`` before ``bias`` is added;
     ``sinks [H]``: one extra logit per head in each row's denominator (value 0). ``window``: query
-    ``i`` sees keys at most ``window − 1`` positions back (``visibility_mask``).
+    ``i`` sees keys at most ``window − 1`` positions back (``visibility_mask``). ``keep`` (bool or
+    0/1, broadcasting against the scores) with ``dropout_p`` in ``[0, 1)``: attention dropout, each
+    weight times ``keep / (1 − dropout_p)`` after the softmax (module docstring).
     """
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
@@ -61,7 +70,17 @@ def attention(q, k, v, *, bias=None, causal: bool = False, scale: float | None =
         ok = ok & visibility_mask(lq, lk, causal=causal, window=window)
     if allowed is not None:
         ok = ok & np.asarray(allowed, dtype=bool)
-    return masked_attention(scores, v, ok, sinks=sinks)
+    return masked_attention(scores, v, ok, sinks=sinks, keep=keep, dropout_p=dropout_p)
+
+
+def dropped(weights, keep, dropout_p: float) -> np.ndarray:
+    """``weights · keep / (1 − dropout_p)`` (attention dropout with a given mask), or ``weights``
+    when ``keep`` is None."""
+    if keep is None:
+        return weights
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+    return weights * np.asarray(keep, dtype=np.float64) / (1.0 - dropout_p)
 
 
 def logit_cap(scores, softcap: float | None) -> np.ndarray:
@@ -103,10 +122,11 @@ def log_sigmoid(x) -> np.ndarray:
     return -np.logaddexp(0.0, -np.asarray(x, dtype=np.float64))
 
 
-def masked_attention(scores, v, allowed, *, sinks=None) -> np.ndarray:
+def masked_attention(scores, v, allowed, *, sinks=None, keep=None, dropout_p: float = 0.0) -> np.ndarray:
     """``softmax(scores)`` over the ``allowed`` keys (``[.., Lq, Lk]``), times ``v [B, H, Lk, Dv]``;
     a row with no allowed key gives zeros. ``sinks [H]``: a column of score ``sinks[h]`` joins each
-    row of head ``h`` in the softmax and is dropped after (its value is 0)."""
+    row of head ``h`` in the softmax and is dropped after (its value is 0). ``keep``, ``dropout_p``:
+    attention dropout with that mask (``dropped``)."""
     scores = np.asarray(scores, dtype=np.float64)
     allowed = np.broadcast_to(np.asarray(allowed, dtype=bool), scores.shape)
     seen = allowed.any(-1, keepdims=True)  # (.., Lq, 1)
@@ -114,7 +134,7 @@ def masked_attention(scores, v, allowed, *, sinks=None) -> np.ndarray:
     if sinks is not None:
         sink = np.broadcast_to(np.asarray(sinks, dtype=np.float64).reshape(-1, 1, 1), scores.shape[:-1] + (1,))
         full = np.concatenate([np.where(seen, scores, 0.0), sink], axis=-1)  # (.., Lq, Lk + 1)
-        weights = np.where(seen, softmax(full)[..., :-1], 0.0)
+        weights = dropped(np.where(seen, softmax(full)[..., :-1], 0.0), keep, dropout_p)
         return np.einsum("bhqk,bhkd->bhqd", weights, np.asarray(v, dtype=np.float64))
-    weights = np.where(seen, softmax(np.where(seen, scores, 0.0)), 0.0)
+    weights = dropped(np.where(seen, softmax(np.where(seen, scores, 0.0)), 0.0), keep, dropout_p)
     return np.einsum("bhqk,bhkd->bhqd", weights, np.asarray(v, dtype=np.float64))
