@@ -154,3 +154,34 @@ def test_the_quick_page_shows_pope_and_fope_recorded_from_the_kept_set():
         v = filled[claim]
         assert v.status != "not measured" and v.recorded is not None and not v.recorded.stale, claim
         assert v.recorded.command == k.provenance["command"] and 'class="recorded"' in recorded_mark(v)
+
+
+def test_the_quick_page_with_the_kept_sets_leaves_only_the_pretrained_claims_not_measured():
+    """``make report``'s page as it is: the quick profile's rows measured now (here: the kept decide
+    set's records of the rows the quick profile runs), every other claim filled from the kept sets,
+    marked recorded. Only the pretrained model's claims (``posenc extend``, its own section) stay
+    not measured."""
+    from posenc.extrapolate.costs import run_row
+    from posenc.extrapolate.parts import PARTS, plan
+    from posenc.extrapolate.plan import available_schemes
+    from posenc.extrapolate.parts.pretrained import CLAIMS as PRETRAINED
+    from posenc.stats import findings
+    from posenc.stats.page_parts import Page
+    from posenc.extrapolate.profiles import get_profile
+
+    decide = next(k for k in SETS if k.name == "decide")
+    quick = get_profile("quick")
+    names = list(available_schemes(quick.schemes, lambda msg: None))
+    quick_rows = {run_row(r) for r in plan(quick, names, corpus_sha="", log=lambda msg: None)}
+    decide_rows = {r.key: run_row(r) for r in plan(decide.profile(), list(available_schemes(
+        decide.profile().schemes, lambda msg: None)), corpus_sha=next(
+        r["corpus"]["sha256"] for r in decide.records if r.get("corpus")),
+        log=lambda msg: None)}
+    now_records = [r for r in decide.records if decide_rows.get(r["key"]) in quick_rows]
+    assert 60 <= len(now_records) < len(decide.records)
+    page = Page(draw=False)
+    now = findings.adjust([dataclasses.replace(v, pool=v.pool or part.name or "lm") for part in PARTS
+                           for v in part.section(page, part.records(now_records), quick).verdicts])
+    assert sum(v.status == "not measured" for v in now) > len(PRETRAINED)  # the quick rows alone leave some
+    left = [f"{v.source}: {v.claim}" for v in kept.fill(now, SETS) if v.status == "not measured"]
+    assert sorted(left) == sorted(f"{src}: {claim}" for src, claim in PRETRAINED)
