@@ -329,9 +329,6 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     skips the keys outside the window (``_window``, ``_beyond_window``)."""
     import posenc
 
-    if dropout:
-        raise ValueError(f"posenc.attention has no attention dropout; set the model's attention_dropout to 0 "
-                         f"(got dropout={dropout})")
     if kwargs.get("is_causal", getattr(module, "is_causal", True)) is False:  # the call's own word, as SDPA reads it
         raise ValueError(f"posenc.interop: {type(module).__name__} calls the attention function with is_causal=False "
                          "(bidirectional attention), which is not supported yet: posenc's attention function runs "
@@ -339,6 +336,8 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     # Gemma 2's logit cap (its scaling is query_pre_attn_scalar^-1/2, passed as scaling) and
     # GPT-OSS's sinks (the layer's sinks parameter [H], passed as s_aux): posenc.attention's own
     terms = {"softcap": kwargs["softcap"]} if kwargs.get("softcap") is not None else {}
+    if dropout:  # the model's own rate, which transformers passes in training only (0 in eval)
+        terms["dropout_p"] = float(dropout)
     if kwargs.get("s_aux") is not None:
         terms["sinks"] = kwargs["s_aux"]
     pe = module.posenc_pe  # None: no position in attention (NoPE, or an additive scheme on the embeddings)
@@ -371,6 +370,9 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
             query = torch.cat([q_rope, query[..., width:]], dim=-1)
             pe_arg = None
     method = module.__dict__.get("_posenc_context_parallel")
+    if method is not None and "dropout_p" in terms:
+        raise ValueError(f"posenc.interop: context_parallel={method!r} has no attention dropout; set the model's "
+                         f"attention dropout to 0 (got {terms['dropout_p']}) or call model.eval()")
     if method is not None:  # each rank holds its shard of the sequence (patch(..., context_parallel=))
         out = _sharded(module, pe, pe_arg, query, key, value, extra, kwargs.get("position_ids"), scaling, terms,
                        method)
