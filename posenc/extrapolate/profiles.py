@@ -381,7 +381,7 @@ PROFILES["decide"] = dataclasses.replace(
     lm_rows=(*content_lm_rows(QUICK.lm.model.n_layer), *LENGTH_LM_ROWS),
     image=dataclasses.replace(QUICK.image, variants=(*QUICK.image.variants, "DINOv3 RoPE", "DINOv3 RoPE (rescale 2)")),
     time=dataclasses.replace(QUICK.time, schemes=(*QUICK.time.schemes, *VIDEO_SCHEMES)),
-    bipe_rows=BIPE_ROWS, addition=DECIDE_ADDITION, randomized=("rope",), randomized_max_positions=256,
+    bipe_rows=BIPE_ROWS, addition=DECIDE_ADDITION, randomized=PROFILES["full"].randomized, randomized_max_positions=256,
     description="every claim of the page at the quick profile's settings and three seeds: the quick rows, the "
                 "tasks, the content and length rows, BiPE, addition and randomized positions, DINOv3 and video; "
                 "about 1.5 CPU-hours (docs/numbers.md), the run whose kept records fill make report's page",
