@@ -20,6 +20,14 @@
 
 transformers is never imported here: ``from_hf`` reads the config's attributes (or dict keys);
 ``patch`` imports it when called.
+
+The modules, by what they do: reading configs (``configs``; a config's RoPE: ``rope_types``,
+``rope_spec``), the rotary module and its drop-in (``hf_rotary``), one spec per layer (``hf``),
+finding a model's parts (``families.structure``; the family records: ``families``), classifying
+attention (``classify``), checking (``families.check``, ``patching.checks``), installing
+(``patching.install``; each patched layer's state: ``state.LayerState``), the runtime attention
+function (``patching.attention_function``), persistence (``patching.persistence``);
+``patching`` itself is ``patch`` and ``unpatch``.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ from typing import Any
 
 from torch import nn
 
+from posenc.interop.classify import check_causal as _check_causal
+from posenc.interop.classify import classify, is_cross_attention  # noqa: F401  (public here too)
 from posenc.interop.configs import text_config as _text
 from posenc.interop.families import COMMON, Family, family_of_config
 
@@ -86,22 +88,6 @@ def _attr(obj: Any, path: str) -> Any:
     return obj
 
 
-
-
-_CROSS_NAMES = ("cross_attn", "cross_attention", "crossattention", "encoder_attn", "encoder_attention")
-
-
-def is_cross_attention(name: str, attention: nn.Module) -> bool:
-    """Whether ``attention`` (the child ``name`` of its layer) attends to another sequence (an
-    encoder's, an image's): its own ``is_cross_attention`` flag (GPT-2's), a class named
-    ``...CrossAttention`` (Mllama's), or a child named as transformers names them
-    (``encoder_attn``: BART, Whisper; ``crossattention``: BERT). Its keys carry no positions of the
-    queries' sequence, so ``patch`` leaves it untouched."""
-    if getattr(attention, "is_cross_attention", False) is True:
-        return True
-    return "CrossAttention" in type(attention).__name__ or name.rpartition(".")[2] in _CROSS_NAMES
-
-
 def _attention_of(layer: nn.Module, name: str | None) -> tuple[str, nn.Module] | None:
     """The layer's self-attention (its attribute and module); None when it has none (a hybrid's
     state-space layer, a layer of cross-attention only: Mllama's)."""
@@ -119,33 +105,6 @@ def _attention_of(layer: nn.Module, name: str | None) -> tuple[str, nn.Module] |
     found = [(n, c) for n, c in layer.named_children()
              if type(c).__name__.endswith("Attention") and not is_cross_attention(n, c)]
     return found[0] if len(found) == 1 else None
-
-
-def classify(attention: nn.Module, family: Family) -> str | None:
-    """What an attention module is, read from the module (transformers sets ``is_causal`` on every
-    attention module that calls its attention interface): ``"causal"`` (``is_causal`` True, or a
-    family whose attention runs posenc's own causal ``forward``: Falcon, BLOOM, MPT, GPT-Neo),
-    ``"bidirectional"`` (``is_causal`` False: ModernBERT, EuroBERT, NomicBERT, GTE, Gemma 3 with
-    ``use_bidirectional_attention``), None when the module does not say (no ``is_causal``)."""
-    causal = getattr(attention, "is_causal", None)
-    if isinstance(causal, bool):
-        return "causal" if causal else "bidirectional"
-    return "causal" if family.forward is not None else None
-
-
-def _check_causal(attentions: list[nn.Module], paths: list[str], family: Family, name: str) -> None:
-    """Every attention module ``patch`` replaces is causal self-attention, read from the model; a
-    bidirectional one, or one that does not say, refused naming its module and class."""
-    for attention, path in zip(attentions, paths):
-        form = classify(attention, family)
-        if form == "bidirectional":
-            raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) is "
-                             "bidirectional (is_causal=False): bidirectional attention is not supported yet (posenc's "
-                             "attention function runs causal self-attention)")
-        if form is None:
-            raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) has no "
-                             "is_causal attribute: posenc cannot tell causal from bidirectional attention, and "
-                             "never assumes it")
 
 
 def _find_layers(model: nn.Module, family: Family, n: int | None, name: str) -> tuple[str, nn.ModuleList]:
