@@ -2,10 +2,17 @@
 
 - at ``patch``: :func:`is_cross_attention` (a layer's attention to another sequence, left untouched),
   :func:`classify` (``"causal"``, ``"bidirectional"`` or None from the module's ``is_causal``) and
-  :func:`check_causal` (every module ``patch`` replaces is causal self-attention, or it is refused
-  naming the module);
+  :func:`check_classified` (every module ``patch`` replaces says which, or it is refused naming the
+  module);
 - at each call: :func:`attention_kind` (the call's own ``is_causal`` keyword, as SDPA reads it,
-  wins over the module's) and :func:`require_causal`.
+  wins over the module's): posenc's attention runs causally or not as the call says.
+
+Bidirectional self-attention (BERT-style encoders, ModernBERT, EuroBERT, NomicBERT, GTE, Jina
+Embeddings v3, ESM-C, a Gemma 3 with ``use_bidirectional_attention``) runs ``posenc.attention`` with
+``causal=False``, the model's own padding mask and its local windows (the model's mask, built from
+its config; never a default). Each scheme takes its bidirectional form there: ALiBi's
+``−m·|i − j|`` is already symmetric (MosaicBERT's encoder ALiBi, Portes et al. 2023,
+arXiv:2312.17482), T5's buckets are ``bidirectional=True`` as in T5's encoder (Raffel et al. 2020).
 """
 
 from __future__ import annotations
@@ -26,14 +33,6 @@ def attention_kind(module: nn.Module, call: Mapping[str, Any]) -> str:
     bidirectional (a family's own ``forward`` that predates the flag, Falcon's, BLOOM's, is causal)."""
     causal = call["is_causal"] if "is_causal" in call else getattr(module, "is_causal", True)
     return "bidirectional" if causal is False else "causal"
-
-
-def require_causal(module: nn.Module, call: Mapping[str, Any]) -> None:
-    """ValueError naming ``module``'s class when its call is bidirectional (``is_causal=False``)."""
-    if attention_kind(module, call) != "causal":
-        raise ValueError(f"posenc.interop: {type(module).__name__} calls the attention function with is_causal=False "
-                         "(bidirectional attention), which is not supported yet: posenc's attention function runs "
-                         "causal self-attention")
 
 
 _CROSS_NAMES = ("cross_attn", "cross_attention", "crossattention", "encoder_attn", "encoder_attention")
@@ -62,16 +61,11 @@ def classify(attention: nn.Module, family: Family) -> str | None:
     return "causal" if family.forward is not None else None
 
 
-def check_causal(attentions: list[nn.Module], paths: list[str], family: Family, name: str) -> None:
-    """Every attention module ``patch`` replaces is causal self-attention, read from the model; a
-    bidirectional one, or one that does not say, refused naming its module and class."""
+def check_classified(attentions: list[nn.Module], paths: list[str], family: Family, name: str) -> None:
+    """Every attention module ``patch`` replaces is self-attention whose kind the model says, causal
+    or bidirectional; one that does not say (no ``is_causal``) refused naming its module and class."""
     for attention, path in zip(attentions, paths):
-        form = classify(attention, family)
-        if form == "bidirectional":
-            raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) is "
-                             "bidirectional (is_causal=False): bidirectional attention is not supported yet (posenc's "
-                             "attention function runs causal self-attention)")
-        if form is None:
+        if classify(attention, family) is None:
             raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) has no "
                              "is_causal attribute: posenc cannot tell causal from bidirectional attention, and "
                              "never assumes it")

@@ -26,7 +26,7 @@ from typing import Any
 
 from torch import nn
 
-from posenc.interop.classify import check_causal as _check_causal
+from posenc.interop.classify import check_classified
 from posenc.interop.classify import classify, is_cross_attention  # noqa: F401  (public here too)
 from posenc.interop.configs import text_config as _text
 from posenc.interop.families import COMMON, Family, family_of_config
@@ -160,7 +160,7 @@ def find(model: nn.Module) -> Parts:
             attentions.append(found[1])
             indices.append(i)
             paths.append(f"{path}.{i}.{found[0]}")
-    _check_causal(attentions, paths, family, name)
+    check_classified(attentions, paths, family, name)
     if family.forward is None:
         for attention in {type(a): a for a in attentions}.values():
             if not _calls_interface(attention):

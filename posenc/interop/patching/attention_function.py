@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from posenc.interop.classify import require_causal
+from posenc.interop.classify import attention_kind
 from posenc.interop.state import LayerState, layer_state
 
 
@@ -97,7 +97,8 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
                      **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention function ``"posenc"``: ``query [B, H, Lq, D]``, ``key, value [B, H_kv,
     Lk, D]`` (grouped heads as they are) -> ``([B, Lq, H, D], None)`` through ``posenc.attention``
-    with the layer's ``posenc_pe``, causal, the model's mask and scale, the keys' positions, and
+    with the layer's ``posenc_pe``, causal or not as the call says (``posenc.interop.classify``:
+    the call's ``is_causal``, else the module's), the model's mask and scale, the keys' positions, and
     the family's softmax terms: Gemma 2's ``softcap`` and GPT-OSS's ``s_aux`` (its sinks) as
     ``posenc.attention``'s ``softcap=`` and ``sinks=``. A sliding-window layer's ``sliding_window``
     (Mistral, Gemma 2/3, Qwen 2, GPT-OSS, Cohere 2, ...) is ``posenc.attention``'s ``window=``, and
@@ -108,7 +109,7 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if dropout:
         raise ValueError(f"posenc.attention has no attention dropout; set the model's attention_dropout to 0 "
                          f"(got dropout={dropout})")
-    require_causal(module, kwargs)  # the call's own is_causal, as SDPA reads it, else the module's
+    causal = attention_kind(module, kwargs) == "causal"  # the call's own is_causal, as SDPA reads it, else the module's
     # Gemma 2's logit cap (its scaling is query_pre_attn_scalar^-1/2, passed as scaling) and
     # GPT-OSS's sinks (the layer's sinks parameter [H], passed as s_aux): posenc.attention's own
     terms = {"softcap": kwargs["softcap"]} if kwargs.get("softcap") is not None else {}
@@ -130,9 +131,11 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
         raise ValueError(f"posenc.interop: the attention mask covers {mask.shape[-1]} keys but the layer has {lk}; "
                          "static caches are not supported (use DynamicCache)")
     window = _window(pe, kwargs.get("sliding_window"))
-    if window is not None:
+    if window is not None and causal:
         terms["window"] = window
         mask = _beyond_window(mask, lq, lk, window)
+    elif window is not None:  # a bidirectional local layer (ModernBERT's): the model's mask holds the window
+        mask, terms["window"] = _beyond_symmetric_window(mask, lq, lk, window)
     pe_arg = None if getattr(pe, "name", None) == "nope" else pe
     part = state.rope_part  # MLA (DeepSeek-V3): (rope width, interleaved)
     if part is not None:
@@ -145,11 +148,15 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
             query = torch.cat([q_rope, query[..., width:]], dim=-1)
             pe_arg = None
     method = state.context_parallel
+    if method is not None and not causal:
+        raise ValueError(f"posenc.interop: {type(module).__name__} is bidirectional (is_causal=False); "
+                         f"context_parallel={method!r} runs causal attention only")
     if method is not None:  # each rank holds its shard of the sequence (patch(..., context_parallel=))
         out = _sharded(module, pe, pe_arg, query, key, value, extra, kwargs.get("position_ids"), scaling, terms,
                        method)
         return out.transpose(1, 2).contiguous(), None
-    out = posenc.attention(query, key, value, pe_arg, causal=True, scale=scaling, attention_mask=mask, **extra, **terms)
+    out = posenc.attention(query, key, value, pe_arg, causal=causal, scale=scaling, attention_mask=mask, **extra,
+                           **terms)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -220,6 +227,22 @@ def _beyond_window(mask: torch.Tensor | None, lq: int, lk: int, window: int) -> 
     if torch.equal(mask, ((d <= 0) & (d > -window)).expand_as(mask)):
         return None
     return mask
+
+
+def _beyond_symmetric_window(mask: torch.Tensor | None, lq: int, lk: int,
+                             window: int) -> tuple[torch.Tensor | None, int | None]:
+    """A bidirectional local layer's visibility, as the model builds it: its own 4D mask (the
+    window from its config: ModernBERT's ``|i − j| <= local_attention // 2``, passed to the attention
+    function as ``sliding_window = local_attention // 2 + 1``), never a window assumed from that
+    keyword alone. Where the model's bool mask ``[B, 1, Lq, Lk]`` is exactly posenc's non-causal
+    ``window=W`` (``|i − j| <= W − 1``), it is dropped for ``window=W`` (every backend skips the key
+    blocks outside it); otherwise it is kept, and no window added: ``(mask, window or None)``."""
+    if mask is None or mask.dtype != torch.bool or mask.dim() != 4 or lq != lk:
+        return mask, None
+    d = torch.arange(lk, device=mask.device) - torch.arange(lq, device=mask.device).unsqueeze(1)  # (Lq, Lk)
+    if torch.equal(mask, (d.abs() <= window - 1).expand_as(mask)):
+        return None, window
+    return mask, None
 
 
 def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
