@@ -115,3 +115,40 @@ def test_an_attention_call_with_is_causal_false_runs_bidirectionally_as_the_mode
         posenc.interop.patch(model, hf_layer_specs(model.config))
         got = model(ids).logits.double()
     assert (got - expected).abs().max() / expected.abs().max() < 1e-5
+
+
+def test_bert_runs_its_learned_table_through_posenc_unchanged():
+    """BERT's attention call is made by ``attention.self`` (``BertSelfAttention``, inside
+    ``BertAttention``), found there; its learned table (``embeddings.position_embeddings``, before
+    the LayerNorm) is posenc's ``learned`` module started from it: logits equal, and that module is
+    the one in use (zeroing it changes them)."""
+    model = _sharpened(tiny_masked_lm("bert"))
+    ids, mask = _batch()
+    expected = _logits(model, ids, mask)
+    posenc.interop.patch(model, hf_layer_specs(model.config))
+    assert type(model.bert.encoder.layer[0].attention.self).__name__ == "BertSelfAttention"
+    got = _logits(model, ids, mask)
+    assert (got - expected).abs().max() / expected.abs().max() < 1e-5
+    pe = model.bert.encoder.posenc_modules[0]
+    with torch.no_grad():
+        pe.weight.zero_()
+    assert (_logits(model, ids, mask) - expected).abs().max() / expected.abs().max() > 1e-3
+    posenc.interop.unpatch(model)
+    assert torch.equal(_logits(model, ids, mask), expected)
+
+
+def test_alibi_in_bert_is_bidirectional_and_replaces_its_table():
+    """ALiBi in BERT: the learned table adds zeros, each layer's attention takes ``−m·|i − j|``
+    (symmetric: the first token sees the last); token types stay BERT's."""
+    model = _sharpened(tiny_masked_lm("bert"))
+    ids, mask = _batch()
+    own = _logits(model, ids, mask)
+    posenc.interop.patch(model, "alibi")
+    base = _logits(model, ids, mask)
+    assert (base - own).abs().max() / own.abs().max() > 1e-3
+    later = ids.clone()
+    later[0, LENGTH - 1] = (later[0, LENGTH - 1] + 1 - 3) % 57 + 3
+    assert (_logits(model, later, mask)[0, 0] - base[0, 0]).abs().max() > 1e-6
+    with torch.no_grad():
+        types = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.ones_like(ids)).logits.double()
+    assert (types - base).abs().max() > 1e-6  # the token-type table still adds its rows

@@ -13,8 +13,8 @@
 - ``deberta_from_hf(layer, rel_embeddings)``: the ``deberta`` module of a transformers DeBERTa-v2/v3
   attention layer (its relative embeddings and position projections);
 - ``patch(model, pe, *, layers=None)`` / ``unpatch(model)`` / ``from_pretrained(path)``: any posenc
-  scheme inside a transformers causal LM (``posenc.interop.patching``: transformers' attention
-  interface, padding, grouped heads, the KV cache, save and reload);
+  scheme inside a transformers causal LM or bidirectional encoder (``posenc.interop.patching``:
+  transformers' attention interface, padding, grouped heads, the KV cache, save and reload);
 - ``interleaved_to_half`` / ``half_to_interleaved``: permute q/k projection weights between
   Meta's interleaved pairs and transformers' half layout.
 

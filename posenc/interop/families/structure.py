@@ -50,6 +50,7 @@ class Parts:
     layer_indices: list[int]  # the index of each attention module's layer (a hybrid's other layers have none)
     num_layers: int  # the decoder's layers, attention or not
     rotary_readers: list[str] = dataclasses.field(default_factory=list)  # other modules given the rotary's output
+    table_holder: nn.Module | None = None  # the module holding a learned table, when not the decoder (BERT's embeddings)
 
 
 ROTARY_OUTPUTS = ("position_embeddings", "freqs_cis")
@@ -90,21 +91,45 @@ def _attr(obj: Any, path: str) -> Any:
 
 def _attention_of(layer: nn.Module, name: str | None) -> tuple[str, nn.Module] | None:
     """The layer's self-attention (its attribute and module); None when it has none (a hybrid's
-    state-space layer, a layer of cross-attention only: Mllama's)."""
+    state-space layer, a layer of cross-attention only: Mllama's). Where the attention module found
+    makes no attention call itself and one child of it, an attention module too, calls transformers'
+    attention interface (BERT's ``attention.self``, a ``BertSelfAttention`` inside ``BertAttention``),
+    that inner module is the one ``patch`` works on."""
     if name is not None:  # a path: GPT-Neo's attn.attention
         try:
             child = _attr(layer, name)
         except AttributeError:
             return None
         return (name, child) if isinstance(child, nn.Module) else None
+    found = None
     for attr in _ATTENTION_NAMES:
         child = getattr(layer, attr, None)
         if (isinstance(child, nn.Module) and type(child).__name__.endswith("Attention")
                 and not is_cross_attention(attr, child)):
-            return attr, child
-    found = [(n, c) for n, c in layer.named_children()
-             if type(c).__name__.endswith("Attention") and not is_cross_attention(n, c)]
-    return found[0] if len(found) == 1 else None
+            found = attr, child
+            break
+    if found is None:
+        children = [(n, c) for n, c in layer.named_children()
+                    if type(c).__name__.endswith("Attention") and not is_cross_attention(n, c)]
+        found = children[0] if len(children) == 1 else None
+    if found is None or _calls_interface(found[1]):
+        return found
+    inner = [(n, c) for n, c in found[1].named_children()
+             if type(c).__name__.endswith("Attention") and _calls_interface(c)]
+    return (f"{found[0]}.{inner[0][0]}", inner[0][1]) if len(inner) == 1 else found
+
+
+def _table_holder(model: nn.Module, family: Family, name: str) -> nn.Module | None:
+    """The module holding a learned table that is not on the decoder (``Family.table_holder``: BERT's
+    ``embeddings``): the one module of the model of that name with the table; ValueError if not one."""
+    if family.table_holder is None:
+        return None
+    found = [m for path, m in model.named_modules() if path.rpartition(".")[2] == family.table_holder
+             and isinstance(getattr(m, family.table_attr, None), nn.Embedding)]
+    if len(found) != 1:
+        raise ValueError(f"posenc.interop.patch cannot find the position table of {name}: {len(found)} modules named "
+                         f"{family.table_holder!r} hold an nn.Embedding {family.table_attr!r} (one expected)")
+    return found[0]
 
 
 def _find_layers(model: nn.Module, family: Family, n: int | None, name: str) -> tuple[str, nn.ModuleList]:
@@ -181,7 +206,7 @@ def find(model: nn.Module) -> Parts:
                              "or their negatives (its own order); posenc cannot reproduce its rotary")
     readers = rotary_readers(layers, path, attentions) if rotary[1] is not None else []
     return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name), indices, len(layers),
-                 readers)
+                 readers, _table_holder(model, family, name))
 
 
 def _find_rotary(model: nn.Module, family: Family, decoder: nn.Module, name: str) -> tuple[nn.Module, str | None]:

@@ -1,4 +1,5 @@
-"""``posenc.interop.patch(model, pe)``: any posenc scheme inside a transformers causal LM.
+"""``posenc.interop.patch(model, pe)``: any posenc scheme inside a transformers causal LM, or a
+bidirectional encoder built like one (ModernBERT, EuroBERT, NomicBERT, GTE; BERT).
 
     import posenc.interop
     model = LlamaForCausalLM(config)              # or from_pretrained(...)
@@ -56,6 +57,10 @@ pattern, never a branch; a model that fits neither is refused with its class nam
   values of their own size (``v_head_dim``). A rotary scheme as wide as the rope part (``from_hf``,
   ``hf_layer_specs``: logits unchanged) rotates that part only; one as wide as the head (a bare
   ``"rope"``, sized ``qk_nope_head_dim + qk_rope_head_dim``) rotates all of it.
+- Bidirectional self-attention (``is_causal`` False on the module, or in the call's keyword
+  arguments: ``posenc.interop.classify``) runs ``posenc.attention`` with ``causal=False``, the
+  model's own padding mask and local windows (ModernBERT's, read from its mask). BERT's learned
+  table, in its embeddings before the LayerNorm, takes the scheme there (``families/bert.py``).
 - Layers not named in ``layers`` keep the model's own encoding (``hf_layer_specs(model.config)``).
 - An additive scheme (sinusoidal, learned) is added to the token embeddings before the first
   layer (a pre-hook of the decoder, positions from ``position_ids``); attention then has none.
@@ -204,7 +209,8 @@ def _with_own_encodings(model: nn.Module, parts: Any, modules: list) -> list[dic
 
 def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
           context_parallel: str | None = None) -> nn.Module:
-    """Puts ``pe`` into the transformers causal LM ``model`` (in place) and returns it.
+    """Puts ``pe`` into the transformers causal LM (or bidirectional encoder) ``model`` (in place) and
+    returns it.
 
     Args:
         model: a transformers causal LM whose decoder posenc finds from its structure

@@ -103,7 +103,8 @@ def _own_specs(model: nn.Module, parts: Any, needed: bool) -> list[dict[str, Any
         check.check_rotary(parts.name, getattr(parts.decoder, parts.rotary), model.config, _read_rope, rope_layer_types,
                            HFRotaryEmbedding)
     elif parts.family.own_spec is not None:
-        check.check_own(parts.name, parts.family, parts.decoder, parts.attentions, model.config)
+        holder = parts.decoder if parts.table_holder is None else parts.table_holder
+        check.check_own(parts.name, parts.family, holder, parts.attentions, model.config)
     if parts.family.query_temperature is not None:  # Ministral 3's: the model's τ against posenc's reading
         check.check_temperature(parts.name, parts.family, parts.attentions[0], specs)
     return specs

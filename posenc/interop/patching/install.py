@@ -134,7 +134,8 @@ def _add_to_embeddings(pe: nn.Module, embeddings: str, from_mask: bool = False):
 
 def _start_from_own_table(modules: list, parts: Any) -> None:
     """A ``learned`` module (built from a spec) of the size of the model's own table starts from it."""
-    table = getattr(parts.decoder, parts.family.table_attr).weight[parts.family.table_offset:]  # (N, C)
+    holder = parts.decoder if parts.table_holder is None else parts.table_holder
+    table = getattr(holder, parts.family.table_attr).weight[parts.family.table_offset:]  # (N, C)
     for m in {id(m): m for m in modules}.values():
         if getattr(m, "name", None) == "learned" and tuple(m.weight.shape) == tuple(table.shape):
             with torch.no_grad():
@@ -271,16 +272,23 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         neutral = _NeutralRotary(original["rotary"])
         setattr(base, rotary, neutral)
         original["more_rotaries"] = _neutralise_more_rotaries(base, neutral)
+    elif parts.table_holder is not None:  # BERT: the table in the embeddings takes the scheme, records positions
+        from posenc.interop.families.bert import PositionTable
+
+        _register()
+        original["table"] = getattr(parts.table_holder, family.table_attr)
+        neutral = PositionTable(original["table"], first if additive else None)
+        setattr(parts.table_holder, family.table_attr, neutral)
     else:
         _register()
         neutral = _Positions()
         hooks.append(base.register_forward_pre_hook(neutral.hook, with_kwargs=True))
-    if family.table_attr is not None:  # GPT-2's learned table: adds zeros while patched
+    if family.table_attr is not None and parts.table_holder is None:  # GPT-2's learned table: adds zeros while patched
         from posenc.interop.families.gpt2 import ZeroTable
 
         original["table"] = getattr(base, family.table_attr)
         setattr(base, family.table_attr, ZeroTable(original["table"]))
-    if additive:
+    if additive and parts.table_holder is None:
         hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, parts.embeddings, family.mask_positions),
                                                     with_kwargs=True))
     unique = list({id(m): m for m in modules}.values())
@@ -325,7 +333,7 @@ def uninstall(model: nn.Module, original: dict) -> None:
     for holder, i, module in original.get("more_rotaries", ()):
         holder[i] = module
     if "table" in original:
-        setattr(base, family.table_attr, original["table"])
+        setattr(base if parts.table_holder is None else parts.table_holder, family.table_attr, original["table"])
     for hook in original.get("hooks", ()):
         hook.remove()
     base._modules.pop("posenc_modules", None)
