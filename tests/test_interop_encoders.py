@@ -26,7 +26,7 @@ LENGTH = 40
 ENCODER = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4,
                num_key_value_heads=4, head_dim=8, vocab_size=64, max_position_embeddings=64, pad_token_id=0,
                global_attn_every_n_layers=2, local_attention=8)
-BIDIRECTIONAL = ("modernbert", "eurobert", "nomic_bert", "gte", "jina_embeddings_v3", "ultrabert")
+BIDIRECTIONAL = ("modernbert", "eurobert", "nomic_bert", "gte", "jina_embeddings_v3", "ultrabert", "esmc")
 """Encoders built like Llama (a rotary module beside layers whose attention calls transformers'
 attention interface) whose attention is bidirectional (``is_causal`` False): ``patch`` took them for
 causal decoders, then refused them by name, and now runs them bidirectionally."""
