@@ -12,7 +12,8 @@ Embeddings v3, ESM-C, a Gemma 3 with ``use_bidirectional_attention``) runs ``pos
 ``causal=False``, the model's own padding mask and its local windows (the model's mask, built from
 its config; never a default). Each scheme takes its bidirectional form there: ALiBi's
 ``−m·|i − j|`` is already symmetric (MosaicBERT's encoder ALiBi, Portes et al. 2023,
-arXiv:2312.17482), T5's buckets are ``bidirectional=True`` as in T5's encoder (Raffel et al. 2020).
+arXiv:2312.17482); posenc's ``t5`` buckets default to ``bidirectional=True``, T5's encoder's
+(Raffel et al. 2020, arXiv:1910.10683).
 """
 
 from __future__ import annotations
