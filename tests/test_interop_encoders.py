@@ -152,3 +152,26 @@ def test_alibi_in_bert_is_bidirectional_and_replaces_its_table():
     with torch.no_grad():
         types = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.ones_like(ids)).logits.double()
     assert (types - base).abs().max() > 1e-6  # the token-type table still adds its rows
+
+
+def test_bert_decoder_cross_attention_is_left_as_it_was():
+    """A BERT decoder (``is_decoder``: causal self-attention) with cross-attention to an encoder's
+    states: the self-attention takes the scheme, the cross-attention (``crossattention``, no
+    positions of the queries' sequence) keeps transformers' own attention: logits equal with BERT's
+    own table through posenc, and the encoder's states still reach every token."""
+    default = transformers.BertConfig()
+    config = transformers.BertConfig(**{k: v for k, v in ENCODER.items() if hasattr(default, k)}, is_decoder=True,
+                                     add_cross_attention=True)
+    torch.manual_seed(0)
+    model = _sharpened(transformers.BertLMHeadModel(config).eval())
+    ids, states = torch.randint(3, 60, (2, 12)), torch.randn(2, 7, 32)
+    with torch.no_grad():
+        expected = model(input_ids=ids, encoder_hidden_states=states).logits.double()
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        got = model(input_ids=ids, encoder_hidden_states=states).logits.double()
+        assert (got - expected).abs().max() / expected.abs().max() < 1e-5
+        assert not hasattr(model.bert.encoder.layer[0].crossattention.self, "posenc_pe")
+        posenc.interop.patch(model, "alibi")
+        first = model(input_ids=ids, encoder_hidden_states=states).logits
+        other = model(input_ids=ids, encoder_hidden_states=states + 1).logits
+    assert (first - other).abs().max() > 1e-6

@@ -103,9 +103,17 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     ``posenc.attention``'s ``softcap=`` and ``sinks=``. A sliding-window layer's ``sliding_window``
     (Mistral, Gemma 2/3, Qwen 2, GPT-OSS, Cohere 2, ...) is ``posenc.attention``'s ``window=``, and
     the model's 4D mask is dropped when it says nothing more (no padding): every backend then
-    skips the keys outside the window (``_window``, ``_beyond_window``)."""
+    skips the keys outside the window (``_window``, ``_beyond_window``). A module ``patch`` left as it
+    was that calls the interface too (cross-attention: BERT's ``crossattention``, its keys an
+    encoder's) runs transformers' own SDPA attention, with the mask ``sdpa_mask`` built for it."""
     import posenc
 
+    state = layer_state(module)
+    if state is None:  # a module patch left as it was (cross-attention: no positions of the queries' sequence)
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)  # the mask is sdpa_mask's (registered with "posenc")
     if dropout:
         raise ValueError(f"posenc.attention has no attention dropout; set the model's attention_dropout to 0 "
                          f"(got dropout={dropout})")
@@ -115,7 +123,6 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     terms = {"softcap": kwargs["softcap"]} if kwargs.get("softcap") is not None else {}
     if kwargs.get("s_aux") is not None:
         terms["sinks"] = kwargs["s_aux"]
-    state = layer_state(module)
     pe = module.posenc_pe  # None: no position in attention (NoPE, or an additive scheme on the embeddings)
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
     kind = "none" if pe is None else pe.kind
