@@ -535,9 +535,10 @@ def test_queries_take_the_last_positions_of_a_rotary_called_with_every_keys():
     from torch import nn
 
     from posenc.interop.patching import _query_positions
+    from posenc.interop.state import STATE, LayerState
 
     layer, rotary = nn.Module(), nn.Module()
     rotary.__dict__["position_ids"] = torch.arange(20)[None].expand(2, -1)
-    layer.__dict__["_posenc_rotary"] = rotary
+    layer.__dict__[STATE] = LayerState(positions=rotary)
     assert _query_positions(layer, None, None, 2, 1, 20, torch.device("cpu")).tolist() == [[19], [19]]
     assert _query_positions(layer, None, None, 2, 20, 20, torch.device("cpu")).tolist() == [list(range(20))] * 2

@@ -1,5 +1,6 @@
 """``posenc.interop.patch`` never runs a model silently different (issue 51): what each attention
-module is comes from the model (``is_causal``), every reader of the rotary's output keeps what it
+module is comes from the model (``is_causal``; a module that does not say is refused, and
+bidirectional encoders run as such: tests/test_interop_encoders.py), every reader of the rotary's output keeps what it
 had, the drop-in has an effect or is refused, a config shared by several models stays theirs, and
 a scheme that cannot run on the model's heads is refused at ``patch``. Each model is built tiny
 from its config class with random weights."""
@@ -19,43 +20,6 @@ from posenc.interop.hf import hf_layer_specs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _patched_llama import tiny_model  # noqa: E402
-
-ENCODER = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4,
-               num_key_value_heads=4, head_dim=8, vocab_size=64, max_position_embeddings=64, pad_token_id=0,
-               global_attn_every_n_layers=2, local_attention=8)
-BIDIRECTIONAL = ("modernbert", "eurobert", "nomic_bert", "gte", "jina_embeddings_v3", "ultrabert")
-"""Encoders built like Llama (a rotary module beside layers whose attention calls transformers'
-attention interface) whose attention is bidirectional: ``patch`` took them for causal decoders."""
-
-
-def tiny_masked_lm(model_type: str):
-    default = transformers.AutoConfig.for_model(model_type)
-    config = type(default)(**{k: v for k, v in ENCODER.items() if hasattr(default, k)})
-    torch.manual_seed(0)
-    return transformers.AutoModelForMaskedLM.from_config(config).eval()
-
-
-@pytest.mark.parametrize("model_type", BIDIRECTIONAL)
-@pytest.mark.parametrize("scheme", ["own", "alibi"])
-def test_a_bidirectional_encoder_is_refused_naming_its_attention(model_type, scheme):
-    model = tiny_masked_lm(model_type)
-    pe = hf_layer_specs(model.config) if scheme == "own" else "alibi"
-    attention = next(m for m in model.modules() if getattr(m, "is_causal", None) is False)
-    with pytest.raises(ValueError, match="bidirectional attention is not supported yet") as err:
-        posenc.interop.patch(model, pe)
-    assert type(attention).__name__ in str(err.value)
-    assert getattr(model, "_posenc_original", None) is None
-
-
-def test_an_attention_call_with_is_causal_false_is_refused():
-    """The call's own ``is_causal`` keyword (as SDPA reads it) is read too: never assumed causal."""
-    model = tiny_model("llama")
-    posenc.interop.patch(model, "alibi")
-    for layer in model.model.layers:
-        layer.self_attn.is_causal = False  # what a bidirectional layer says when it calls the interface
-    with pytest.raises(ValueError, match="is_causal=False"):
-        model(torch.randint(3, 60, (1, 6)))
-
 
 def test_an_attention_that_does_not_say_whether_it_is_causal_is_refused():
     model = tiny_model("llama")

@@ -13,13 +13,21 @@
 - ``deberta_from_hf(layer, rel_embeddings)``: the ``deberta`` module of a transformers DeBERTa-v2/v3
   attention layer (its relative embeddings and position projections);
 - ``patch(model, pe, *, layers=None)`` / ``unpatch(model)`` / ``from_pretrained(path)``: any posenc
-  scheme inside a transformers causal LM (``posenc.interop.patching``: transformers' attention
-  interface, padding, grouped heads, the KV cache, save and reload);
+  scheme inside a transformers causal LM or bidirectional encoder (``posenc.interop.patching``:
+  transformers' attention interface, padding, grouped heads, the KV cache, save and reload);
 - ``interleaved_to_half`` / ``half_to_interleaved``: permute q/k projection weights between
   Meta's interleaved pairs and transformers' half layout.
 
 transformers is never imported here: ``from_hf`` reads the config's attributes (or dict keys);
 ``patch`` imports it when called.
+
+The modules, by what they do: reading configs (``configs``; a config's RoPE: ``rope_types``,
+``rope_spec``), the rotary module and its drop-in (``hf_rotary``), one spec per layer (``hf``),
+finding a model's parts (``families.structure``; the family records: ``families``), classifying
+attention (``classify``), checking (``families.check``, ``patching.checks``), installing
+(``patching.install``; each patched layer's state: ``state.LayerState``), the runtime attention
+function (``patching.attention_function``), persistence (``patching.persistence``);
+``patching`` itself is ``patch`` and ``unpatch``.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt
+    from posenc.interop.families import bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -107,6 +107,7 @@ def _families() -> dict[str, Family]:
         **{t: gpt2._family() for t in ("gpt2", "gpt_bigcode")},  # GPT-BigCode (StarCoder 1): GPT-2's layout
         "openai-gpt": openai_gpt._family(),  # GPT-1: a learned table, an attention of its own without a cache
         "gpt_neo": gpt_neo._family(),  # GPT-2's table, an attention of its own with local (windowed) layers
+        "bert": bert._family(),  # an encoder: its learned table in embeddings, before the LayerNorm
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)

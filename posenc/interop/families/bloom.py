@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from posenc.interop.state import layer_state
+
 
 def forward(self: nn.Module, hidden_states: torch.Tensor, residual: torch.Tensor, alibi: torch.Tensor | None,
             attention_mask: torch.Tensor | None, layer_past: Any = None, use_cache: bool = False,
@@ -27,8 +29,8 @@ def forward(self: nn.Module, hidden_states: torch.Tensor, residual: torch.Tensor
     query, key, value = self._reshape(self.query_key_value(hidden_states))  # 3 x (B, H, L, D)
     if layer_past is not None:
         key, value = layer_past.update(key, value, self.layer_idx)  # (B, H, Lk, D)
-    out, _ = self._posenc_attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor,
-                                   dropout=self.attention_dropout.p if self.training else 0.0)  # (B, L, H, D)
+    out, _ = layer_state(self).attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor,
+                                         dropout=self.attention_dropout.p if self.training else 0.0)  # (B, L, H, D)
     out = self.dense(out.reshape(b, length, self.num_heads * self.head_dim))  # (B, L, C)
     out = nn.functional.dropout(out, p=self.hidden_dropout, training=self.training)
     return residual + out, None

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from posenc.interop.state import layer_state
+
 
 def forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | None = None,
             attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
@@ -34,7 +36,7 @@ def forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | 
     query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # (B, H or H_kv, L, D)
     if layer_past is not None:
         key, value = layer_past.update(key, value, self.layer_idx)  # (B, H_kv, Lk, D)
-    out, _ = self._posenc_attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor,
+    out, _ = layer_state(self).attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor,
                               position_ids=position_ids)  # (B, L, H, D)
     return self.dense(out.reshape(b, length, self.num_heads * self.head_dim)), None
 

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from posenc.interop.state import layer_state
+
 
 def forward(self: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
             layer_past: Any = None, use_cache: bool = False, output_attentions: bool = False,
@@ -29,8 +31,8 @@ def forward(self: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.
     if layer_past is not None:
         key, value = layer_past.update(key, value, self.layer_id)  # (B, H, Lk, D)
     window = self.config.window_size if self.attention_type == "local" else None
-    out, _ = self._posenc_attention(self, query, key, value, attention_mask, scaling=1.0, sliding_window=window,
-                                    dropout=self.attn_dropout.p if self.training else 0.0)  # (B, L, H, D)
+    out, _ = layer_state(self).attention(self, query, key, value, attention_mask, scaling=1.0, sliding_window=window,
+                                         dropout=self.attn_dropout.p if self.training else 0.0)  # (B, L, H, D)
     out = self.out_proj(out.reshape(b, length, self.num_heads * self.head_dim))  # (B, L, C)
     return self.resid_dropout(out), None
 

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from posenc.interop.state import layer_state
+
 
 def forward(self: nn.Module, hidden_states: torch.Tensor, position_bias: torch.Tensor | None = None,
             cache: Any = None, attention_mask: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor, None]:
@@ -33,8 +35,8 @@ def forward(self: nn.Module, hidden_states: torch.Tensor, position_bias: torch.T
     if cache is not None:
         key, value = cache.update(key, value, self.layer_idx)  # (B, H, Lk, D)
     mask = None if attention_mask is None else ~attention_mask.to(torch.bool)  # (B, 1, Lq, Lk), True: attend
-    out, _ = self._posenc_attention(self, query, key, value, mask, scaling=self.softmax_scale,
-                                   dropout=self.attn_dropout_p if self.training else 0.0)  # (B, L, H, D)
+    out, _ = layer_state(self).attention(self, query, key, value, mask, scaling=self.softmax_scale,
+                                         dropout=self.attn_dropout_p if self.training else 0.0)  # (B, L, H, D)
     return self.out_proj(out.reshape(b, length, self.n_heads * self.head_dim)), None
 
 

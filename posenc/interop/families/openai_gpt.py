@@ -14,6 +14,8 @@ import math
 import torch
 from torch import nn
 
+from posenc.interop.state import layer_state
+
 
 def forward(self: nn.Module, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
             output_attentions: bool = False) -> list[torch.Tensor]:
@@ -26,8 +28,8 @@ def forward(self: nn.Module, x: torch.Tensor, attention_mask: torch.Tensor | Non
     scaling = 1.0 / math.sqrt(value.shape[-1]) if self.scale else 1.0
     if attention_mask is not None:  # (B, 1, 1, L) -> (B, 1, L, L): no cache, every key is a query too
         attention_mask = attention_mask.expand(-1, -1, length, -1)
-    out, _ = self._posenc_attention(self, query, key, value, attention_mask, scaling=scaling,
-                                   dropout=self.attn_dropout.p if self.training else 0.0)  # (B, L, H, D)
+    out, _ = layer_state(self).attention(self, query, key, value, attention_mask, scaling=scaling,
+                                         dropout=self.attn_dropout.p if self.training else 0.0)  # (B, L, H, D)
     return [self.resid_dropout(self.c_proj(out.reshape(b, length, self.split_size)))]  # (B, L, C)
 
 

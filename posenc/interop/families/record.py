@@ -87,6 +87,9 @@ class Family:
     positions: str = "rope"  # the family's own encoding: one of POSITIONS
     table_attr: str | None = None  # "learned": the decoder's attribute holding the table (GPT-2's wpe)
     table_offset: int = 0  # "learned": the table's row of position 0 (OPT and BioGPT: 2)
+    # "learned": the name of the model's module holding the table when it is not the decoder (BERT's
+    # "embeddings", before its LayerNorm): there the table itself takes the scheme (families/bert.py)
+    table_holder: str | None = None
     mask_positions: bool = False  # positions counted from the attention mask when none are given (OPT, BioGPT)
     # "learned"/"alibi"/"none": config -> the posenc spec of the family's own encoding on every layer
     own_spec: Callable[[Any], dict[str, Any]] | None = None

@@ -26,6 +26,8 @@ from typing import Any
 
 from torch import nn
 
+from posenc.interop.classify import check_classified
+from posenc.interop.classify import classify, is_cross_attention  # noqa: F401  (public here too)
 from posenc.interop.configs import text_config as _text
 from posenc.interop.families import COMMON, Family, family_of_config
 
@@ -48,6 +50,7 @@ class Parts:
     layer_indices: list[int]  # the index of each attention module's layer (a hybrid's other layers have none)
     num_layers: int  # the decoder's layers, attention or not
     rotary_readers: list[str] = dataclasses.field(default_factory=list)  # other modules given the rotary's output
+    table_holder: nn.Module | None = None  # the module holding a learned table, when not the decoder (BERT's embeddings)
 
 
 ROTARY_OUTPUTS = ("position_embeddings", "freqs_cis")
@@ -86,66 +89,47 @@ def _attr(obj: Any, path: str) -> Any:
     return obj
 
 
-
-
-_CROSS_NAMES = ("cross_attn", "cross_attention", "crossattention", "encoder_attn", "encoder_attention")
-
-
-def is_cross_attention(name: str, attention: nn.Module) -> bool:
-    """Whether ``attention`` (the child ``name`` of its layer) attends to another sequence (an
-    encoder's, an image's): its own ``is_cross_attention`` flag (GPT-2's), a class named
-    ``...CrossAttention`` (Mllama's), or a child named as transformers names them
-    (``encoder_attn``: BART, Whisper; ``crossattention``: BERT). Its keys carry no positions of the
-    queries' sequence, so ``patch`` leaves it untouched."""
-    if getattr(attention, "is_cross_attention", False) is True:
-        return True
-    return "CrossAttention" in type(attention).__name__ or name.rpartition(".")[2] in _CROSS_NAMES
-
-
 def _attention_of(layer: nn.Module, name: str | None) -> tuple[str, nn.Module] | None:
     """The layer's self-attention (its attribute and module); None when it has none (a hybrid's
-    state-space layer, a layer of cross-attention only: Mllama's)."""
+    state-space layer, a layer of cross-attention only: Mllama's). Where the attention module found
+    makes no attention call itself and one child of it, an attention module too, calls transformers'
+    attention interface (BERT's ``attention.self``, a ``BertSelfAttention`` inside ``BertAttention``),
+    that inner module is the one ``patch`` works on."""
     if name is not None:  # a path: GPT-Neo's attn.attention
         try:
             child = _attr(layer, name)
         except AttributeError:
             return None
         return (name, child) if isinstance(child, nn.Module) else None
+    found = None
     for attr in _ATTENTION_NAMES:
         child = getattr(layer, attr, None)
         if (isinstance(child, nn.Module) and type(child).__name__.endswith("Attention")
                 and not is_cross_attention(attr, child)):
-            return attr, child
-    found = [(n, c) for n, c in layer.named_children()
-             if type(c).__name__.endswith("Attention") and not is_cross_attention(n, c)]
-    return found[0] if len(found) == 1 else None
+            found = attr, child
+            break
+    if found is None:
+        children = [(n, c) for n, c in layer.named_children()
+                    if type(c).__name__.endswith("Attention") and not is_cross_attention(n, c)]
+        found = children[0] if len(children) == 1 else None
+    if found is None or _calls_interface(found[1]):
+        return found
+    inner = [(n, c) for n, c in found[1].named_children()
+             if type(c).__name__.endswith("Attention") and _calls_interface(c)]
+    return (f"{found[0]}.{inner[0][0]}", inner[0][1]) if len(inner) == 1 else found
 
 
-def classify(attention: nn.Module, family: Family) -> str | None:
-    """What an attention module is, read from the module (transformers sets ``is_causal`` on every
-    attention module that calls its attention interface): ``"causal"`` (``is_causal`` True, or a
-    family whose attention runs posenc's own causal ``forward``: Falcon, BLOOM, MPT, GPT-Neo),
-    ``"bidirectional"`` (``is_causal`` False: ModernBERT, EuroBERT, NomicBERT, GTE, Gemma 3 with
-    ``use_bidirectional_attention``), None when the module does not say (no ``is_causal``)."""
-    causal = getattr(attention, "is_causal", None)
-    if isinstance(causal, bool):
-        return "causal" if causal else "bidirectional"
-    return "causal" if family.forward is not None else None
-
-
-def _check_causal(attentions: list[nn.Module], paths: list[str], family: Family, name: str) -> None:
-    """Every attention module ``patch`` replaces is causal self-attention, read from the model; a
-    bidirectional one, or one that does not say, refused naming its module and class."""
-    for attention, path in zip(attentions, paths):
-        form = classify(attention, family)
-        if form == "bidirectional":
-            raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) is "
-                             "bidirectional (is_causal=False): bidirectional attention is not supported yet (posenc's "
-                             "attention function runs causal self-attention)")
-        if form is None:
-            raise ValueError(f"posenc.interop.patch: {name}'s attention {path} ({type(attention).__name__}) has no "
-                             "is_causal attribute: posenc cannot tell causal from bidirectional attention, and "
-                             "never assumes it")
+def _table_holder(model: nn.Module, family: Family, name: str) -> nn.Module | None:
+    """The module holding a learned table that is not on the decoder (``Family.table_holder``: BERT's
+    ``embeddings``): the one module of the model of that name with the table; ValueError if not one."""
+    if family.table_holder is None:
+        return None
+    found = [m for path, m in model.named_modules() if path.rpartition(".")[2] == family.table_holder
+             and isinstance(getattr(m, family.table_attr, None), nn.Embedding)]
+    if len(found) != 1:
+        raise ValueError(f"posenc.interop.patch cannot find the position table of {name}: {len(found)} modules named "
+                         f"{family.table_holder!r} hold an nn.Embedding {family.table_attr!r} (one expected)")
+    return found[0]
 
 
 def _find_layers(model: nn.Module, family: Family, n: int | None, name: str) -> tuple[str, nn.ModuleList]:
@@ -201,7 +185,7 @@ def find(model: nn.Module) -> Parts:
             attentions.append(found[1])
             indices.append(i)
             paths.append(f"{path}.{i}.{found[0]}")
-    _check_causal(attentions, paths, family, name)
+    check_classified(attentions, paths, family, name)
     if family.forward is None:
         for attention in {type(a): a for a in attentions}.values():
             if not _calls_interface(attention):
@@ -222,7 +206,7 @@ def find(model: nn.Module) -> Parts:
                              "or their negatives (its own order); posenc cannot reproduce its rotary")
     readers = rotary_readers(layers, path, attentions) if rotary[1] is not None else []
     return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name), indices, len(layers),
-                 readers)
+                 readers, _table_holder(model, family, name))
 
 
 def _find_rotary(model: nn.Module, family: Family, decoder: nn.Module, name: str) -> tuple[nn.Module, str | None]:
