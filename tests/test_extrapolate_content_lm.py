@@ -73,7 +73,9 @@ def test_content_claims_are_missing_without_their_runs():
     assert len(verdicts) == 5 and {v.status for v in verdicts} == {"not measured"}
     assert all(v.p is None and v.measured.startswith("missing: no runs of") for v in verdicts)
     assert T.CONTENT_COMMAND in verdicts[0].measured and "no runs of fox (" in verdicts[0].measured
-    assert f"no runs of {T.PATTERN} (" in verdicts[-1].measured  # the full profile's pattern, named
+    # the pattern the smoke profile's 2-layer model would run, named (a 4-layer model's: rope x3)
+    assert f"no runs of {PATTERN} (" in verdicts[-1].measured and "(Llama 4's pattern, " + PATTERN in verdicts[-1].claim
+    assert T.rope_nope_label([], PROFILES["full"]) == T.PATTERN == "layers: rope x3, nope_temperature"
     assert 'id="content"' in html and T.CONTENT_COMMAND in html
 
 

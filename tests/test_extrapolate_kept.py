@@ -150,10 +150,14 @@ def test_the_quick_page_shows_pope_and_fope_recorded_from_the_kept_set():
     missing = {v.claim for v in now if v.status == "not measured"}
     assert {"at 16L, PoPE beats RoPE", "at 16L, FoPE beats RoPE"} <= missing
     filled = {v.claim: v for v in kept.fill(now, SETS)}
+    deciding = sorted((s for s in SETS if s.provenance["profile"] != "smoke"), key=lambda s: s.provenance["date"],
+                      reverse=True)  # the newest set that decides a claim fills it
     for claim in ("at 16L, PoPE beats RoPE", "at 16L, FoPE beats RoPE"):
         v = filled[claim]
         assert v.status != "not measured" and v.recorded is not None and not v.recorded.stale, claim
-        assert v.recorded.command == k.provenance["command"] and 'class="recorded"' in recorded_mark(v)
+        newest = next(s for s in deciding if any(w.claim == claim and w.status != "not measured"
+                                                 for w in kept.verdicts(s)))
+        assert v.recorded.command == newest.provenance["command"] and 'class="recorded"' in recorded_mark(v)
 
 
 def test_the_quick_page_with_the_kept_sets_leaves_only_the_pretrained_claims_not_measured():

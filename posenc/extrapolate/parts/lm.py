@@ -16,6 +16,7 @@ The trained RoPE model is saved for the ``scaling`` part (``posenc.extrapolate.p
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from posenc.stats.page_parts import Page, e, missing
 from posenc.stats.page_parts import table as html_table
 from posenc.extrapolate.part import Part, Section
 from posenc.extrapolate.plan import Log, Run, arch_label, by_seed, resolve_scheme
-from posenc.extrapolate.profiles import Profile, settings_hash
+from posenc.extrapolate.profiles import Profile, content_lm_rows, settings_hash
 from posenc.extrapolate.runs import Context, curve, train_with_bar
 from posenc.stats.estimates import LMTable
 
@@ -203,17 +204,21 @@ def lm_verdicts(table: LMTable) -> list[Verdict]:
     ]
 
 
-def rope_nope_label(records: list[dict[str, Any]]) -> str:
+def rope_nope_label(records: list[dict[str, Any]], profile: Profile | None = None) -> str:
     """The label of the first transformer run of a RoPE/NoPE layer pattern (rope and
-    nope_temperature entries, both present), e.g. ``"layers: rope x3, nope_temperature"``;
-    ``PATTERN`` when there is none."""
+    nope_temperature entries, both present), e.g. ``"layers: rope x3, nope_temperature"``; when
+    there is none, the pattern ``profile``'s model would run (``content_lm_rows``: a 2-layer model's
+    is ``"layers: rope, nope_temperature"``, so that its claim reads as a run of that profile
+    decides it), else ``PATTERN``."""
     for r in records:
         spec = r.get("spec") or {}
         if spec.get("scheme") == "layers" and r.get("arch", "transformer") == "transformer":
             names = {entry.get("scheme") for entry in spec.get("pattern", ())}
             if names == {"rope", "nope_temperature"}:
                 return r["label"]
-    return PATTERN
+    if profile is None:
+        return PATTERN
+    return pattern_label(json.loads(content_lm_rows(profile.lm.model.n_layer)[-1]))
 
 
 def _missing(table: LMTable, source: str, claim: str, labels: tuple[str, ...]) -> Verdict | None:
@@ -395,7 +400,7 @@ def _lm_section(page: Page, profile: Profile, lm_recs: list[dict[str, Any]]) -> 
                                                      title="language-modelling training loss"),
                 "Training loss per scheme (same batches for every scheme): the mean over its seeds, the band "
                 "their range.")
-    return lm_verdicts(table) + length_verdicts(table) + content_section(page, table, rope_nope_label(lm_recs))
+    return lm_verdicts(table) + length_verdicts(table) + content_section(page, table, rope_nope_label(lm_recs, profile))
 
 
 CONTENT_PLAYERS = ("fox", "fox (gate=bias_only)", "cope", "dape", "stick_breaking")
