@@ -81,3 +81,24 @@ def test_a_patched_model_keeps_about_1_minus_p_of_its_attention_weights():
     finally:
         posenc.attention = real
     assert seen["dropout_p"] == [0.5, 0.5, 0.0, 0.0]  # two layers in training, then two in eval
+
+
+def test_bert_trains_a_step_with_its_default_attention_dropout():
+    """BERT's default ``attention_probs_dropout_prob`` (0.1) with ALiBi's bidirectional form in place
+    of its learned table: a training step, another draw another output, eval deterministic."""
+    config = transformers.BertConfig(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=48, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                     attn_implementation="sdpa")
+    assert config.attention_probs_dropout_prob == 0.1
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(config)
+    posenc.interop.patch(model, "alibi")
+    ids = torch.randint(0, 61, (2, 24), generator=torch.Generator().manual_seed(3))
+    model.train()
+    a, b = _logits(model, ids, 0), _logits(model, ids, 1)
+    assert not torch.equal(a, b)
+    a.pow(2).mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(_logits(model, ids, 0), _logits(model, ids, 1))
