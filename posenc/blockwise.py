@@ -79,7 +79,6 @@ from __future__ import annotations
 
 import torch
 
-from posenc.encodings._base import RelativeEncoding
 from posenc.masking import Visibility
 from posenc.positions import as_working
 from posenc.scores import (cap_scores, capped, empty_rows_lse, fold as _fold, merge_sinks, sinks_grad,
@@ -123,7 +122,7 @@ class TileBias:
         self.partial = vis.window is not None or vis.docs is not None or vis.mask is not None
         self.softcap = softcap  # scores formed here: no fused kernel (which adds the bias inside)
         # the scheme after the core's step (posenc.attn.scheme_step): a bias, a relative scheme, or None
-        self.relative = isinstance(pe, RelativeEncoding)
+        self.relative = pe is not None and not pe.scores_from_positions
         self.bias = pe is not None and not self.relative
         self.value_fn = None if pe is None else pe.value_term  # (None: no scheme, only the masks)
         # (L) or (B, L): int64, or float64 for real-valued positions (never rounded)

@@ -29,8 +29,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("torch: the positions model, attention masks, the rotation and its Triton kernel, tables that need no registry",
      ("posenc.positions", "posenc.digits", "posenc.masking", "posenc.scores", "posenc.dropout", "posenc._rotary_checks", "posenc.rotary_triton", "posenc.rotary", "posenc.ssm",
       "posenc.interop.grid", "posenc.interop.layout")),
-    ("the kinds' base classes, documents, blockwise attention", ("posenc.encodings._base", "posenc.documents",
-                                                                 "posenc.blockwise")),
+    ("the kinds' base classes, documents, blockwise and chunked attention", ("posenc.encodings._base", "posenc.documents",
+                                                                 "posenc.blockwise", "posenc.chunked")),
     ("the registry, the content kind's row-block attention, the schemes it finds in posenc/encodings/ "
      "(each registers itself), checkpoints' interop",
      ("posenc.registry", "posenc.rowwise", "posenc.encodings", "posenc.interop")),

@@ -22,7 +22,9 @@ length)`` (its settings that follow the training length: T5's ``max_distance``, 
 ``L_threshold``); and the attributes ``needs_axes``, ``causal_only``, ``position_table`` (a learned
 table), ``text_structure`` (BiPE's segments, HiRoPE's lines), and what context parallelism asks:
 ``counts_positions_from_tokens`` (the content kind) and ``selects_heads`` (a bias scheme, FoX: a
-rank of Ulysses runs a subset of the heads). The defaults, on
+rank of Ulysses runs a subset of the heads); what the chunked and blockwise kernels and the
+transformers patch ask: ``scores_from_positions`` (the bias kind) and ``rotates`` (the rotary
+kind). The defaults, on
 ``PositionalEncoding``, are the ``none`` kind's; a scheme with a rule of its own overrides them.
 
 Notation used for tensor shapes:
@@ -149,6 +151,13 @@ class PositionalEncoding(nn.Module):
     """True for a scheme whose positions are counted from the tokens (the content kind): it takes no
     positions, and its weight of a key can depend on the keys around it. Context parallelism reads it
     (all-gather attention passes positions; the keys of a cache are not the queries' tokens)."""
+    rotates: bool = False
+    """True for the rotary kind: its positions turn queries and keys (``RotaryEncoding.rotate``).
+    The transformers patch reads it where it rotates a part of each head itself (MLA's rope part)."""
+    scores_from_positions: bool = False
+    """True for the bias kind: its term of the scores is a function of the positions alone,
+    ``pe(q_positions, k_positions)``; a relative scheme's reads the queries and keys too,
+    ``pe(q, k, q_positions, k_positions)``. The chunked and blockwise kernels read it."""
     selects_heads: bool = False
     """True for a scheme with parameters per head that can run a subset of its heads (a bias scheme:
     its ``score_fn`` at head ``h + start``; FoX: its state's heads). Ulysses' head-sharded attention
@@ -272,6 +281,7 @@ class RotaryEncoding(PositionalEncoding):
 
     head_dim: int
     ROLES = (None, "query", "key")
+    rotates = True
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, *, role: str | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:
@@ -374,6 +384,7 @@ class BiasEncoding(PositionalEncoding):
     """
 
     num_heads: int
+    scores_from_positions = True
     flex_ok: bool = True  # score_fn() can run inside FlexAttention's score_mod
     # score_fn()'s one-score form compiles in seconds; False where compiling it costs minutes
     # (FIRE unrolls its MLP), so ``posenc.attention``'s auto takes another exact route

@@ -203,8 +203,8 @@ class HFRotaryEmbedding(nn.Module):
         rule = _length_rule(rope)
         if rule is None or position_ids.numel() == 0:
             return
-        kind, original = rule
-        if kind == "longrope" or int(position_ids.max()) + 1 < original:
+        rope_type, original = rule
+        if rope_type == "longrope" or int(position_ids.max()) + 1 < original:
             rope.reset_length()  # the call's own length decides (longrope); dynamic: back to L0's frequencies
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None):

@@ -126,9 +126,8 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
         terms["sinks"] = kwargs["s_aux"]
     pe = module.posenc_pe  # None: no position in attention (NoPE, or an additive scheme on the embeddings)
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
-    kind = "none" if pe is None else pe.kind
     extra: dict[str, Any] = {}
-    if kind != "content":
+    if pe is None or not pe.counts_positions_from_tokens:  # positions but for a content scheme's
         q_pos = _query_positions(module, pe, kwargs.get("position_ids"), b, lq, lk, query.device)  # (B, Lq[, A])
         k_pos = _grow(state, "key_positions", q_pos, lq, lk)  # (B, Lk[, A])
         extra = {"q_positions": q_pos, "k_positions": k_pos}
@@ -149,7 +148,7 @@ def posenc_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if part is not None:
         width = part[0]
         query, key = _rope_part_first(query, *part), _rope_part_first(key, *part)
-        if kind == "rotary" and pe.head_dim == width < query.shape[-1]:  # the rope part only
+        if pe is not None and pe.rotates and pe.head_dim == width < query.shape[-1]:  # the rope part only
             # posenc.attention's own rotation step (RotaryEncoding.rotate: observe, keys, queries)
             q_rope, k_rope = pe.rotate(query[..., :width], key[..., :width], extra["q_positions"], extra["k_positions"])
             key = torch.cat([k_rope, key[..., width:]], dim=-1)
