@@ -44,16 +44,5 @@ def forward(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor | 
 def _family():
     from posenc.interop.families.record import Family
 
-    # transformers 5.25 moved FalconAttention onto the attention interface (its rotary from the decoder's
-    # position_embeddings, ALiBi added to the mask by the decoder): the common pattern then stands in for it
-    computes_itself = hasattr(_falcon_attention(), "_split_heads")
     return Family("transformer.rotary_emb", layers="transformer.h", attention="self_attention",
-                  embeddings="word_embeddings", forward=forward if computes_itself else None,
-                  decoder_positions=("use_alibi",))
-
-
-def _falcon_attention() -> type:
-    """The installed transformers' ``FalconAttention`` class."""
-    from transformers.models.falcon import modeling_falcon
-
-    return modeling_falcon.FalconAttention
+                  embeddings="word_embeddings", forward=forward, decoder_positions=("use_alibi",))

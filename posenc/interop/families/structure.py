@@ -186,6 +186,10 @@ def find(model: nn.Module) -> Parts:
             indices.append(i)
             paths.append(f"{path}.{i}.{found[0]}")
     check_classified(attentions, paths, family, name)
+    if family.forward is not None and all(_calls_interface(a) for a in attentions):
+        # the installed transformers moved the family's attention onto the interface (Falcon in 5.25): the
+        # common pattern stands in for it, and posenc's own forward (for one that computes itself) is not used
+        family = dataclasses.replace(family, forward=None)
     if family.forward is None:
         for attention in {type(a): a for a in attentions}.values():
             if not _calls_interface(attention):
