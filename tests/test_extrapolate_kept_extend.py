@@ -207,3 +207,24 @@ def test_the_report_page_shows_the_kept_extend_verdicts(records_dir):
     assert 'id="pretrained-recorded"' in html and "extend-tiny" in html
     shown = re.search(r'id="recorded">(\d+) claim', html)
     assert shown and int(shown.group(1)) >= 6
+
+
+def test_the_docs_page_is_rendered_from_the_kept_sets(records_dir):
+    """docs/_hooks/kept_page.py (the docs site's "The benchmark page, recorded"), on the kept decide set and the
+    kept tiny extend run, without figures (the site's build draws them: tests/test_docs_site.py): the banner
+    names each set's commit, date, machine and command; the pretrained section is the kept extend run's."""
+    import shutil
+
+    from posenc.extrapolate import kept
+
+    for suffix in (".json", ".jsonl"):
+        shutil.copyfile(kept.RECORDS_DIR / f"decide{suffix}", records_dir / f"decide{suffix}")
+    spec = importlib.util.spec_from_file_location("kept_page", ROOT / "docs" / "_hooks" / "kept_page.py")
+    kept_page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kept_page)
+    body = kept_page.markdown(records_dir, draw=False)
+    decide = kept.load_set(records_dir / "decide.json")
+    banner = body[body.index('id="recorded-banner"'):body.index("</div>")]
+    assert "<b>decide</b>" in banner and "<b>extend-tiny</b>" in banner and decide.provenance["command"] in banner
+    assert decide.provenance["commit"][:12] in banner and "0123456789ab" in banner and STARTED in banner
+    assert 'id="pretrained-recorded"' in body and 'href="explorer/index.html"' not in body

@@ -154,7 +154,9 @@ def _method(profile: Profile) -> str:
 
 
 def _environment_section(page: Page, profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    here = environment.capture()  # this machine and its versions; how the runs were spread: their env
+    # this machine and its versions (a page of kept records: the machine its provenance names); how the runs
+    # were spread: their env
+    here = {**environment.capture(), **meta.get("machine", {})}
     env = records[-1]["env"] if records else {}
     page.add("<h2>Hardware, versions, timing and settings</h2>")
     rows = [["CPU", e(here["processor"])], ["CPUs available", str(here["cpus"])],
@@ -200,10 +202,13 @@ def _in_effect(profile: Profile, records: list[dict[str, Any]], command: str) ->
     return f' <span id="in-effect">(in effect: {e("; ".join(rest))})</span>' if rest else ""
 
 
-def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> Page:
+def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any], *, draw: bool = True) -> Page:
     """The whole page for ``records`` (the plan's results, in plan order): the summary, the
-    demonstrations, each part's section (``posenc.extrapolate.parts.PARTS``, in order), the method."""
-    page = Page()
+    demonstrations, each part's section (``posenc.extrapolate.parts.PARTS``, in order), the method.
+    ``draw=False``: no figure (the verdicts and tables alone). ``meta["banner"]``: HTML above the title (a
+    page of kept records says so); ``meta["machine"]``: the machine the hardware table names (default: this one)."""
+    page = Page(draw=draw)
+    page.add(meta.get("banner", ""))
     command = meta.get("command") or f"posenc report --profile {profile.name}"
     if profile.name == "smoke":
         page.add('<p id="smoke-banner" class="note"><b>Smoke profile: its numbers mean nothing.</b> Its models train '
@@ -215,7 +220,7 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
              "every figure is embedded; the page fetches nothing. "
              '<a id="explorer-link" href="explorer/index.html">Interactive explorer</a> (<code>posenc explore</code>, '
              "written next to this page).</p>")
-    body = Page()
+    body = Page(draw=draw)
     demonstrations(body)
     extend_sets = meta.get("kept_extend")  # the kept posenc extend runs (the pretrained section shows them)
     sections = [part.section(body, part.records(records), profile,
