@@ -119,6 +119,29 @@ def test_at_the_detectable_effect_it_decides_at_least_80_percent():
     assert hits / trials >= V.POWER - BOUND * math.sqrt(V.POWER * (1 - V.POWER) / trials), hits / trials
 
 
+def test_the_seeds_to_detect_an_effect_detect_it_with_80_percent():
+    """``seeds_to_detect``: at the seeds it names, the detectable effect is at most the target, one seed fewer
+    it is above; and simulated claims of that true effect, on that many seeds with the measured spread, are
+    decided in their direction at least 80% of the time (their own spread: the unpooled test)."""
+    rng = np.random.default_rng(5)
+    sd, target, tests = 0.3, 0.25, 2
+    test = V.ClaimTest(0.0, sd / math.sqrt(3), 2.0, 0.5, 0.5, 3, False)
+    n = V.seeds_to_detect(test, target, tests)
+    assert n is not None and n > 3
+    assert V.detectable(sd / math.sqrt(n), n - 1, tests) <= target < V.detectable(sd / math.sqrt(n - 1), n - 2, tests)
+    assert V.seeds_to_detect(test, V.detectable(test.se, 2.0, tests), tests) == 3  # detectable now: the seeds it has
+    assert V.seeds_to_detect(test, 0.0, tests) is None
+    pooled = V.ClaimTest(0.0, sd / math.sqrt(3), 16.0, 0.5, 0.5, 3, True)  # 8 rows' spread: more df, fewer seeds
+    assert V.seeds_to_detect(pooled, target, tests) < n
+    trials, hits = 600, 0
+    for _ in range(trials):
+        d = target + sd * rng.standard_normal(n)
+        ev = V.Evidence(tuple(d), tuple(np.full(n, sd / 3)))
+        other = V.Evidence(tuple(sd * rng.standard_normal(n)), tuple(np.full(n, sd / 3)))
+        hits += V.decide([(ev, "paper", "a"), (other, "paper", "b")])[0].status == "agrees"
+    assert hits / trials >= V.POWER - BOUND * math.sqrt(V.POWER * (1 - V.POWER) / trials), hits / trials
+
+
 def _seeds(mean: float, se: float, spread: float = 3.0) -> V.Evidence:
     """Three seeds with exactly ``mean`` and standard error ``se`` (sd = se·√3), held-out noise
     ``sd/spread``: the seeds spread ``spread``× the held-out noise."""
