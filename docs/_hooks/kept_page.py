@@ -79,7 +79,8 @@ def markdown(records_dir: Path | None = None, *, draw: bool = True) -> str:
     explorer the explorer's guide page) in one raw block."""
     body = "\n".join(render(records_dir, draw=draw).parts)
     body = re.sub(r"<h1>(.*?)</h1>", r'<h2 id="report-title">\1</h2>', body, count=1, flags=re.S)
-    body = body.replace('href="explorer/index.html"', 'href="guide/explorer.html"')
+    body = body.replace('href="explorer/index.html"', 'href="guide/explorer.html"').replace(
+        "<code>posenc explore</code>, written next to this page)", "<code>posenc explore</code>: its guide)")
     body = re.sub(r"(<\w+\s(?:[^>]*\s)?)id=([\w-]+)", r'\1id="\2"', body)  # the site's checks read quoted ids
     return f'<div class="kept-report" markdown="0">\n{body}\n</div>\n'
 
