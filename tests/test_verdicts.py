@@ -205,3 +205,34 @@ def test_bad_evidence_is_refused():
         V.Evidence((1.0,), (0.1,), sign=0)
     with pytest.raises(ValueError, match="one length"):
         V.Evidence((1.0, 2.0), (0.1,))
+
+
+def test_the_papers_effect_is_read_in_the_claims_units():
+    """docs/seeds_needed.py (numbers.md's "which claims needed more than three seeds"): two perplexities are a
+    log ratio in nats, two error rates a difference in accuracy, a non-inferiority claim's distance from its
+    margin; an MRR or a claim with no number states no effect in the claim's units."""
+    import importlib.util
+    from pathlib import Path
+
+    from posenc.stats.findings import Verdict
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "seeds_needed.py"
+    spec = importlib.util.spec_from_file_location("seeds_needed", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def effect(source, claim, unit, null=0.0):
+        ev = V.Evidence((0.0, 0.1, 0.2), (0.1, 0.1, 0.1), null=null)
+        found = script.paper_effect(Verdict(source, claim, "", "no clear difference", evidence=ev, unit=unit))
+        return None if found is None else found[0]
+
+    assert effect("Press et al. 2022", "at 16L, rotary beats sinusoidal (79.25 vs 406 at 30L)", "ΔNLL") == \
+        pytest.approx(math.log(406 / 79.25))
+    assert effect("Press et al. 2022", "ALiBi does not degrade past L: 19.73 at L → 18.31 at 30L", "ΔNLL",
+                  null=math.log(1.02)) == pytest.approx(abs(math.log(18.31 / 19.73) - math.log(1.02)))
+    assert effect("Golovneva et al. 2024", "counting: test error with 3 variables 1.2% vs 17.8%", "Δaccuracy") == \
+        pytest.approx(0.166)
+    assert effect("Ruoss et al. 2023 (randomized positions)", "rope with randomized positions generalises better",
+                  "Δaccuracy") == pytest.approx(0.12)
+    assert effect("Kazemnejad et al. 2023", "nope generalises better than t5 (MRR 0.69 vs 0.55)", "Δaccuracy") is None
+    assert effect("Yang et al. 2025 (RoPE to NoPE)", "at 16L, RoPE layers with a NoPE layer beat RoPE", "ΔNLL") is None
