@@ -228,3 +228,33 @@ def test_the_docs_page_is_rendered_from_the_kept_sets(records_dir):
     assert "<b>decide</b>" in banner and "<b>extend-tiny</b>" in banner and decide.provenance["command"] in banner
     assert decide.provenance["commit"][:12] in banner and "0123456789ab" in banner and STARTED in banner
     assert 'id="pretrained-recorded"' in body and 'href="explorer/index.html"' not in body
+
+
+def test_the_kept_extend_runs_of_the_repository_load_fresh():
+    """Every kept ``posenc extend`` run in posenc/extrapolate/records (once one is kept: docs/keep_extend.py)
+    loads, unaltered, fresh for today's code, with its provenance, and fills every pretrained claim it asks."""
+    from posenc.extrapolate import kept_extend
+
+    sets, refused = kept_extend.load_sets()
+    assert not refused, refused
+    for k in sets:
+        assert not k.stale, f"{k.name}: {len(k.stale)} records whose set-up hash today's code would not write"
+        assert k.provenance["command"].startswith("posenc extend ") and k.provenance["machine"]["processor"]
+        assert all(v.status != "not measured" and v.recorded is not None for v in k.verdicts()), k.name
+
+
+def test_kept_table_prints_a_kept_extend_runs_verdicts(records_dir, monkeypatch, capsys):
+    """docs/kept_table.py NAME on a kept extend run: its provenance line and its verdicts, as posenc extend's
+    page decides them (for docs/numbers.md)."""
+    from posenc.extrapolate import kept, kept_extend
+
+    monkeypatch.setattr(kept, "RECORDS_DIR", records_dir)
+    spec = importlib.util.spec_from_file_location("kept_table", ROOT / "docs" / "kept_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    assert table.main(["extend-tiny"]) == 0
+    out = capsys.readouterr().out
+    k = kept_extend.load_set(records_dir / "extend-tiny")
+    assert out.startswith(f"extend-tiny: {len(k.records)} measurements; `{k.provenance['command']}`; commit 0123456")
+    assert "wall 12 s, CPU 20 s" in out  # 12.5 s, kept as given
+    assert "| Press et al. 2022; Chen et al. 2023 | plain RoPE degrades past its context |" in out
