@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-log", type=Path, default=None, help="GNU time -v's report of that run (wall and CPU)")
     p.add_argument("--commit", default=None, help="the commit it started from (default: this checkout's)")
     p.add_argument("--work", type=Path, default=None, help="when running: the folder posenc extend writes (resumable)")
+    p.add_argument("--records", type=Path, default=None, help="where NAME/ goes (default: posenc/extrapolate/records)")
     p.epilog = "-- then the arguments of posenc extend (no --out): run it and keep it"
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -145,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             if a.started is None or not ISO.fullmatch(a.started):
                 p.error(f"--started must be when the run started, UTC, as 2026-12-07T23:19:30Z; got {a.started!r}")
             wall, cpu = time_log(a.time_log) if a.time_log is not None else (a.wall, a.cpu)
-            out = keep(a.name, a.folder, started=a.started, wall=wall, cpu=cpu, commit=a.commit, command=a.command)
+            out = keep(a.name, a.folder, started=a.started, wall=wall, cpu=cpu, commit=a.commit, command=a.command,
+                       dest=a.records)
         else:
             if "--out" in args:
                 p.error("give no --out: the run goes to --work (or a temporary folder)")
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     return run.returncode
                 cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
                 out = keep(a.name, work, started=started, wall=wall, cpu=cpu, commit=a.commit,
-                           command=shlex.join(["posenc", "extend", *args]))
+                           command=shlex.join(["posenc", "extend", *args]), dest=a.records)
     except (ValueError, OSError) as e:
         print(f"keep_extend: {e}", file=sys.stderr)
         return 2

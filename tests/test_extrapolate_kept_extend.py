@@ -258,3 +258,19 @@ def test_kept_table_prints_a_kept_extend_runs_verdicts(records_dir, monkeypatch,
     assert out.startswith(f"extend-tiny: {len(k.records)} measurements; `{k.provenance['command']}`; commit 0123456")
     assert "wall 12 s, CPU 20 s" in out  # 12.5 s, kept as given
     assert "| Press et al. 2022; Chen et al. 2023 | plain RoPE degrades past its context |" in out
+
+
+def test_the_keeper_runs_posenc_extend_itself_and_keeps_it(tiny, tmp_path, capsys):  # noqa: F811
+    """docs/keep_extend.py NAME -- ARGS: runs ``posenc extend ARGS`` (a child process), times it, keeps it."""
+    from posenc.extrapolate import kept_extend
+
+    args = [str(tiny), "--to", str(2 * CONTEXT), "--method", "none", "--method", "yarn", "--text",
+            str(tiny.parent / "text.txt"), "--bucket", "32", "--trials", "0", "--quiet"]
+    code = _keeper().main(["extend-run", "--records", str(tmp_path / "kept"), "--work", str(tmp_path / "w"), "--",
+                           *args])
+    assert code == 0, capsys.readouterr().err
+    k = kept_extend.load_set(tmp_path / "kept" / "extend-run")
+    assert not k.stale and k.provenance["wall_seconds"] > 0 and k.provenance["cpu_seconds"] > 0
+    assert (tmp_path / "kept" / "extend-run" / "results.jsonl").read_bytes() == (tmp_path / "w" / "results.jsonl").read_bytes()
+    assert k.provenance["command"].startswith("posenc extend ") and "--out extend-run" in k.provenance["command"]
+    assert str(tmp_path) not in k.provenance["command"] and str(tiny.parent) not in k.provenance["command"]
