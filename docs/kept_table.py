@@ -3,6 +3,11 @@ beside the estimate its command prints today (``posenc.extrapolate.costs``), and
 by claim, as its own page decides them. Reads the kept files; writes nothing.
 
     python docs/kept_table.py decide
+
+A kept ``posenc extend`` run (a folder ``NAME/``, ``posenc.extrapolate.kept_extend``): its time beside the
+sum of its measurements' own seconds, and its verdicts as ``posenc extend``'s page decides them.
+
+    python docs/kept_table.py extend-smollm2
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("name", help="a kept set of posenc/extrapolate/records")
     a = p.parse_args(argv)
+    if (kept.RECORDS_DIR / a.name / "provenance.json").is_file():
+        return _extend(a.name)
     path = kept.RECORDS_DIR / f"{a.name}.json"
     if not path.exists():
         p.error(f"name: no kept set {a.name!r} in posenc/extrapolate/records (have: "
@@ -50,6 +57,27 @@ def main(argv: list[str] | None = None) -> int:
         mde = f"{v.mde:.2g}" if v.mde is not None else ""
         claim = v.claim.replace("|", "/")
         print(f"| {v.pool} | {v.source} | {claim} | {v.status} | {effect} | {mde} | {v.seeds} |")
+    return 0
+
+
+def _extend(name: str) -> int:
+    from posenc.extrapolate import kept, kept_extend
+    from posenc.stats.findings import adjust
+
+    k = kept_extend.load_set(kept.RECORDS_DIR / name)
+    p = k.provenance
+    wall = "?" if p["wall_seconds"] is None else f"{p['wall_seconds']:.0f}"
+    cpu = "?" if p["cpu_seconds"] is None else f"{p['cpu_seconds']:.0f}"
+    print(f"{k.name}: {len(k.records)} measurements; `{p['command']}`; commit {str(p['commit'])[:7]}, {p['date']}; "
+          f"wall {wall} s, CPU {cpu} s; the measurements' own seconds {p.get('measured_seconds', 0):.0f}"
+          + (f"; STALE: {len(k.stale)} records" if k.stale else "") + "\n")
+    print("| source | claim | verdict | effect ± se | detectable | passages or prompts |")
+    print("|---|---|---|---|---|---|")
+    for v in adjust(k.verdicts()):
+        t = v.test
+        effect = f"{t.effect:+.3g} ± {t.se:.2g} {v.unit}".strip() if t is not None else ""
+        mde = f"{v.mde:.2g}" if v.mde is not None else ""
+        print(f"| {v.source} | {v.claim.replace('|', '/')} | {v.status} | {effect} | {mde} | {v.seeds} |")
     return 0
 
 

@@ -76,7 +76,10 @@ def test_the_site_has_every_page(site):
     guides = {f"guide/{n}.html" for n in ("why-positions", "kinds", "rope", "axes", "attention", "content",
                                           "benchmark", "explorer", "errors", "cli", "structure", "transformers")}
     api = {f"api/{n}.html" for n in ("posenc", "reference", "interop", "scaling", "analysis")}
-    assert {"index.html", "numbers.html"} | guides | api <= names, sorted(names)
+    assert {"index.html", "numbers.html", "recorded.html"} | guides | api <= names, sorted(names)
+    recorded = (site / "recorded.html").read_text(encoding="utf-8")  # the report page from the kept records
+    assert 'id="recorded-banner"' in recorded and 'id="verdicts"' in recorded and "<figure><img" in recorded
+    assert 'href="recorded.html"' in (site / "index.html").read_text(encoding="utf-8")  # in the nav
     cli = (site / "guide" / "cli.html").read_text(encoding="utf-8")
     assert "posenc extrapolate --help" in cli and "--profile" in cli  # generated from the parser
     api_page = (site / "api" / "posenc.html").read_text(encoding="utf-8")

@@ -119,6 +119,29 @@ def test_at_the_detectable_effect_it_decides_at_least_80_percent():
     assert hits / trials >= V.POWER - BOUND * math.sqrt(V.POWER * (1 - V.POWER) / trials), hits / trials
 
 
+def test_the_seeds_to_detect_an_effect_detect_it_with_80_percent():
+    """``seeds_to_detect``: at the seeds it names, the detectable effect is at most the target, one seed fewer
+    it is above; and simulated claims of that true effect, on that many seeds with the measured spread, are
+    decided in their direction at least 80% of the time (their own spread: the unpooled test)."""
+    rng = np.random.default_rng(5)
+    sd, target, tests = 0.3, 0.25, 2
+    test = V.ClaimTest(0.0, sd / math.sqrt(3), 2.0, 0.5, 0.5, 3, False)
+    n = V.seeds_to_detect(test, target, tests)
+    assert n is not None and n > 3
+    assert V.detectable(sd / math.sqrt(n), n - 1, tests) <= target < V.detectable(sd / math.sqrt(n - 1), n - 2, tests)
+    assert V.seeds_to_detect(test, V.detectable(test.se, 2.0, tests), tests) == 3  # detectable now: the seeds it has
+    assert V.seeds_to_detect(test, 0.0, tests) is None
+    pooled = V.ClaimTest(0.0, sd / math.sqrt(3), 16.0, 0.5, 0.5, 3, True)  # 8 rows' spread: more df, fewer seeds
+    assert V.seeds_to_detect(pooled, target, tests) < n
+    trials, hits = 600, 0
+    for _ in range(trials):
+        d = target + sd * rng.standard_normal(n)
+        ev = V.Evidence(tuple(d), tuple(np.full(n, sd / 3)))
+        other = V.Evidence(tuple(sd * rng.standard_normal(n)), tuple(np.full(n, sd / 3)))
+        hits += V.decide([(ev, "paper", "a"), (other, "paper", "b")])[0].status == "agrees"
+    assert hits / trials >= V.POWER - BOUND * math.sqrt(V.POWER * (1 - V.POWER) / trials), hits / trials
+
+
 def _seeds(mean: float, se: float, spread: float = 3.0) -> V.Evidence:
     """Three seeds with exactly ``mean`` and standard error ``se`` (sd = se·√3), held-out noise
     ``sd/spread``: the seeds spread ``spread``× the held-out noise."""
@@ -182,3 +205,34 @@ def test_bad_evidence_is_refused():
         V.Evidence((1.0,), (0.1,), sign=0)
     with pytest.raises(ValueError, match="one length"):
         V.Evidence((1.0, 2.0), (0.1,))
+
+
+def test_the_papers_effect_is_read_in_the_claims_units():
+    """docs/seeds_needed.py (numbers.md's "which claims needed more than three seeds"): two perplexities are a
+    log ratio in nats, two error rates a difference in accuracy, a non-inferiority claim's distance from its
+    margin; an MRR or a claim with no number states no effect in the claim's units."""
+    import importlib.util
+    from pathlib import Path
+
+    from posenc.stats.findings import Verdict
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "seeds_needed.py"
+    spec = importlib.util.spec_from_file_location("seeds_needed", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def effect(source, claim, unit, null=0.0):
+        ev = V.Evidence((0.0, 0.1, 0.2), (0.1, 0.1, 0.1), null=null)
+        found = script.paper_effect(Verdict(source, claim, "", "no clear difference", evidence=ev, unit=unit))
+        return None if found is None else found[0]
+
+    assert effect("Press et al. 2022", "at 16L, rotary beats sinusoidal (79.25 vs 406 at 30L)", "ΔNLL") == \
+        pytest.approx(math.log(406 / 79.25))
+    assert effect("Press et al. 2022", "ALiBi does not degrade past L: 19.73 at L → 18.31 at 30L", "ΔNLL",
+                  null=math.log(1.02)) == pytest.approx(abs(math.log(18.31 / 19.73) - math.log(1.02)))
+    assert effect("Golovneva et al. 2024", "counting: test error with 3 variables 1.2% vs 17.8%", "Δaccuracy") == \
+        pytest.approx(0.166)
+    assert effect("Ruoss et al. 2023 (randomized positions)", "rope with randomized positions generalises better",
+                  "Δaccuracy") == pytest.approx(0.12)
+    assert effect("Kazemnejad et al. 2023", "nope generalises better than t5 (MRR 0.69 vs 0.55)", "Δaccuracy") is None
+    assert effect("Yang et al. 2025 (RoPE to NoPE)", "at 16L, RoPE layers with a NoPE layer beat RoPE", "ΔNLL") is None

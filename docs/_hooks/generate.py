@@ -8,6 +8,8 @@
   package (``posenc.reference``: one file per scheme);
 - ``<!-- generated: figure NAME -->`` on "Why positions" becomes the image ``figures/NAME.png``
   and its caption, drawn from the page's own examples when the site is built (``concepts.py``);
+- ``<!-- generated: kept -->`` on "The benchmark page, recorded" becomes ``posenc report``'s page rendered
+  from the kept records (``kept_page.py``);
 - ``<!-- generated: cell NAME -->`` becomes the Python cell ``docs/cells/NAME.py``, which the reader
   edits and runs in the browser on Pyodide, copied into the site from its pinned install (``cells.py``).
 
@@ -25,8 +27,9 @@ from pathlib import Path
 
 import cells  # docs/_hooks/cells.py
 import concepts  # docs/_hooks/concepts.py: mkdocs puts this folder on sys.path while it loads a hook
+import kept_page  # docs/_hooks/kept_page.py
 
-MARKER = re.compile(r"<!-- generated: (cli|api [\w.]+|modules [\w.]+|figure \w+) -->")
+MARKER = re.compile(r"<!-- generated: (cli|api [\w.]+|modules [\w.]+|figure \w+|kept) -->")
 FIGURE_DIR = "figures"  # beside the page: guide/figures/NAME.png
 IMAGE = re.compile(r"<p>(<img [^>]*src=\"([^\"]+)\"[^>]*>)</p>")
 
@@ -77,7 +80,8 @@ def figure_markdown(name: str) -> str:
 
 def _expand(match: re.Match) -> str:
     what, _, arg = match.group(1).partition(" ")
-    expand = {"cli": cli_markdown, "api": api_markdown, "modules": modules_markdown, "figure": figure_markdown}
+    expand = {"cli": cli_markdown, "api": api_markdown, "modules": modules_markdown, "figure": figure_markdown,
+              "kept": kept_page.markdown}
     return expand[what](*([arg] if arg else []))
 
 

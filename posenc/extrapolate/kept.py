@@ -69,9 +69,14 @@ class KeptSet:
                               parts=tuple(p["parts"]) if p.get("parts") else None)
 
     def recorded(self) -> Recorded:
-        p, m = self.provenance, self.provenance["machine"]
-        machine = f"{m.get('processor', '?')}, {m.get('cpus', '?')} cores, torch {m.get('torch', '?')}, {m.get('device', '?')}"
-        return Recorded(self.name, str(p["commit"]), p["date"], machine, p["command"], bool(self.stale))
+        p = self.provenance
+        return Recorded(self.name, str(p["commit"]), p["date"], machine_text(p["machine"]), p["command"],
+                        bool(self.stale))
+
+
+def machine_text(m: dict[str, Any]) -> str:
+    """A provenance's machine in words: "AMD EPYC, 2 cores, torch 2.13.0+cpu, cpu"."""
+    return f"{m.get('processor', '?')}, {m.get('cpus', '?')} cores, torch {m.get('torch', '?')}, {m.get('device', '?')}"
 
 
 def sha256(path: Path) -> str:

@@ -68,6 +68,7 @@ class Part:
     name: str = ""  # the records' ``part`` (a ``--part`` choice); a part whose rows are other parts' (hybrid, structure): a name no record has
     split_in_record: bool = True  # a record carries the corpus split (when the corpus was loaded)
     lists_specs: bool = True  # its records' specs are listed under "scheme specs" on the page
+    shows_kept_extend: bool = False  # its section is given the kept ``posenc extend`` sets (``kept=``: pretrained)
 
     def model(self, profile: Profile) -> GPTConfig | None:
         """The decoder config its runs train (None: not the benchmark's decoder)."""

@@ -26,6 +26,7 @@ from posenc.extrapolate import yours
 from posenc.stats import findings
 from posenc.extrapolate.demos import demonstrations
 from posenc.extrapolate.glance import forest_svg, recorded_mark, verdict_table
+from posenc.extrapolate import kept_extend
 from posenc.extrapolate.kept import RECORDS_DIR, fill, load_sets
 from posenc.stats.page_parts import Page, e, number_sections, status
 from posenc.stats.page_parts import table as html_table
@@ -153,7 +154,9 @@ def _method(profile: Profile) -> str:
 
 
 def _environment_section(page: Page, profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    here = environment.capture()  # this machine and its versions; how the runs were spread: their env
+    # this machine and its versions (a page of kept records: the machine its provenance names); how the runs
+    # were spread: their env
+    here = {**environment.capture(), **meta.get("machine", {})}
     env = records[-1]["env"] if records else {}
     page.add("<h2>Hardware, versions, timing and settings</h2>")
     rows = [["CPU", e(here["processor"])], ["CPUs available", str(here["cpus"])],
@@ -199,10 +202,13 @@ def _in_effect(profile: Profile, records: list[dict[str, Any]], command: str) ->
     return f' <span id="in-effect">(in effect: {e("; ".join(rest))})</span>' if rest else ""
 
 
-def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]) -> Page:
+def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any], *, draw: bool = True) -> Page:
     """The whole page for ``records`` (the plan's results, in plan order): the summary, the
-    demonstrations, each part's section (``posenc.extrapolate.parts.PARTS``, in order), the method."""
-    page = Page()
+    demonstrations, each part's section (``posenc.extrapolate.parts.PARTS``, in order), the method.
+    ``draw=False``: no figure (the verdicts and tables alone). ``meta["banner"]``: HTML above the title (a
+    page of kept records says so); ``meta["machine"]``: the machine the hardware table names (default: this one)."""
+    page = Page(draw=draw)
+    page.add(meta.get("banner", ""))
     command = meta.get("command") or f"posenc report --profile {profile.name}"
     if profile.name == "smoke":
         page.add('<p id="smoke-banner" class="note"><b>Smoke profile: its numbers mean nothing.</b> Its models train '
@@ -214,9 +220,11 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
              "every figure is embedded; the page fetches nothing. "
              '<a id="explorer-link" href="explorer/index.html">Interactive explorer</a> (<code>posenc explore</code>, '
              "written next to this page).</p>")
-    body = Page()
+    body = Page(draw=draw)
     demonstrations(body)
-    sections = [part.section(body, part.records(records), profile) for part in PARTS]
+    extend_sets = meta.get("kept_extend")  # the kept posenc extend runs (the pretrained section shows them)
+    sections = [part.section(body, part.records(records), profile,
+                             **({"kept": extend_sets} if part.shows_kept_extend else {})) for part in PARTS]
     yours.section(body, records)  # #plugins: the --plugin schemes against every baseline
     # each part's claims share a seed spread (a part's own pools: its verdicts' ``pool``)
     pooled = [dataclasses.replace(v, pool=v.pool or part.name or "lm") for part, s in zip(PARTS, sections)
@@ -235,7 +243,8 @@ def render(profile: Profile, records: list[dict[str, Any]], meta: dict[str, Any]
                  "scaling claims and Jamba's are measured on these runs.</p>")
     summary = Page()
     summary.add("<h2 id=\"summary\">Summary: the papers' claims against this run</h2>" + arch_note
-                + _kept_note(meta.get("kept", [])) + _recorded_note(verdicts, meta.get("kept_sets"))
+                + _kept_note(meta.get("kept", [])) + _recorded_note(verdicts, meta.get("kept_sets"),
+                                                                    meta.get("kept_extend"))
                 + _glance(verdicts)
                 + "".join(s.summary for s in sections) + '<h3 id="verdict-details">Every verdict, with what was '
                 "measured</h3>" + _verdicts(verdicts, settings) + _honesty(verdicts) + _method(profile))
@@ -264,17 +273,24 @@ def kept_records(path: Path, profile: Profile, planned: list[dict[str, Any]]) ->
     return list(out.values())
 
 
-def _recorded_note(verdicts: list[findings.Verdict], kept_sets) -> str:
-    """``#recorded``: how many claims the page shows from kept records, which are stale, which sets were refused."""
+def _seconds(x: float | None) -> str:
+    return "? s" if x is None else f"{x:.0f} s"
+
+
+def _recorded_note(verdicts: list[findings.Verdict], kept_sets, kept_extend_sets=None) -> str:
+    """``#recorded``: how many claims the page shows from kept records, which are stale, which sets were refused
+    (the benchmark's kept sets and the kept ``posenc extend`` runs)."""
     if kept_sets is None:
         return ""
     sets, refused = kept_sets
+    if kept_extend_sets is not None:
+        sets, refused = [*sets, *kept_extend_sets[0]], [*refused, *kept_extend_sets[1]]
     shown = [v for v in verdicts if v.recorded is not None]
     stale = [v for v in shown if v.recorded.stale]
     missing = sum(v.status == "not measured" for v in verdicts)
     items = "".join(f"<li>{e(k.name)}: {len(k.records)} records, commit {e(str(k.provenance['commit'])[:12])}, "
-                    f"{e(k.provenance['date'])}, {e(k.recorded().machine)}, {k.provenance['wall_seconds']:.0f} s wall, "
-                    f"{k.provenance['cpu_seconds']:.0f} s CPU; <code>{e(k.provenance['command'])}</code>"
+                    f"{e(k.provenance['date'])}, {e(k.recorded().machine)}, {_seconds(k.provenance['wall_seconds'])} wall, "
+                    f"{_seconds(k.provenance['cpu_seconds'])} CPU; <code>{e(k.provenance['command'])}</code>"
                     + (f' — <span class="stale">stale</span>: {len(k.stale)} record(s) whose set-up hash today\'s '
                        "plan of that command lacks" if k.stale else "") + "</li>" for k in sets)
     refusals = "".join(f'<li class="refused">{e(r)}</li>' for r in refused)
@@ -341,7 +357,8 @@ def make_report(profile: Profile, *, out: str | os.PathLike = "report", run_benc
     meta = {"start": start, "render_start": render_start, "bench_seconds": render_start - start,
             "new": sum(r["key"] not in before for r in records), "reused": sum(r["key"] in before for r in records),
             "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command, "kept": kept,
-            "kept_sets": load_sets(records_dir) if records_dir is not None else None}
+            "kept_sets": load_sets(records_dir) if records_dir is not None else None,
+            "kept_extend": kept_extend.load_sets(records_dir) if records_dir is not None else None}
     page = render(profile, records, meta)
     (out / "figures").mkdir(exist_ok=True)
     for name, data in page.figures.items():

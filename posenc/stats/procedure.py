@@ -86,6 +86,25 @@ def detectable(se: float, df: float, tests: int, *, alpha: float = ALPHA, power:
     return hi * se
 
 
+MAX_SEEDS = 1000  # seeds_to_detect looks no further
+
+
+def seeds_to_detect(test: "ClaimTest", target: float, tests: int, *, alpha: float = ALPHA,
+                    power: float = POWER) -> int | None:
+    """The fewest seeds ``S`` at which ``test``'s claim would detect ``|effect − null| = target`` with ``power``
+    (``detectable``) in a family of ``tests`` claims, its seed spread as measured: the standard error
+    ``se·√(S₀/S)`` (``S₀`` = ``test.seeds``), on ``S − 1`` degrees of freedom, or, on its part's pooled spread,
+    ``df·(S − 1)/(S₀ − 1)`` (every row of the part with ``S`` seeds). ``test.seeds`` when it already does;
+    None past ``MAX_SEEDS`` or for a target of 0."""
+    if not target > 0:
+        return None
+    rows = test.df / (test.seeds - 1) if test.pooled else 1.0
+    for s in range(test.seeds, MAX_SEEDS + 1):
+        if detectable(test.se * math.sqrt(test.seeds / s), rows * (s - 1), tests, alpha=alpha, power=power) <= target:
+            return s
+    return None
+
+
 # -- the procedure -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -247,4 +266,4 @@ def decide(claims: Sequence[tuple[Evidence | None, str, str]], alpha: float = AL
 
 
 __all__ = ["ALPHA", "POWER", "MIN_SEEDS", "NEEDS_SEEDS", "UNCLEAR", "Evidence", "ClaimTest", "Decision",
-           "Pool", "pool_of", "seed_test", "decide", "detectable"]
+           "Pool", "pool_of", "seed_test", "decide", "detectable", "seeds_to_detect"]

@@ -7,9 +7,12 @@ retrieval on the works of Shakespeare (``posenc.extend``; its verdicts: ``posenc
 
 The full profile runs the grid (one run: ``posenc extend --to 16384`` into ``OUT/extend``; hours on a
 2-core CPU, resumable). Any other profile runs nothing here: a 16k forward of the 135M model takes
-minutes on the slowest machine, more than ``make report``'s budget, so the section lists the claims
-as not measured, with the command that measures them, and shows the verdicts of a ``posenc extend``
-run already in ``OUT/extend`` if there is one.
+minutes on the slowest machine, more than ``make report``'s budget. The section shows, in this order:
+the verdicts of a ``posenc extend`` run in ``OUT/extend`` if there is one (measured now); else those of
+the newest kept extend set (``posenc.extrapolate.kept_extend``, posenc/extrapolate/records/NAME/),
+each marked *recorded* with its commit, date, machine and the command that measures it again, and
+*stale* where a record's set-up hash is not the one today's code computes; else the claims as not
+measured, with the command that measures them.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Pretrained(Part):
     name = "pretrained"
     split_in_record = False
     lists_specs = False
+    shows_kept_extend = True
 
     def plan(self, profile: Profile, schemes: list[Any], *, custom: bool, corpus_sha: str, log: Log) -> list[Run]:
         if self.name not in profile.parts:
@@ -60,13 +64,29 @@ class Pretrained(Part):
     def summary(self, record: dict[str, Any]) -> str:
         return f"posenc extend to {TO}: {record.get('extend')}"
 
-    def section(self, page: Page, records: list[dict[str, Any]], profile: Profile) -> Section:
+    def section(self, page: Page, records: list[dict[str, Any]], profile: Profile, kept=None) -> Section:
+        """``kept``: the kept extend sets and the reasons of those refused (``kept_extend.load_sets``; None:
+        none), shown when no run is in ``OUT/extend``."""
         from posenc.extend.verdicts import from_folder
 
         folders = [Path(r["extend"]) for r in records if r.get("extend")]
         verdicts = from_folder(folders[0]) if folders else None
         page.add('<h2 id="pretrained">RoPE scalings on a pretrained LLM (SmolLM2-135M, 8k → 16k)</h2>')
-        if verdicts is None:
+        # the newest kept set (its objects: ``posenc.extrapolate.kept_extend.KeptExtend``)
+        shown = max(kept[0], key=lambda k: k.provenance["date"], default=None) if kept and verdicts is None else None
+        if shown is not None:
+            r, p = shown.recorded(), shown.provenance
+            stale = (' <span class="stale" title="a record\'s set-up hash differs from today\'s code">stale</span>: '
+                     f"{len(shown.stale)} of its {len(shown.records)} records have a set-up hash today's code would "
+                     "not write" if r.stale else "")
+            wall = f", {p['wall_seconds']:.0f} s wall" if p.get("wall_seconds") is not None else ""
+            page.add(f'<p id="pretrained-recorded">Not measured by this run: its verdicts are the kept run\'s '
+                     f'(<span class="recorded">recorded</span>{stale}; kept records {e(r.name)}: commit '
+                     f"{e(r.commit[:12])}, {e(r.date)}, {e(r.machine)}{wall}, {len(shown.records)} measurements). "
+                     f"<code>{e(r.command)}</code> measures them again (hours, resumable); "
+                     "docs/guide/extend.md.</p>")
+            verdicts = shown.verdicts()
+        elif verdicts is None:
             page.add("<p>Not measured by this profile: a 16k-token forward of the 135M model takes minutes on a "
                      f"2-core CPU. <code>{e(COMMAND)}</code> measures these claims (hours, resumable; "
                      "<code>posenc report --profile full</code> runs it); docs/guide/extend.md.</p>")
