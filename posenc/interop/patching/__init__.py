@@ -273,8 +273,13 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     if additive and (len(additive) != n or any(m is not first for m in modules)):
         raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
                          "layer, alone (not in a per-layer pattern or with layers=)")
+    if additive and parts.stack_of is not None:
+        raise ValueError(f"an additive scheme (sinusoidal, learned) goes on the token embeddings, but {parts.name} "
+                         "has an encoder and a decoder, each embedding its own tokens: give a scheme in attention")
     if family.positions == "learned":
         _start_from_own_table(modules, parts)
+    if family.start is not None:  # posenc's modules that compute the model's own encoding start from its weights
+        family.start(modules, parts)
     original["shared"] = _own_config(model)
     _install(model, parts, modules, own, original, additive, context_parallel)
     model._posenc_original = original
