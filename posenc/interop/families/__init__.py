@@ -58,7 +58,7 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, t5
+    from posenc.interop.families import bert, bloom, falcon, gpt2, deberta_v2, gpt_neo, ministral3, mpt, openai_gpt, t5
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -115,6 +115,8 @@ def _families() -> dict[str, Family]:
         # encoder-decoders with T5's bucketed relative bias in attention (the encoder's stack, then the decoder's)
         **{t: t5._family() for t in ("t5", "mt5", "umt5")},
         "longt5": t5._longt5_family(),  # local / transient-global encoder attention: refused by name
+        "deberta-v2": deberta_v2._family(),  # disentangled attention that computes itself: a forward of posenc's
+        "deberta": deberta_v2._v1_family(),  # DeBERTa v1: refused by name
         "bloom": bloom._family(),
         "mpt": mpt._family(),
     }
