@@ -75,6 +75,10 @@ def test_alibi_in_deberta_replaces_its_relative_terms_bidirectionally():
     later = ids.clone()
     later[0, -1] = (later[0, -1] + 1 - 3) % 57 + 3
     assert (_logits(model, later, mask)[0] - base[0]).abs().max() > 1e-6  # the first token sees the last
+    from posenc.interop.classify import classify
+    from posenc.interop.families import FAMILIES
+
+    assert classify(model.deberta.encoder.layer[0].attention.self, FAMILIES["deberta-v2"]) == "bidirectional"
 
 
 def test_deberta_trains_a_step_with_its_default_dropout_and_alibi():

@@ -1,7 +1,7 @@
 """transformers families: what posenc needs to know about a model family, as ONE table of
 :class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
 (``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``, ``openai_gpt.py``; ``bloom.py``, ``mpt.py``;
-``ministral3.py``), the
+``ministral3.py``; ``t5.py``: T5, mT5, UMT5, LongT5 refused; ``deberta_v2.py``: DeBERTa-v2/v3, v1 refused), the
 structure search (``structure.py``), the records read from a modeling module (``found.py``:
 which pairs its ``apply_rotary_pos_emb`` rotates, multi-head latent attention) and the checks
 before replacing (``check.py``).

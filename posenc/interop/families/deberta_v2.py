@@ -99,7 +99,7 @@ def check(name: str, parts: Any, config: Any) -> None:
 def _family():
     from posenc.interop.families.record import Family
 
-    return Family(rotary=None, positions="relative_bias", attention="attention.self", forward=forward,
+    return Family(rotary=None, positions="relative_bias", attention="attention.self", forward=forward, encoder=True,
                   own_spec=own_spec, start=start, check=check)
 
 

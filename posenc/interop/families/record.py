@@ -81,6 +81,7 @@ class Family:
     # posenc_attention as the interface would, and the model keeps its attention implementation
     # (and the mask it builds)
     forward: Callable[..., Any] | None = None
+    encoder: bool = False  # that forward runs an encoder's attention, bidirectional (DeBERTa-v2: no causal mask)
     # boolean attributes of the decoder (the module holding the rotary) that switch on a position
     # encoding of the model's own in place of its rotary (Falcon's ALiBi, use_alibi): off while
     # patched through the attention function, whose scheme replaces it
