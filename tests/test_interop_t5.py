@@ -192,7 +192,7 @@ def test_t5_generates_greedily_through_the_cache_as_recomputing_each_step(model_
     cache by ``num_layers``, and fails on a decoder with more layers, patched or not.)"""
     model = tiny_seq2seq(model_type, num_decoder_layers=2)
     ids, mask, dec = _batch()
-    steps = 8
+    steps = 6
     kw = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=dec[:, :6], max_new_tokens=steps,
               do_sample=False, output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
