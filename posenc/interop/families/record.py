@@ -99,7 +99,7 @@ class Family:
     slopes: Callable[[Any], Any] | None = None
     # -- an encoder-decoder (T5): the name of each stack's ModuleList of layers ("block"); every ModuleList of that
     # name holds layers (the encoder's, then the decoder's), and each stack's forward is one pass over its own
-    stacks: str | None = None
+    stack_lists: str | None = None
     # (config, model or None) -> the own encoding's spec of every attention layer, all stacks in order, when
     # one spec per layer of num_hidden_layers does not say it (T5: the encoder's buckets, then the decoder's)
     layer_specs: Callable[[Any, Any], list[dict[str, Any]]] | None = None

@@ -178,7 +178,7 @@ def _longt5_family():
     """LongT5: found as T5 (each block's ``layer.0``, local or not), then refused by :func:`refuse_local`."""
     from posenc.interop.families.record import Family
 
-    return Family(rotary=None, positions="relative_bias", stacks="block", attention="layer.0", check=refuse_local,
+    return Family(rotary=None, positions="relative_bias", stack_lists="block", attention="layer.0", check=refuse_local,
                   layer_specs=lambda config, model=None: refuse_local(f"model_type {_get(config, 'model_type')!r}",
                                                                       _NoParts(), config))
 
@@ -190,6 +190,6 @@ class _NoParts:
 def _family():
     from posenc.interop.families.record import Family
 
-    return Family(rotary=None, positions="relative_bias", stacks="block", attention="layer.0.SelfAttention",
+    return Family(rotary=None, positions="relative_bias", stack_lists="block", attention="layer.0.SelfAttention",
                   head_dim=("d_kv",), own_positions=("has_relative_attention_bias",), layer_specs=layer_specs,
                   check=check, start=start)

@@ -61,7 +61,7 @@ pattern, never a branch; a model that fits neither is refused with its class nam
   arguments: ``posenc.interop.classify``) runs ``posenc.attention`` with ``causal=False``, the
   model's own padding mask and local windows (ModernBERT's, read from its mask). BERT's learned
   table, in its embeddings before the LayerNorm, takes the scheme there (``families/bert.py``).
-- Encoder–decoders with T5's relative buckets (T5, mT5, UMT5: ``Family.stacks``): the self-attention
+- Encoder–decoders with T5's relative buckets (T5, mT5, UMT5: ``Family.stack_lists``): the self-attention
   of both stacks, bidirectional in the encoder and causal in the decoder, each stack's passes
   counted by a position recorder of its own; cross-attention untouched; the model's own bias off
   while patched (``families/t5.py``). DeBERTa-v2/v3's disentangled attention, which computes
