@@ -6,7 +6,8 @@
   type) puts it back into a transformers model, with the table its family expects
   (``HF_FAMILIES``: where the rotary lives, what it returns);
 - ``hf_layer_specs(config)``: one posenc spec per decoder layer (Gemma 3's local/global RoPE,
-  Llama 4's NoPE layers as ``nope_temperature``);
+  Llama 4's NoPE layers as ``nope_temperature``; given a model, T5's buckets for each layer of its
+  encoder and decoder stacks, ``families/t5.py``);
 - ``resize_grid(weight, old_grid, new_grid, *, extra_tokens=0, mode="bicubic", antialias=False)``: a
   learned grid table resized to another grid, as transformers' ViT ``interpolate_pos_encoding``
   (``antialias=True``: as timm's ``resample_abs_pos_embed``);

@@ -55,11 +55,15 @@ def classify(attention: nn.Module, family: Family) -> str | None:
     attention module that calls its attention interface): ``"causal"`` (``is_causal`` True, or a
     family whose attention runs posenc's own causal ``forward``: Falcon, BLOOM, MPT, GPT-Neo),
     ``"bidirectional"`` (``is_causal`` False: ModernBERT, EuroBERT, NomicBERT, GTE, Gemma 3 with
-    ``use_bidirectional_attention``), None when the module does not say (no ``is_causal``)."""
+    ``use_bidirectional_attention``; or a family whose posenc ``forward`` runs an encoder's attention,
+    ``Family.encoder``: DeBERTa-v2, whose mask is its padding alone), None when the module does not
+    say (no ``is_causal``)."""
     causal = getattr(attention, "is_causal", None)
     if isinstance(causal, bool):
         return "causal" if causal else "bidirectional"
-    return "causal" if family.forward is not None else None
+    if family.forward is None:
+        return None
+    return "bidirectional" if family.encoder else "causal"  # DeBERTa-v2's own forward: an encoder's
 
 
 def check_classified(attentions: list[nn.Module], paths: list[str], family: Family, name: str) -> None:

@@ -98,9 +98,9 @@ def _layer_types(config: Any, num_layers: int) -> list[str]:
 
 
 def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, Any]]:
-    """One posenc spec per decoder layer of a transformers config, in layer order
-    (``len == num_hidden_layers``), each one ``posenc.build`` takes: a per-layer pattern like the
-    benchmark's.
+    """One posenc spec per decoder layer of a transformers config (or of a model: its config, and
+    its stacks where the family counts them), in layer order (``len == num_hidden_layers``), each
+    one ``posenc.build`` takes: a per-layer pattern like the benchmark's.
 
     - one RoPE for every layer: ``[hf_rope_spec(config)] * num_hidden_layers``;
     - one RoPE per layer type (Gemma 3): layer ``i`` gets the spec of ``layer_types[i]``
@@ -123,12 +123,22 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
       ``{"scheme": "learned", "d_model": ..., "max_positions": ...}`` (``patch`` starts it from the
       model's table), BLOOM's ALiBi as ``{"scheme": "alibi", "num_heads": ...}``.
 
+    - an encoder-decoder with a relative bias (T5, mT5, UMT5: ``Family.layer_specs``,
+      ``families/t5.py``): one ``t5`` spec per self-attention layer, the encoder's
+      (``bidirectional`` True) then the decoder's (False); the layers of one stack that share T5's
+      table share one dict (``patch`` builds one module for them, started from the model's table).
+
     Masks (Gemma 3's sliding windows, Llama 4's chunked attention) stay the model's.
     """
+    model = None
+    if callable(getattr(config, "named_modules", None)) and hasattr(config, "config"):  # a model: its config
+        model, config = config, config.config
     text, model_type = _text_config(config)
+    row = FAMILIES.get(model_type)
+    if row is not None and row.layer_specs is not None:  # T5: every stack's layers (the model's, where given)
+        return row.layer_specs(text, model)
     family = _family(model_type, text)
     num_layers = check_int("num_hidden_layers", _get(text, "num_hidden_layers"), min=1)
-    row = FAMILIES.get(model_type)
     if row is not None and row.own_spec is not None:  # no RoPE: GPT-2's learned table, BLOOM's ALiBi
         return [row.own_spec(text) for _ in range(num_layers)]
     types = rope_layer_types(config)

@@ -1,7 +1,7 @@
 """transformers families: what posenc needs to know about a model family, as ONE table of
 :class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
 (``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``, ``openai_gpt.py``; ``bloom.py``, ``mpt.py``;
-``ministral3.py``), the
+``ministral3.py``; ``t5.py``: T5, mT5, UMT5, LongT5 refused; ``deberta_v2.py``: DeBERTa-v2/v3, v1 refused), the
 structure search (``structure.py``), the records read from a modeling module (``found.py``:
 which pairs its ``apply_rotary_pos_emb`` rotates, multi-head latent attention) and the checks
 before replacing (``check.py``).
@@ -58,7 +58,7 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt
+    from posenc.interop.families import bert, bloom, falcon, gpt2, deberta_v2, gpt_neo, ministral3, mpt, openai_gpt, t5
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -112,6 +112,11 @@ def _families() -> dict[str, Family]:
         "biogpt": gpt2._offset_family(mask_positions=False),
         # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)
         "jamba": Family(rotary=None, positions="none", own_spec=_no_positions),
+        # encoder-decoders with T5's bucketed relative bias in attention (the encoder's stack, then the decoder's)
+        **{t: t5._family() for t in ("t5", "mt5", "umt5")},
+        "longt5": t5._longt5_family(),  # local / transient-global encoder attention: refused by name
+        "deberta-v2": deberta_v2._family(),  # disentangled attention that computes itself: a forward of posenc's
+        "deberta": deberta_v2._v1_family(),  # DeBERTa v1: refused by name
         "bloom": bloom._family(),
         "mpt": mpt._family(),
     }

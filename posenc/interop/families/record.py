@@ -14,10 +14,11 @@ twice, ``c0 c0 c1 c1 ...`` (Cohere); ``half_width``: ``cos, sin = c`` (GPT-OSS);
 complex tensor ``c + i·s`` (Llama 4's ``freqs_cis``), each ``[B, L, rotary_dim/2]``;
 ``sin_cos_half_width``: ``sin, cos = s, c`` in that order (GPT-J, CodeGen)."""
 
-POSITIONS = ("rope", "learned", "alibi", "none")
+POSITIONS = ("rope", "learned", "alibi", "none", "relative_bias")
 """A family's own position encoding: RoPE through a rotary module, a learned absolute table added
-to the token embeddings, ALiBi biases built by the decoder, or none in its attention (Jamba: its
-Mamba layers carry order; ``hf_layer_specs`` gives its attention layers ``nope``)."""
+to the token embeddings, ALiBi biases built by the decoder, none in its attention (Jamba: its
+Mamba layers carry order; ``hf_layer_specs`` gives its attention layers ``nope``), or a learned
+bias of bucketed relative distance computed in attention (T5's: ``families/t5.py``)."""
 
 _GEMMA3_THETAS = {"sliding_attention": ("rope_local_base_freq", 10000.0), "full_attention": ("rope_theta", 1e6)}
 
@@ -80,6 +81,7 @@ class Family:
     # posenc_attention as the interface would, and the model keeps its attention implementation
     # (and the mask it builds)
     forward: Callable[..., Any] | None = None
+    encoder: bool = False  # that forward runs an encoder's attention, bidirectional (DeBERTa-v2: no causal mask)
     # boolean attributes of the decoder (the module holding the rotary) that switch on a position
     # encoding of the model's own in place of its rotary (Falcon's ALiBi, use_alibi): off while
     # patched through the attention function, whose scheme replaces it
@@ -95,5 +97,16 @@ class Family:
     own_spec: Callable[[Any], dict[str, Any]] | None = None
     # "alibi": module -> the model's slopes [H] (compared with posenc's before patching)
     slopes: Callable[[Any], Any] | None = None
+    # -- an encoder-decoder (T5): the name of each stack's ModuleList of layers ("block"); every ModuleList of that
+    # name holds layers (the encoder's, then the decoder's), and each stack's forward is one pass over its own
+    stack_lists: str | None = None
+    # (config, model or None) -> the own encoding's spec of every attention layer, all stacks in order, when
+    # one spec per layer of num_hidden_layers does not say it (T5: the encoder's buckets, then the decoder's)
+    layer_specs: Callable[[Any, Any], list[dict[str, Any]]] | None = None
+    # (name, parts, config) -> None: the family's own check before replacing (T5's buckets against posenc's),
+    # ValueError naming what differs; and (modules, parts) -> None: posenc's modules started from the model's
+    # own weights where they compute the model's own encoding (T5's bias tables)
+    check: Callable[[str, Any, Any], None] | None = None
+    start: Callable[[list, Any], None] | None = None
 
 

@@ -51,6 +51,8 @@ class Parts:
     num_layers: int  # the decoder's layers, attention or not
     rotary_readers: list[str] = dataclasses.field(default_factory=list)  # other modules given the rotary's output
     table_holder: nn.Module | None = None  # the module holding a learned table, when not the decoder (BERT's embeddings)
+    # an encoder-decoder's (Family.stack_lists): each attention module's stack, whose forward is one pass over its layers
+    stack_of: list[nn.Module] | None = None
 
 
 ROTARY_OUTPUTS = ("position_embeddings", "freqs_cis")
@@ -145,6 +147,19 @@ def _find_layers(model: nn.Module, family: Family, n: int | None, name: str) -> 
     return lists[0]
 
 
+def _find_stacks(model: nn.Module, family: Family, name: str) -> list[tuple[str, nn.ModuleList]]:
+    """An encoder-decoder's stacks (``Family.stack_lists``: T5's ``block``): every ``ModuleList`` of that
+    name of which one layer holds an attention module at ``Family.attention``, in the model's order
+    (the encoder's, then the decoder's); ValueError if none."""
+    lists = [(path, m) for path, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) > 0
+             and path.rpartition(".")[2] == family.stack_lists
+             and any(_attention_of(layer, family.attention) is not None for layer in m)]
+    if not lists:
+        raise ValueError(f"posenc.interop.patch cannot find the layers of {name}: no ModuleList named "
+                         f"{family.stack_lists!r} whose layers hold an attention module at {family.attention!r}")
+    return lists
+
+
 def _calls_interface(attention: nn.Module) -> bool:
     try:
         source = inspect.getsource(type(attention).forward)
@@ -177,14 +192,23 @@ def find(model: nn.Module) -> Parts:
     family = family_of_config(model_type, config) or COMMON
     text = _text(config) if config is not None else None
     n = getattr(text, "num_hidden_layers", None)
-    path, layers = _find_layers(model, family, n if family.layers is None else None, name)
-    attentions, indices, paths = [], [], []  # a hybrid's state-space or linear-attention layers hold none
-    for i, layer in enumerate(layers):
-        found = _attention_of(layer, family.attention)
-        if found is not None:
-            attentions.append(found[1])
-            indices.append(i)
-            paths.append(f"{path}.{i}.{found[0]}")
+    stacks = (_find_stacks(model, family, name) if family.stack_lists is not None
+              else [_find_layers(model, family, n if family.layers is None else None, name)])
+    attentions, indices, paths, stack_of = [], [], [], []  # a hybrid's state-space or linear-attention layers hold none
+    count = 0
+    for path, layers in stacks:
+        for i, layer in enumerate(layers):
+            found = _attention_of(layer, family.attention)
+            if found is not None:
+                attentions.append(found[1])
+                indices.append(count + i)
+                paths.append(f"{path}.{i}.{found[0]}")
+                stack_of.append(_attr(model, path.rpartition(".")[0]) if "." in path else model)
+        count += len(layers)
+    path, layers = stacks[0]
+    if family.check is not None:  # the family's own check of its structure and encoding (T5's buckets)
+        family.check(name, Parts(family, name, model, None, attentions, "", indices, count, stack_of=stack_of),
+                     config)
     check_classified(attentions, paths, family, name)
     if family.forward is not None and all(_calls_interface(a) for a in attentions):
         # the installed transformers moved the family's attention onto the interface (Falcon in 5.25): the
@@ -196,7 +220,7 @@ def find(model: nn.Module) -> Parts:
                 raise ValueError(f"posenc.interop.patch: {name}'s attention ({type(attention).__name__}.forward) "
                                  "does not call transformers' attention interface (ALL_ATTENTION_FUNCTIONS) and "
                                  "its family has no forward of posenc's (Family.forward)")
-    decoder = _attr(model, path.rpartition(".")[0]) if "." in path else model
+    decoder = model if family.stack_lists is not None else _attr(model, path.rpartition(".")[0]) if "." in path else model
     rotary = _find_rotary(model, family, decoder, name)
     if family is COMMON and rotary[1] is not None and apply_function(attentions[0]) is None:
         raise ValueError(f"posenc.interop.patch: {name}'s modeling module ({type(attentions[0]).__module__}) has no "
@@ -209,8 +233,8 @@ def find(model: nn.Module) -> Parts:
                              "table cat(c, c), rotates neither pairs (i, i + d/2) nor (2i, 2i+1) by its angles "
                              "or their negatives (its own order); posenc cannot reproduce its rotary")
     readers = rotary_readers(layers, path, attentions) if rotary[1] is not None else []
-    return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name), indices, len(layers),
-                 readers, _table_holder(model, family, name))
+    return Parts(family, name, *rotary, attentions, _embeddings(model, family, rotary[0], name), indices, count,
+                 readers, _table_holder(model, family, name), stack_of if family.stack_lists is not None else None)
 
 
 def _find_rotary(model: nn.Module, family: Family, decoder: nn.Module, name: str) -> tuple[nn.Module, str | None]:

@@ -61,6 +61,11 @@ pattern, never a branch; a model that fits neither is refused with its class nam
   arguments: ``posenc.interop.classify``) runs ``posenc.attention`` with ``causal=False``, the
   model's own padding mask and local windows (ModernBERT's, read from its mask). BERT's learned
   table, in its embeddings before the LayerNorm, takes the scheme there (``families/bert.py``).
+- Encoder–decoders with T5's relative buckets (T5, mT5, UMT5: ``Family.stack_lists``): the self-attention
+  of both stacks, bidirectional in the encoder and causal in the decoder, each stack's passes
+  counted by a position recorder of its own; cross-attention untouched; the model's own bias off
+  while patched (``families/t5.py``). DeBERTa-v2/v3's disentangled attention, which computes
+  itself, runs a forward of posenc's (``families/deberta_v2.py``).
 - Layers not named in ``layers`` keep the model's own encoding (``hf_layer_specs(model.config)``).
 - An additive scheme (sinusoidal, learned) is added to the token embeddings before the first
   layer (a pre-hook of the decoder, positions from ``position_ids``); attention then has none.
@@ -273,8 +278,13 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     if additive and (len(additive) != n or any(m is not first for m in modules)):
         raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
                          "layer, alone (not in a per-layer pattern or with layers=)")
+    if additive and parts.stack_of is not None:
+        raise ValueError(f"an additive scheme (sinusoidal, learned) goes on the token embeddings, but {parts.name} "
+                         "has an encoder and a decoder, each embedding its own tokens: give a scheme in attention")
     if family.positions == "learned":
         _start_from_own_table(modules, parts)
+    if family.start is not None:  # posenc's modules that compute the model's own encoding start from its weights
+        family.start(modules, parts)
     original["shared"] = _own_config(model)
     _install(model, parts, modules, own, original, additive, context_parallel)
     model._posenc_original = original

@@ -92,7 +92,7 @@ def _own_specs(model: nn.Module, parts: Any, needed: bool) -> list[dict[str, Any
     from posenc.interop.hf import hf_layer_specs
 
     try:
-        specs = hf_layer_specs(model.config)
+        specs = hf_layer_specs(model.config if parts.family.layer_specs is None else model)
     except ValueError:
         if needed:
             raise

@@ -283,6 +283,11 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         _register()
         neutral = _Positions()
         hooks.append(base.register_forward_pre_hook(neutral.hook, with_kwargs=True))
+    recorders = {id(base): neutral}  # an encoder-decoder's stacks (T5): one recorder each, its own passes counted
+    for stack in parts.stack_of or ():
+        if id(stack) not in recorders:
+            recorders[id(stack)] = _Positions()
+            hooks.append(stack.register_forward_pre_hook(recorders[id(stack)].hook, with_kwargs=True))
     if family.table_attr is not None and parts.table_holder is None:  # GPT-2's learned table: adds zeros while patched
         from posenc.interop.families.gpt2 import ZeroTable
 
@@ -302,14 +307,15 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
     original["decoder"] = {name: getattr(base, name) for name in family.decoder_positions}
     for name in family.decoder_positions:
         setattr(base, name, False)
-    for attention, module in zip(attentions, modules):
+    for attention, module, stack in zip(attentions, modules, parts.stack_of or [base] * len(attentions)):
         attention.__dict__["posenc_pe"] = None if additive else module  # a reference, not a submodule
         # posenc_attention: a family's own forward calls it (Falcon, BLOOM); MLA's rope part: an interleaved apply
         # with cos 1, sin 0 leaves it de-interleaved (DeepSeek-V3's), a complex one with 1 + 0i leaves it as it
         # was (DeepSeek-V2's view_as_complex pairs)
         part = None if family.rope_part is None else (getattr(model.config, family.rope_part),
                                                       _interleaved(model.config) and family.table != "complex")
-        attention.__dict__[STATE] = LayerState(positions=neutral, attention=posenc_attention, rope_part=part)
+        attention.__dict__[STATE] = LayerState(positions=recorders[id(stack)], attention=posenc_attention,
+                                               rope_part=part)
         for name in family.own_positions:
             setattr(attention, name, False)
         if family.forward is not None:  # an instance attribute: nn.Module.__call__ (and its hooks) call it
