@@ -138,3 +138,74 @@ def test_a_one_axis_scheme_is_refused_by_name_on_a_vision_transformer(scheme):
     with pytest.raises(ValueError, match=r"model_type 'vit'.*2D schemes"):
         posenc.interop.patch(model, scheme)
     assert getattr(model, "_posenc_original", None) is None
+
+
+def tiny_dinov3(**kw):
+    config = transformers.DINOv3ViTConfig(**{k: v for k, v in VISION.items() if k != "num_labels"},
+                                          num_register_tokens=2, **kw)
+    torch.manual_seed(0)
+    model = transformers.DINOv3ViTModel(config).eval()
+    with torch.no_grad():  # random small weights leave attention almost uniform: peaked rows, so positions show
+        for module in model.modules():
+            if getattr(module, "is_causal", None) is False:
+                for linear in module.modules():
+                    if isinstance(linear, torch.nn.Linear):
+                        linear.weight.mul_(8)
+    return model
+
+
+def _hidden(model, images) -> torch.Tensor:
+    with torch.no_grad():
+        return model(images).last_hidden_state.double()
+
+
+def test_dinov3_runs_its_own_rope_through_posenc_unchanged_and_a_doubled_base_differs():
+    """DINOv3's RoPE is posenc's dinov3 (base rope_theta, its augmentations): equal up to float32
+    rounding of the angles (transformers forms them in float32), at its size and another; the class
+    and register tokens stay unrotated (at (0, 0)); a doubled base changes the outputs."""
+    model = tiny_dinov3()
+    images, other = _images(), _images(48, 40, seed=1)
+    expected, expected_other = _hidden(model, images), _hidden(model, other)
+    specs = hf_layer_specs(model.config)
+    assert specs == [{"scheme": "dinov3", "head_dim": 8, "base": 100.0, "rescale": 2.0}] * 2
+    posenc.interop.patch(model, specs)
+    assert all(m.posenc_pe is not None for m in model.modules() if getattr(m, "is_causal", None) is False)
+    torch.testing.assert_close(_hidden(model, images), expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(_hidden(model, other), expected_other, rtol=0, atol=1e-5)
+    posenc.interop.patch(model, [{**s, "base": 200.0} for s in specs])
+    assert (_hidden(model, images) - expected).abs().max() > 1e-3
+    posenc.interop.unpatch(model)
+    torch.testing.assert_close(_hidden(model, images), expected, rtol=0, atol=0)
+
+
+def test_dinov3_draws_its_coordinate_augmentations_as_the_model_does_in_training():
+    model = tiny_dinov3(pos_embed_shift=0.1, pos_embed_jitter=1.2).train()
+    images = _images()
+    torch.manual_seed(5)
+    expected = model(images).last_hidden_state
+    torch.manual_seed(6)
+    assert (model(images).last_hidden_state - expected).abs().max() > 1e-3  # the draws matter
+    posenc.interop.patch(model, hf_layer_specs(model.config))
+    torch.manual_seed(5)
+    out = model(images).last_hidden_state
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-5)
+    out.pow(2).mean().backward()
+
+
+@pytest.mark.parametrize("scheme", ["rope_mixed", "sinusoidal:axes=2"])
+def test_dinov3_takes_another_2d_scheme_and_trains(scheme):
+    model = tiny_dinov3()
+    images = _images(48, 40)
+    own = _hidden(model, images)
+    posenc.interop.patch(model, scheme)
+    assert not torch.allclose(_hidden(model, images), own)
+    model.train()
+    model(images).last_hidden_state.pow(2).mean().backward()
+    assert all(p.grad is not None for name, p in model.named_parameters() if "posenc_modules" in name)
+
+
+def test_dinov3_refuses_a_rotary_that_is_not_posencs_reading_of_its_config():
+    model = tiny_dinov3()
+    model.rope_embeddings.inv_freq.mul_(1.5)  # another model than its config says
+    with pytest.raises(ValueError, match=r"dinov3_vit.*differs from posenc's dinov3"):
+        posenc.interop.patch(model, "rope_mixed")

@@ -58,7 +58,7 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, vit
+    from posenc.interop.families import bert, bloom, dinov3, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, vit
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -115,6 +115,7 @@ def _families() -> dict[str, Family]:
         "siglip_vision_model": vit._family(0, attr="position_embedding"),  # no class token; an nn.Embedding
         "siglip": vit._family(0, attr="position_embedding", layers="vision_model.encoder.layers",
                               sub_config="vision_config"),
+        "dinov3_vit": dinov3._family(),  # RoPE on patch coordinates (posenc's dinov3), prefix tokens not rotated
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)

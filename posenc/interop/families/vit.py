@@ -66,6 +66,10 @@ class GridTable:
     prefix: int = 1
     antialias: bool = False
 
+    def install(self, model: nn.Module, parts: Any, first: nn.Module, additive: list, original: dict) -> Any:
+        """``patch``'s step for this family (:func:`install`); DINOv3's rotary has its own (``families/dinov3.py``)."""
+        return install(model, parts, first, additive, original)
+
 
 def vision_config(config: Any) -> Any:
     """A composite config's ``vision_config`` (SigLIP's), else the config."""

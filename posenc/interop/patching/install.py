@@ -273,10 +273,8 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         setattr(base, rotary, neutral)
         original["more_rotaries"] = _neutralise_more_rotaries(base, neutral)
     elif family.positions == "grid":  # ViT: its patch grid's table, read as zeros; the scheme's 2D positions
-        from posenc.interop.families import vit
-
         _register()
-        neutral = vit.install(model, parts, first, additive, original)
+        neutral = family.grid_table.install(model, parts, first, additive, original)  # families/vit.py, dinov3.py
     elif parts.table_holder is not None:  # BERT: the table in the embeddings takes the scheme, records positions
         from posenc.interop.families.bert import PositionTable
 
@@ -293,11 +291,12 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
 
         original["table"] = getattr(base, family.table_attr)
         setattr(base, family.table_attr, ZeroTable(original["table"]))
-    if additive and parts.table_holder is None:
+    if additive and parts.table_holder is None and family.positions != "grid":  # a grid family adds its own
         hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, parts.embeddings, family.mask_positions),
                                                     with_kwargs=True))
     unique = list({id(m): m for m in modules}.values())
     base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
+    base.posenc_modules.train(base.training)  # in the model's mode (eval: no training-time draws, DINOv3's)
     original["own"] = [{name: getattr(attention, name) for name in family.own_positions} for attention in attentions]
     if family.query_temperature is not None:  # Ministral 3's temperature off (its key 0), the layer's scheme's instead
         original["configs"] = [attention.config for attention in attentions]
