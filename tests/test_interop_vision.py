@@ -3,7 +3,8 @@ ViT, DeiT, DINOv2, DINOv2 with registers and SigLIP's vision tower, each built t
 class with random weights (a 4 × 4 patch grid of 8-pixel patches). Their own learned table through
 posenc (``hf_layer_specs``) leaves the logits equal, at the model's image size and at another one
 (``interpolate_pos_encoding``); posenc's 2D schemes get the patch grid's (row, column), prefix
-tokens at (0, 0), and change the outputs; a one-axis scheme is refused by name."""
+tokens at (0, 0), and change the outputs; a one-axis scheme is refused by name, and so are BEiT's and
+Swin's relative tables. DINOv3's RoPE is posenc's dinov3."""
 
 from __future__ import annotations
 
@@ -209,3 +210,24 @@ def test_dinov3_refuses_a_rotary_that_is_not_posencs_reading_of_its_config():
     model.rope_embeddings.inv_freq.mul_(1.5)  # another model than its config says
     with pytest.raises(ValueError, match=r"dinov3_vit.*differs from posenc's dinov3"):
         posenc.interop.patch(model, "rope_mixed")
+
+
+def _tiny_image_model(model_type: str):
+    default = transformers.AutoConfig.for_model(model_type)
+    sizes = dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=2,
+                 num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4,
+                 use_relative_position_bias=True)
+    if model_type.startswith("swin"):  # num_heads per stage (num_attention_heads is its alias)
+        sizes = {k: v for k, v in sizes.items() if k not in ("num_attention_heads", "num_hidden_layers", "hidden_size")}
+    config = type(default)(**{k: v for k, v in sizes.items() if hasattr(default, k)})
+    return transformers.AutoModelForImageClassification.from_config(config)
+
+
+@pytest.mark.parametrize(("model_type", "what"), [("beit", "relative position bias"), ("data2vec-vision", "relative"),
+                                                  ("swin", "windowed attention"), ("swinv2", "continuous position")])
+def test_a_windowed_or_relative_table_of_a_vision_model_is_refused_by_name(model_type, what):
+    model = _tiny_image_model(model_type)
+    for call in (lambda: posenc.interop.patch(model, "rope_mixed"), lambda: hf_layer_specs(model.config)):
+        with pytest.raises(ValueError, match=rf"'{model_type}'.* not supported: .*{what}"):
+            call()
+    assert getattr(model, "_posenc_original", None) is None

@@ -58,7 +58,8 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bert, bloom, dinov3, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, vit
+    from posenc.interop.families import (bert, bloom, dinov3, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, speech,
+                                         vit)
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -115,6 +116,12 @@ def _families() -> dict[str, Family]:
         "siglip_vision_model": vit._family(0, attr="position_embedding"),  # no class token; an nn.Embedding
         "siglip": vit._family(0, attr="position_embedding", layers="vision_model.encoder.layers",
                               sub_config="vision_config"),
+        **{t: vit._refused(vit.BEIT) for t in ("beit", "data2vec-vision")},
+        **{t: vit._refused(vit.SWIN) for t in ("swin", "swinv2", "donut-swin")},
+        # speech encoders: their convolutional positions kept, a scheme in attention beside them (families/speech.py)
+        **{t: speech._family() for t in ("wav2vec2", "hubert")},
+        "wavlm": speech._refused(speech.WAVLM),
+        "wav2vec2-conformer": speech._refused(speech.CONFORMER),
         "dinov3_vit": dinov3._family(),  # RoPE on patch coordinates (posenc's dinov3), prefix tokens not rotated
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),

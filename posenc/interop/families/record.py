@@ -103,5 +103,8 @@ class Family:
     # a family posenc does not support: the reason, given by patch and hf_layer_specs (BEiT's, Swin's
     # windowed relative tables; wav2vec2's convolutional positions)
     refused: str | None = None
+    # the reason an additive scheme is refused where the family's attention takes the others (speech
+    # encoders: their convolutional positions kept on the features, families/speech.py)
+    attention_only: str | None = None
 
 

@@ -248,7 +248,10 @@ def _embeddings(model: nn.Module, family: Family, decoder: nn.Module, name: str)
     if family.embeddings is not None:
         return family.embeddings
     get = getattr(model, "get_input_embeddings", None)
-    table = get() if callable(get) else None
+    try:
+        table = get() if callable(get) else None
+    except NotImplementedError:  # wav2vec2: no token embeddings (its features come from a convolution)
+        table = None
     for attr, child in decoder.named_children():
         if child is table:
             return attr

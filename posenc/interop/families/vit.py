@@ -2,6 +2,8 @@
 arXiv:2010.11929), DeiT (Touvron et al. 2021, arXiv:2012.12877: a class and a distillation token),
 DINOv2 (Oquab et al. 2023, arXiv:2304.07193) and DINOv2 with registers (Darcet et al. 2024,
 arXiv:2309.16588), SigLIP's vision tower (Zhai et al. 2023, arXiv:2303.15343: no class token).
+BEiT (and Data2Vec-Vision, built like it) and Swin (V1, V2, Donut's) are refused by name
+(``Family.refused``: their relative position bias tables reach attention inside the mask).
 
 **Their own encoding.** The table is the model's: ``embeddings.position_embeddings [1, P + H·W, C]``
 (``P`` = 1 class row, DeiT 2; SigLIP's ``position_embedding`` an ``nn.Embedding [H·W, C]``, P = 0),
@@ -71,6 +73,15 @@ class GridTable:
         return install(model, parts, first, additive, original)
 
 
+BEIT = ("BEiT's relative position bias (a learned table per (Δrow, Δcol) of its patch window plus three rows for the "
+        "class token, per layer or shared: use_relative_position_bias, use_shared_relative_position_bias, with an "
+        "optional absolute table) reaches its attention as part of the attention mask; posenc has no reading of "
+        "it and would take it for the model's mask")
+SWIN = ("Swin's windowed attention (window_size, shifted windows, patch merging between stages) with a relative "
+        "position bias table per window (Swin V2: a continuous position bias MLP over log-spaced coordinates) "
+        "reaches its attention as part of the attention mask; posenc has no reading of it")
+
+
 def vision_config(config: Any) -> Any:
     """A composite config's ``vision_config`` (SigLIP's), else the config."""
     sub = _get(config, "vision_config")
@@ -91,6 +102,12 @@ def grid_of(config: Any) -> list[int]:
 def own_spec(config: Any) -> dict[str, Any]:
     """The table as posenc's ``learned`` of the patch grid (its prefix rows stay the model's)."""
     return {"scheme": "learned", "d_model": int(_get(vision_config(config), "hidden_size")), "grid": grid_of(config)}
+
+
+def _refused(reason: str):
+    from posenc.interop.families.record import Family
+
+    return Family(rotary=None, positions="none", refused=reason)
 
 
 def _family(prefix: int = 1, *, antialias: bool = False, attr: str = "position_embeddings", layers: str | None = None,

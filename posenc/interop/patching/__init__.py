@@ -273,6 +273,8 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     if additive and (len(additive) != n or any(m is not first for m in modules)):
         raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
                          "layer, alone (not in a per-layer pattern or with layers=)")
+    if additive and family.attention_only is not None:  # speech encoders: attention only
+        raise ValueError(f"posenc.interop.patch: {parts.name} takes no additive scheme: {family.attention_only}")
     if family.positions == "learned":
         _start_from_own_table(modules, parts)
     original["shared"] = _own_config(model)
