@@ -231,3 +231,21 @@ def test_a_windowed_or_relative_table_of_a_vision_model_is_refused_by_name(model
         with pytest.raises(ValueError, match=rf"'{model_type}'.* not supported: .*{what}"):
             call()
     assert getattr(model, "_posenc_original", None) is None
+
+
+def test_siglips_vision_model_alone_and_a_baseline_built_from_the_same_config():
+    """SigLIP's vision model on its own (``siglip_vision_model``) takes its table through posenc
+    unchanged and a 2D scheme; a baseline built from the same config object runs as itself."""
+    config = transformers.SiglipVisionConfig(**{k: v for k, v in VISION.items() if k != "num_labels"})
+    torch.manual_seed(0)
+    model, baseline = transformers.SiglipVisionModel(config).eval(), transformers.SiglipVisionModel(config).eval()
+    images = _images()
+    with torch.no_grad():
+        expected, base = model(images).pooler_output, baseline(images).pooler_output
+    posenc.interop.patch(model, hf_layer_specs(model.config))
+    with torch.no_grad():
+        torch.testing.assert_close(model(images).pooler_output, expected, rtol=0, atol=0)
+    posenc.interop.patch(model, "rope_mixed")
+    with torch.no_grad():
+        assert not torch.allclose(model(images).pooler_output, expected)
+        torch.testing.assert_close(baseline(images).pooler_output, base, rtol=0, atol=0)  # untouched

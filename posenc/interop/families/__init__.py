@@ -1,7 +1,8 @@
 """transformers families: what posenc needs to know about a model family, as ONE table of
 :class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
 (``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``, ``openai_gpt.py``; ``bloom.py``, ``mpt.py``;
-``ministral3.py``; ``vit.py``: vision transformers with a learned table of a patch grid), the
+``ministral3.py``; ``vit.py``: vision transformers with a learned table of a patch grid; ``dinov3.py``;
+``speech.py``: wav2vec2, HuBERT), the
 structure search (``structure.py``), the records read from a modeling module (``found.py``:
 which pairs its ``apply_rotary_pos_emb`` rotates, multi-head latent attention) and the checks
 before replacing (``check.py``).
