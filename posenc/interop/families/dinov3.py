@@ -112,10 +112,10 @@ def _holder(model: nn.Module, attr: str, name: str) -> nn.Module:
 def _check_rope(name: str, rope: nn.Module, config: Any) -> None:
     """The model's own ``cos, sin`` at its image size (eval: no augmentation) against posenc's
     ``dinov3`` of its config; ValueError naming the family if they differ beyond float32 rounding."""
-    import posenc
+    from posenc.registry import build
 
     spec = own_spec(config)
-    ours = posenc.build({k: v for k, v in spec.items() if k not in ("shift", "jitter", "rescale")})
+    ours = build({k: v for k, v in spec.items() if k not in ("shift", "jitter", "rescale")})
     (ih, iw), (ph, pw) = vit._pair(_get(config, "image_size")), vit._pair(_get(config, "patch_size"))
     probe = torch.zeros(1, int(_get(config, "num_channels", 3)), ih, iw)
     training = rope.training
