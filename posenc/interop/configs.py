@@ -78,7 +78,8 @@ def as_read(config: Any) -> Any:
 def layer_sizes(config: Any, family: Any, layer: int = 0) -> dict[str, int]:
     """The sizes of decoder layer ``layer``: a heterogeneous config's (Gemma 4, dots3: sizes per layer
     in ``per_layer_config``, whose global read transformers refuses) from that layer's view."""
-    config = text_config(config)
+    sub = getattr(family, "sub_config", None)  # SigLIP's vision tower: its vision_config
+    config = text_config(config) if sub is None or getattr(config, sub, None) is None else getattr(config, sub)
     if getattr(config, "is_heterogeneous", False):
         config = config.per_layer_config[layer]
     heads = config.num_attention_heads

@@ -76,7 +76,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posenc._validate import check_float, check_int
-from posenc.interop.configs import get as _get, text_config_and_type as _text_config
+from posenc.interop.configs import get as _get, model_type_of, text_config_and_type as _text_config
 from posenc.interop.families import FAMILIES
 from posenc.interop.families.record import HF_TABLES  # noqa: F401  (public here too)
 from posenc.interop.hf_rotary import HFRotaryEmbedding, from_hf  # noqa: F401  (public here too)
@@ -133,6 +133,14 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
     model = None
     if callable(getattr(config, "named_modules", None)) and hasattr(config, "config"):  # a model: its config
         model, config = config, config.config
+    outer = FAMILIES.get(model_type_of(config))
+    if outer is not None and outer.refused is not None:
+        raise ValueError(f"posenc.interop.hf_layer_specs: model_type {model_type_of(config)!r} is not supported: "
+                         f"{outer.refused}")
+    if outer is not None and outer.sub_config is not None and _get(config, outer.sub_config) is not None:
+        sub = _get(config, outer.sub_config)  # SigLIP's vision tower: its layers, its table
+        return [outer.own_spec(config) for _ in range(check_int("num_hidden_layers", _get(sub, "num_hidden_layers"),
+                                                                min=1))]
     text, model_type = _text_config(config)
     row = FAMILIES.get(model_type)
     if row is not None and row.layer_specs is not None:  # T5: every stack's layers (the model's, where given)

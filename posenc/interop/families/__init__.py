@@ -1,7 +1,9 @@
 """transformers families: what posenc needs to know about a model family, as ONE table of
 :class:`Family` records (``FAMILIES``), with a family's own code in a file of its own here
 (``falcon.py``, ``gpt2.py``: GPT-2, GPT-BigCode, OPT, BioGPT; ``gpt_neo.py``, ``openai_gpt.py``; ``bloom.py``, ``mpt.py``;
-``ministral3.py``; ``t5.py``: T5, mT5, UMT5, LongT5 refused; ``deberta_v2.py``: DeBERTa-v2/v3, v1 refused), the
+``ministral3.py``; ``t5.py``: T5, mT5, UMT5, LongT5 refused; ``deberta_v2.py``: DeBERTa-v2/v3, v1 refused;
+``vit.py``: vision transformers with a learned table of a patch grid; ``dinov3.py``; ``speech.py``:
+wav2vec2, HuBERT), the
 structure search (``structure.py``), the records read from a modeling module (``found.py``:
 which pairs its ``apply_rotary_pos_emb`` rotates, multi-head latent attention) and the checks
 before replacing (``check.py``).
@@ -58,7 +60,8 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bert, bloom, falcon, gpt2, deberta_v2, gpt_neo, ministral3, mpt, openai_gpt, t5
+    from posenc.interop.families import (bert, bloom, deberta_v2, dinov3, falcon, gpt2, gpt_neo, ministral3, mpt,
+                                         openai_gpt, speech, t5, vit)
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -108,6 +111,20 @@ def _families() -> dict[str, Family]:
         "openai-gpt": openai_gpt._family(),  # GPT-1: a learned table, an attention of its own without a cache
         "gpt_neo": gpt_neo._family(),  # GPT-2's table, an attention of its own with local (windowed) layers
         "bert": bert._family(),  # an encoder: its learned table in embeddings, before the LayerNorm
+        # vision encoders: a learned table of the patch grid (and class rows) in embeddings (families/vit.py)
+        **{t: vit._family() for t in ("vit", "dinov2")},
+        "deit": vit._family(2),  # a class and a distillation token, each with its row
+        "dinov2_with_registers": vit._family(antialias=True),  # registers after the table: no position
+        "siglip_vision_model": vit._family(0, attr="position_embedding"),  # no class token; an nn.Embedding
+        "siglip": vit._family(0, attr="position_embedding", layers="vision_model.encoder.layers",
+                              sub_config="vision_config"),
+        **{t: vit._refused(vit.BEIT) for t in ("beit", "data2vec-vision")},
+        **{t: vit._refused(vit.SWIN) for t in ("swin", "swinv2", "donut-swin")},
+        # speech encoders: their convolutional positions kept, a scheme in attention beside them (families/speech.py)
+        **{t: speech._family() for t in ("wav2vec2", "hubert")},
+        "wavlm": speech._refused(speech.WAVLM),
+        "wav2vec2-conformer": speech._refused(speech.CONFORMER),
+        "dinov3_vit": dinov3._family(),  # RoPE on patch coordinates (posenc's dinov3), prefix tokens not rotated
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)

@@ -14,11 +14,12 @@ twice, ``c0 c0 c1 c1 ...`` (Cohere); ``half_width``: ``cos, sin = c`` (GPT-OSS);
 complex tensor ``c + i·s`` (Llama 4's ``freqs_cis``), each ``[B, L, rotary_dim/2]``;
 ``sin_cos_half_width``: ``sin, cos = s, c`` in that order (GPT-J, CodeGen)."""
 
-POSITIONS = ("rope", "learned", "alibi", "none", "relative_bias")
+POSITIONS = ("rope", "learned", "alibi", "none", "relative_bias", "grid")
 """A family's own position encoding: RoPE through a rotary module, a learned absolute table added
 to the token embeddings, ALiBi biases built by the decoder, none in its attention (Jamba: its
-Mamba layers carry order; ``hf_layer_specs`` gives its attention layers ``nope``), or a learned
-bias of bucketed relative distance computed in attention (T5's: ``families/t5.py``)."""
+Mamba layers carry order; ``hf_layer_specs`` gives its attention layers ``nope``), a learned
+bias of bucketed relative distance computed in attention (T5's: ``families/t5.py``), or a learned
+table of a patch grid (``"grid"``: ViT, DeiT, DINOv2, SigLIP's vision tower; ``families/vit.py``)."""
 
 _GEMMA3_THETAS = {"sliding_attention": ("rope_local_base_freq", 10000.0), "full_attention": ("rope_theta", 1e6)}
 
@@ -108,5 +109,15 @@ class Family:
     # own weights where they compute the model's own encoding (T5's bias tables)
     check: Callable[[str, Any, Any], None] | None = None
     start: Callable[[list, Any], None] | None = None
+    # "grid": where a vision family keeps its table and its prefix rows (families/vit.py's GridTable)
+    grid_table: Any = None
+    # the sub-config of the model patch works on, when not the text config (SigLIP's "vision_config")
+    sub_config: str | None = None
+    # a family posenc does not support: the reason, given by patch and hf_layer_specs (BEiT's, Swin's
+    # windowed relative tables; wav2vec2's convolutional positions)
+    refused: str | None = None
+    # the reason an additive scheme is refused where the family's attention takes the others (speech
+    # encoders: their convolutional positions kept on the features, families/speech.py)
+    attention_only: str | None = None
 
 

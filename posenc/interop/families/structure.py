@@ -126,8 +126,10 @@ def _table_holder(model: nn.Module, family: Family, name: str) -> nn.Module | No
     ``embeddings``): the one module of the model of that name with the table; ValueError if not one."""
     if family.table_holder is None:
         return None
+    root = family.layers.split(".")[0] + "." if family.layers else ""  # SigLIP: its vision tower's, not its text's
+    tables = (nn.Embedding, nn.Parameter) if family.positions == "grid" else nn.Embedding  # ViT's: a parameter
     found = [m for path, m in model.named_modules() if path.rpartition(".")[2] == family.table_holder
-             and isinstance(getattr(m, family.table_attr, None), nn.Embedding)]
+             and path.startswith(root) and isinstance(getattr(m, family.table_attr, None), tables)]
     if len(found) != 1:
         raise ValueError(f"posenc.interop.patch cannot find the position table of {name}: {len(found)} modules named "
                          f"{family.table_holder!r} hold an nn.Embedding {family.table_attr!r} (one expected)")
@@ -190,6 +192,8 @@ def find(model: nn.Module) -> Parts:
     name = f"{type(model).__name__} (model_type {model_type!r})"
     _check_per_layer(config, name)
     family = family_of_config(model_type, config) or COMMON
+    if family.refused is not None:
+        raise ValueError(f"posenc.interop.patch: {name} is not supported: {family.refused}")
     text = _text(config) if config is not None else None
     n = getattr(text, "num_hidden_layers", None)
     stacks = (_find_stacks(model, family, name) if family.stack_lists is not None
@@ -268,7 +272,10 @@ def _embeddings(model: nn.Module, family: Family, decoder: nn.Module, name: str)
     if family.embeddings is not None:
         return family.embeddings
     get = getattr(model, "get_input_embeddings", None)
-    table = get() if callable(get) else None
+    try:
+        table = get() if callable(get) else None
+    except NotImplementedError:  # wav2vec2: no token embeddings (its features come from a convolution)
+        table = None
     for attr, child in decoder.named_children():
         if child is table:
             return attr

@@ -281,6 +281,8 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     if additive and parts.stack_of is not None:
         raise ValueError(f"an additive scheme (sinusoidal, learned) goes on the token embeddings, but {parts.name} "
                          "has an encoder and a decoder, each embedding its own tokens: give a scheme in attention")
+    if additive and family.attention_only is not None:  # speech encoders: attention only
+        raise ValueError(f"posenc.interop.patch: {parts.name} takes no additive scheme: {family.attention_only}")
     if family.positions == "learned":
         _start_from_own_table(modules, parts)
     if family.start is not None:  # posenc's modules that compute the model's own encoding start from its weights

@@ -65,7 +65,9 @@ def _query_positions(module: nn.Module, pe: Any, position_ids: torch.Tensor | No
     p = seen if seen is not None else position_ids
     if p is None:
         p = torch.arange(lk - lq, lk, device=device).unsqueeze(0)
-    p = p.to(device).long().clamp(min=0)  # OPT's padding tokens at -1 (masked keys: any position does)
+    p = p.to(device)
+    if not (p.is_floating_point() and getattr(pe, "real_positions", False)):  # dinov3's patch coordinates stay real
+        p = p.long().clamp(min=0)  # OPT's padding tokens at -1 (masked keys: any position does)
     if p.shape[-1] > lq:  # the rotary called with every key's position (Qwen4-Exp's, for its indexer): the last Lq
         p = p[..., p.shape[-1] - lq:]
     axes = getattr(pe, "axes", 1)

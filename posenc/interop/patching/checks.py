@@ -41,7 +41,7 @@ def _check_heads(model: nn.Module, family: Family, modules: list, layer_indices:
     queries (``num_attention_heads``) and its grouped keys (``num_key_value_heads``) as they are (never
     repeated): tried on a zero query and key of those heads before anything is replaced, and refused
     naming why when it cannot take them."""
-    text = _text(model.config)
+    text = getattr(model.config, family.sub_config) if family.sub_config else _text(model.config)  # SigLIP's vision
     for i, m in enumerate(modules):
         if getattr(m, "kind", None) != "rotary" or getattr(m, "num_heads", None) is None:
             continue

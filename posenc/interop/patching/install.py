@@ -272,6 +272,9 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         neutral = _NeutralRotary(original["rotary"])
         setattr(base, rotary, neutral)
         original["more_rotaries"] = _neutralise_more_rotaries(base, neutral)
+    elif family.positions == "grid":  # ViT: its patch grid's table, read as zeros; the scheme's 2D positions
+        _register()
+        neutral = family.grid_table.install(model, parts, first, additive, original)  # families/vit.py, dinov3.py
     elif parts.table_holder is not None:  # BERT: the table in the embeddings takes the scheme, records positions
         from posenc.interop.families.bert import PositionTable
 
@@ -293,11 +296,12 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
 
         original["table"] = getattr(base, family.table_attr)
         setattr(base, family.table_attr, ZeroTable(original["table"]))
-    if additive and parts.table_holder is None:
+    if additive and parts.table_holder is None and family.positions != "grid":  # a grid family adds its own
         hooks.append(base.register_forward_pre_hook(_add_to_embeddings(first, parts.embeddings, family.mask_positions),
                                                     with_kwargs=True))
     unique = list({id(m): m for m in modules}.values())
     base.posenc_modules = nn.ModuleList(unique)  # each module's parameters once (a shared T5 table)
+    base.posenc_modules.train(base.training)  # in the model's mode (eval: no training-time draws, DINOv3's)
     original["own"] = [{name: getattr(attention, name) for name in family.own_positions} for attention in attentions]
     if family.query_temperature is not None:  # Ministral 3's temperature off (its key 0), the layer's scheme's instead
         original["configs"] = [attention.config for attention in attentions]
@@ -323,7 +327,10 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
         if getattr(module, "reads_hidden", False):
             hooks.append(attention.register_forward_pre_hook(_keep_input, with_kwargs=True))
     text = "text_config" in original["attn"]  # a vision-language model: its text model only (not its vision tower)
-    if family.forward is None:  # else the model's attention implementation stays (it builds the mask)
+    sub = family.sub_config  # SigLIP: its vision tower's (the sub-config its layers read)
+    if family.forward is None and sub is not None:
+        model.set_attn_implementation({sub: ATTENTION})
+    elif family.forward is None:  # else the model's attention implementation stays (it builds the mask)
         model.set_attn_implementation({**original["attn"], "": ATTENTION, "text_config": ATTENTION} if text
                                       else ATTENTION)
 
@@ -342,6 +349,8 @@ def uninstall(model: nn.Module, original: dict) -> None:
         setattr(base if parts.table_holder is None else parts.table_holder, family.table_attr, original["table"])
     for hook in original.get("hooks", ()):
         hook.remove()
+    for undo in original.get("undo", ()):  # ViT: the embeddings' own forward
+        undo()
     base._modules.pop("posenc_modules", None)
     for attention, own in zip(attentions, original.get("own") or [{}] * len(attentions)):
         for name in ("posenc_pe", STATE, "forward"):  # forward: the family's
@@ -353,7 +362,7 @@ def uninstall(model: nn.Module, original: dict) -> None:
     for attention, config in zip(attentions, original.get("configs", ())):
         attention.config = config
     if _implementations(model.config) != original["attn"]:
-        attn = original["attn"]
+        attn = {k: v for k, v in original["attn"].items() if v is not None}  # a sub-config without a model: unset
         model.set_attn_implementation(attn if len(attn) > 1 else attn[""])
     for module, config in original.get("shared", ()):  # the config objects it held before (shared, untouched)
         module.__dict__["config"] = config
