@@ -107,3 +107,19 @@ def test_deberta_settings_posenc_does_not_reproduce_are_refused_by_name():
         posenc.interop.patch(transformers.DebertaForMaskedLM(config), "alibi")
     with pytest.raises(ValueError, match="DeBERTa v1"):
         hf_layer_specs(config)
+
+
+def test_a_config_without_share_att_key_and_buckets_reads_as_transformers_reads_it():
+    """DebertaV2Config leaves out ``share_att_key``, ``position_buckets`` and ``norm_rel_ebd`` unless
+    given; transformers' attention reads them with ``getattr(config, key, default)`` (False, -1,
+    "none"). posenc's own spec read a missing ``share_att_key`` as True, so ``patch`` kept a
+    deberta module of random, tied projections in place of the model's: logits off by about 3e-4."""
+    v3 = {k: v for k, v in V3.items() if k not in ("share_att_key", "position_buckets", "norm_rel_ebd",
+                                                    "max_relative_positions")}
+    torch.manual_seed(0)
+    model = transformers.DebertaV2ForMaskedLM(transformers.DebertaV2Config(**v3)).eval()
+    assert not hasattr(model.config, "share_att_key")
+    ids, mask = _batch()
+    expected = _logits(model, ids, mask)
+    posenc.interop.patch(model, hf_layer_specs(model.config))
+    assert (_logits(model, ids, mask) - expected).abs().max() / expected.abs().max() < 1e-5

@@ -73,7 +73,7 @@ def own_spec(config: Any) -> dict[str, Any]:
     return {"scheme": "deberta", "num_heads": heads, "head_dim": hidden // heads, "d_model": hidden,
             "position_buckets": max(int(get("position_buckets", -1)), 0), "max_relative_positions": max_rel,
             "pos_att_type": "|".join(t for t in ("c2p", "p2c") if t in types),
-            "share_att_key": bool(get("share_att_key", True))}
+            "share_att_key": bool(get("share_att_key", False))}  # transformers' default: getattr(config, ..., False)
 
 
 def start(modules: list, parts: Any) -> None:
