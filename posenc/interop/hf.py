@@ -129,6 +129,8 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
     family = _family(model_type, text)
     num_layers = check_int("num_hidden_layers", _get(text, "num_hidden_layers"), min=1)
     row = FAMILIES.get(model_type)
+    if row is not None and row.refused is not None:
+        raise ValueError(f"posenc.interop.hf_layer_specs: model type {model_type!r} is not supported: {row.refused}")
     if row is not None and row.own_spec is not None:  # no RoPE: GPT-2's learned table, BLOOM's ALiBi
         return [row.own_spec(text) for _ in range(num_layers)]
     types = rope_layer_types(config)

@@ -58,7 +58,7 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt
+    from posenc.interop.families import bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, roberta
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -108,6 +108,12 @@ def _families() -> dict[str, Family]:
         "openai-gpt": openai_gpt._family(),  # GPT-1: a learned table, an attention of its own without a cache
         "gpt_neo": gpt_neo._family(),  # GPT-2's table, an attention of its own with local (windowed) layers
         "bert": bert._family(),  # an encoder: its learned table in embeddings, before the LayerNorm
+        # RoBERTa's: the table counts non-pad tokens past padding_idx (families/roberta.py)
+        **{t: roberta._family() for t in roberta.TYPES},
+        # BERT's layout under BERT's names: the table in embeddings, the inner self-attention calls the interface
+        **{t: bert._family() for t in ("ernie", "roc_bert", "mobilebert", "distilbert")},
+        "electra": bert._family(own_spec=bert.embedding_spec),  # its table embedding_size wide
+        "albert": Family(rotary=None, positions="learned", refused=bert.ALBERT),
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)

@@ -190,11 +190,18 @@ def check_own(name: str, family: Any, decoder: nn.Module, attentions: list[nn.Mo
     table of that shape; ALiBi with posenc's slopes); ValueError naming the family if not."""
     spec = family.own_spec(config)
     if family.positions == "learned":
+        from posenc.interop.families.record import table_offset
+
         table = getattr(decoder, family.table_attr)
-        want = (spec["max_positions"] + family.table_offset, spec["d_model"])
+        want = (spec["max_positions"] + table_offset(family, config), spec["d_model"])
         if tuple(table.weight.shape) != want:
             raise ValueError(f"posenc.interop: {name}'s position table {family.table_attr} is "
                              f"{list(table.weight.shape)}, not [max_positions, d_model] = {list(want)}")
+        offset = table_offset(family, config)
+        if callable(family.table_offset) and getattr(table, "padding_idx", None) != offset - 1:
+            raise ValueError(f"posenc.interop: {name} counts positions past its padding row (row {offset - 1} of "
+                             f"{family.table_attr}, read from its config), but the table's padding_idx is "
+                             f"{getattr(table, 'padding_idx', None)}; refused rather than run a different model")
     elif family.positions == "alibi":
         from posenc.reference import alibi_slopes
 

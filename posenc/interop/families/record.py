@@ -86,7 +86,8 @@ class Family:
     decoder_positions: tuple[str, ...] = ()
     positions: str = "rope"  # the family's own encoding: one of POSITIONS
     table_attr: str | None = None  # "learned": the decoder's attribute holding the table (GPT-2's wpe)
-    table_offset: int = 0  # "learned": the table's row of position 0 (OPT and BioGPT: 2)
+    # "learned": the table's row of position 0 (OPT and BioGPT: 2), or config -> that row (RoBERTa: pad_token_id + 1)
+    table_offset: int | Callable[[Any], int] = 0
     # "learned": the name of the model's module holding the table when it is not the decoder (BERT's
     # "embeddings", before its LayerNorm): there the table itself takes the scheme (families/bert.py)
     table_holder: str | None = None
@@ -95,5 +96,14 @@ class Family:
     own_spec: Callable[[Any], dict[str, Any]] | None = None
     # "alibi": module -> the model's slopes [H] (compared with posenc's before patching)
     slopes: Callable[[Any], Any] | None = None
+    # why posenc refuses the family (patch and hf_layer_specs raise naming it): a structure that differs
+    # from every form posenc supports (ALBERT's layers shared across depth)
+    refused: str | None = None
 
 
+
+
+def table_offset(family: Family, config: Any) -> int:
+    """The row of position 0 in ``family``'s learned table for ``config`` (``Family.table_offset``)."""
+    offset = family.table_offset
+    return int(offset(config)) if callable(offset) else offset

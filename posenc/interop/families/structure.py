@@ -175,6 +175,8 @@ def find(model: nn.Module) -> Parts:
     name = f"{type(model).__name__} (model_type {model_type!r})"
     _check_per_layer(config, name)
     family = family_of_config(model_type, config) or COMMON
+    if family.refused is not None:
+        raise ValueError(f"posenc.interop.patch: {name} is not supported: {family.refused}")
     text = _text(config) if config is not None else None
     n = getattr(text, "num_hidden_layers", None)
     path, layers = _find_layers(model, family, n if family.layers is None else None, name)

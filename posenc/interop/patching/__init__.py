@@ -265,6 +265,10 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     modules = _build_modules(pe, model, family, n, layers, parts.layer_indices)
     _check_terms(model, family, modules)
     _check_heads(model, family, modules, parts.layer_indices)
+    if parts.table_holder is not None:  # BERT's table in the embeddings: an additive scheme as wide as it
+        from posenc.interop.families.bert import check_width
+
+        check_width(parts.name, getattr(parts.table_holder, family.table_attr), modules)
     own = _with_own_encodings(model, parts, modules)
     original = {"rotary": None if rotary is None else getattr(base, rotary), "attn": _implementations(model.config),
                 "hooks": [], "parts": parts}
@@ -274,7 +278,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         raise ValueError("an additive scheme (sinusoidal, learned) goes on the token embeddings: give it for every "
                          "layer, alone (not in a per-layer pattern or with layers=)")
     if family.positions == "learned":
-        _start_from_own_table(modules, parts)
+        _start_from_own_table(modules, parts, model.config)
     original["shared"] = _own_config(model)
     _install(model, parts, modules, own, original, additive, context_parallel)
     model._posenc_original = original
