@@ -58,7 +58,7 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, roberta
+    from posenc.interop.families import bart, bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, roberta
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -114,6 +114,8 @@ def _families() -> dict[str, Family]:
         **{t: bert._family() for t in ("ernie", "roc_bert", "mobilebert", "distilbert")},
         "electra": bert._family(own_spec=bert.embedding_spec),  # its table embedding_size wide
         "albert": Family(rotary=None, positions="learned", refused=bert.ALBERT),
+        # encoder–decoders: each stack a model of its own (patching/stacks.py); BART's tables offset by 2
+        **{t: bart._family() for t in bart.TYPES},
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)

@@ -26,6 +26,24 @@ import torch
 from torch import nn
 
 
+def own_rows(table: nn.Embedding, args: tuple, kwargs: dict) -> torch.Tensor:
+    """The rows of ``table`` that its own call with ``args, kwargs`` reads: the first argument of a
+    plain ``nn.Embedding`` (BERT's, RoBERTa's ``position_ids``); for a table class with a forward of
+    its own (BART's ``embed_positions(input_ids, cache_length, position_ids)``, which counts
+    positions and adds its offset itself), that forward run on a copy of the table whose row ``r``
+    is ``r``: the model's own count, never recounted by posenc. ``[...]`` long, the shape of the
+    call's output without its last dimension."""
+    if type(table).forward is nn.Embedding.forward:
+        return args[0].long() if args else kwargs["input"].long()
+    import copy
+
+    probe = copy.copy(table)  # the same class and attributes; its own parameters dict, one column of row numbers
+    probe._parameters = {"weight": torch.arange(table.weight.shape[0], dtype=torch.float64,
+                                                device=table.weight.device).unsqueeze(1)}  # (N, 1)
+    with torch.no_grad():
+        return type(table).forward(probe, *args, **kwargs)[..., 0].long()
+
+
 class PositionTable(nn.Module):
     """A position table in place of a model's own while patched: ``forward(position_ids) -> [..., C]``,
     the additive scheme ``pe``'s vectors, or zeros (``pe`` None) in the table's dtype. It records the
@@ -44,8 +62,8 @@ class PositionTable(nn.Module):
         self.position_ids: torch.Tensor | None = None
         self.step = 0
 
-    def forward(self, position_ids: torch.Tensor, *args: Any) -> torch.Tensor:
-        rows = position_ids.long()  # (B or 1, L): the model's own rows of its table
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        rows = own_rows(self.original, args, kwargs)  # (B or 1, L): the model's own rows of its table
         positions = rows - self.offset
         self.position_ids = positions
         self.step += 1

@@ -198,6 +198,9 @@ def check_own(name: str, family: Any, decoder: nn.Module, attentions: list[nn.Mo
             raise ValueError(f"posenc.interop: {name}'s position table {family.table_attr} is "
                              f"{list(table.weight.shape)}, not [max_positions, d_model] = {list(want)}")
         offset = table_offset(family, config)
+        if getattr(table, "offset", offset) != offset:  # BART's embed_positions keeps its own
+            raise ValueError(f"posenc.interop: {name}'s position table {family.table_attr} reads row position + "
+                             f"{table.offset}, not + {offset}; refused rather than run a different model")
         if callable(family.table_offset) and getattr(table, "padding_idx", None) != offset - 1:
             raise ValueError(f"posenc.interop: {name} counts positions past its padding row (row {offset - 1} of "
                              f"{family.table_attr}, read from its config), but the table's padding_idx is "

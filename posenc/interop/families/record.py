@@ -99,6 +99,9 @@ class Family:
     # why posenc refuses the family (patch and hf_layer_specs raise naming it): a structure that differs
     # from every form posenc supports (ALBERT's layers shared across depth)
     refused: str | None = None
+    # an encoder–decoder's stacks (patching/stacks.py), in order: (a word of the stack's class name,
+    # the config key of its layer count, of its head count); each stack is patched as a model of its own
+    stacks: tuple[tuple[str, str, str], ...] = ()
 
 
 

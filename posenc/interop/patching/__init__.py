@@ -93,6 +93,7 @@ from posenc.interop.patching.checks import _check_heads, _check_terms, _own_spec
 from posenc.interop.patching.install import ATTENTION, _implementations, _install, _own_config, uninstall  # noqa: F401
 from posenc.interop.patching.install import _start_from_own_table
 from posenc.interop.patching.persistence import RECORD, forget, load_parameters, read_record, record  # noqa: F401
+from posenc.interop.patching.stacks import patch_stacks, stacks_of, unpatch_stacks
 
 PATTERN = "layers"  # {"scheme": "layers", "pattern": [...]}: a per-layer pattern, as the benchmark writes it
 
@@ -258,6 +259,9 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         check_choice("context_parallel", context_parallel, METHODS)
     if getattr(model, "_posenc_original", None) is not None:
         unpatch(model)  # first: a neutralised rotary is found as the model's own only once it is back
+    stacks = stacks_of(model)  # an encoder–decoder: each stack patched as a model of its own
+    if stacks is not None:
+        return patch_stacks(model, stacks, pe, layers, context_parallel, patch, unpatch)
     parts = find(model)
     family, base, rotary, attentions = parts.family, parts.decoder, parts.rotary, parts.attentions
     n = len(attentions)
@@ -294,6 +298,9 @@ def unpatch(model: nn.Module) -> nn.Module:
         raise ValueError(f"{type(model).__name__} is not patched by posenc.interop.patch")
     model._posenc_original = None
     forget(model)  # from the model's own copy of its config, before the shared one is back
+    if "stacks" in original:  # an encoder–decoder's (patching/stacks.py)
+        unpatch_stacks(model, original, unpatch)
+        return model
     uninstall(model, original)
     return model
 
