@@ -1,4 +1,5 @@
-"""``posenc.interop.patch`` on encoder–decoders (issue 51): BART, mBART and PLBart, each stack (the
+"""``posenc.interop.patch`` on encoder–decoders (issue 51): BART, mBART and PLBart (learned tables,
+offset 2), Marian and Pegasus (fixed sinusoidal tables, sin half then cos half), each stack (the
 encoder, the decoder) patched as a model of its own: the encoder's self-attention bidirectional, the
 decoder's causal (each read from the module), the cross-attention left to transformers. Their own
 tables (offset 2) through posenc leave the logits unchanged; another scheme has an effect; greedy
@@ -22,6 +23,7 @@ SIZES = dict(encoder_layers=2, decoder_layers=3, d_model=32, encoder_ffn_dim=32,
              pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, dropout=0.0,
              tie_word_embeddings=False)  # untied: a tied head repeats its input token
 BART = ("bart", "mbart", "plbart")
+SINUSOIDAL = ("marian", "pegasus")
 NEW = 8  # tokens generated
 GREEDY = dict(eos_token_id=None, forced_eos_token_id=None, forced_bos_token_id=None, no_repeat_ngram_size=0,
               num_beams=1, do_sample=False, max_new_tokens=NEW, min_length=0, return_dict_in_generate=True,
@@ -84,7 +86,39 @@ def test_own_tables_through_posenc_leave_the_logits_unchanged(model_type):
     assert torch.equal(_logits(model, ids, mask, dec), expected)
 
 
-@pytest.mark.parametrize("model_type", BART)
+@pytest.mark.parametrize("model_type", SINUSOIDAL)
+def test_own_sinusoidal_tables_through_posenc_leave_the_logits_unchanged(model_type):
+    """Marian's and Pegasus's fixed tables are posenc's ``sinusoidal`` of ``layout="half"`` (``[sin |
+    cos]``, base 10000), checked row by row: logits equal; a doubled base, or the interleaved layout,
+    changes them (the table in use is posenc's)."""
+    model = tiny(model_type)
+    ids, mask, dec = _batch()
+    expected = _logits(model, ids, mask, dec)
+    specs = hf_layer_specs(model.config)
+    assert specs == [{"scheme": "sinusoidal", "d_model": 32, "base": 10000.0, "layout": "half"}] * 5
+    posenc.interop.patch(model, specs)
+    assert _rel(_logits(model, ids, mask, dec), expected) < 1e-6
+    for other in ({**specs[0], "base": 20000.0}, {**specs[0], "layout": "interleaved"}):
+        posenc.interop.patch(model, other)
+        assert _rel(_logits(model, ids, mask, dec), expected) > 1e-3
+    posenc.interop.unpatch(model)
+    assert torch.equal(_logits(model, ids, mask, dec), expected)
+
+
+def test_a_sinusoidal_table_that_is_not_posenc_s_is_refused():
+    """Marian's table is compared with posenc's reading before anything is replaced: a table whose
+    values differ (here, one row changed) is refused by name, and the model is left as it was."""
+    model = tiny("marian")
+    with torch.no_grad():
+        model.model.decoder.embed_positions.weight[3, 0] += 0.01
+    with pytest.raises(ValueError, match="MarianDecoder.*position table differs from posenc's"):
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+    assert getattr(model, "_posenc_original", None) is None
+    assert type(model.model.encoder.embed_positions).__name__ == "MarianSinusoidalPositionalEmbedding"
+    assert model.config._attn_implementation != "posenc"
+
+
+@pytest.mark.parametrize("model_type", BART + SINUSOIDAL)
 def test_alibi_is_bidirectional_in_the_encoder_causal_in_the_decoder(model_type):
     """ALiBi placed: the encoder's first token sees its last (bidirectional), the decoder's first
     token does not see its last (causal), the decoder sees the encoder (cross-attention kept), and a
@@ -111,7 +145,8 @@ def test_alibi_is_bidirectional_in_the_encoder_causal_in_the_decoder(model_type)
 
 
 @pytest.mark.parametrize(("model_type", "scheme"), [("bart", "alibi"), ("bart", "rope"), ("bart", "sinusoidal"),
-                                                    ("bart", "own"), ("mbart", "rope"), ("plbart", "alibi")])
+                                                    ("bart", "own"), ("mbart", "rope"), ("plbart", "alibi"),
+                                                    ("marian", "alibi"), ("marian", "own"), ("pegasus", "alibi")])
 def test_greedy_generation_through_the_cache_equals_recomputing(model_type, scheme):
     """``generate`` (greedy, transformers' cache) with a posenc scheme in both stacks and a padded
     encoder row: every step's logits equal a forward over the whole prefix without a cache."""
@@ -126,7 +161,7 @@ def test_greedy_generation_through_the_cache_equals_recomputing(model_type, sche
             assert _rel(out.logits[step].double(), logits.double()) < 1e-5, step
             dec = torch.cat([dec, logits.argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(dec, out.sequences)
-    assert len(set(out.sequences[0, 1:].tolist())) > 1  # not one token repeated: positions show in the choice
+    assert len(set(out.sequences[:, 1:].flatten().tolist())) > 1  # not one token repeated: positions show
 
 
 def test_a_training_step_reaches_both_stacks():

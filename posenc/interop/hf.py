@@ -132,7 +132,8 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
     if row is not None and row.refused is not None:
         raise ValueError(f"posenc.interop.hf_layer_specs: model type {model_type!r} is not supported: {row.refused}")
     if row is not None and row.stacks:  # an encoder–decoder: the encoder's layers, then the decoder's
-        num_layers = sum(check_int(key, _get(text, key), min=1) for _, key, _ in row.stacks)
+        return [dict(stack[3](text) if len(stack) > 3 else row.own_spec(text))
+                for stack in row.stacks for _ in range(check_int(stack[1], _get(text, stack[1]), min=1))]
     if row is not None and row.own_spec is not None:  # no RoPE: GPT-2's learned table, BLOOM's ALiBi
         return [row.own_spec(text) for _ in range(num_layers)]
     types = rope_layer_types(config)

@@ -116,6 +116,7 @@ def _families() -> dict[str, Family]:
         "albert": Family(rotary=None, positions="learned", refused=bert.ALBERT),
         # encoder–decoders: each stack a model of its own (patching/stacks.py); BART's tables offset by 2
         **{t: bart._family() for t in bart.TYPES},
+        **{t: bart._sinusoidal_family() for t in bart.SINUSOIDAL},  # a fixed sin | cos table in each stack
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)

@@ -29,11 +29,27 @@ def own_spec(config: Any) -> dict[str, Any]:
             "max_positions": _get(config, "max_position_embeddings")}
 
 
-def _family():
+def sinusoidal_spec(config: Any) -> dict[str, Any]:
+    """Marian's and Pegasus's fixed table (``create_weight``: ``[sin(p·θ_i) | cos(p·θ_i)]``, ``θ_i =
+    10000^(−2i/d)``, sin half then cos half) as posenc's ``sinusoidal`` of ``layout="half"``."""
+    from posenc.interop.families.gpt2 import _get
+
+    return {"scheme": "sinusoidal", "d_model": _get(config, "d_model", "hidden_size"), "base": 10000.0,
+            "layout": "half"}
+
+
+def _family(**fields: Any):
     from posenc.interop.families.record import Family
 
-    return Family(rotary=None, positions="learned", layers="layers", attention="self_attn", table_holder="",
-                  table_attr="embed_positions", table_offset=2, own_spec=own_spec, stacks=STACKS)
+    return Family(**{**dict(rotary=None, positions="learned", layers="layers", attention="self_attn", table_holder="",
+                            table_attr="embed_positions", table_offset=2, own_spec=own_spec, stacks=STACKS), **fields})
+
+
+def _sinusoidal_family():
+    """Marian, Pegasus: BART's layout, a fixed sinusoidal table in each stack (no offset), checked row
+    by row against posenc's before it is replaced."""
+    return _family(table_offset=0, own_spec=sinusoidal_spec)
 
 
 TYPES = ("bart", "mbart", "plbart")
+SINUSOIDAL = ("marian", "pegasus")

@@ -188,10 +188,12 @@ def check_from_hf(config: Any, rope: nn.Module, layer_type: str | None, wrapper:
 def check_own(name: str, family: Any, decoder: nn.Module, attentions: list[nn.Module], config: Any) -> None:
     """A family without RoPE: its own encoding is what ``family.own_spec(config)`` says (a learned
     table of that shape; ALiBi with posenc's slopes); ValueError naming the family if not."""
-    spec = family.own_spec(config)
-    if family.positions == "learned":
-        from posenc.interop.families.record import table_offset
+    from posenc.interop.families.record import own_spec_of, table_offset
 
+    spec = own_spec_of(family, config, decoder)
+    if family.positions == "learned" and spec["scheme"] == "sinusoidal":  # a fixed table: its values checked
+        check_sinusoidal_table(name, getattr(decoder, family.table_attr), spec, table_offset(family, config))
+    elif family.positions == "learned":
         table = getattr(decoder, family.table_attr)
         want = (spec["max_positions"] + table_offset(family, config), spec["d_model"])
         if tuple(table.weight.shape) != want:
@@ -213,6 +215,23 @@ def check_own(name: str, family: Any, decoder: nn.Module, attentions: list[nn.Mo
         if theirs.shape != ours.shape or not torch.allclose(theirs, ours, rtol=1e-6, atol=0):
             raise ValueError(f"posenc.interop: {name}'s ALiBi slopes {theirs.tolist()} are not posenc's "
                              f"{ours.tolist()}; refused rather than run a different model")
+
+
+def check_sinusoidal_table(name: str, table: nn.Embedding, spec: dict[str, Any], offset: int = 0) -> None:
+    """A model's fixed sinusoidal table (Marian's, Pegasus's, Whisper's encoder's) equals posenc's
+    ``spec`` at every row from ``offset`` on, within the table's precision (``4·eps`` of its dtype:
+    both are computed in float64 and cast); ValueError naming the model and the largest difference."""
+    import posenc
+
+    rows = table.weight.detach()[offset:]  # (N, C)
+    if rows.shape[1] != spec["d_model"]:
+        raise ValueError(f"posenc.interop: {name}'s position table is {rows.shape[1]} wide, not d_model="
+                         f"{spec['d_model']}")
+    ours = posenc.build(spec).double()(torch.arange(rows.shape[0]))  # (N, C)
+    worst = float((rows.double().cpu() - ours).abs().max())
+    if worst > 4 * torch.finfo(rows.dtype).eps:
+        raise ValueError(f"posenc.interop: {name}'s position table differs from posenc's {spec} by up to {worst:.3g}; "
+                         "refused rather than run a different model")
 
 
 def check_temperature(name: str, family: Any, attention: nn.Module, specs: list[dict[str, Any]]) -> None:

@@ -100,8 +100,9 @@ class Family:
     # from every form posenc supports (ALBERT's layers shared across depth)
     refused: str | None = None
     # an encoder–decoder's stacks (patching/stacks.py), in order: (a word of the stack's class name,
-    # the config key of its layer count, of its head count); each stack is patched as a model of its own
-    stacks: tuple[tuple[str, str, str], ...] = ()
+    # the config key of its layer count, of its head count[, config -> the stack's own spec when not
+    # own_spec's: Whisper's sinusoidal encoder]); each stack is patched as a model of its own
+    stacks: tuple[tuple[Any, ...], ...] = ()
 
 
 
@@ -110,3 +111,12 @@ def table_offset(family: Family, config: Any) -> int:
     """The row of position 0 in ``family``'s learned table for ``config`` (``Family.table_offset``)."""
     offset = family.table_offset
     return int(offset(config)) if callable(offset) else offset
+
+
+def own_spec_of(family: Family, config: Any, holder: Any = None) -> dict[str, Any]:
+    """The posenc spec of ``family``'s own encoding: a stack's own (``Family.stacks``' fourth entry)
+    where ``holder`` is that stack (its class named by the entry's word), else ``family.own_spec``."""
+    for stack in family.stacks:
+        if len(stack) > 3 and holder is not None and stack[0] in type(holder).__name__:
+            return stack[3](config)
+    return family.own_spec(config)
