@@ -193,3 +193,59 @@ def test_layers_and_context_parallel_are_refused_on_an_encoder_decoder():
         posenc.interop.patch(model, "alibi", layers=[0])
     with pytest.raises(ValueError, match="encoder–decoder; context_parallel="):
         posenc.interop.patch(model, "alibi", context_parallel="ring")
+
+
+def tiny_whisper():
+    config = transformers.WhisperConfig(
+        encoder_layers=2, decoder_layers=3, d_model=32, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        encoder_attention_heads=4, decoder_attention_heads=2, vocab_size=64, max_source_positions=16,
+        max_target_positions=32, num_mel_bins=8, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        decoder_start_token_id=3, tie_word_embeddings=False, suppress_tokens=None, begin_suppress_tokens=None)
+    torch.manual_seed(0)
+    return transformers.WhisperForConditionalGeneration(config).eval()
+
+
+def _whisper_logits(model, features, dec) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_features=features, decoder_input_ids=dec).logits.double()
+
+
+def test_whisper_own_tables_through_posenc_leave_the_logits_unchanged():
+    """Whisper's encoder sinusoids are posenc's ``sinusoidal`` of ``layout="half"`` at base
+    ``10000^(d/(d−2))`` (OpenAI's ``sinusoids``), its decoder's table ``learned``: logits equal; the
+    encoder's base doubled, or the decoder's table zeroed, changes them."""
+    model = tiny_whisper()
+    features, dec = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(0)), torch.randint(4, 60, (2, 9))
+    expected = _whisper_logits(model, features, dec)
+    specs = hf_layer_specs(model.config)
+    assert specs[:2] == [{"scheme": "sinusoidal", "d_model": 32, "base": 10000.0 ** (32 / 30), "layout": "half"}] * 2
+    assert specs[2:] == [{"scheme": "learned", "d_model": 32, "max_positions": 32}] * 3
+    posenc.interop.patch(model, specs)
+    assert _rel(_whisper_logits(model, features, dec), expected) < 1e-5
+    posenc.interop.patch(model, [{**specs[0], "base": 2 * specs[0]["base"]}] * 2 + specs[2:])
+    assert _rel(_whisper_logits(model, features, dec), expected) > 1e-3
+    posenc.interop.patch(model, specs)
+    with torch.no_grad():
+        model.model.decoder.posenc_modules[0].weight.zero_()
+    assert _rel(_whisper_logits(model, features, dec), expected) > 1e-3
+    posenc.interop.unpatch(model)
+    assert torch.equal(_whisper_logits(model, features, dec), expected)
+
+
+def test_whisper_greedy_generation_through_the_cache_equals_recomputing():
+    """ALiBi in both stacks (the encoder's bidirectional): transformers' greedy loop
+    (``GenerationMixin.generate``; Whisper's own ``generate`` adds its task and timestamp logic)
+    through the cache equals a forward over the whole prefix at every step."""
+    model = posenc.interop.patch(tiny_whisper(), "alibi")
+    features = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = transformers.GenerationMixin.generate(model, input_features=features, max_new_tokens=NEW, do_sample=False,
+                                                    num_beams=1, eos_token_id=None, return_dict_in_generate=True,
+                                                    output_logits=True, forced_decoder_ids=None)
+        dec = out.sequences[:, :1]
+        for step in range(NEW):
+            logits = model(input_features=features, decoder_input_ids=dec, use_cache=False).logits[:, -1]
+            assert _rel(out.logits[step].double(), logits.double()) < 1e-5, step
+            dec = torch.cat([dec, logits.argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(dec, out.sequences)
+    assert len(set(out.sequences[:, 1:].flatten().tolist())) > 1

@@ -58,7 +58,8 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import bart, bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, roberta
+    from posenc.interop.families import (bart, bert, bloom, falcon, gpt2, gpt_neo, ministral3, mpt, openai_gpt, roberta,
+                                        whisper)
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -117,6 +118,7 @@ def _families() -> dict[str, Family]:
         # encoder–decoders: each stack a model of its own (patching/stacks.py); BART's tables offset by 2
         **{t: bart._family() for t in bart.TYPES},
         **{t: bart._sinusoidal_family() for t in bart.SINUSOIDAL},  # a fixed sin | cos table in each stack
+        "whisper": whisper._family(),  # its encoder's sinusoids (base 10000^(d/(d-2))), its decoder's learned table
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)

@@ -62,6 +62,17 @@ class PositionTable(nn.Module):
         self.position_ids: torch.Tensor | None = None
         self.step = 0
 
+    def __getattr__(self, name: str) -> Any:
+        """The original's sizes (``num_embeddings``: Whisper's encoder counts its frames by it), never
+        its rows: a model that reads ``weight`` itself would bypass the scheme, so that is an error."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in ("weight", "original", "pe") or name.startswith("_"):
+                raise AttributeError(f"posenc.interop: the model reads its position table's {name!r} directly while "
+                                     "patched (the table takes the scheme only through its forward)") from None
+            return getattr(self.__dict__["original"], name)
+
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         rows = own_rows(self.original, args, kwargs)  # (B or 1, L): the model's own rows of its table
         positions = rows - self.offset

@@ -219,17 +219,20 @@ def check_own(name: str, family: Any, decoder: nn.Module, attentions: list[nn.Mo
 
 def check_sinusoidal_table(name: str, table: nn.Embedding, spec: dict[str, Any], offset: int = 0) -> None:
     """A model's fixed sinusoidal table (Marian's, Pegasus's, Whisper's encoder's) equals posenc's
-    ``spec`` at every row from ``offset`` on, within the table's precision (``4·eps`` of its dtype:
-    both are computed in float64 and cast); ValueError naming the model and the largest difference."""
-    import posenc
+    ``spec`` at every row from ``offset`` on, within the rounding of its angles in its dtype (``4·eps·N``
+    for ``N`` rows: Whisper computes its angles in float32, posenc in float64; another base or layout
+    differs by order 1); ValueError naming the model and the largest difference."""
+    from posenc.encodings.sinusoidal import Sinusoidal
 
     rows = table.weight.detach()[offset:]  # (N, C)
     if rows.shape[1] != spec["d_model"]:
         raise ValueError(f"posenc.interop: {name}'s position table is {rows.shape[1]} wide, not d_model="
                          f"{spec['d_model']}")
-    ours = posenc.build(spec).double()(torch.arange(rows.shape[0]))  # (N, C)
+    ours = Sinusoidal(**{k: v for k, v in spec.items() if k != "scheme"}).double()(torch.arange(rows.shape[0]))  # (N, C)
     worst = float((rows.double().cpu() - ours).abs().max())
-    if worst > 4 * torch.finfo(rows.dtype).eps:
+    # 4 eps of the dtype, times the largest angle (position N - 1 at frequency 1): a table computed in its dtype
+    # (Whisper's float32 angles) differs from posenc's float64 one by the rounding of its angles
+    if worst > 4 * torch.finfo(rows.dtype).eps * rows.shape[0]:
         raise ValueError(f"posenc.interop: {name}'s position table differs from posenc's {spec} by up to {worst:.3g}; "
                          "refused rather than run a different model")
 

@@ -77,7 +77,7 @@ def patch_stacks(model: nn.Module, stacks: list, pe: Any, layers: Sequence[int] 
     shared = _own_config(model)  # this model's own config: what patch writes changes no other model
     done: list[tuple[nn.Module, list]] = []
     try:
-        for (_, stack, (_, layers_key, heads_key)), entry in zip(stacks, entries):
+        for (_, stack, (_, layers_key, heads_key, *_)), entry in zip(stacks, entries):
             kept = _own_config(stack)  # the stack's view: its layers and heads as the model's
             stack.config.num_hidden_layers = int(getattr(model.config, layers_key))
             stack.config.num_attention_heads = int(getattr(model.config, heads_key))
