@@ -249,3 +249,33 @@ def test_whisper_greedy_generation_through_the_cache_equals_recomputing():
             dec = torch.cat([dec, logits.argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(dec, out.sequences)
     assert len(set(out.sequences[:, 1:].flatten().tolist())) > 1
+
+
+def test_save_and_reload_keeps_each_stack_s_own_modules(tmp_path):
+    """``save_pretrained`` after ``patch`` and ``posenc.interop.from_pretrained``: the record keeps the
+    encoder's and the decoder's modules apart (a learned table each, with parameters of their own), so
+    the reloaded model gives the same logits."""
+    model = posenc.interop.patch(tiny("bart"), "learned")
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".posenc_modules." in name:
+                parameter.normal_()
+    ids, mask, dec = _batch()
+    expected = _logits(model, ids, mask, dec)
+    assert model.config.posenc["layers"] == [0, 0, 1, 1, 1]
+    model.save_pretrained(tmp_path)
+    again = posenc.interop.from_pretrained(tmp_path, transformers.AutoModelForSeq2SeqLM).eval()
+    assert torch.equal(_logits(again, ids, mask, dec), expected)
+
+
+def test_a_bart_decoder_alone_takes_the_decoder_part_of_the_own_specs():
+    """``BartForCausalLM`` (a decoder stack alone): ``hf_layer_specs``'s decoder entries go to it."""
+    config = transformers.BartConfig(**{**SIZES, "encoder_layers": 3})
+    torch.manual_seed(0)
+    model = transformers.BartForCausalLM(config).eval()
+    ids = torch.randint(3, 60, (2, 10))
+    with torch.no_grad():
+        expected = model(ids).logits
+        posenc.interop.patch(model, hf_layer_specs(model.config))
+        assert torch.equal(model(ids).logits, expected)
+    assert type(model.model.decoder.embed_positions).__name__ == "PositionTable"

@@ -15,7 +15,6 @@ sizes are the stack's. ``layers=`` and ``context_parallel=`` are refused on an e
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -86,14 +85,13 @@ def patch_stacks(model: nn.Module, stacks: list, pe: Any, layers: Sequence[int] 
     except Exception:
         _restore(done, shared, unpatch)
         raise
-    per_layer = []
-    for stack, _ in done:
+    modules: list[dict[str, Any]] = []
+    indices: list[int] = []
+    for stack, _ in done:  # each stack's own modules (their parameters are the stack's: never shared across)
         found = getattr(stack.config, RECORD)
-        per_layer += [found["modules"][i] for i in found["layers"]]
-    unique = list({json.dumps(s, sort_keys=True): s for s in per_layer}.values())
-    keys = [json.dumps(s, sort_keys=True) for s in unique]
-    setattr(model.config, RECORD, {"modules": unique,
-                                   "layers": [keys.index(json.dumps(s, sort_keys=True)) for s in per_layer]})
+        indices += [len(modules) + i for i in found["layers"]]
+        modules += found["modules"]
+    setattr(model.config, RECORD, {"modules": modules, "layers": indices})
     model._posenc_original = {"stacks": done, "shared": shared}
     return model
 
