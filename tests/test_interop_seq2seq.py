@@ -1,5 +1,5 @@
 """``posenc.interop.patch`` on encoder–decoders (issue 51): BART, mBART and PLBart (learned tables,
-offset 2), Marian and Pegasus (fixed sinusoidal tables, sin half then cos half), each stack (the
+offset 2), BlenderBot and BlenderBot Small (learned, no offset), Marian and Pegasus (fixed sinusoidal tables, sin half then cos half), each stack (the
 encoder, the decoder) patched as a model of its own: the encoder's self-attention bidirectional, the
 decoder's causal (each read from the module), the cross-attention left to transformers. Their own
 tables (offset 2) through posenc leave the logits unchanged; another scheme has an effect; greedy
@@ -22,7 +22,7 @@ SIZES = dict(encoder_layers=2, decoder_layers=3, d_model=32, encoder_ffn_dim=32,
              encoder_attention_heads=4, decoder_attention_heads=2, vocab_size=64, max_position_embeddings=64,
              pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, dropout=0.0,
              tie_word_embeddings=False)  # untied: a tied head repeats its input token
-BART = ("bart", "mbart", "plbart")
+BART = ("bart", "mbart", "plbart", "blenderbot", "blenderbot-small")  # BlenderBot's tables: no offset
 SINUSOIDAL = ("marian", "pegasus")
 NEW = 8  # tokens generated
 GREEDY = dict(eos_token_id=None, forced_eos_token_id=None, forced_bos_token_id=None, no_repeat_ngram_size=0,
@@ -146,7 +146,8 @@ def test_alibi_is_bidirectional_in_the_encoder_causal_in_the_decoder(model_type)
 
 @pytest.mark.parametrize(("model_type", "scheme"), [("bart", "alibi"), ("bart", "rope"), ("bart", "sinusoidal"),
                                                     ("bart", "own"), ("mbart", "rope"), ("plbart", "alibi"),
-                                                    ("marian", "alibi"), ("marian", "own"), ("pegasus", "alibi")])
+                                                    ("marian", "alibi"), ("marian", "own"), ("pegasus", "alibi"),
+                                                    ("blenderbot-small", "alibi")])
 def test_greedy_generation_through_the_cache_equals_recomputing(model_type, scheme):
     """``generate`` (greedy, transformers' cache) with a posenc scheme in both stacks and a padded
     encoder row: every step's logits equal a forward over the whole prefix without a cache."""

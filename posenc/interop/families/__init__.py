@@ -118,6 +118,7 @@ def _families() -> dict[str, Family]:
         # encoder–decoders: each stack a model of its own (patching/stacks.py); BART's tables offset by 2
         **{t: bart._family() for t in bart.TYPES},
         **{t: bart._sinusoidal_family() for t in bart.SINUSOIDAL},  # a fixed sin | cos table in each stack
+        **{t: bart._family(table_offset=0) for t in bart.UNOFFSET},  # learned tables, no offset
         "whisper": whisper._family(),  # its encoder's sinusoids (base 10000^(d/(d-2))), its decoder's learned table
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),

@@ -53,3 +53,5 @@ def _sinusoidal_family():
 
 TYPES = ("bart", "mbart", "plbart")
 SINUSOIDAL = ("marian", "pegasus")
+UNOFFSET = ("blenderbot", "blenderbot-small")
+"""BlenderBot's and BlenderBot Small's: BART's layout, their learned tables without the offset."""
