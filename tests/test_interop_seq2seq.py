@@ -280,3 +280,11 @@ def test_a_bart_decoder_alone_takes_the_decoder_part_of_the_own_specs():
         posenc.interop.patch(model, hf_layer_specs(model.config))
         assert torch.equal(model(ids).logits, expected)
     assert type(model.model.decoder.embed_positions).__name__ == "PositionTable"
+
+
+@pytest.mark.parametrize("model_type", ["m2m_100", "fsmt", "led", "bigbird_pegasus", "pegasus_x", "mvp"])
+def test_an_encoder_decoder_without_a_row_is_refused_by_hf_layer_specs(model_type):
+    """An encoder–decoder posenc has no row for is refused by name, never read as a decoder's RoPE
+    (``hf_layer_specs`` of M2M100's config gave a ``rope`` spec, which its sinusoidal tables are not)."""
+    with pytest.raises(ValueError, match=f"model type '{model_type}' is an encoder–decoder without a row"):
+        hf_layer_specs(transformers.AutoConfig.for_model(model_type))
