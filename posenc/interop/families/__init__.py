@@ -60,8 +60,8 @@ def _no_positions(config: Any) -> dict[str, Any]:
 
 
 def _families() -> dict[str, Family]:
-    from posenc.interop.families import (bert, bloom, deberta_v2, dinov3, falcon, gpt2, gpt_neo, ministral3, mpt,
-                                         openai_gpt, speech, t5, vit)
+    from posenc.interop.families import (bart, bert, bloom, deberta_v2, dinov3, falcon, gpt2, gpt_neo, ministral3, mpt,
+                                         openai_gpt, roberta, speech, t5, vit, whisper)
 
     llama = Family()
     qwen_vl = Family("model.language_model.rotary_emb", mrope=((16, 24, 24), "chunked"),
@@ -125,6 +125,17 @@ def _families() -> dict[str, Family]:
         "wavlm": speech._refused(speech.WAVLM),
         "wav2vec2-conformer": speech._refused(speech.CONFORMER),
         "dinov3_vit": dinov3._family(),  # RoPE on patch coordinates (posenc's dinov3), prefix tokens not rotated
+        # RoBERTa's: the table counts non-pad tokens past padding_idx (families/roberta.py)
+        **{t: roberta._family() for t in roberta.TYPES},
+        # BERT's layout under BERT's names: the table in embeddings, the inner self-attention calls the interface
+        **{t: bert._family() for t in ("ernie", "roc_bert", "mobilebert", "distilbert")},
+        "electra": bert._family(own_spec=bert.embedding_spec),  # its table embedding_size wide
+        "albert": Family(rotary=None, positions="learned", refused=bert.ALBERT),
+        # encoder–decoders: each stack a model of its own (patching/stacks.py); BART's tables offset by 2
+        **{t: bart._family() for t in bart.TYPES},
+        **{t: bart._sinusoidal_family() for t in bart.SINUSOIDAL},  # a fixed sin | cos table in each stack
+        **{t: bart._family(table_offset=0) for t in bart.UNOFFSET},  # learned tables, no offset
+        "whisper": whisper._family(),  # its encoder's sinusoids (base 10000^(d/(d-2))), its decoder's learned table
         "opt": gpt2._offset_family(mask_positions=True),
         "biogpt": gpt2._offset_family(mask_positions=False),
         # no position in attention: a hybrid whose Mamba layers carry order (its attention layers: nope)

@@ -188,13 +188,25 @@ def check_from_hf(config: Any, rope: nn.Module, layer_type: str | None, wrapper:
 def check_own(name: str, family: Any, decoder: nn.Module, attentions: list[nn.Module], config: Any) -> None:
     """A family without RoPE: its own encoding is what ``family.own_spec(config)`` says (a learned
     table of that shape; ALiBi with posenc's slopes); ValueError naming the family if not."""
-    spec = family.own_spec(config)
-    if family.positions == "learned":
+    from posenc.interop.families.record import own_spec_of, table_offset
+
+    spec = own_spec_of(family, config, decoder)
+    if family.positions == "learned" and spec["scheme"] == "sinusoidal":  # a fixed table: its values checked
+        check_sinusoidal_table(name, getattr(decoder, family.table_attr), spec, table_offset(family, config))
+    elif family.positions == "learned":
         table = getattr(decoder, family.table_attr)
-        want = (spec["max_positions"] + family.table_offset, spec["d_model"])
+        want = (spec["max_positions"] + table_offset(family, config), spec["d_model"])
         if tuple(table.weight.shape) != want:
             raise ValueError(f"posenc.interop: {name}'s position table {family.table_attr} is "
                              f"{list(table.weight.shape)}, not [max_positions, d_model] = {list(want)}")
+        offset = table_offset(family, config)
+        if getattr(table, "offset", offset) != offset:  # BART's embed_positions keeps its own
+            raise ValueError(f"posenc.interop: {name}'s position table {family.table_attr} reads row position + "
+                             f"{table.offset}, not + {offset}; refused rather than run a different model")
+        if callable(family.table_offset) and getattr(table, "padding_idx", None) != offset - 1:
+            raise ValueError(f"posenc.interop: {name} counts positions past its padding row (row {offset - 1} of "
+                             f"{family.table_attr}, read from its config), but the table's padding_idx is "
+                             f"{getattr(table, 'padding_idx', None)}; refused rather than run a different model")
     elif family.positions == "alibi":
         from posenc.reference import alibi_slopes
 
@@ -203,6 +215,26 @@ def check_own(name: str, family: Any, decoder: nn.Module, attentions: list[nn.Mo
         if theirs.shape != ours.shape or not torch.allclose(theirs, ours, rtol=1e-6, atol=0):
             raise ValueError(f"posenc.interop: {name}'s ALiBi slopes {theirs.tolist()} are not posenc's "
                              f"{ours.tolist()}; refused rather than run a different model")
+
+
+def check_sinusoidal_table(name: str, table: nn.Embedding, spec: dict[str, Any], offset: int = 0) -> None:
+    """A model's fixed sinusoidal table (Marian's, Pegasus's, Whisper's encoder's) equals posenc's
+    ``spec`` at every row from ``offset`` on, within the rounding of its angles in its dtype (``4·eps·N``
+    for ``N`` rows: Whisper computes its angles in float32, posenc in float64; another base or layout
+    differs by order 1); ValueError naming the model and the largest difference."""
+    from posenc.encodings.sinusoidal import Sinusoidal
+
+    rows = table.weight.detach()[offset:]  # (N, C)
+    if rows.shape[1] != spec["d_model"]:
+        raise ValueError(f"posenc.interop: {name}'s position table is {rows.shape[1]} wide, not d_model="
+                         f"{spec['d_model']}")
+    ours = Sinusoidal(**{k: v for k, v in spec.items() if k != "scheme"}).double()(torch.arange(rows.shape[0]))  # (N, C)
+    worst = float((rows.double().cpu() - ours).abs().max())
+    # 4 eps of the dtype, times the largest angle (position N - 1 at frequency 1): a table computed in its dtype
+    # (Whisper's float32 angles) differs from posenc's float64 one by the rounding of its angles
+    if worst > 4 * torch.finfo(rows.dtype).eps * rows.shape[0]:
+        raise ValueError(f"posenc.interop: {name}'s position table differs from posenc's {spec} by up to {worst:.3g}; "
+                         "refused rather than run a different model")
 
 
 def check_temperature(name: str, family: Any, attention: nn.Module, specs: list[dict[str, Any]]) -> None:

@@ -89,7 +89,8 @@ class Family:
     decoder_positions: tuple[str, ...] = ()
     positions: str = "rope"  # the family's own encoding: one of POSITIONS
     table_attr: str | None = None  # "learned": the decoder's attribute holding the table (GPT-2's wpe)
-    table_offset: int = 0  # "learned": the table's row of position 0 (OPT and BioGPT: 2)
+    # "learned": the table's row of position 0 (OPT and BioGPT: 2), or config -> that row (RoBERTa: pad_token_id + 1)
+    table_offset: int | Callable[[Any], int] = 0
     # "learned": the name of the model's module holding the table when it is not the decoder (BERT's
     # "embeddings", before its LayerNorm): there the table itself takes the scheme (families/bert.py)
     table_holder: str | None = None
@@ -114,10 +115,29 @@ class Family:
     # the sub-config of the model patch works on, when not the text config (SigLIP's "vision_config")
     sub_config: str | None = None
     # a family posenc does not support: the reason, given by patch and hf_layer_specs (BEiT's, Swin's
-    # windowed relative tables; wav2vec2's convolutional positions)
+    # windowed relative tables; WavLM's gated bias; ALBERT's layers shared across depth)
     refused: str | None = None
     # the reason an additive scheme is refused where the family's attention takes the others (speech
     # encoders: their convolutional positions kept on the features, families/speech.py)
     attention_only: str | None = None
+    # an encoder–decoder's stacks (patching/stacks.py), in order: (a word of the stack's class name,
+    # the config key of its layer count, of its head count[, config -> the stack's own spec when not
+    # own_spec's: Whisper's sinusoidal encoder]); each stack is patched as a model of its own
+    stacks: tuple[tuple[Any, ...], ...] = ()
 
 
+
+
+def table_offset(family: Family, config: Any) -> int:
+    """The row of position 0 in ``family``'s learned table for ``config`` (``Family.table_offset``)."""
+    offset = family.table_offset
+    return int(offset(config)) if callable(offset) else offset
+
+
+def own_spec_of(family: Family, config: Any, holder: Any = None) -> dict[str, Any]:
+    """The posenc spec of ``family``'s own encoding: a stack's own (``Family.stacks``' fourth entry)
+    where ``holder`` is that stack (its class named by the entry's word), else ``family.own_spec``."""
+    for stack in family.stacks:
+        if len(stack) > 3 and holder is not None and stack[0] in type(holder).__name__:
+            return stack[3](config)
+    return family.own_spec(config)

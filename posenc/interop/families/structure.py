@@ -126,7 +126,7 @@ def _table_holder(model: nn.Module, family: Family, name: str) -> nn.Module | No
     ``embeddings``): the one module of the model of that name with the table; ValueError if not one."""
     if family.table_holder is None:
         return None
-    root = family.layers.split(".")[0] + "." if family.layers else ""  # SigLIP: its vision tower's, not its text's
+    root = family.layers.split(".")[0] + "." if family.layers and "." in family.layers else ""  # SigLIP: its vision tower's
     tables = (nn.Embedding, nn.Parameter) if family.positions == "grid" else nn.Embedding  # ViT's: a parameter
     found = [m for path, m in model.named_modules() if path.rpartition(".")[2] == family.table_holder
              and path.startswith(root) and isinstance(getattr(m, family.table_attr, None), tables)]

@@ -98,6 +98,7 @@ from posenc.interop.patching.checks import _check_heads, _check_terms, _own_spec
 from posenc.interop.patching.install import ATTENTION, _implementations, _install, _own_config, uninstall  # noqa: F401
 from posenc.interop.patching.install import _start_from_own_table
 from posenc.interop.patching.persistence import RECORD, forget, load_parameters, read_record, record  # noqa: F401
+from posenc.interop.patching.stacks import patch_stacks, stacks_of, unpatch_stacks
 
 PATTERN = "layers"  # {"scheme": "layers", "pattern": [...]}: a per-layer pattern, as the benchmark writes it
 
@@ -263,6 +264,9 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
         check_choice("context_parallel", context_parallel, METHODS)
     if getattr(model, "_posenc_original", None) is not None:
         unpatch(model)  # first: a neutralised rotary is found as the model's own only once it is back
+    stacks = stacks_of(model)  # an encoder–decoder: each stack patched as a model of its own
+    if stacks is not None:
+        return patch_stacks(model, stacks, pe, layers, context_parallel, patch, unpatch)
     parts = find(model)
     family, base, rotary, attentions = parts.family, parts.decoder, parts.rotary, parts.attentions
     n = len(attentions)
@@ -270,6 +274,10 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     modules = _build_modules(pe, model, family, n, layers, parts.layer_indices)
     _check_terms(model, family, modules)
     _check_heads(model, family, modules, parts.layer_indices)
+    if parts.table_holder is not None:  # BERT's table in the embeddings: an additive scheme as wide as it
+        from posenc.interop.families.bert import check_width
+
+        check_width(parts.name, getattr(parts.table_holder, family.table_attr), modules)
     own = _with_own_encodings(model, parts, modules)
     original = {"rotary": None if rotary is None else getattr(base, rotary), "attn": _implementations(model.config),
                 "hooks": [], "parts": parts}
@@ -284,7 +292,7 @@ def patch(model: nn.Module, pe: Any, *, layers: Sequence[int] | None = None,
     if additive and family.attention_only is not None:  # speech encoders: attention only
         raise ValueError(f"posenc.interop.patch: {parts.name} takes no additive scheme: {family.attention_only}")
     if family.positions == "learned":
-        _start_from_own_table(modules, parts)
+        _start_from_own_table(modules, parts, model.config)
     if family.start is not None:  # posenc's modules that compute the model's own encoding start from its weights
         family.start(modules, parts)
     original["shared"] = _own_config(model)
@@ -302,6 +310,9 @@ def unpatch(model: nn.Module) -> nn.Module:
         raise ValueError(f"{type(model).__name__} is not patched by posenc.interop.patch")
     model._posenc_original = None
     forget(model)  # from the model's own copy of its config, before the shared one is back
+    if "stacks" in original:  # an encoder–decoder's (patching/stacks.py)
+        unpatch_stacks(model, original, unpatch)
+        return model
     uninstall(model, original)
     return model
 

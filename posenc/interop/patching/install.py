@@ -132,10 +132,13 @@ def _add_to_embeddings(pe: nn.Module, embeddings: str, from_mask: bool = False):
     return hook
 
 
-def _start_from_own_table(modules: list, parts: Any) -> None:
-    """A ``learned`` module (built from a spec) of the size of the model's own table starts from it."""
+def _start_from_own_table(modules: list, parts: Any, config: Any = None) -> None:
+    """A ``learned`` module (built from a spec) of the size of the model's own table starts from it
+    (its rows from the family's offset on: OPT's 2, RoBERTa's ``pad_token_id + 1``)."""
+    from posenc.interop.families.record import table_offset
+
     holder = parts.decoder if parts.table_holder is None else parts.table_holder
-    table = getattr(holder, parts.family.table_attr).weight[parts.family.table_offset:]  # (N, C)
+    table = getattr(holder, parts.family.table_attr).weight[table_offset(parts.family, _text(config)):]  # (N, C)
     for m in {id(m): m for m in modules}.values():
         if getattr(m, "name", None) == "learned" and tuple(m.weight.shape) == tuple(table.shape):
             with torch.no_grad():
@@ -280,7 +283,9 @@ def _through_attention(model: nn.Module, parts: Any, modules: list, original: di
 
         _register()
         original["table"] = getattr(parts.table_holder, family.table_attr)
-        neutral = PositionTable(original["table"], first if additive else None)
+        from posenc.interop.families.record import table_offset
+
+        neutral = PositionTable(original["table"], first if additive else None, table_offset(family, _text(model.config)))
         setattr(parts.table_holder, family.table_attr, neutral)
     else:
         _register()
