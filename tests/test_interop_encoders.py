@@ -20,7 +20,7 @@ import posenc.interop  # noqa: E402
 from posenc.interop.hf import hf_layer_specs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _patched_llama import tiny_model  # noqa: E402
+from _patched_llama import sharpened, tiny_model  # noqa: E402
 
 LENGTH = 40
 ENCODER = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4,
@@ -49,15 +49,7 @@ def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _sharpened(model):
-    """``model`` with its attention projections' weights times 8: random small weights leave
-    attention almost uniform, where no position scheme would show; this one's rows are peaked."""
-    with torch.no_grad():
-        for module in model.modules():
-            if getattr(module, "is_causal", None) is not None:
-                for linear in module.modules():
-                    if isinstance(linear, torch.nn.Linear):
-                        linear.weight.mul_(8)
-    return model
+    return sharpened(model)
 
 
 def _logits(model, ids, mask) -> torch.Tensor:

@@ -7,6 +7,9 @@ built tiny from its config class with random weights, padded rows included (pad 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -14,6 +17,9 @@ transformers = pytest.importorskip("transformers")
 
 import posenc.interop  # noqa: E402
 from posenc.interop.hf import hf_layer_specs  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _patched_llama import sharpened  # noqa: E402
 from posenc.interop.state import layer_state  # noqa: E402
 
 LENGTH = 24
@@ -31,13 +37,7 @@ def tiny(model_type: str, **extra):
     model = transformers.AutoModelForMaskedLM.from_config(config).eval()
     if model_type == "xmod":
         model.set_default_language("en_XX")
-    with torch.no_grad():  # random small weights leave attention almost uniform: peaked rows show positions
-        for module in model.modules():
-            if getattr(module, "is_causal", None) is not None:
-                for linear in module.modules():
-                    if isinstance(linear, torch.nn.Linear):
-                        linear.weight.mul_(8)
-    return model
+    return sharpened(model)  # peaked attention rows: positions show
 
 
 def _batch(left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

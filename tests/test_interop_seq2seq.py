@@ -9,6 +9,9 @@ different depth and head count)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -16,6 +19,9 @@ transformers = pytest.importorskip("transformers")
 
 import posenc.interop  # noqa: E402
 from posenc.interop.hf import hf_layer_specs  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _patched_llama import sharpened  # noqa: E402
 from posenc.interop.state import layer_state  # noqa: E402
 
 SIZES = dict(encoder_layers=2, decoder_layers=3, d_model=32, encoder_ffn_dim=32, decoder_ffn_dim=32,
@@ -35,13 +41,7 @@ def tiny(model_type: str, **extra):
     config = type(default)(**{k: v for k, v in {**SIZES, **extra}.items() if hasattr(default, k)})
     torch.manual_seed(0)
     model = transformers.AutoModelForSeq2SeqLM.from_config(config).eval()
-    with torch.no_grad():  # peaked attention rows (random small weights leave them uniform: no position shows)
-        for module in model.modules():
-            if getattr(module, "is_causal", None) is not None:
-                for linear in module.modules():
-                    if isinstance(linear, torch.nn.Linear):
-                        linear.weight.mul_(8)
-    return model
+    return sharpened(model)  # peaked attention rows: positions show
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -7,6 +7,9 @@ config class with random weights."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -14,6 +17,9 @@ transformers = pytest.importorskip("transformers")
 
 import posenc.interop  # noqa: E402
 from posenc.interop.hf import hf_layer_specs  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _patched_llama import sharpened  # noqa: E402
 
 SPEECH = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4, conv_dim=(16, 16),
               conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
@@ -26,13 +32,7 @@ def tiny_ctc(model_type: str):
     config = type(default)(**{k: v for k, v in SPEECH.items() if hasattr(default, k)})
     torch.manual_seed(0)
     model = transformers.AutoModelForCTC.from_config(config).eval()
-    with torch.no_grad():  # random small weights leave attention almost uniform: peaked rows, so positions show
-        for module in model.modules():
-            if getattr(module, "is_causal", None) is False:
-                for linear in module.modules():
-                    if isinstance(linear, torch.nn.Linear):
-                        linear.weight.mul_(8)
-    return model
+    return sharpened(model, causal=(False,))  # peaked attention rows: positions show
 
 
 def _audio() -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,6 +8,9 @@ Swin's relative tables. DINOv3's RoPE is posenc's dinov3."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -16,6 +19,9 @@ transformers = pytest.importorskip("transformers")
 import posenc  # noqa: E402
 import posenc.interop  # noqa: E402
 from posenc.interop.hf import hf_layer_specs  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _patched_llama import sharpened  # noqa: E402
 
 VISION = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4, image_size=32,
               patch_size=8, num_labels=3)
@@ -146,13 +152,7 @@ def tiny_dinov3(**kw):
                                           num_register_tokens=2, **kw)
     torch.manual_seed(0)
     model = transformers.DINOv3ViTModel(config).eval()
-    with torch.no_grad():  # random small weights leave attention almost uniform: peaked rows, so positions show
-        for module in model.modules():
-            if getattr(module, "is_causal", None) is False:
-                for linear in module.modules():
-                    if isinstance(linear, torch.nn.Linear):
-                        linear.weight.mul_(8)
-    return model
+    return sharpened(model, causal=(False,))  # peaked attention rows: positions show
 
 
 def _hidden(model, images) -> torch.Tensor:

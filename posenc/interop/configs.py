@@ -61,7 +61,8 @@ def text_config_and_type(config: Any) -> tuple[Any, str]:
     ``per_layer_config`` (Gemma 4, whose per-layer fields transformers refuses to read globally) is
     read as its dict."""
     own = any(has(config, k) for k in ("rope_parameters", "rope_scaling", "rope_theta", "head_dim", "hidden_size"))
-    if not own and has(config, "text_config"):
+    # a composite config whose own fields leave out the layers (Voxtral's hidden_size beside its text_config)
+    if (not own or not has(config, "num_hidden_layers")) and has(config, "text_config"):
         text = get(config, "text_config")
         return as_read(text), model_type_of(text) or model_type_of(config)
     return as_read(config), model_type_of(config)

@@ -145,17 +145,17 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
     row = FAMILIES.get(model_type)
     if row is not None and row.layer_specs is not None:  # T5: every stack's layers (the model's, where given)
         return row.layer_specs(text, model)
-    family = _family(model_type, text)
-    num_layers = check_int("num_hidden_layers", _get(text, "num_hidden_layers"), min=1)
     if row is None and _get(text, "is_encoder_decoder", False) is True:  # never read as a decoder's rope
         raise ValueError(f"posenc.interop.hf_layer_specs: model type {model_type!r} is an encoder–decoder without a "
-                         "row in posenc.interop.families.FAMILIES; its positions are not read (those of BART, mBART, "
-                         "PLBart, BlenderBot, Marian, Pegasus and Whisper are)")
+                         "row in posenc.interop.families.FAMILIES; its positions are not read (those of T5, mT5, "
+                         "UMT5, BART, mBART, PLBart, BlenderBot, Marian, Pegasus and Whisper are)")
     if row is not None and row.refused is not None:
         raise ValueError(f"posenc.interop.hf_layer_specs: model type {model_type!r} is not supported: {row.refused}")
     if row is not None and row.stacks:  # an encoder–decoder: the encoder's layers, then the decoder's
         return [dict(stack[3](text) if len(stack) > 3 else row.own_spec(text))
                 for stack in row.stacks for _ in range(check_int(stack[1], _get(text, stack[1]), min=1))]
+    family = _family(model_type, text)
+    num_layers = check_int("num_hidden_layers", _get(text, "num_hidden_layers"), min=1)
     if row is not None and row.own_spec is not None:  # no RoPE: GPT-2's learned table, BLOOM's ALiBi
         return [row.own_spec(text) for _ in range(num_layers)]
     types = rope_layer_types(config)

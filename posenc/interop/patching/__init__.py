@@ -109,6 +109,9 @@ def family_of(model: nn.Module) -> tuple[str, Family]:
     was not found when it fits neither."""
     from posenc.interop.families.structure import find
 
+    stacks = stacks_of(model)  # an encoder–decoder (BART's): each stack found as a model of its own
+    if stacks is not None:
+        return getattr(model.config, "model_type", None), find(stacks[0][1]).family
     return getattr(model.config, "model_type", None), find(model).family
 
 
