@@ -164,7 +164,8 @@ def _every_kind(sizes: dict, default, kinds: list[str]) -> None:
     n = getattr(default, "num_hidden_layers", None)
     for key, value in default.to_dict().items():
         if isinstance(value, list) and n and len(value) == n and key not in sizes and key.endswith(("_types", "_theta")):
-            sizes[key] = value[:LAYERS] if first is chosen else [value[own.index(k)] for k in chosen]
+            # a kind its default layers lack (Laguna's, from its rope parameters) takes the first layer's value
+            sizes[key] = value[:LAYERS] if first is chosen else [value[own.index(k) if k in own else 0] for k in chosen]
 
 
 def _ids(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -303,7 +304,8 @@ def walk(model_type: str) -> str:
 
 
 def read_page() -> dict[str, str]:
-    rows = [line for line in PAGE.read_text(encoding="utf-8").splitlines() if line.startswith("| `")]
+    causal = PAGE.read_text(encoding="utf-8").split("\n## Beyond causal LMs\n", 1)[0]  # the other registries' rows
+    rows = [line for line in causal.splitlines() if line.startswith("| `")]
     return {re.findall(r"`([^`]+)`", row)[0]: row.split("|")[2].strip() for row in rows}
 
 
@@ -336,12 +338,15 @@ def write_page(outcomes: dict[str, str]) -> None:
     for outcome in outcomes.values():
         key = "partial (some checks refused)" if ";" in outcome else outcome.split(":")[0]
         counts[key] = counts.get(key, 0) + 1
-    head = PAGE.read_text(encoding="utf-8").split("## Outcomes", 1)[0] if PAGE.exists() else ""
+    text = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
+    head = text.split("## Outcomes", 1)[0]
+    beyond = "\n## Beyond causal LMs\n"  # tests/test_hf_walk_registries.py's section, kept as it is
+    rest = beyond + text.split(beyond, 1)[1] if beyond in text else ""
     lines = [head.rstrip() + "\n\n## Outcomes\n", f"transformers {transformers.__version__}: "
              + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f" of {len(outcomes)}.\n",
              "| model type | outcome |", "|---|---|"]
     lines += [f"| `{t}` | {o} |" for t, o in sorted(outcomes.items())]
-    PAGE.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    PAGE.write_text("\n".join(lines) + "\n" + rest, encoding="utf-8")
 
 
 class _Late(Exception):

@@ -147,7 +147,7 @@ def hf_layer_specs(config: Any, *, layout: str | None = None) -> list[dict[str, 
         return row.layer_specs(text, model)
     if row is None and _get(text, "is_encoder_decoder", False) is True:  # never read as a decoder's rope
         raise ValueError(f"posenc.interop.hf_layer_specs: model type {model_type!r} is an encoder–decoder without a "
-                         "row in posenc.interop.families.FAMILIES; its positions are not read (those of T5, mT5, "
+                         "row of FAMILIES (posenc/interop/families); its positions are not read (those of T5, mT5, "
                          "UMT5, BART, mBART, PLBart, BlenderBot, Marian, Pegasus and Whisper are)")
     if row is not None and row.refused is not None:
         raise ValueError(f"posenc.interop.hf_layer_specs: model type {model_type!r} is not supported: {row.refused}")

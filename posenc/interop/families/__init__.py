@@ -112,7 +112,8 @@ def _families() -> dict[str, Family]:
         "gpt_neo": gpt_neo._family(),  # GPT-2's table, an attention of its own with local (windowed) layers
         "bert": bert._family(),  # an encoder: its learned table in embeddings, before the LayerNorm
         # vision encoders: a learned table of the patch grid (and class rows) in embeddings (families/vit.py)
-        **{t: vit._family() for t in ("vit", "dinov2")},
+        **{t: vit._family() for t in ("vit", "dinov2", "vit_msn")},  # ViT-MSN: ViT's embeddings
+        "ijepa": vit._family(0),  # I-JEPA: ViT's, no class token
         "deit": vit._family(2),  # a class and a distillation token, each with its row
         "dinov2_with_registers": vit._family(antialias=True),  # registers after the table: no position
         "siglip_vision_model": vit._family(0, attr="position_embedding"),  # no class token; an nn.Embedding
@@ -121,7 +122,7 @@ def _families() -> dict[str, Family]:
         **{t: vit._refused(vit.BEIT) for t in ("beit", "data2vec-vision")},
         **{t: vit._refused(vit.SWIN) for t in ("swin", "swinv2", "donut-swin")},
         # speech encoders: their convolutional positions kept, a scheme in attention beside them (families/speech.py)
-        **{t: speech._family() for t in ("wav2vec2", "hubert")},
+        **{t: speech._family() for t in ("wav2vec2", "hubert", "sew")},  # SEW: wav2vec2's convolution, squeezed frames
         "wavlm": speech._refused(speech.WAVLM),
         "wav2vec2-conformer": speech._refused(speech.CONFORMER),
         "dinov3_vit": dinov3._family(),  # RoPE on patch coordinates (posenc's dinov3), prefix tokens not rotated

@@ -196,9 +196,9 @@ def find(model: nn.Module) -> Parts:
         raise ValueError(f"posenc.interop.patch: {name} is not supported: {family.refused}")
     if (getattr(config, "is_encoder_decoder", False) is True and not family.stacks and family.stack_lists is None
             and family.layers is None):  # one stack's layers found, the other's left as they were
-        raise ValueError(f"posenc.interop.patch: {name} is an encoder–decoder without a row in "
-                         "posenc.interop.families.FAMILIES (its stacks, Family.stacks or Family.stack_lists): posenc "
-                         "would reach the layers of one stack only")
+        raise ValueError(f"posenc.interop.patch: {name} is an encoder–decoder whose stacks posenc does not know "
+                         "(no row of FAMILIES in posenc/interop/families with Family.stacks or Family.stack_lists): "
+                         "it would reach the layers of one stack only")
     text = _text(config) if config is not None else None
     n = getattr(text, "num_hidden_layers", None)
     stacks = (_find_stacks(model, family, name) if family.stack_lists is not None
